@@ -22,23 +22,51 @@ import dataclasses
 import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 from schedsim.errors import SchedsimError, SpecError
 from schedsim.outdir import TRACE_MAX_OPS, trace_wanted  # re-exported
 from schedsim.results import OMIT_NONE, to_dict
 
 if TYPE_CHECKING:
+    import networkx as nx
+    import pandas as pd
+    from matplotlib.figure import Figure
+    from typing_extensions import Unpack
+
     from schedsim.compare import Comparison
     from schedsim.hardware.profile import HardwareProfile
+    from schedsim.lower.program import Program
+    from schedsim.network.explain import ExplainRow
     from schedsim.sim.metrics import Metrics
     from schedsim.sim.pipeline_metrics import PipelineMetrics
     from schedsim.sim.timeline import Timeline
+    from schedsim.spec.model import ScheduleSpec
 
-__all__ = ["Run", "SweepRow", "load", "load_text", "build", "lower_spec", "gpu_model_of", "simulate_spec", "predict",
+__all__ = ["Run", "SimOptions", "PredictOptions", "SweepRow", "load", "load_text", "build", "lower_spec",
+           "gpu_model_of", "simulate_spec", "predict",
            "predict_to_dir",
            "TRACE_MAX_OPS", "trace_wanted", "sweep",
            "compare", "plot_gantt", "plot_pipeline", "plot_memory", "to_pandas"]
+
+
+class SimOptions(TypedDict, total=False):
+    """The keyword options of :func:`schedsim.sim.engine.simulate` (its parameters after ``launch``)."""
+
+    gpu_model: str | None
+    max_connections: int | None
+    model_executor: bool
+    iteration_gap_s: float
+    sustained_s: float | None
+
+
+class PredictOptions(SimOptions, total=False):
+    """The options of a prediction (:func:`simulate_spec`, :func:`predict`, :func:`predict_to_dir`): the
+    simulator's (:class:`SimOptions`), and ``durations`` (``recorded`` or ``modeled``, :func:`gpu_model_of`) and
+    ``full_ranks`` (a ``training:`` block lowered with every rank), which :func:`simulate_spec` takes out first."""
+
+    durations: str | None
+    full_ranks: bool
 
 
 @dataclass
@@ -49,11 +77,11 @@ class Run:
 
     timeline: Timeline
     metrics: Metrics
-    program: Any = field(repr=False, default=None)
-    _graph: Any = field(repr=False, default=None)
+    program: Program | None = field(repr=False, default=None)
+    _graph: nx.DiGraph | None = field(repr=False, default=None)
 
     @property
-    def graph(self) -> Any:
+    def graph(self) -> nx.DiGraph | None:
         """The networkx DAG (:func:`schedsim.graph.build.graph_of`), built from ``program`` on first access."""
         if self._graph is None and self.program is not None:
             from schedsim.graph.build import graph_of
@@ -102,7 +130,7 @@ class SweepRow:
         return d
 
 
-def load(path: str | Path, **params: Any) -> Any:
+def load(path: str | Path, **params: Any) -> ScheduleSpec:
     """Load a schedule YAML file with parameter overrides (``load("x.yaml", chunks=4)``); a ScheduleSpec.
 
     Raises
@@ -115,14 +143,14 @@ def load(path: str | Path, **params: Any) -> Any:
     return load_schedule(path, params)
 
 
-def load_text(text: str, name: str = "<string>", **params: Any) -> Any:
+def load_text(text: str, name: str = "<string>", **params: Any) -> ScheduleSpec:
     """Load a schedule from YAML text (the notebook-friendly twin of :func:`load`)."""
     from schedsim.spec.loader import load_text as _lt
 
     return _lt(text, name, params)
 
 
-def build(spec: Any, file: str | Path | None = None) -> Any:
+def build(spec: ScheduleSpec, file: str | Path | None = None) -> nx.DiGraph:
     """The checked DAG of ``spec`` (:func:`schedsim.graph.build.build_graph`), with ``file`` named in every error.
 
     Raises
@@ -135,7 +163,7 @@ def build(spec: Any, file: str | Path | None = None) -> Any:
     return graph_of(lower_spec(spec, file))
 
 
-def lower_spec(spec: Any, file: str | Path | None = None, symmetric: bool = False) -> Any:
+def lower_spec(spec: ScheduleSpec, file: str | Path | None = None, symmetric: bool = False) -> Program:
     """The checked :class:`schedsim.lower.Program` of ``spec`` (:func:`schedsim.lower.lower`, ``symmetric`` passed
     on), with ``file`` named in every error.
 
@@ -157,7 +185,7 @@ def lower_spec(spec: Any, file: str | Path | None = None, symmetric: bool = Fals
         raise
 
 
-def gpu_model_of(spec: Any, gpu_model: str | None = None, durations: str | None = None,
+def gpu_model_of(spec: ScheduleSpec, gpu_model: str | None = None, durations: str | None = None,
                  file: str | Path | None = None) -> str | None:
     """The GPU model a prediction of ``spec`` runs: ``gpu_model`` where given, else ``replay`` where the
     durations are ``recorded`` (``durations``, else the schedule's ``durations`` field, which ``schedsim
@@ -185,12 +213,12 @@ def gpu_model_of(spec: Any, gpu_model: str | None = None, durations: str | None 
     return "replay" if (durations or getattr(spec, "durations", "modeled")) == "recorded" else None
 
 
-def simulate_spec(spec: Any, profile: Any, *, file: str | Path | None = None, launch: str | None = None,
-                  progress: bool = False, meta: dict[str, Any] | None = None, release_ops: bool = False,
-                  **sim: Any) -> Run:
+def simulate_spec(spec: ScheduleSpec, profile: HardwareProfile, *, file: str | Path | None = None,
+                  launch: str | None = None, progress: bool = False, meta: dict[str, Any] | None = None,
+                  release_ops: bool = False, **sim: Unpack[PredictOptions]) -> Run:
     """The chain after loading: :func:`build` → simulate → metrics, pipeline metrics and memory curve.
 
-    ``profile`` is a HardwareProfile; ``sim`` passes the engine's options (``gpu_model``,
+    ``profile`` is a HardwareProfile; ``sim`` (:class:`PredictOptions`) passes the engine's options (``gpu_model``,
     ``max_connections``, ``model_executor``, ``iteration_gap_s``), and ``full_ranks``: a ``training:`` block is
     lowered symmetrically (one representative rank per class of ranks that run alike,
     :func:`schedsim.lower.training.represented_ranks`) where that is exact on the profile
@@ -235,11 +263,12 @@ def simulate_spec(spec: Any, profile: Any, *, file: str | Path | None = None, la
     profile = profile.with_nccl_env(spec.env, spec.env_sources())
     with shared_cost_models():  # one CostModel of the profile for the simulation and the guesses
         with status(f"simulating {prog.N:,} ops", enabled=progress and prog.N > 20_000):
-            tl = simulate(prog, profile, launch=launch, **sim)
+            options: SimOptions = sim  # durations and full_ranks taken out above
+            tl = simulate(prog, profile, launch=launch, **options)
         return _after_simulate(spec, profile, prog, tl, meta, sim)
 
 
-def _release_ops(spec: Any) -> None:
+def _release_ops(spec: ScheduleSpec) -> None:
     """Drop a lowered spec's op models and their sources: the Program holds what the simulation and the outputs
     need, and the models of a replay of a 1 GB trace (452,880 ops) hold about 760 MiB until the process ends
     (``docs/validation.md``, "Import + replay of a 1 GB trace"). ``spec.ops`` raises AttributeError afterwards."""
@@ -249,8 +278,8 @@ def _release_ops(spec: Any) -> None:
         private.update(_sources=[], _layout=None)
 
 
-def _after_simulate(spec: Any, profile: Any, prog: Any, tl: Any, meta: dict[str, Any] | None,
-                    sim: dict[str, Any]) -> Run:
+def _after_simulate(spec: ScheduleSpec, profile: HardwareProfile, prog: Program, tl: Timeline,
+                    meta: dict[str, Any] | None, sim: PredictOptions) -> Run:
     """:func:`simulate_spec` after the simulation: links, warnings and guesses, memory curve and metrics."""
     from schedsim.lower.program import DagView
     from schedsim.report.memory import memory_over_time, static_memory
@@ -298,7 +327,8 @@ def _after_simulate(spec: Any, profile: Any, prog: Any, tl: Any, meta: dict[str,
     return Run(tl, metrics, prog)
 
 
-def predict(spec: Any, profile: str | Any = "h200", launch: str | None = None, **sim: Any) -> Run:
+def predict(spec: ScheduleSpec | str | Path, profile: str | HardwareProfile = "h200", launch: str | None = None,
+            **sim: Unpack[PredictOptions]) -> Run:
     """Build the graph of ``spec`` (a ScheduleSpec, or a YAML path) and simulate it on ``profile``
     (a shipped name, a YAML path or a HardwareProfile). Adds pipeline metrics and the memory curve
     (``timeline.meta["memory"]``) when the schedule has them. ``sim``: the engine's options, as
@@ -378,7 +408,7 @@ def profile_tag(prof: HardwareProfile) -> str:
     return f"{prof.name}-{hashlib.sha1(text.encode()).hexdigest()[:8]}"
 
 
-def predict_options(launch: str | None, prof: HardwareProfile, **sim: Any) -> dict[str, Any]:
+def predict_options(launch: str | None, prof: HardwareProfile, **sim: Unpack[PredictOptions]) -> dict[str, Any]:
     """The options of :func:`predict_to_dir` that change the prediction, as :func:`default_outdir_name` names
     them (the ``schedsim predict`` flag without ``--``): ``launch``, ``gpu-model``, ``durations``,
     ``max-connections``, where given; ``timed-graph`` (a
@@ -407,8 +437,8 @@ def predict_options(launch: str | None, prof: HardwareProfile, **sim: Any) -> di
 
 def predict_to_dir(file: Path, sets: list[str] | None, profile: str | HardwareProfile, out: Path | None,
                    launch: str | None,
-                   gantt: bool = True, trace: bool | None = None, explain: list[dict[str, Any]] | None = None,
-                   **sim: Any) -> tuple[Timeline, Metrics, list[Path]]:
+                   gantt: bool = True, trace: bool | None = None, explain: list[ExplainRow] | None = None,
+                   **sim: Unpack[PredictOptions]) -> tuple[Timeline, Metrics, list[Path]]:
     """``schedsim predict``: load ``file`` with ``--set`` strings, simulate, and write timeline.json,
     trace.json (see :func:`trace_wanted`) and (``gantt``) the charts into ``out`` (default
     ``schedsim_out/<name>@<profile>[,k=v...][,--option=v...]``, :func:`default_outdir_name`), all or nothing,
@@ -504,7 +534,7 @@ def _tl(x: Run | Timeline) -> Timeline:
     return x.timeline if isinstance(x, Run) else x
 
 
-def shown(fig: Any) -> Any:
+def shown(fig: Figure) -> Figure:
     """``fig`` (a matplotlib Figure), displayable by Jupyter as the last expression of a cell: a Figure made
     without pyplot (as schedsim's charts are) has no rich display unless ``%matplotlib inline`` registered one,
     and shows as ``<Figure size ...>`` text; this gives it ``_repr_png_`` (IPython's rich display protocol, a PNG
@@ -516,11 +546,11 @@ def shown(fig: Any) -> Any:
         fig.savefig(buf, format="png", dpi=fig.dpi)
         return buf.getvalue()
 
-    fig._repr_png_ = _repr_png_
+    cast("Any", fig)._repr_png_ = _repr_png_  # an attribute matplotlib's Figure does not declare
     return fig
 
 
-def plot_gantt(*runs: Run | Timeline, title: str = "", labels: list[str] | None = None) -> Any:
+def plot_gantt(*runs: Run | Timeline, title: str = "", labels: list[str] | None = None) -> Figure:
     """Gantt Figure of one or more runs (stacked lane by lane, e.g. predicted and measured); displays in
     Jupyter (:func:`shown`)."""
     from schedsim.report.gantt import draw_gantt
@@ -531,7 +561,7 @@ def plot_gantt(*runs: Run | Timeline, title: str = "", labels: list[str] | None 
     return shown(draw_gantt(list(zip(names, tls, strict=False)), title))
 
 
-def plot_pipeline(run: Run | Timeline, mode: str = "steps", title: str = "") -> Any:
+def plot_pipeline(run: Run | Timeline, mode: str = "steps", title: str = "") -> Figure:
     """Pipeline Figure: ``mode="steps"`` (the papers' unit steps) or ``"time"``; displays in Jupyter
     (:func:`shown`).
 
@@ -559,7 +589,7 @@ def plot_pipeline(run: Run | Timeline, mode: str = "steps", title: str = "") -> 
     return shown(draw_pipeline(tl, title or tl.schedule, mode=mode))
 
 
-def plot_memory(run: Run | Timeline, title: str = "") -> Any:
+def plot_memory(run: Run | Timeline, title: str = "") -> Figure:
     """Memory-over-time Figure of a run with ``meta["memory"]`` (from :func:`predict`); displays in Jupyter
     (:func:`shown`).
 
@@ -581,7 +611,7 @@ def plot_memory(run: Run | Timeline, title: str = "") -> Any:
     return shown(draw_memory(curves, tl.makespan_s, title or tl.schedule, peaks, static=static))
 
 
-def to_pandas(run: Run | Timeline) -> Any:
+def to_pandas(run: Run | Timeline) -> pd.DataFrame:
     """The spans as a pandas DataFrame: one row per op (id, name, rank, stream, kind, resource, start_s,
     end_s, duration_s, solo_s, ready_s, bytes, flops, plus one column per tag).
 

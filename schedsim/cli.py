@@ -14,7 +14,7 @@ import json
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -22,6 +22,11 @@ from schedsim.api import TRACE_MAX_OPS, SweepRow, gpu_model_of, lower_spec, pred
 from schedsim.api import build as _build  # noqa: F401  (scripts and tests take the networkx build from here)
 from schedsim.cliutil import DEFAULT_PROFILE, OutFormat, handle_errors
 from schedsim.errors import SchedsimError, printable
+
+if TYPE_CHECKING:
+    from schedsim.network.explain import ExplainRow
+    from schedsim.sim.metrics import Metrics
+    from schedsim.sim.timeline import Timeline
 
 #: Help is plain text (click's formatter), not rich markup: markup read "[default: ...]" in a help string as a tag
 #: and deleted it, and rich's option tables cut words with "…" at 80 columns; plain help wraps at the terminal width.
@@ -139,7 +144,7 @@ def predict(
         if prof is base:
             print(f"note: profile {base.name!r} has no launch.graph_timing_event_us (not measured): --timed-graph "
                   "changes nothing (schedsim calibrate measures it)", file=sys.stderr)
-    rows: list[dict[str, Any]] | None = [] if explain else None
+    rows: list[ExplainRow] | None = [] if explain else None
     with paused_gc():  # also through the summary: its tables walk the whole timeline
         tl, metrics, paths = predict_to_dir(file, set_, prof, out, launch.value if launch else None, gantt, trace,
                                             explain=rows,
@@ -153,8 +158,8 @@ def predict(
         _print_predict(tl, metrics, paths, fmt, all_ranks, rows)
 
 
-def _print_predict(tl, metrics, paths, fmt: OutFormat, all_ranks: bool,
-                   explain: list[dict[str, Any]] | None = None) -> None:
+def _print_predict(tl: Timeline, metrics: Metrics, paths: list[Path], fmt: OutFormat, all_ranks: bool,
+                   explain: list[ExplainRow] | None = None) -> None:
     from schedsim.notes import summarize
 
     for line in summarize(tl.meta.get("warnings", [])):  # one line per kind of warning
@@ -258,7 +263,7 @@ def _parse_sweep(items: list[str]) -> list[tuple[str, list[Any]]]:
     from schedsim.errors import printable
     from schedsim.spec.overrides import parse_value
 
-    axes = []
+    axes: list[tuple[str, list[Any]]] = []
     for item in items:
         if "=" not in item:
             raise SchedsimError(f"--set {printable(item, 80)!r} is not key=v1,v2,...",

@@ -61,10 +61,10 @@ __all__ = ["compare_timelines", "event_timed", "op_window", "load_timeline_arg",
 
 @dataclass(frozen=True)
 class Pair:
-    """One property of the two timelines: ``pred`` and ``meas``."""
+    """One property of the two timelines (their ``schedule``, ``source`` or ``launch``): ``pred`` and ``meas``."""
 
-    pred: Any
-    meas: Any
+    pred: str
+    meas: str
 
 
 @dataclass(frozen=True)

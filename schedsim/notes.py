@@ -21,7 +21,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from schedsim.gpu.cost import CostModel
+    from schedsim.graph.ops import Op
+    from schedsim.hardware.profile import HardwareProfile
+    from schedsim.lower.program import Program
 
 __all__ = ["Note", "kind_of", "summarize", "guesses"]
 
@@ -85,7 +91,7 @@ def _note(message: str, fix: str, kind: str) -> Note:
     return Note(SchedsimError(message, fix=fix).format(), kind)
 
 
-def guesses(prog: Any, profile: Any) -> list[Note]:
+def guesses(prog: Program, profile: HardwareProfile) -> list[Note]:
     """The guesses the prediction of the Program ``prog`` on ``profile`` (a HardwareProfile) rests on, one Note
     per kind (module docstring), each naming the ops (instances) it touches and the fix; empty when every GEMM
     and collective has measured rows.
@@ -103,7 +109,7 @@ def guesses(prog: Any, profile: Any) -> list[Note]:
     alpha: dict[tuple[str, int], int] = {}
     nccl: dict[tuple[str, int], int] = {}
     empty: dict[str, int] = {}
-    cost_box: list[Any] = []  # the CostModel, built on the first collective a topology may time
+    cost_box: list[CostModel] = []  # the CostModel, built on the first collective a topology may time
     from schedsim.kinds import COLLECTIVE_KINDS, KINDS, P2P_KINDS
 
     for t, n_inst in zip(prog.templates, counts, strict=True):
@@ -162,7 +168,7 @@ def guesses(prog: Any, profile: Any) -> list[Note]:
     return out
 
 
-def _nccl_model_times(t: Any, profile: Any, cost_box: list[Any]) -> bool:
+def _nccl_model_times(t: Op, profile: HardwareProfile, cost_box: list[CostModel]) -> bool:
     """Whether the NCCL model (:meth:`schedsim.network.model.NetworkModel.cost`) times collective or send/recv
     template ``t`` on ``profile``, not its tables or link classes. ``cost_box`` caches the CostModel."""
     if getattr(profile.topology, "scale_up", None) is None:
@@ -180,13 +186,13 @@ def _nccl_model_times(t: Any, profile: Any, cost_box: list[Any]) -> bool:
         return False
 
 
-def _unmeasured_tiers(profile: Any, spans: bool) -> list[str]:
+def _unmeasured_tiers(profile: HardwareProfile, spans: bool) -> list[str]:
     """The topology tiers the NCCL model reads (``topology.scale_up``; ``nics`` and ``fabric`` when the ranks
     ``spans`` nodes) that are not measured: no ``timing`` figure of the tier is measured or fitted, and its
     ``provenance`` (where the profile sets it) is published or assumed, else its ``source`` says ``PUBLISHED``
     or ``ASSUMED``."""
     topo = profile.topology
-    tiers = [("topology.scale_up", topo.scale_up)]
+    tiers: list[tuple[str, Any]] = [("topology.scale_up", topo.scale_up)]  # ScaleUp, Nics, Fabric
     if spans:
         tiers += [("topology.nics", topo.nics), ("topology.fabric", topo.fabric)]
 
@@ -200,7 +206,7 @@ def _unmeasured_tiers(profile: Any, spans: bool) -> list[str]:
     return [name for name, tier in tiers if tier is not None and unmeasured(tier)]
 
 
-def _spans_nodes(prog: Any, profile: Any) -> bool:
+def _spans_nodes(prog: Program, profile: HardwareProfile) -> bool:
     """Whether the ranks of ``prog`` sit on more than one node of ``profile``'s topology (rank r on GPU
     ``placement[r]``, else GPU r; node = GPU // gpus_per_node). No topology: False."""
     topo = getattr(profile, "topology", None)

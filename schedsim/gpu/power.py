@@ -56,6 +56,30 @@ from schedsim.kinds import KINDS
 
 __all__ = ["tensor_duty", "slowdown_at", "steady_state", "below_onset", "sustained_of", "MAX_PASSES"]
 
+class RunColumns(Protocol):
+    """The span columns the power model reads (a :class:`schedsim.sim.timeline.SpanColumns`): ``kind`` as
+    ``(values, codes)``, and per span its ``rank`` and seconds ``start_s``, ``end_s``, ``solo_s`` (NaN: unknown),
+    and ``flops`` (arrays of shape (spans,))."""
+
+    @property
+    def kind(self) -> tuple[list[str], np.ndarray]: ...
+
+    @property
+    def rank(self) -> np.ndarray: ...
+
+    @property
+    def start_s(self) -> np.ndarray: ...
+
+    @property
+    def end_s(self) -> np.ndarray: ...
+
+    @property
+    def solo_s(self) -> np.ndarray: ...
+
+    @property
+    def flops(self) -> np.ndarray: ...
+
+
 class Run(Protocol):
     """What the power model reads of a simulated run (a :class:`schedsim.sim.timeline.Timeline`): its makespan (s),
     its span columns (``kind``, ``rank``, ``start_s``, ``end_s``, ``solo_s``, ``flops``), its span count and its
@@ -66,7 +90,7 @@ class Run(Protocol):
     def makespan_s(self) -> float: ...
 
     @property
-    def columns(self) -> Any: ...
+    def columns(self) -> RunColumns: ...
 
     @property
     def meta(self) -> dict[str, Any]: ...

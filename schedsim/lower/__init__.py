@@ -14,14 +14,17 @@ from __future__ import annotations
 import sys
 import types
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from schedsim.lower.program import Program
+
+if TYPE_CHECKING:
+    from schedsim.spec.model import ScheduleSpec
 
 __all__ = ["Program", "check_program", "lower"]
 
 
-def lower(spec: Any, check: bool = True, symmetric: bool = False) -> Program:
+def lower(spec: ScheduleSpec, check: bool = True, symmetric: bool = False) -> Program:
     """Lower ``spec`` (a ScheduleSpec) to a :class:`Program`; with ``check``, run the static checks. With
     ``symmetric``, a ``training:`` block writes only one representative rank of each class of ranks that run
     alike (:func:`schedsim.lower.training.represented_ranks`, recorded in :attr:`Program.represented`); the
@@ -49,7 +52,7 @@ def lower(spec: Any, check: bool = True, symmetric: bool = False) -> Program:
             from schedsim.lower.pipeline import expand_pipeline
 
             pipeline = expand_pipeline(spec, table)
-        conns = spec.env.get("CUDA_DEVICE_MAX_CONNECTIONS")
+        conns = cast("int | None", spec.env.get("CUDA_DEVICE_MAX_CONNECTIONS"))  # an int 1-32 (ScheduleSpec._env)
         if spec.training is not None:
             from schedsim.lower.training import expand_training
 
@@ -112,7 +115,7 @@ class _LowerPackage(types.ModuleType):
     """This package is also ``schedsim``'s public :func:`lower`: once it is imported, ``schedsim.lower`` (and so
     ``from schedsim import lower``) is the package, not the function, so calling the package lowers."""
 
-    def __call__(self, spec: Any, check: bool = True, symmetric: bool = False) -> Program:
+    def __call__(self, spec: ScheduleSpec, check: bool = True, symmetric: bool = False) -> Program:
         return lower(spec, check, symmetric)
 
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 
@@ -38,13 +38,19 @@ from schedsim.graph.ops import Op
 from schedsim.kinds import P2P_KINDS
 
 if TYPE_CHECKING:  # an annotation only: graph.info's three dataclasses cost ~1% of a cold `check` to create
+    from collections.abc import Callable, Collection, Sequence
+
+    from numpy.typing import NDArray
+
+    from schedsim.coded import Parts, TagColumns
     from schedsim.graph.info import PipelineInfo
+    from schedsim.lower.table import _Interner
 
 __all__ = ["Program", "DagView", "batch_heads", "compiled", "group_sizes", "rendezvous_groups", "required",
            "split_one_rank", "stable_order", "unique"]
 
 
-def compiled(name: str) -> Any:
+def compiled(name: str) -> Callable[..., Any] | None:
     """The function ``name`` of the compiled module :mod:`schedsim.sim._cwaves`; None when it is not built (the
     simulator then stops with one error line, :func:`schedsim.sim.loop.compiled_loop`), lacks it (built from an
     older ``_cwaves.c``) or ``SCHEDSIM_NO_EXT=1``: the lowering's numpy path then runs."""
@@ -59,7 +65,7 @@ def compiled(name: str) -> Any:
     return getattr(_cwaves, name, None)
 
 
-def required(name: str) -> Any:
+def required(name: str) -> Callable[..., Any]:
     """The function ``name`` of the compiled module :mod:`schedsim.sim._cwaves` that the package has no other form of
     (its numpy or Python form is a test oracle, ``tests/oracle/numpy_helpers.py``); ``SCHEDSIM_NO_EXT`` does not
     turn it off.
@@ -147,6 +153,22 @@ def _freeze(v: Any) -> Any:
     return v
 
 
+class _ProgramInfo(TypedDict):
+    name: str
+    world_size: int
+    launch: str
+
+
+class ProgramInfo(_ProgramInfo, total=False):
+    """:meth:`Program.graph_info`: what ``G.graph`` of the networkx DAG holds and the simulator reads. ``name``,
+    ``world_size`` and ``launch`` always; ``max_connections`` (``CUDA_DEVICE_MAX_CONNECTIONS``, 1-32), ``pipeline``
+    (:meth:`schedsim.graph.info.PipelineInfo.to_dict`) and ``nccl_init`` (``eager``) where set."""
+
+    max_connections: int
+    pipeline: dict[str, Any]
+    nccl_init: str
+
+
 @dataclass(frozen=True, eq=False)
 class Program:
     """A lowered schedule (module docstring). Arrays are read-only; derived views are cached."""
@@ -155,30 +177,30 @@ class Program:
     world_size: int
     launch: str
     file: str
-    max_connections: Any
+    max_connections: int | None
     pipeline: PipelineInfo | None
     templates: tuple[Op, ...]
-    name_table: Any  # the op names: a tuple, or the lowering's interner (made on first read of ``names``)
-    tag_table: Any  # the tag sets, likewise (``tagsets``)
+    name_table: tuple[str, ...] | _Interner  # the op names: a tuple, or the lowering's interner (``names``)
+    tag_table: tuple[tuple[tuple[str, Any], ...], ...] | _Interner  # the tag sets, likewise (``tagsets``)
     streams: tuple[str, ...]
-    str_table: Any  # p2p batch names and message tags, likewise (``strs``)
-    tmpl: np.ndarray
-    rank: np.ndarray
-    seq: np.ndarray
-    name_id: np.ndarray
-    tags_id: np.ndarray
-    stream_id: np.ndarray
-    peer: np.ndarray
-    batch: np.ndarray
-    msg: np.ndarray
-    dep_ptr: np.ndarray
-    dep_idx: np.ndarray
-    stream_edges: np.ndarray
-    dep_edges: np.ndarray
+    str_table: tuple[str, ...] | _Interner  # p2p batch names and message tags, likewise (``strs``)
+    tmpl: NDArray[np.int32]
+    rank: NDArray[np.int32]
+    seq: NDArray[np.int32]
+    name_id: NDArray[np.int32]
+    tags_id: NDArray[np.int32]
+    stream_id: NDArray[np.int32]
+    peer: NDArray[np.int32]
+    batch: NDArray[np.int32]
+    msg: NDArray[np.int32]
+    dep_ptr: NDArray[np.int64]
+    dep_idx: NDArray[np.int64]
+    stream_edges: NDArray[np.int64]
+    dep_edges: NDArray[np.int64]
     coll_keys: tuple[str, ...]
-    coll_ptr: np.ndarray
-    coll_idx: np.ndarray
-    p2p: np.ndarray
+    coll_ptr: NDArray[np.int64]
+    coll_idx: NDArray[np.int64]
+    p2p: NDArray[np.int64]
     warnings: tuple[str, ...] = ()
     checked: bool = False
     nccl_init: str = "lazy"  # the schedule's `nccl_init`
@@ -238,7 +260,7 @@ class Program:
         """The op kinds that occur, in template order (``kind`` indexes it)."""
         return tuple(dict.fromkeys(t.kind for t in self.templates))
 
-    def kind_mask(self, kinds: Any) -> np.ndarray:
+    def kind_mask(self, kinds: Collection[str]) -> NDArray[np.bool_]:
         """Boolean mask of the ops whose kind is in ``kinds``."""
         codes = [i for i, k in enumerate(self.kinds) if k in kinds]
         return np.isin(self.kind, codes)
@@ -278,7 +300,7 @@ class Program:
         tails = np.array([f"@r{r}" for r in range(int(self.rank.max()) + 1)], dtype=object)
         return (names[self.name_id] + tails[self.rank]).tolist()
 
-    def op_names(self, rows: Any) -> list[str]:
+    def op_names(self, rows: Sequence[int] | np.ndarray) -> list[str]:
         """The names of ops ``rows`` (ints), making no lazy run of names for a few of them (the critical path)."""
         nid = self.name_id[np.asarray(rows, np.int64)].tolist()
         t = self.name_table
@@ -287,7 +309,7 @@ class Program:
             return [names[k] for k in nid]
         return t.take(nid)
 
-    def name_parts(self) -> Any:
+    def name_parts(self) -> Parts | None:
         """The op names as :class:`schedsim.coded.Parts` (row ``i`` is op ``i``'s name) when a pipeline block
         coded its names (no name made; the other ops' as one more part of their names), else None."""
         from schedsim.coded import Parts, coded_of
@@ -297,7 +319,7 @@ class Program:
             return None
         return coded_of(t, self.name_id, Parts)
 
-    def tag_columns(self) -> Any:
+    def tag_columns(self) -> TagColumns:
         """The op tag sets as :class:`schedsim.coded.TagColumns` (row ``i`` is op ``i``'s): a pipeline block's from
         its per-event columns (no tag set made), the others' from their distinct tag sets."""
         from schedsim.coded import TagColumns, coded_of
@@ -340,11 +362,11 @@ class Program:
         ptr, idx = self.coll_ptr.tolist(), self.coll_idx.tolist()
         return {k: idx[ptr[c]:ptr[c + 1]] for c, k in enumerate(self.coll_keys)}
 
-    def graph_info(self, *, lazy_order: bool = False) -> dict[str, Any]:
+    def graph_info(self, *, lazy_order: bool = False) -> ProgramInfo:
         """``name``, ``world_size``, ``launch`` (and ``max_connections``, ``pipeline`` when set), as
         ``G.graph`` holds them; ``lazy_order``: the pipeline's order left unmade
         (:meth:`schedsim.graph.info.PipelineInfo.to_dict`)."""
-        info: dict[str, Any] = {"name": self.name, "world_size": self.world_size, "launch": self.launch}
+        info: ProgramInfo = {"name": self.name, "world_size": self.world_size, "launch": self.launch}
         if self.max_connections is not None:
             info["max_connections"] = self.max_connections
         if self.pipeline is not None:

@@ -126,7 +126,7 @@ def add_written(spec: ScheduleSpec, table: Table) -> None:
             group = groups[g] = RankGroup(g)
         return group
 
-    rows: tuple[list[int], list[str], list[int], list[str], list[np.ndarray], list[tuple], list[str | None],  # type: ignore[type-arg]
+    rows: tuple[list[int], list[str], list[int], list[str], list[np.ndarray], list[tuple], list[str | None],
                 list[str | None]] = ([], [], [], [], [], [], [], [])
 
     def flush() -> None:

@@ -7,15 +7,33 @@ receiver)), with the time :class:`schedsim.gpu.cost.CostModel` gives it alone an
 from __future__ import annotations
 
 import statistics
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from schedsim.gpu.cost import CostModel
 from schedsim.kinds import COLLECTIVE_KINDS, KINDS, P2P_KINDS
 
-__all__ = ["explain_rows", "format_explain"]
+if TYPE_CHECKING:
+    from schedsim.lower.program import Program
+
+__all__ = ["ExplainRow", "explain_rows", "format_explain"]
 
 
-def explain_rows(program: Any, cost: CostModel) -> list[dict[str, Any]]:
+class ExplainRow(TypedDict):
+    """One row of :func:`explain_rows`: the op ``kind``, its ``bytes``, the group's rank count (``ranks``) and its
+    ranks as text (``group``), the nodes it spans (None without a cluster topology), NCCL's ``algo`` and ``proto``
+    (or ``table``/``links``/``recorded`` and ``-``), and its time alone in microseconds (``time_us``)."""
+
+    kind: str
+    bytes: int
+    ranks: int
+    group: str
+    nodes: int | None
+    algo: str
+    proto: str
+    time_us: float
+
+
+def explain_rows(program: Program, cost: CostModel) -> list[ExplainRow]:
     """Rows ``{kind, bytes, ranks, group, nodes, algo, proto, time_us}`` for ``program``'s communication
     (``ranks`` a count, ``group`` as text).
 
@@ -27,7 +45,7 @@ def explain_rows(program: Any, cost: CostModel) -> list[dict[str, Any]]:
     not their recvs (one transfer).
     """
     seen: set[tuple[Any, ...]] = set()
-    rows: list[dict[str, Any]] = []
+    rows: list[ExplainRow] = []
     recorded: dict[tuple[str, float, tuple[int, ...]], list[float]] = {}
     net = cost.net.nccl
 
@@ -80,7 +98,7 @@ def _group(kind: str, ranks: tuple[int, ...]) -> str:
     return head + (",..." if len(ranks) > 4 else "")
 
 
-def format_explain(rows: list[dict[str, Any]]) -> str:
+def format_explain(rows: list[ExplainRow]) -> str:
     """The rows as a text table (one line per row, a header first; columns as wide as their widest cell, so
     ``collnet_direct/Simple`` and long group lists keep the time column aligned)."""
     ap = [r["algo"] + "/" + r["proto"] for r in rows]

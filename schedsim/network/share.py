@@ -48,7 +48,7 @@ link. A 100,000-rank all_reduce running alone touches its 100,000 NIC links per 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 
@@ -62,8 +62,8 @@ if TYPE_CHECKING:
     from schedsim.hardware.profile import HardwareProfile
     from schedsim.lower.program import Program
 
-__all__ = ["LinkShare", "LinkMap", "link_share", "link_utilisation", "maxmin", "program_share",
-           "shares_links"]
+__all__ = ["LinkShare", "LinkMap", "LinkUse", "LinkUtilisation", "link_share", "link_utilisation", "maxmin",
+           "program_share", "shares_links"]
 
 I64 = np.int64
 
@@ -444,8 +444,27 @@ def program_share(profile: HardwareProfile, prog: Program, gptr: np.ndarray, gid
 MAX_SHOWN_LINKS = 16
 
 
+class LinkUse(TypedDict):
+    """One shared link of :func:`link_utilisation`: its ``name``, ``capacity_Bps`` (bytes/s), the ``bytes`` it
+    moved, and its ``steps`` (``[t_s, bytes/s]`` pairs, the rate from that time on)."""
+
+    name: str
+    capacity_Bps: float
+    bytes: float
+    steps: list[list[float]]
+
+
+class LinkUtilisation(TypedDict):
+    """:func:`link_utilisation`'s result, ``Timeline.meta["links"]``: the ``links`` shown, their count (``shown``) and
+    the count of links with traffic (``of``)."""
+
+    links: list[LinkUse]
+    shown: int
+    of: int
+
+
 def link_utilisation(profile: HardwareProfile, prog: Program, start_s: np.ndarray, end_s: np.ndarray,
-                     solo_s: np.ndarray | None = None, shared: bool = True) -> dict[str, Any] | None:
+                     solo_s: np.ndarray | None = None, shared: bool = True) -> LinkUtilisation | None:
     """Bytes per second on each shared link over a run of ``prog`` (op i from ``start_s[i]`` to ``end_s[i]``, seconds;
     ``solo_s[i]`` its solo seconds as the simulation had them, which set a collective's demand as in the simulation:
     without them, or where one is unknown (NaN), a collective is taken to want no more than its bytes over its span;
@@ -485,7 +504,7 @@ def link_utilisation(profile: HardwareProfile, prog: Program, start_s: np.ndarra
     hist = _share_history(ls, flows, t0, t1) if shared else {
         g: (np.array([t0[g], t1[g]]), np.array([1.0, 0.0])) for g in flows.tolist()}
     shown = busy[np.argsort(-total[busy], kind="stable")[:MAX_SHOWN_LINKS]]
-    out = []
+    out: list[LinkUse] = []
     for k in sorted(shown.tolist()):
         ts: list[float] = []
         ds: list[float] = []

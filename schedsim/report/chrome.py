@@ -35,17 +35,31 @@ and Perfetto's JSON importer, perfetto.dev/docs/getting-started/other-formats):
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from schedsim.graph.info import GraphInfo
 from schedsim.io import atomic_writer
 from schedsim.kinds import P2P_KINDS, TRACE_COLLECTIVE_KINDS
-from schedsim.sim.timeline import Span, Timeline, dumps_json
+from schedsim.sim.timeline import Span, SpanColumns, Timeline, dumps_json
 
-__all__ = ["ProgramFlows", "chrome_trace", "write_chrome_trace"]
+if TYPE_CHECKING:
+    from schedsim.lower.program import Program
+
+__all__ = ["FlowGraph", "ProgramFlows", "chrome_trace", "write_chrome_trace"]
+
+
+class FlowGraph(Protocol):
+    """What :func:`chrome_trace` reads of a DAG: ``graph`` (its ``collectives`` and ``p2p`` by op id) and
+    ``edges(data=True)`` (``(u, v, {"kind": "stream" | "dep"})``): a networkx DiGraph
+    (:func:`schedsim.graph.build.graph_of`) or a :class:`ProgramFlows`."""
+
+    graph: dict[str, Any]
+
+    def edges(self, data: bool = ...) -> Iterable[tuple[Any, ...]]: ...
 
 _RES_ORDER = {"compute": 0, "comm": 1, "copy": 2}
 _COLLECTIVES = frozenset(TRACE_COLLECTIVE_KINDS)
@@ -88,7 +102,7 @@ def _rate_counter(start: np.ndarray, end: np.ndarray, value: np.ndarray) -> list
     return out
 
 
-def _nesting_rows(spans: list[Span], tol_s: float = 5e-10, cols: Any = None) -> list[int]:
+def _nesting_rows(spans: list[Span], tol_s: float = 5e-10, cols: SpanColumns | None = None) -> list[int]:
     """Row of each span within its (rank, stream) lane so that the spans of one row nest.
 
     A simulated stream runs one op at a time, so everything lands in row 0. Measured streams can
@@ -134,13 +148,13 @@ class ProgramFlows:
     :func:`schedsim.graph.build.info_of` gives them) and :meth:`edges`, in the order networkx iterates the
     edges of :func:`schedsim.graph.build.graph_of`'s graph."""
 
-    def __init__(self, prog: Any) -> None:
+    def __init__(self, prog: Program) -> None:
         ids = prog.ids()
         self._prog, self._ids = prog, ids
-        self.graph = {"collectives": {k: [ids[i] for i in m] for k, m in prog.collectives().items()},
+        self.graph: dict[str, Any] = {"collectives": {k: [ids[i] for i in m] for k, m in prog.collectives().items()},
                       "p2p": [(ids[a], ids[b]) for a, b in prog.p2p.tolist()]}
 
-    def edges(self, data: bool = False) -> Any:
+    def edges(self, data: bool = False) -> Iterator[tuple[Any, ...]]:
         """``(u, v, {"kind": "stream" | "dep"})`` per edge (``(u, v)`` without ``data``): by source op in program
         order, each source's edges in insertion order (stream edges, then dependencies), an edge that is both
         once, at its first insertion, with kind ``dep`` (what ``DiGraph.add_edges_from`` leaves)."""
@@ -159,7 +173,7 @@ class ProgramFlows:
             yield (ids[a], ids[b], {"kind": "dep" if d else "stream"}) if data else (ids[a], ids[b])
 
 
-def chrome_trace(timelines: list[tuple[str, Timeline]], graph: Any = None) -> dict[str, Any]:
+def chrome_trace(timelines: list[tuple[str, Timeline]], graph: FlowGraph | None = None) -> dict[str, Any]:
     """Trace dict for one or more labelled timelines (e.g. ``[("predicted", a), ("measured", b)]``).
 
     Each (label, rank) becomes a process, each stream a thread. ``graph`` (the networkx DAG of the
@@ -293,7 +307,7 @@ class _Writer:
         self.events.append({"ph": "f", "bp": "e", "name": cat, "cat": cat, "id": self.flow_id,
                             "pid": self.pid_row[b], "tid": self.tid_row[b], "ts": ts_f})
 
-    def graph_flows(self, graph: Any) -> None:
+    def graph_flows(self, graph: FlowGraph) -> None:
         """The graph's dependencies across streams or ranks (``dep``) and its send → recv pairs (``p2p``)."""
         row_of, lane = self.row_of, self.lane_row
         for u, v, d in graph.edges(data=True):
@@ -316,7 +330,7 @@ class _Writer:
             if len(d["send"]) == 1 and len(d["recv"]) == 1:
                 self.flow(self.row_of[d["send"][0].id], self.row_of[d["recv"][0].id], "p2p")
 
-    def collective_flows(self, tl: Timeline, graph: Any) -> None:
+    def collective_flows(self, tl: Timeline, graph: FlowGraph | None) -> None:
         """First member → every other member of each collective (``collective``)."""
         members: dict[str, list[int]] = defaultdict(list)  # rows
         row_of = self.row_of
@@ -375,7 +389,7 @@ class _Writer:
                                     "args": {"GB_per_s": v / 1e9, "utilisation": v / cap if cap > 0 else 0.0}})
         return 1
 
-    def _rate_counters(self, pid: int, c: Any, rows: np.ndarray, res: np.ndarray) -> None:
+    def _rate_counters(self, pid: int, c: SpanColumns, rows: np.ndarray, res: np.ndarray) -> None:
         """One rank's compute and comm counters from its rows ``rows`` of the columns ``c`` (``res``: their
         resources)."""
         start, end = c.start_s[rows], c.end_s[rows]
@@ -403,7 +417,8 @@ class _Writer:
 _CHUNK = 20_000  # events serialised per orjson call: bounds the bytes held at once while writing
 
 
-def write_chrome_trace(path: str | Path, timelines: list[tuple[str, Timeline]], graph: Any = None) -> None:
+def write_chrome_trace(path: str | Path, timelines: list[tuple[str, Timeline]], graph: FlowGraph | None = None
+                       ) -> None:
     """Write :func:`chrome_trace` atomically; open the file in ui.perfetto.dev or chrome://tracing.
 
     The events are serialised with :func:`~schedsim.sim.timeline.dumps_json` (orjson) in chunks of

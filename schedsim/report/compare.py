@@ -9,16 +9,21 @@ import statistics
 import sys
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from schedsim.compare import MAKESPAN_LABELS, Comparison, OpErrors, OpRow, as_trace_ids, compare_timelines
 from schedsim.io import atomic_write_bytes, dumps_json
 from schedsim.sim.timeline import Timeline
 
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from schedsim.report.chrome import ProgramFlows
+
 __all__ = ["write_comparison", "print_comparison", "print_op_errors", "start_differences"]
 
 
-def _graph_of(tl: Timeline) -> Any:
+def _graph_of(tl: Timeline) -> ProgramFlows | None:
     """The DAG a predicted timeline was simulated from, rebuilt from its ``meta`` (``file`` and ``set``, which
     ``predict`` records) as the trace reads it (:class:`schedsim.report.chrome.ProgramFlows` of its checked
     Program, no networkx), so the comparison trace can draw dependency arrows; None when the schedule file is
@@ -93,7 +98,7 @@ def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{x * 100:+.1f}%"
 
 
-def print_comparison(res: Comparison, console: Any = None) -> None:
+def print_comparison(res: Comparison, console: Console | None = None) -> None:
     """Print a comparison result as rich tables."""
     from rich.markup import escape
     from rich.table import Table
@@ -181,14 +186,14 @@ trace row records held it)'
             + (f" ({why})" if diffs[k] else ""))
 
 
-def print_op_errors(o: OpErrors, console: Any = None) -> None:
+def print_op_errors(o: OpErrors, console: Console | None = None) -> None:
     """Print the per-op lines of a comparison (its span, median and worst error, wait) to ``console`` (rich)."""
     from rich.console import Console
 
     _print_op_errors(console or Console(), o)
 
 
-def _print_op_errors(con: Any, o: OpErrors) -> None:
+def _print_op_errors(con: Console, o: OpErrors) -> None:
     from rich.markup import escape
     from rich.table import Table
 

@@ -23,18 +23,58 @@ Result (``Timeline.meta["memory"]``, written into timeline.json)::
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
 from schedsim.sim.timeline import Timeline
 from schedsim.units import DTYPE_BYTES
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from schedsim.graph.info import PipelineInfo
     from schedsim.spec.pipeline_block import PipelineSpec
 
-__all__ = ["memory_over_time", "static_memory"]
+__all__ = ["DagLike", "MemoryCurve", "RankMemory", "memory_over_time", "static_memory"]
 
 _BUFFER_KINDS = {"recv", "all_gather", "gather"}
+
+
+class RankMemory(TypedDict):
+    """One rank's curve (module docstring): ``static`` bytes by kind, ``steps`` (``[t_s, bytes]`` pairs, the
+    value from that time on), the peak (bytes), when (s) and the op charged with it (``""``: the step's start)."""
+
+    static: dict[str, float]
+    steps: list[list[float]]
+    peak_bytes: float
+    peak_s: float
+    peak_op: str
+
+
+class MemoryCurve(TypedDict):
+    """:func:`memory_over_time`'s result, ``Timeline.meta["memory"]``: ``unit`` (``bytes``) and each rank's curve."""
+
+    unit: str
+    ranks: dict[int, RankMemory]
+
+
+class EdgeKinds(Protocol):
+    """``edges[u, v]``: the attributes of edge ``u`` → ``v`` (``kind``: ``dep`` or ``stream``)."""
+
+    def __getitem__(self, uv: tuple[str, str]) -> Mapping[str, str]: ...
+
+
+class DagLike(Protocol):
+    """What the memory curve reads of a DAG (op ids as nodes): membership, an op's successors and an edge's
+    ``kind``; a networkx DiGraph or a :class:`~schedsim.lower.program.DagView` (whose ``prog`` arrays are read
+    instead where they are the timeline's)."""
+
+    def __contains__(self, op_id: object) -> bool: ...
+
+    def successors(self, op_id: str) -> Iterable[str]: ...
+
+    @property
+    def edges(self) -> EdgeKinds: ...
 
 
 def static_memory(info: PipelineInfo | None, block: PipelineSpec | None,
@@ -80,8 +120,8 @@ def static_memory(info: PipelineInfo | None, block: PipelineSpec | None,
 _Events = tuple[Any, Any, Any, Any, Any]
 
 
-def memory_over_time(tl: Timeline, graph: Any = None,
-                     static: dict[int, dict[str, float]] | None = None) -> dict[str, Any] | None:
+def memory_over_time(tl: Timeline, graph: DagLike | None = None,
+                     static: dict[int, dict[str, float]] | None = None) -> MemoryCurve | None:
     """Allocation curve per rank (see the module doc); None when nothing is counted.
 
     Works on the timeline's columns: events are gathered as arrays and each rank's curve is a cumulative
@@ -154,7 +194,7 @@ def _activation_events(tl: Timeline, unit: float) -> _Events | None:
             np.concatenate([first, gone]))
 
 
-def _buffer_events(tl: Timeline, graph: Any) -> _Events | None:
+def _buffer_events(tl: Timeline, graph: DagLike | None) -> _Events | None:
     """A recv/all_gather/gather holds its bytes from its start until :func:`_buffer_ends`."""
     import numpy as np
 
@@ -170,7 +210,7 @@ def _buffer_events(tl: Timeline, graph: Any) -> _Events | None:
             np.concatenate([b, -b]), np.concatenate([rows, rows]))
 
 
-def _curves(tl: Timeline, ev: _Events, static: dict[int, dict[str, float]]) -> dict[int, dict[str, Any]]:
+def _curves(tl: Timeline, ev: _Events, static: dict[int, dict[str, float]]) -> dict[int, RankMemory]:
     """Each rank's steps and peak from the events, in the definition's order (:func:`memory_over_time`)."""
     import numpy as np
 
@@ -194,7 +234,7 @@ def _curves(tl: Timeline, ev: _Events, static: dict[int, dict[str, float]]) -> d
         return sorted(ids)[g - a]
 
     bounds = np.searchsorted(rk, np.arange(int(rk.max()) + 2)) if len(rk) else np.zeros(1, np.int64)
-    out: dict[int, dict[str, Any]] = {}
+    out: dict[int, RankMemory] = {}
     for r in sorted(set(unique(c.rank)[0].tolist()) | set(unique(rk)[0].tolist())):
         base = sum((static.get(r) or {}).values())
         lo, hi = (int(bounds[r]), int(bounds[r + 1])) if r + 1 < len(bounds) else (0, 0)
@@ -214,7 +254,7 @@ def _curves(tl: Timeline, ev: _Events, static: dict[int, dict[str, float]]) -> d
     return out
 
 
-def _buffer_ends(tl: Timeline, graph: Any, rows: Any) -> Any:
+def _buffer_ends(tl: Timeline, graph: DagLike | None, rows: np.ndarray) -> np.ndarray:
     """End (s) of each buffer row: the latest end of its same-rank, non-stream successors and its own."""
     import numpy as np
 
@@ -246,7 +286,7 @@ def _buffer_ends(tl: Timeline, graph: Any, rows: Any) -> Any:
     return out
 
 
-def _reference(tl: Timeline, graph: Any = None,
+def _reference(tl: Timeline, graph: DagLike | None = None,
                static: dict[int, dict[str, float]] | None = None) -> dict[str, Any] | None:
     """The definition of :func:`memory_over_time`, span by span (kept for the equality tests)."""
     info = tl.pipeline

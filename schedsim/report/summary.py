@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import heapq
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from schedsim.sim.timeline import Timeline
 
 if TYPE_CHECKING:
-    from schedsim.sim.metrics import Metrics
+    from rich.console import Console
+
+    from schedsim.sim.metrics import Metrics, RankMetrics
     from schedsim.sim.pipeline_metrics import PipelineMetrics
 
 __all__ = ["print_summary", "print_pipeline", "fmt_time", "fmt_bytes", "pick_ranks", "make_console",
@@ -32,7 +35,7 @@ def fmt_bytes(b: float) -> str:
     return f"{b:.0f} B"
 
 
-def make_console() -> Any:
+def make_console() -> Console:
     """A rich Console; when stdout is not a terminal (pipes, CI logs) use 140 columns instead of 80. Emoji codes
     stay text: an op named ``mm:smile:x`` is printed as written, not as "mm😄x"."""
     import sys
@@ -61,8 +64,8 @@ def _clip(text: str, n: int = 80) -> str:
 MAX_RANK_ROWS = 8
 
 
-def pick_ranks(ranks: list[Any], score: dict[Any, float], all_ranks: bool, k: int = 3,
-               tie: dict[Any, float] | None = None) -> tuple[list[Any], int]:
+def pick_ranks(ranks: list[int], score: dict[int, float], all_ranks: bool, k: int = 3,
+               tie: dict[int, float] | None = None) -> tuple[list[int], int]:
     """Rows to print: all ranks when few or ``all_ranks``, else the ``k`` worst (highest score) and the
     ``k`` best (lowest). Returns (ranks in print order, ranks left out).
 
@@ -80,7 +83,7 @@ def pick_ranks(ranks: list[Any], score: dict[Any, float], all_ranks: bool, k: in
     return rows, len(ranks) - len(rows)
 
 
-def print_summary(tl: Timeline, metrics: Metrics, console: Any = None, max_cp: int = 12,
+def print_summary(tl: Timeline, metrics: Metrics, console: Console | None = None, max_cp: int = 12,
                   all_ranks: bool = False, makespan_label: str = "makespan") -> None:
     """Print the header, the per-rank table and the critical path; ``makespan_label`` names the makespan (an
     executed run has several: :func:`schedsim.compare.measured_makespans`).
@@ -110,7 +113,7 @@ def print_summary(tl: Timeline, metrics: Metrics, console: Any = None, max_cp: i
     rows, left = pick_ranks(list(ranks), score, all_ranks, tie={r: d.exposed_comm_s for r, d in ranks.items()})
     keys = ("busy_compute_s", "busy_comm_s", "busy_copy_s", "idle_s", "compute_idle_s", "exposed_comm_s")
 
-    def val(d: Any, k: str) -> float:
+    def val(d: RankMetrics, k: str) -> float:
         return float(d.compute_idle_s(ms) if k == "compute_idle_s" else getattr(d, k))
 
     if left:
@@ -149,7 +152,7 @@ def _ratio(x: float | None, of: float) -> str:
     return "–" if x is None or of <= 0 else f"{x:.3f}"
 
 
-def critical_path_parts(metrics: Metrics, fmt: Any) -> str:
+def critical_path_parts(metrics: Metrics, fmt: Callable[[float], str]) -> str:
     """The critical path's time by segment kind (``Metrics.critical_path_s``, labelled as
     :data:`schedsim.sim.metrics.SEGMENT_LABELS` names them) and their sum, the makespan, formatted by ``fmt``
     (seconds → text)."""
@@ -159,7 +162,7 @@ def critical_path_parts(metrics: Metrics, fmt: Any) -> str:
     return f"{parts}; sum {fmt(sum(metrics.critical_path_s.values()))} = makespan"
 
 
-def print_pipeline(pm: PipelineMetrics, console: Any = None, all_ranks: bool = False) -> None:
+def print_pipeline(pm: PipelineMetrics, console: Console | None = None, all_ranks: bool = False) -> None:
     """Print bubble ratios (both conventions), peak activation memory and p2p volume per rank
     (past :data:`MAX_RANK_ROWS` ranks the 3 with the largest and smallest bubble, unless ``all_ranks``)."""
     from rich.table import Table

@@ -32,7 +32,7 @@ are test oracles (``tests/oracle/``), held bit-identical to this path by ``tests
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from operator import attrgetter
 from typing import Any
 
@@ -45,7 +45,7 @@ from schedsim.gpu import rates as gr
 from schedsim.gpu import rules as gm
 from schedsim.graph.ops import COMPUTE, Op, format_op_id, resource_of
 from schedsim.hardware.profile import HardwareProfile, check_gpu_model
-from schedsim.lower.program import Program
+from schedsim.lower.program import Program, ProgramInfo
 from schedsim.sim.loop import HOST, _State, compiled_loop  # HOST is re-exported
 from schedsim.sim.loop_arrays import _compile_program, _Compiled
 from schedsim.sim.replay import _run_replay
@@ -203,7 +203,7 @@ def _table_kernels(G: Program) -> np.ndarray:
     return np.array([table(t) for t in G.templates], bool)[G.tmpl] if len(G.tmpl) else np.zeros(0, bool)
 
 
-def _simulate_once(G: Program, profile: HardwareProfile, info: dict, mode: str, model: str,
+def _simulate_once(G: Program, profile: HardwareProfile, info: ProgramInfo, mode: str, model: str,
                    conns: int | None, model_executor: bool) -> Timeline:
     """One simulation of ``G`` (:func:`simulate` after its checks; ``waves`` with a power curve runs it again
     with slower GEMMs, :mod:`schedsim.gpu.power`)."""
@@ -265,7 +265,7 @@ def _run_waves_program(prog: Program, profile: HardwareProfile, mode: str, conns
         return run_waves_program(prog, profile, mode, rules, tab, False, model_executor, loop), _p2p_hang_note(e)
 
 
-def _timeline(info: dict, profile: HardwareProfile, mode: str, c: _Compiled, state: _State) -> Timeline:
+def _timeline(info: ProgramInfo, profile: HardwareProfile, mode: str, c: _Compiled, state: _State) -> Timeline:
     """Span columns (rows are built only when asked for), critical path (bindings walked back from the last
     op to finish) and metadata."""
     ids, ops, N, world, job_of = c.ids, c.ops, c.N, c.world, c.job_of
@@ -351,7 +351,7 @@ def critical_walk(binding: Sequence[int], end: np.ndarray, group: Sequence[int],
 
 
 def _host_meta(meta: dict, host_s: np.ndarray | None, mode: str, host_call: np.ndarray | None = None,
-               ids: Any = None) -> None:
+               ids: list[str] | Callable[[], list[str]] | None = None) -> None:
     """``meta["host_issue_s"]``: per rank, seconds from the iteration's start until its host returned from its
     last call (rule host-issue of :mod:`schedsim.gpu.rules`; eager runs of the ``waves`` model), which ``compare``
     holds against ``schedsim execute``'s ``meta.host_issue_uninstrumented_s``; and, for up to
@@ -364,7 +364,8 @@ def _host_meta(meta: dict, host_s: np.ndarray | None, mode: str, host_call: np.n
             meta["host_call_end_s"] = {str(i): round(float(t), 9) for i, t in zip(names, host_call, strict=True)}
 
 
-def _timeline_program(prog: Program, info: dict, profile: HardwareProfile, mode: str, run: ProgramRun) -> Timeline:
+def _timeline_program(prog: Program, info: ProgramInfo, profile: HardwareProfile, mode: str,
+                      run: ProgramRun) -> Timeline:
     """:func:`_timeline` of a columnar run (:mod:`schedsim.sim.waves_columns`): the span columns from the
     Program's columns and interned tables (no per-op objects but the ids and tag references)."""
     N = prog.N

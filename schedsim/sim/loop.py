@@ -59,7 +59,7 @@ _EXT: list[object] = []  # [module] once looked up
 _LAYOUT = 10  # _cwaves.run's (and its helpers') argument lists and results' meaning: LAYOUT in _cwaves.c
 
 
-def compiled_loop():  # type: ignore[no-untyped-def]
+def compiled_loop():
     """The compiled event loop :mod:`schedsim.sim._cwaves` (required: ``pip install`` builds it with a C
     compiler, or a wheel ships it).
 
@@ -71,7 +71,7 @@ def compiled_loop():  # type: ignore[no-untyped-def]
     """
     if not _EXT:
         try:
-            from schedsim.sim import _cwaves as mod  # type: ignore[attr-defined]
+            from schedsim.sim import _cwaves as mod
         except ImportError as e:
             raise BuildError(f"schedsim's compiled event loop (schedsim.sim._cwaves) is not built: {e}",
                              fix="reinstall with a C compiler present (pip install -e . in a checkout, pip install "

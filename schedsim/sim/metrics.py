@@ -36,8 +36,9 @@ The result is a :class:`Metrics` (one :class:`RankMetrics` per rank); ``Metrics.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from schedsim.arrays import (  # re-exported
     intersect_length,
@@ -56,6 +57,8 @@ from schedsim.sim.timeline import Timeline
 
 if TYPE_CHECKING:
     import numpy as np
+
+    from schedsim.sim.symmetry import Represented
 
 __all__ = ["merge", "merge_per_group", "length", "intersect_length", "merged", "union_length", "pieces_intersection",
            "compute_metrics", "Metrics", "RankMetrics", "MemoryPeak", "PathSegment", "critical_path_segments",
@@ -324,7 +327,7 @@ class Metrics:
     copy_overlap_ratio: float | None = field(default=None, metadata=OMIT_NONE)
 
     @classmethod
-    def of(cls, tl: Timeline, classes: Any = None) -> Metrics:
+    def of(cls, tl: Timeline, classes: Sequence[int] | np.ndarray | None = None) -> Metrics:
         """Compute the metrics of ``tl`` (``pipeline`` and ``memory_peak`` left None). ``classes``: per rank of
         the world, the rank of ``tl`` that stands for it (a symmetric lowering's timeline,
         :func:`schedsim.lower.training.rank_classes`): every rank then gets its representative's metrics, and the
@@ -353,12 +356,12 @@ class Metrics:
         return from_dict(cls, d)
 
 
-def represented(tl: Timeline) -> dict[str, Any]:
+def represented(tl: Timeline) -> Represented:
     """``tl.meta["represented"]`` of a symmetric prediction's timeline (``ranks``: the representatives, ``of``: the
     world size, ``classes``: each rank's representative; :func:`schedsim.sim.symmetry.mark_represented`), ``{}``
     for a timeline of every rank."""
     rep = tl.meta.get("represented") if isinstance(tl.meta, dict) else None
-    return rep if isinstance(rep, dict) else {}
+    return cast("Represented", rep) if isinstance(rep, dict) else {}
 
 
 def represented_classes(tl: Timeline) -> list[int] | None:
@@ -380,7 +383,7 @@ def compute_metrics(tl: Timeline) -> dict[str, Any]:
     return Metrics.of(tl).to_dict()
 
 
-def _compute(tl: Timeline, classes: Any = None) -> Metrics:
+def _compute(tl: Timeline, classes: Sequence[int] | np.ndarray | None = None) -> Metrics:
     """Makespan, per-rank busy/idle, exposed communication, overlap ratio, critical path (:class:`Metrics`).
 
     Every rank at once (:func:`_merged_by`, :func:`_sums_by`, :func:`_overlap_by`): the same floats as
@@ -535,14 +538,15 @@ def _pairs(group: np.ndarray, value: np.ndarray) -> np.ndarray:
     return k
 
 
-def _local_search(yg: np.ndarray, yv: np.ndarray, xg: np.ndarray, xv: np.ndarray, side: str) -> np.ndarray:
+def _local_search(yg: np.ndarray, yv: np.ndarray, xg: np.ndarray, xv: np.ndarray,
+                  side: Literal["left", "right"]) -> np.ndarray:
     """Per query ``(xg, xv)``, ``np.searchsorted(yv[group xg's slice], xv, side)``, for ``yv`` sorted within
     each group and ``yg`` ascending: one search of the (group, value) pairs (:func:`_pairs`)."""
     import numpy as np
 
     if not len(xv):
         return np.zeros(0, np.int64)
-    found: np.ndarray = np.searchsorted(_pairs(yg, yv), _pairs(xg, xv), side)  # type: ignore[call-overload]
+    found: np.ndarray = np.searchsorted(_pairs(yg, yv), _pairs(xg, xv), side)
     return found - np.searchsorted(yg, xg, side="left")
 
 

@@ -25,12 +25,17 @@ The result is a :class:`PipelineMetrics`; :func:`pipeline_metrics` returns its J
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from schedsim.graph.info import PipelineInfo
 from schedsim.results import from_dict, to_dict
-from schedsim.sim.timeline import Timeline
+from schedsim.sim.timeline import Categorical, SpanColumns, Timeline
+
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
 
 __all__ = ["pipeline_metrics", "PipelineMetrics", "Bubble", "P2PBytes"]
 
@@ -71,7 +76,7 @@ class PipelineMetrics:
     p2p_bytes: dict[int, P2PBytes]
 
     @classmethod
-    def of(cls, tl: Timeline, classes: Any = None) -> PipelineMetrics | None:
+    def of(cls, tl: Timeline, classes: Sequence[int] | np.ndarray | None = None) -> PipelineMetrics | None:
         """Compute the pipeline metrics of ``tl``, or None when it has no pipeline (``meta["pipeline"]``).
         ``classes``: as :meth:`schedsim.sim.metrics.Metrics.of` (every rank gets its representative's figures)."""
         return _compute(tl, classes)
@@ -112,7 +117,7 @@ def pipeline_metrics(tl: Timeline) -> dict[str, Any] | None:
     return None if pm is None else pm.to_dict()
 
 
-def tag_ints(c: Any, key: str, missing: int = -1) -> Any:
+def tag_ints(c: SpanColumns, key: str, missing: int = -1) -> NDArray[np.int64]:
     """Per row of the span columns ``c``, its tag ``key`` as an int (``int(value)``), or ``missing`` where the
     row has no such tag or its value is None (int64 array of shape (N,))."""
     import numpy as np
@@ -122,7 +127,7 @@ def tag_ints(c: Any, key: str, missing: int = -1) -> Any:
     return table[codes]  # code -1 takes the last entry: missing
 
 
-def tag_is(c: Any, key: str, value: str) -> Any:
+def tag_is(c: SpanColumns, key: str, value: str) -> NDArray[np.bool_]:
     """Per row of the span columns ``c``, whether its tag ``key`` equals ``value`` (bool array)."""
     import numpy as np
 
@@ -131,7 +136,7 @@ def tag_is(c: Any, key: str, value: str) -> Any:
     return hit[codes]
 
 
-def code_is(cat: Any, *names: str) -> Any:
+def code_is(cat: Categorical, *names: str) -> NDArray[np.bool_]:
     """Per row of the categorical column ``cat`` (``(values, codes)``), whether its value is one of ``names``."""
     import numpy as np
 
@@ -140,7 +145,7 @@ def code_is(cat: Any, *names: str) -> Any:
     return hit[codes]
 
 
-def group_of(*cols: Any) -> tuple[Any, Any]:
+def group_of(*cols: np.ndarray) -> tuple[NDArray[np.intp], NDArray[np.intp]]:
     """Rows grouped by equal tuples of the int arrays ``cols`` (all of one length): ``(order, starts)``, the
     rows sorted by the tuple (ties in row order) and the position in ``order`` where each group starts."""
     import numpy as np
@@ -154,7 +159,7 @@ def group_of(*cols: Any) -> tuple[Any, Any]:
     return order, np.flatnonzero(~same)
 
 
-def _compute(tl: Timeline, classes: Any = None) -> PipelineMetrics | None:
+def _compute(tl: Timeline, classes: Sequence[int] | np.ndarray | None = None) -> PipelineMetrics | None:
     """The metrics as columns: busy compute per rank as a union (:func:`schedsim.arrays.union_by_group`),
     p2p bytes by ``np.bincount`` (which adds the rows in row order, as the per-row definition in
     ``tests/core/test_pipeline_metrics_columns.py`` does, so the floats are the same), the

@@ -4,12 +4,34 @@ The lowering itself is :func:`schedsim.lower.training.represented_ranks`."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
-__all__ = ["layout_alike", "mark_represented", "symmetric_exact"]
+if TYPE_CHECKING:
+    from schedsim.hardware.profile import HardwareProfile
+    from schedsim.lower.program import Program
+    from schedsim.spec.model import ScheduleSpec
+
+__all__ = ["HasMeta", "Represented", "layout_alike", "mark_represented", "symmetric_exact"]
 
 
-def symmetric_exact(profile: Any, gpu_model: str | None = None, spec: Any = None) -> bool:
+class Represented(TypedDict, total=False):
+    """``Timeline.meta["represented"]`` of a symmetric prediction (:func:`mark_represented`): the representative
+    ``ranks`` simulated, the world size they stand for (``of``) and, added by :func:`schedsim.api.simulate_spec`,
+    each rank's representative (``classes``)."""
+
+    ranks: list[int]
+    of: int
+    classes: list[int]
+
+
+class HasMeta(Protocol):
+    """What :func:`mark_represented` writes to: a :class:`schedsim.sim.timeline.Timeline` (the layer above this
+    module's) or anything with its ``meta`` dict."""
+
+    meta: dict[str, Any]
+
+
+def symmetric_exact(profile: HardwareProfile, gpu_model: str | None = None, spec: ScheduleSpec | None = None) -> bool:
     """Whether a symmetric lowering (:func:`schedsim.lower.training.represented_ranks`) times every rank as the full
     one on ``profile`` with ``gpu_model`` (default the profile's), but for the full simulation's ties between
     identical ranks (that function's docstring): the ``waves`` model on its compiled loop (which takes a
@@ -38,6 +60,7 @@ def symmetric_exact(profile: Any, gpu_model: str | None = None, spec: Any = None
         return False
     g = topo.gpus_per_node
     nics = topo.nics
+    assert nics is not None  # shares_links: a topology with NICs
     per_node = getattr(nics, "per_node", None)
     m = nics.gpu_to_nic
     if m is not None:
@@ -45,17 +68,18 @@ def symmetric_exact(profile: Any, gpu_model: str | None = None, spec: Any = None
     return g is not None and per_node is not None and per_node >= g
 
 
-def mark_represented(tl: Any, prog: Any) -> bool:
+def mark_represented(tl: HasMeta, prog: Program) -> bool:
     """Record in ``tl.meta["represented"]`` the ranks a symmetric lowering of ``prog`` simulated (``{"ranks",
     "of"}``: the representatives, the world size; :func:`schedsim.api.simulate_spec` adds ``classes``, the
     representative of every rank), which the metrics and the training report expand to the world; returns whether
     it is one."""
     if prog.represented:
-        tl.meta["represented"] = {"ranks": list(prog.represented), "of": prog.world_size}
+        rep: Represented = {"ranks": list(prog.represented), "of": prog.world_size}
+        tl.meta["represented"] = rep
     return bool(prog.represented)
 
 
-def layout_alike(profile: Any, spec: Any) -> bool:
+def layout_alike(profile: HardwareProfile, spec: ScheduleSpec) -> bool:
     """Whether every rank of the ``training:`` block of ``spec`` sees its groups
     (:func:`schedsim.lower.training.rank_groups`) laid out on ``profile`` as the representative of its class
     (:func:`schedsim.lower.training.rank_classes`) sees its own: for each group, the same pattern of nodes
@@ -82,6 +106,7 @@ def layout_alike(profile: Any, spec: Any) -> bool:
     per_leaf = fab.nodes_per_leaf if fab is not None and fab.kind == "leaf_spine" and fab.nodes_per_leaf and (
         fab.latency_us > 0 or fab.oversubscription > 1) else 0
     labels = [(nd // per_leaf if per_leaf else 0, nd, nic) for nd, nic in zip(nodes, nics, strict=True)]
+    assert spec.training is not None  # the caller's (symmetric_exact: a schedule with a training: block)
     plan = training_plan(spec.training, world)
     seen: dict[tuple[int, ...], tuple[tuple[int, ...], ...]] = {}
 

@@ -42,6 +42,7 @@ from schedsim.sim.timeline_json import (
     _BASES,
     _FLOAT_COLS,
     ID_FORMAT,
+    NameTable,
     _array_pieces,
     _based,
     _big_ints_kept,
@@ -59,6 +60,7 @@ from schedsim.sim.timeline_json import (
 
 if TYPE_CHECKING:
     import numpy as np
+    from numpy.typing import NDArray
 
     from schedsim.coded import Parts, TagColumns
     from schedsim.graph.info import PipelineInfo
@@ -97,7 +99,10 @@ class Span(NamedTuple):
 
 
 #: A dictionary-encoded string column: (distinct values in order of first use, int32 codes of shape (n,)).
-Categorical = tuple[list[str], "np.ndarray"]
+Categorical = tuple[list[str], "NDArray[np.int32]"]
+
+#: How :meth:`SpanColumns.json_items` writes the columns: ``(names, tags, based)`` (:meth:`SpanColumns._json_forms`).
+JsonForms = tuple[str, str, dict[str, dict[str, Any]]]
 
 #: Above this many spans :attr:`Timeline.makespan_s` builds the columns (one numpy max/min) rather than
 #: walking the rows twice.
@@ -179,13 +184,14 @@ class SpanColumns:
                  "resource", "start_s", "end_s", "solo_s", "ready_s", "bytes", "flops", "stream_s")
 
     def __init__(self, id: list[str] | Callable[[], list[str]], name: list[str] | Callable[[], list[str]],
-                 rank: np.ndarray, stream: Categorical, kind: Categorical, resource: Categorical,
-                 start_s: np.ndarray, end_s: np.ndarray, solo_s: np.ndarray, ready_s: np.ndarray, bytes: np.ndarray,
-                 flops: np.ndarray, tags: list[dict[str, Any]] | None, stream_s: np.ndarray | None = None, *,
-                 coded_ids: tuple[Sequence[str], np.ndarray] | None = None,
+                 rank: NDArray[np.int64], stream: Categorical, kind: Categorical, resource: Categorical,
+                 start_s: NDArray[np.float64], end_s: NDArray[np.float64], solo_s: NDArray[np.float64],
+                 ready_s: NDArray[np.float64], bytes: NDArray[np.float64], flops: NDArray[np.float64],
+                 tags: list[dict[str, Any]] | None, stream_s: NDArray[np.float64] | None = None, *,
+                 coded_ids: tuple[NameTable, np.ndarray] | None = None,
                  coded_tags: tuple[Sequence[tuple[tuple[str, Any], ...]], np.ndarray] | TagColumns
                  | Callable[[], TagColumns] | None = None,
-                 name_parts: Parts | Callable[[], Parts] | None = None) -> None:
+                 name_parts: Parts | Callable[[], Parts | None] | None = None) -> None:
         self._id, self._name, self.rank = id, name, rank
         self._coded, self._coded_tags, self._parts = coded_ids, coded_tags, name_parts
         self._keyed = coded_tags is not None and not isinstance(coded_tags, tuple)  # written as a column per key
@@ -231,16 +237,15 @@ class SpanColumns:
         """Per row, its tags (an empty dict when none); from ``coded_tags`` on first access, one dict per
         distinct tag set, shared by its rows."""
         if self._tags is None:
-            self._tags = self._tag_columns().dicts()  # type: ignore[union-attr]
+            self._tags = self._coded_tag_columns().dicts()
         return self._tags
 
-    def tags_of(self, rows: Any) -> list[dict[str, Any]]:
+    def tags_of(self, rows: Sequence[int] | np.ndarray) -> list[dict[str, Any]]:
         """The tags of ``rows`` (ints), in that order, as :attr:`tags` gives them (treat them as read-only),
         built for those rows only while the per-row dicts are not made: a chart of a few lanes of a 214k-op run
         reads its lanes' tags, not every row's."""
         if self._tags is None:
-            tc = self._tag_columns()
-            return tc.dicts(rows)  # type: ignore[union-attr]
+            return self._coded_tag_columns().dicts(rows)
         tags = self._tags
         return [tags[i] for i in rows]
 
@@ -258,6 +263,13 @@ class SpanColumns:
             ct = ct()
         self._coded_tags = ct
         return ct
+
+    def _coded_tag_columns(self) -> TagColumns:
+        """:meth:`_tag_columns` where the tags are coded (the per-row dicts not built: the constructor got
+        ``coded_tags``, as it gets ``tags`` or it)."""
+        tc = self._tag_columns()
+        assert tc is not None, "SpanColumns: no tags and no coded tags"
+        return tc
 
     def _name_parts(self) -> Parts | None:
         """The names as :class:`~schedsim.coded.Parts` when the constructor gave them (made and kept)."""
@@ -287,7 +299,7 @@ class SpanColumns:
                        ([], np.zeros(0, np.int32)), f, f.copy(), f.copy(), f.copy(), f.copy(), f.copy(), [])
         ids, names, ranks, streams, kinds, res, st, en, solo, ready, by, fl, tags, ss = zip(*spans, strict=True)
 
-        def floats(col: tuple[Any, ...]) -> np.ndarray:
+        def floats(col: tuple[float | None, ...]) -> NDArray[np.float64]:
             try:
                 return np.fromiter(col, dtype=np.float64, count=n)
             except TypeError:  # None (unknown) among the values
@@ -309,16 +321,16 @@ class SpanColumns:
         ids = self.id
         return [ids[i] for i in rows]
 
-    def tagged(self, rows: Any, key: str) -> tuple[list[int], list[dict[str, Any]]]:
+    def tagged(self, rows: np.ndarray, key: str) -> tuple[list[int], list[dict[str, Any]]]:
         """Of ``rows`` (int array), those whose tags hold ``key``, with their tag dicts; from the coded tag sets
         when the per-row dicts are not built (one dict per distinct set)."""
         import numpy as np
 
         if self._tags is None and self._coded_tags is not None:
-            tc = self._tag_columns()
+            tc = self._coded_tag_columns()
             rows = np.asarray(rows, np.int64)
-            rows = rows[tc.has(key)[rows]]  # type: ignore[union-attr]
-            return rows.tolist(), tc.dicts(rows)  # type: ignore[union-attr]
+            rows = rows[tc.has(key)[rows]]
+            return rows.tolist(), tc.dicts(rows)
         tags = self.tags
         out = [i for i in rows.tolist() if tags[i] and key in tags[i]]
         return out, [tags[i] for i in out]
@@ -352,7 +364,7 @@ class SpanColumns:
                 codes[i] = index[k]
         return values, codes
 
-    def named_by(self, name_id: Any) -> bool:
+    def named_by(self, name_id: np.ndarray) -> bool:
         """Whether the rows are coded by this very name-id column (a Program's ``name_id``: the timeline was
         simulated from that Program, so row ``i`` is its op ``i``)."""
         return self._coded is not None and self._coded[1] is name_id
@@ -381,7 +393,7 @@ class SpanColumns:
                         [None] * len(self.id) if self.stream_s is None else _optional(self.stream_s)))
 
     # -- JSON ---------------------------------------------------------------
-    def _json_forms(self) -> tuple[str, str, dict[str, dict[str, Any]]]:
+    def _json_forms(self) -> JsonForms:
         """How :meth:`json_items` writes the names, the tags and the float columns: ``("shared" | "parts" |
         "lists", "keys" | "index", based)``, ``based`` the float columns written as a base and the rows that
         differ from it (module docstring), by name."""
@@ -390,7 +402,7 @@ class SpanColumns:
             names = "shared"  # names shared by rows: the table once, rows joined from it
         elif self._name_parts() is not None:
             names = "parts"
-        keyed = self._keyed and self._tag_columns().scalar()  # type: ignore[union-attr]
+        keyed = self._keyed and self._coded_tag_columns().scalar()
         based = {}
         if names == "parts" or keyed:  # a version-3 document: its float columns may be based too
             for c, base in _BASES.items():
@@ -399,29 +411,33 @@ class SpanColumns:
                     based[c] = got
         return names, "keys" if keyed else "index", based
 
-    def json_version(self, forms: tuple[str, str, dict[str, dict[str, Any]]] | None = None) -> int:
+    def json_version(self, forms: JsonForms | None = None) -> int:
         """The ``version`` of the document :meth:`json_items` makes: 3 when the names or tags are coded
         (module docstring), else 2. ``forms``: :meth:`_json_forms`' result, when already made."""
         forms = forms or self._json_forms()
         return 3 if forms[0] == "parts" or forms[1] == "keys" else 2
 
-    def json_items(self, forms: tuple[str, str, dict[str, dict[str, Any]]] | None = None
-                   ) -> Iterator[tuple[str, Any]]:
+    def json_items(self, forms: JsonForms | None = None) -> Iterator[tuple[str, Any]]:
         """(key, JSON-ready value) per column, numpy arrays left as arrays (see :func:`dumps_json`).
         ``forms``: :meth:`_json_forms`' result, when already made."""
         names, tags, based = forms or self._json_forms()
+        coded = self._coded  # "shared" only with the ids coded (_json_forms)
         if names == "shared" and tags == "keys":
             # a version-3 document anyway (its tags coded): the ids as their format and the names as one part
             # (the table once, a code per row), not two lists of a million strings (22 of a 1M-op file's 100 MB)
+            assert coded is not None
             yield "id", {"format": ID_FORMAT}
-            yield "name", {"parts": [{"values": list(self._coded[0]), "codes": self._coded[1]}]}  # type: ignore[index]
+            yield "name", {"parts": [{"values": list(coded[0]), "codes": coded[1]}]}
         elif names == "shared":
-            ids, nms = _coded_json(self._coded[0], self._coded[1], self.rank)  # type: ignore[index]
+            assert coded is not None
+            ids, nms = _coded_json(coded[0], coded[1], self.rank)
             yield "id", ids
             yield "name", nms
         elif names == "parts":
             yield "id", {"format": ID_FORMAT}
-            yield "name", self._name_parts().to_json()  # type: ignore[union-attr]
+            parts = self._name_parts()
+            assert parts is not None  # _json_forms: "parts" only with them
+            yield "name", parts.to_json()
         else:
             yield "id", self.id
             yield "name", self.name
@@ -434,17 +450,17 @@ class SpanColumns:
         if self.stream_s is not None:
             yield "stream_s", based.get("stream_s", self.stream_s)
         if tags == "keys":  # one coded column per key: no dict per row
-            yield "tags", self._tag_columns().to_json()  # type: ignore[union-attr]
+            yield "tags", self._coded_tag_columns().to_json()
             return
         if self._tags is None:  # coded: the dicts of the rows with tags only
             import numpy as np
 
-            tc = self._tag_columns()
+            tc = self._coded_tag_columns()
             some = np.zeros(len(self.rank), bool)
-            for key in tc.keys:  # type: ignore[union-attr]
-                some |= tc.has(key)  # type: ignore[union-attr]
+            for key in tc.keys:
+                some |= tc.has(key)
             at = np.flatnonzero(some)
-            yield "tags", {"index": at, "values": tc.dicts(at)}  # type: ignore[union-attr]
+            yield "tags", {"index": at, "values": tc.dicts(at)}
             return
         tl = self.tags
         idx = list(compress(range(len(tl)), tl))
@@ -616,13 +632,14 @@ class Timeline:
         self._makespan: float | None = None
         self.critical_path: list[str] = critical_path if critical_path is not None else []
         self.meta: dict[str, Any] = meta if meta is not None else {}
-        self._cp_rows: tuple[list[str], np.ndarray] | None = None  # (critical_path as it was, rows in path order)
+        #: (critical_path as it was, rows in path order)
+        self._cp_rows: tuple[list[str], NDArray[np.int64]] | None = None
         #: Per row, when the op's host call returned (seconds, float64, shape (n,)): the simulator's issue times
         #: (rule host-issue of :mod:`schedsim.gpu.rules`), which the critical path's host calls are cut from
         #: (:func:`schedsim.sim.metrics.critical_path_segments`); None when unknown (not stored in timeline.json).
-        self.host_call_end_s: np.ndarray | None = None
+        self.host_call_end_s: NDArray[np.float64] | None = None
 
-    def critical_rows(self) -> np.ndarray:
+    def critical_rows(self) -> NDArray[np.int64]:
         """Rows (int64, ascending) of the ops whose id is on :attr:`critical_path`: from the simulator when it
         gave them and the path is unchanged since, else by a scan of the ids."""
         import numpy as np
@@ -634,7 +651,7 @@ class Timeline:
         c = self.columns
         return np.flatnonzero(np.fromiter(map(on_path.__contains__, c.id), dtype=bool, count=len(c)))
 
-    def critical_path_order(self) -> np.ndarray | None:
+    def critical_path_order(self) -> NDArray[np.int64] | None:
         """Rows (int64) of the :attr:`critical_path` ops in path order when the simulator gave them and the path
         is unchanged since, else None (:func:`schedsim.sim.metrics.critical_path_segments` then maps the ids)."""
         known = self._cp_rows
@@ -693,7 +710,7 @@ class Timeline:
                 f"launch={self.launch!r}, profile={self.profile!r}, ops={len(self)}, "
                 f"makespan_s={self.makespan_s!r})")
 
-    def _head_fields(self) -> tuple[Any, ...]:
+    def _head_fields(self) -> tuple[str, str, int, str, str | None]:
         return self.schedule, self.source, self.world_size, self.launch, self.profile
 
     @property
@@ -718,7 +735,7 @@ class Timeline:
         return sorted(seen, key=lambda k: (k[0], seen[k]))
 
     # -- JSON ---------------------------------------------------------------
-    def _head(self, version: int, forms: Any = None) -> dict[str, Any]:
+    def _head(self, version: int, forms: JsonForms | None = None) -> dict[str, Any]:
         if version >= 2:
             version = self.columns.json_version(forms)
         h = {"format": FORMAT, "version": version, "schedule": self.schedule, "source": self.source,

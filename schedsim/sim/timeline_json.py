@@ -84,8 +84,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, Protocol
 
 from schedsim.errors import TraceError
 from schedsim.io import dumps_json, loads_json
@@ -94,6 +94,18 @@ if TYPE_CHECKING:
     import numpy as np
 
     from schedsim.coded import Parts, TagColumns
+
+
+class NameTable(Protocol):
+    """A table of distinct op names indexed by code: a sequence of strings, or the lowering's interner
+    (:class:`schedsim.lower.table._Interner`, whose lazy runs of names are made when read)."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, i: int) -> str: ...
+
+    def __iter__(self) -> Iterator[str]: ...
+
 
 _orjson: Any
 try:  # orjson: ~10x faster than json on the float columns, serialises numpy arrays without copies
@@ -218,7 +230,7 @@ class _RawPieces:
         return self._pieces()
 
 
-def _coded_json(names: Sequence[str], name_id: np.ndarray, rank: np.ndarray) -> tuple[_RawPieces, _RawPieces]:
+def _coded_json(names: NameTable, name_id: np.ndarray, rank: np.ndarray) -> tuple[_RawPieces, _RawPieces]:
     """The JSON arrays of the ``id`` (``name@rN``) and ``name`` columns of rows ``names[name_id[i]]`` on
     ``rank[i]``: each distinct name is encoded once (one :func:`dumps_json` of the table, split at its
     ``","`` separators, which an encoded string cannot hold: its quotes are escaped), and the rows are joined

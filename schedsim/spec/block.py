@@ -407,7 +407,7 @@ def _block_rows(body: list[tuple[Any, ...]], names: list[str], loop: dict[str, A
     reps, rep_deps, rep_tags, gid = _representatives(entries, body, loop, env, E)
     row_rep = np.concatenate([gid[j][x.combo] for j, x in enumerate(entries)])[order]
     row_names = np.concatenate([x.names for x in entries])[order]
-    row_tags = np.fromiter(itertools.chain.from_iterable(x.tags for x in entries), object, R)[order]  # type: ignore[type-var]
+    row_tags = np.fromiter(itertools.chain.from_iterable(x.tags for x in entries), object, R)[order]
     row_strs = {k: np.concatenate([x.strs[k] for x in entries])[order] for k in _ROW_STRS}
     dep_cnt = np.repeat(np.array([len(x.deps) for x in entries], np.int64), [len(x.keep) for x in entries])[order]
     dptr = np.cumsum(dep_cnt) - dep_cnt

@@ -101,7 +101,7 @@ def _compile_field(key: str, v: Any) -> _Field:
                 out.mark = getattr(v, "mark", mark)
                 for k2, f in subs:
                     out[k2] = f(env)
-                    out.key_marks[k2] = kms.get(k2, mark)  # type: ignore[assignment]
+                    out.key_marks[k2] = kms.get(k2, mark)
                 return out
 
             return run_dict

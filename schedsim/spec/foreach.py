@@ -133,7 +133,7 @@ def _expand_ops(items: Any, env: dict[str, Any], ctx: _Ctx, path: str, out: LLis
             except ExprError:  # _eval_value evaluates it again and raises with the file, line, field and fix
                 op[k] = _eval_value(k, item[k], env, ctx, fm, f"{p}.{k}")
             op.key_marks[k] = fm
-        op.key_marks["__source__"] = m  # type: ignore[assignment]
+        op.key_marks["__source__"] = m
         ctx.count(op, op.mark, p)
         op["__path__"] = p
         out.append(op)
@@ -186,7 +186,7 @@ def _literal_op(item: Mapping[str, Any], km: Mapping[str, Any], m: Mark | None) 
             return None
         op[k] = v
         op.key_marks[k] = km.get(k, m)
-    op.key_marks["__source__"] = m  # type: ignore[assignment]
+    op.key_marks["__source__"] = m
     return op
 
 

@@ -12,7 +12,7 @@ run, and the op after the run gets an edge from each member).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import networkx as nx
@@ -42,7 +42,7 @@ from tests.oracle.nccl_graph import grid_of_ops
 __all__ = ["graph_from_ops", "match_p2p_ops"]
 
 
-def graph_from_ops(ops: list[Op], info: dict[str, Any], file: str, check: bool) -> nx.DiGraph:
+def graph_from_ops(ops: list[Op], info: Mapping[str, Any], file: str, check: bool) -> nx.DiGraph:
     """The DAG of ``ops`` (program order), with ``info`` as ``G.graph``; raises on the first broken rule.
 
     Raises

@@ -3,7 +3,8 @@
 The code base predates these checks, so today's findings are listed in ``ruff_baseline.json`` and
 ``mypy_baseline.json`` (next to this file). A test fails when a file gains a finding of a kind it did
 not have (or more of one it had), when a function not in the baseline exceeds the mccabe complexity
-limit of ``[tool.ruff.lint.mccabe]`` (15), or when a baselined function grows more complex.
+limit of ``[tool.ruff.lint.mccabe]`` (15), or when a baselined function grows more complex. Likewise
+``any_baseline.json`` holds the ``Any`` in the signatures of the stage-boundary modules (issue 34).
 Fixing findings needs no baseline edit; to record the smaller numbers, run::
 
     SCHEDSIM_UPDATE_BASELINES=1 python -m pytest -q tests/quality/test_static_checks.py
@@ -13,6 +14,7 @@ and commit the rewritten JSON (review the diff: the numbers may only go down).
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -166,3 +168,55 @@ def test_package_cites_no_path_outside_the_repository():
            for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if OUTSIDE.search(line)]
     assert not bad, "\n".join(bad)
     assert OUTSIDE.search("see ../shared/reference/pipelines.md") and not OUTSIDE.search("shared memory")
+
+
+ANY_BASELINE = HERE / "any_baseline.json"
+#: The modules at the stage boundaries of issue 34 (ScheduleSpec → Program → gpu/ and network/ models → sim loop →
+#: Timeline → Metrics and views → api), whose signatures name the real types rather than ``Any``.
+BOUNDARY_MODULES = [
+    "schedsim/api.py", "schedsim/lower/__init__.py", "schedsim/lower/program.py", "schedsim/gpu/cost.py",
+    "schedsim/gpu/power.py", "schedsim/network/model.py", "schedsim/network/explain.py", "schedsim/network/share.py",
+    "schedsim/sim/engine.py", "schedsim/sim/symmetry.py", "schedsim/sim/timeline.py", "schedsim/sim/metrics.py",
+    "schedsim/sim/pipeline_metrics.py", "schedsim/compare.py", "schedsim/notes.py", "schedsim/report/summary.py",
+    "schedsim/report/chrome.py", "schedsim/report/compare.py", "schedsim/report/memory.py",
+]
+
+
+def _any_names(annotation: ast.expr | None) -> int:
+    """``Any`` (a name or ``typing.Any``) in an annotation, a string annotation parsed first."""
+    n = 0
+    for node in ast.walk(annotation) if annotation is not None else ():
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            n += _any_names(ast.parse(node.value, mode="eval").body)
+        n += (isinstance(node, ast.Name) and node.id == "Any") or (isinstance(node, ast.Attribute)
+                                                                   and node.attr == "Any")
+    return n
+
+
+def any_in_signatures(source: str) -> int:
+    """``Any`` in the signatures of ``source``: every function's (nested ones too) parameters and return, and every
+    annotated name of a class body (dataclass fields, NamedTuple and TypedDict members, annotated attributes)."""
+    n = 0
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            a = node.args
+            params = [*a.posonlyargs, *a.args, *a.kwonlyargs, *(x for x in (a.vararg, a.kwarg) if x is not None)]
+            n += sum(_any_names(p.annotation) for p in params) + _any_names(node.returns)
+        elif isinstance(node, ast.ClassDef):
+            n += sum(_any_names(s.annotation) for s in node.body if isinstance(s, ast.AnnAssign))
+    return n
+
+
+def test_any_in_signatures_of_the_stage_boundaries_does_not_grow():
+    counts = {rel: {"Any in signatures": any_in_signatures((ROOT / rel).read_text(encoding="utf-8"))}
+              for rel in BOUNDARY_MODULES}
+    _check_baseline({f: c for f, c in counts.items() if c["Any in signatures"]}, ANY_BASELINE,
+                    "`Any` in the signatures of the stage-boundary modules (name the real type)")
+
+
+def test_the_any_count_reads_parameters_returns_fields_and_string_annotations():
+    src = ("from typing import Any\nimport typing\n"
+           "def f(a: Any, *b: Any, c: 'dict[str, Any]' = None, **d: typing.Any) -> list[Any]:\n"
+           "    def g(x: Any) -> None:\n        y: Any = x\n"
+           "class C:\n    f: Any\n    g: int = 0\n    def m(self, z: int) -> Any: ...\n")
+    assert any_in_signatures(src) == 8  # not the local ``y: Any`` (a body, not a signature)
