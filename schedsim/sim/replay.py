@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -48,9 +49,8 @@ def _gpu_gaps(ops: list[Op]) -> list[float]:
     """Each op's :data:`GPU_GAP_TAG` in seconds (0 where absent or not a finite non-negative number)."""
     out = [0.0] * len(ops)
     for i, op in enumerate(ops):
-        if op.tags:
-            g = dict(op.tags).get(GPU_GAP_TAG)
-            if isinstance(g, (int, float)) and not isinstance(g, bool) and 0.0 < g < float("inf"):
+        for k, g in op.tags:
+            if k == GPU_GAP_TAG and isinstance(g, (int, float)) and not isinstance(g, bool) and 0.0 < g < math.inf:
                 out[i] = float(g) * 1e-6
     return out
 
