@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -35,6 +36,23 @@ def _rendezvous(members: list[int], last: int, ready_t: list[float], start: list
 #: host time (µs) from the previous issue to the synchronising call. The ``replay`` model's host then waits for
 #: the op's predecessors (the synchronised work) before spending the op's ``host_us``.
 HOST_WAIT_TAG = "host_wait_before_us"
+
+#: Tag of an imported op (:mod:`schedsim.trace.to_schedule`): the recorded time (µs) from when it was ready (the
+#: later of its issue and the end of its last predecessor: stream order, event waits) to its start: the launch
+#: latency of the GPU (~0.4-0.6 µs between the nodes of a CUDA graph, ~1-2 µs between eager kernels of one busy
+#: stream, a few µs from a launch call's return to its kernel: one H100, ``benchmarks/accuracy/trace_replay.py
+#: --capture``). The ``replay`` model starts the op at ``max(issue, end of its predecessors) + gap``.
+GPU_GAP_TAG = "gpu_gap_us"
+
+
+def _gpu_gaps(ops: list[Op]) -> list[float]:
+    """Each op's :data:`GPU_GAP_TAG` in seconds (0 where absent or not a finite non-negative number)."""
+    out = [0.0] * len(ops)
+    for i, op in enumerate(ops):
+        for k, g in op.tags:
+            if k == GPU_GAP_TAG and isinstance(g, (int, float)) and not isinstance(g, bool) and 0.0 < g < math.inf:
+                out[i] = float(g) * 1e-6
+    return out
 
 
 class _ReplayHost:
@@ -140,13 +158,17 @@ class _ReplayQueues:
 def _run_replay(c: _Compiled, mode: str, conns: int | None = None) -> _State:
     """The ``replay`` model (module docstring): every job runs its solo seconds ``c.job_work`` from the moment it
     is ready; ready = issued (:class:`_ReplayHost`), every predecessor done and, for a rendezvous, every member
-    ready (then all start at the last one's time). With ``conns`` (``CUDA_DEVICE_MAX_CONNECTIONS``: the
-    schedule's ``env`` or ``max_connections``; none by default, as the recorded waits hold the run's), ready also
+    ready (then all start at the last one's time). An op starts its recorded :data:`GPU_GAP_TAG` after it was
+    ready (its ``ready_s`` stays that time: the gap is its launch delay). With ``conns``
+    (``CUDA_DEVICE_MAX_CONNECTIONS``: the schedule's ``env`` or ``max_connections``; none by default, as the
+    recorded waits hold the run's), ready also
     needs the op ahead of it in its hardware queue handed to the GPU, which in a replay is its start (rule
     hardware-queues of :mod:`schedsim.gpu.rules`: an op not yet ready holds up the ops behind it in its queue)."""
     ops, N, npred, succ, job_of, gmem, job_work = c.ops, c.N, list(c.npred), c.succ, c.job_of, c.gmem, c.job_work
     host = _ReplayHost(ops, c.world, mode)
     queues = _ReplayQueues(ops, conns)
+    gap = _gpu_gaps(ops)
+    ready_at = [float("inf")] * N  # when the op was ready, before its gap
     pred_end = [0.0] * N
     last_pred = [HOST] * N
     start, end, ready_t = [0.0] * N, [0.0] * N, [0.0] * N
@@ -160,6 +182,7 @@ def _run_replay(c: _Compiled, mode: str, conns: int | None = None) -> _State:
         ready_t[i] = t
         j = job_of[i]
         if j < N:
+            ready_t[i] = min(t, ready_at[i])
             start[i] = t
             heapq.heappush(heap, (t + job_work[i], next(counter), i))
             queues.started((i,), t, binding, make_ready)
@@ -177,10 +200,12 @@ def _run_replay(c: _Compiled, mode: str, conns: int | None = None) -> _State:
         iv = host.issue[v]
         assert iv is not None
         if iv > pred_end[v]:
-            queues.submit(v, iv, binding, make_ready)
+            ready_at[v] = iv
+            queues.submit(v, iv + gap[v], binding, make_ready)
         else:
             binding[v] = last_pred[v]
-            queues.submit(v, pred_end[v], binding, make_ready)
+            ready_at[v] = pred_end[v]
+            queues.submit(v, pred_end[v] + gap[v], binding, make_ready)
 
     for r in range(c.world):
         host.advance(r, npred, pred_end, last_pred, release)

@@ -39,7 +39,7 @@ from typing import Any
 
 from schedsim.errors import SpecError, printable
 from schedsim.kinds import COMM_KINDS
-from schedsim.sim.replay import HOST_WAIT_TAG
+from schedsim.sim.replay import GPU_GAP_TAG, HOST_WAIT_TAG
 
 __all__ = ["Connections", "HostGaps", "ReplayReport", "WhatIf", "parse_what_if", "replay_report", "what_if_spec"]
 
@@ -247,14 +247,14 @@ def replay_report(tl: Any, file: str | None = None) -> ReplayReport:
     ------
     SpecError
         The timeline's ops carry no recorded times (not a schedule written by ``schedsim import``), or a recorded
-        ``start_us`` / ``end_us`` / ``host_wait_before_us`` tag is not a finite number.
+        ``start_us`` / ``end_us`` / ``host_wait_before_us`` / ``gpu_gap_us`` tag is not a finite number.
     """
     spans = [s for s in tl.spans if "start_us" in (s.tags or {})]
     if not spans:
         raise SpecError("the schedule's ops carry no recorded start_us/end_us tags", file=file,
                         fix="replay a schedule written by `schedsim import kineto|nsys FILES --out DIR`")
     for s in spans:
-        for tag in ("start_us", "end_us", *([HOST_WAIT_TAG] if HOST_WAIT_TAG in s.tags else [])):
+        for tag in ("start_us", "end_us", *(t for t in (HOST_WAIT_TAG, GPU_GAP_TAG) if t in s.tags)):
             v = s.tags.get(tag)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
                 raise SpecError(f"op {printable(s.name, 80)}: recorded tag {tag} is {printable(repr(v), 40)}, not a "

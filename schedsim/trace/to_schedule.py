@@ -68,8 +68,14 @@ CUDA-graph launches (``cudaGraphLaunch``): the language's ``launch: cuda_graph``
 iteration, with modeled node costs, so an import keeps ``launch: eager`` and marks the graphs on the ops instead:
 each op a graph launch ran carries ``graph: K`` (the rank's K-th launch), all of a launch's ops are issued at
 one instant (the launch call's return, or its first node's start if earlier; ``host_us`` 0 after the first),
-and waits between a graph's streams, which leave no runtime rows, are guessed from timing as above. What the
-schema lacks: the GPU's own gaps between a graph's nodes (node launch latency, µs each) are not replayed.
+and waits between a graph's streams, which leave no runtime rows, are guessed from timing as above.
+
+The GPU's own launch latency (a graph's nodes ~0.4-0.6 µs apart, eager kernels of a busy stream ~1-2 µs, a few
+µs from a launch call's return to its kernel; one H100) is each op's tag ``gpu_gap_us``: its recorded start less
+the time it was ready (the later of its issue and its predecessors' end), up to :data:`LAUNCH_GAP_MAX_NS` (a
+longer delay is a hold the trace does not name, and is not replayed). The ``replay`` model starts an op that
+long after it is ready (:data:`schedsim.sim.replay.GPU_GAP_TAG`); a what-if keeps the gaps (the GPU's, not the
+host's), and a what-if that changes which of issue and predecessor holds an op keeps the gap of the one that did.
 
 The critical path of the recorded run (:func:`recorded_path`, written into the imported ``timeline.json`` by
 ``schedsim import``, so ``schedsim analyze DIR/timeline.json`` prints it as ``predict`` prints a prediction's): on the
@@ -102,10 +108,10 @@ from typing import Any, NamedTuple
 
 from schedsim.errors import TraceError, printable
 from schedsim.kinds import COLLECTIVE_KINDS, PER_RANK_SIZE
-from schedsim.sim.replay import HOST_WAIT_TAG
+from schedsim.sim.replay import GPU_GAP_TAG, HOST_WAIT_TAG
 from schedsim.trace.common import Activity, ReplayInput, RuntimeRow, collective_kind, is_nccl_kernel
 
-__all__ = ["GAP_NS", "GRAPH_TAG", "OPS_FILE", "TRACE_ID_TAG", "RecordedPath", "ReplaySchedule",
+__all__ = ["GAP_NS", "GRAPH_TAG", "LAUNCH_GAP_MAX_NS", "OPS_FILE", "TRACE_ID_TAG", "RecordedPath", "ReplaySchedule",
            "apply_recorded_path", "build_replay_schedule", "recorded_path", "write_replay_schedule",
            "write_schedule_files"]
 
@@ -125,6 +131,13 @@ GAP_NS = 2000.0
 #: Clock slack (ns) before a guessed event wait counts as contradicted by the trace: the op that would wait started
 #: this much before the op it would wait for ended (Kineto prints times in µs with three decimals).
 WAIT_SLACK_NS = 1000.0
+
+#: The longest launch latency (ns) kept as an op's ``gpu_gap_us``: a CUDA graph's first node started 4.8-11 µs
+#: after its ``cudaGraphLaunch`` returned, eager kernels 1-3 µs after their stream predecessor or launch call,
+#: graph nodes 0.4-0.9 µs after the node before (one H100, 2026-12-06, ``benchmarks/accuracy/trace_replay.py
+#: --capture``). A longer delay is a hold the trace does not name (a copy that started 45-137 µs after its issue
+#: beside a GEMM, ``tests/data/kineto_whatif_*``): not latency, and not replayed.
+LAUNCH_GAP_MAX_NS = 12000.0
 
 _LAUNCH = ("Launch", "Memcpy", "Memset")
 _GRAPH_LAUNCH = ("cudaGraphLaunch", "cuGraphLaunch")
@@ -565,6 +578,7 @@ def build_replay_schedule(rep: ReplayInput, *, name: str, source: str = "",
                                              end_us=_fmt((a.end_ns - t0) / 1000.0))
             _trace_tags(op["tags"], ro, i, r, launches)
             dl = sorted(deps[r].get(i, ()))
+            _gpu_gap(op, ro, i, dl, stream_end.get(a.stream), key is not None and "group" in op)
             _host_fields(op, ro, i, prev, gates[r].get(i), dl, stream_end.get(a.stream))
             prev = ro.issue[i]
             stream_end[a.stream] = a.end_ns
@@ -578,7 +592,7 @@ def build_replay_schedule(rep: ReplayInput, *, name: str, source: str = "",
         notes.append(f"{sum(launches.values())} ops of {len(launches)} CUDA-graph launch(es) (cudaGraphLaunch), "
                      f"tagged {GRAPH_TAG}: K (the rank's K-th launch): each launch's ops are issued at once, at the "
                      "launch (host_us 0 after its first op), and run as the graph ran them (stream order, the waits "
-                     "of its streams); the GPU's gaps between a graph's nodes are not replayed")
+                     f"of its streams, the recorded gaps between its nodes: tag {GPU_GAP_TAG})")
     if absent:
         notes.append(f"{absent} NCCL kernel(s) whose peers are not in the import (one rank of a multi-rank run, or "
                      "send/recv) are compute ops of their recorded duration, tagged peers: absent; the peers' "
@@ -766,6 +780,20 @@ def _host_fields(op: dict[str, Any], ro: _RankOps, i: int, prev: float, gate: fl
         op["tags"][HOST_WAIT_TAG] = _fmt(before / 1000.0)
     if h > 0:
         op["host_us"] = h
+
+
+def _gpu_gap(op: dict[str, Any], ro: _RankOps, i: int, deps: list[int], stream_end: float | None,
+             rendezvous: bool) -> None:
+    """The tag ``gpu_gap_us`` of op ``i`` (:data:`~schedsim.sim.replay.GPU_GAP_TAG`): its recorded start less the
+    time it was ready, the later of its issue and the end of its last predecessor (``deps``, the stream's previous
+    op ending at ``stream_end``, ns): the GPU's launch latency. None for a collective matched across ranks (it
+    starts at the rendezvous) and past :data:`LAUNCH_GAP_MAX_NS` (a hold the trace does not name)."""
+    if rendezvous:
+        return
+    ready = max([ro.issue[i], *(ro.acts[j].end_ns for j in deps), *([stream_end] if stream_end is not None else [])])
+    g = ro.acts[i].start_ns - ready
+    if 0 < g <= LAUNCH_GAP_MAX_NS:
+        op["tags"][GPU_GAP_TAG] = _fmt(g / 1000.0)
 
 
 def _op_kind(a: Activity) -> str:

@@ -110,7 +110,7 @@ def test_every_yaml_line_break_in_an_input_name_is_escaped_in_the_written_schedu
 
 
 @pytest.mark.parametrize("tag, value", [("start_us", "abc"), ("end_us", None), ("end_us", True),
-                                        ("host_wait_before_us", "3")])
+                                        ("host_wait_before_us", "3"), ("gpu_gap_us", "1")])
 def test_replay_refuses_a_recorded_tag_that_is_not_a_number(tmp_path: Path, tag: str, value: object) -> None:
     import json
 

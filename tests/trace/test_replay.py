@@ -102,7 +102,8 @@ class TestSchedule:
 
 class TestReplay:
     def test_gpu_bound_replay_is_the_trace(self, tmp_path: Path) -> None:
-        # A 0-100, B and C after A (100-150, 100-130), AR after B 150-190: 190 µs = 1200 - 1010 in the trace
+        # A issued at 0 (its call's return, 1005 in the trace) starts 5 µs later (its recorded launch latency,
+        # tag gpu_gap_us), 5-105; B and C after A (105-155, 105-135), AR after B 155-195: 190 µs = 1200 - 1010
         text, _ = _schedule(tmp_path, rank_doc(0))
         tl = _replay(text, tmp_path)
         rep = replay_report(tl)
@@ -110,7 +111,7 @@ class TestReplay:
         assert rep.replay_makespan_s == pytest.approx(190e-6, abs=1e-12)
         assert rep.start_error_median == pytest.approx(0.0, abs=1e-9)
         starts = {s.name: round(s.start_s * 1e6, 6) for s in tl.spans}
-        assert starts == {"k0": 0.0, "k1": 100.0, "k2": 100.0, "all_reduce_pg0_0": 150.0}
+        assert starts == {"k0": 5.0, "k1": 105.0, "k2": 105.0, "all_reduce_pg0_0": 155.0}
 
     def test_an_nccl_kernel_without_its_peers_is_comm_in_the_replay(self, tmp_path: Path) -> None:
         """rank_doc(0) of a world of 2, imported alone: the all-reduce (150-190 µs, after B on its stream, nothing
@@ -134,20 +135,21 @@ class TestReplay:
         assert rep.per_rank_s == pytest.approx({0: 190e-6, 1: 190e-6}, abs=1e-12)
 
     def test_host_waits_in_the_sync_then_launches(self, tmp_path: Path) -> None:
-        # the host reaches the sync at 22 + 3, waits for AR's replayed end (190), spends 7: D at 197 = 1207 - 1010
-        # of the trace (both from their first start), and the makespan is the trace's 217 = 1227 - 1010
+        # the host reaches the sync at 22 + 3, waits for AR's replayed end (195: A started 5 µs after its issue,
+        # its launch latency), spends 7: D at 202 = 1207 - 1005 of the trace (both from the first issue), and the
+        # makespan is the trace's 217 = 1227 - 1010
         text, _ = _schedule(tmp_path, rank_doc(0, sync=True))
         tl = _replay(text, tmp_path)
         d = next(s for s in tl.spans if s.name == "k4")
-        assert d.start_s == pytest.approx(197e-6, abs=1e-12)
+        assert d.start_s == pytest.approx(202e-6, abs=1e-12)
         rep = replay_report(tl)
         assert rep.replay_makespan_s == pytest.approx(217e-6, abs=1e-12) == rep.trace_makespan_s
 
     def test_faster_gpu_shortens_the_hosts_wait(self, tmp_path: Path) -> None:
-        # all_reduce halved: it ends at 170, the host launches D at 177
+        # all_reduce halved: it ends at 175, the host launches D at 182
         text, _ = _schedule(tmp_path, rank_doc(0, sync=True))
         d = next(s for s in _replay(text, tmp_path, scales=[parse_what_if("nccl*0.5")]).spans if s.name == "k4")
-        assert d.start_s == pytest.approx(177e-6, abs=1e-12)
+        assert d.start_s == pytest.approx(182e-6, abs=1e-12)
 
     def test_no_contention_in_replay(self, tmp_path: Path) -> None:
         p = tmp_path / "two.yaml"
@@ -168,8 +170,9 @@ class TestWhatIf:
 
     def test_drop_host_gaps(self, tmp_path: Path) -> None:
         text, _ = _schedule(tmp_path, rank_doc(0, sync=True))
+        # every op issued at 0; A still starts 5 µs later (the GPU's launch latency stays), AR ends at 195
         d = next(s for s in _replay(text, tmp_path, scales=[], host_gaps=0.0).spans if s.name == "k4")
-        assert d.start_s == pytest.approx(190e-6, abs=1e-12)
+        assert d.start_s == pytest.approx(195e-6, abs=1e-12)
 
     def test_recost_comm_takes_the_profile(self, tmp_path: Path) -> None:
         text, _ = _schedule(tmp_path, rank_doc(0), rank_doc(1, b_us=40, ar_start=1150, ar_us=50))

@@ -41,21 +41,25 @@ def _import(tmp_path: Path, docs: list[dict[str, Any]]) -> tuple[Any, Path]:
 
 def test_replay_path_runs_host_gpu_collective_sync_host(tmp_path: Path) -> None:
     # replay times from the earliest issue (1005): rank 1 issues p 0, q 30, x 50, y 60, AR 70; rank 0 a 0, AR 10.
-    # x waits for its launch (50), runs 50-250, y 250-274; rank 1 reaches the all-reduce last (274; rank 0 at
-    # 100), which runs 20 µs (the shorter recorded kernel) to 294. Both hosts wait in cudaDeviceSynchronize until
-    # 294, then e is issued 10 µs later (1310 - 1300 recorded): 304-324, the last end.
+    # x waits for its launch (50) and its recorded launch latency (1 µs, tag gpu_gap_us: a wait_sms segment, as
+    # in the imported timeline's path below), runs 51-251, y 251-275; rank 1 reaches the all-reduce last (275;
+    # rank 0 at 101), which runs 20 µs (the shorter recorded kernel) to 295. Both hosts wait in
+    # cudaDeviceSynchronize until 295, then e is issued 10 µs later (1310 - 1300 recorded) and starts 1 µs after:
+    # 306-326, the last end.
     _tl, sched = _import(tmp_path, path_docs())
     tl = api.simulate_spec(api.load(sched), load_profile("h200"), gpu_model="replay").timeline
-    assert tl.makespan_s == pytest.approx(324 * US)
+    assert tl.makespan_s == pytest.approx(326 * US)
     assert tl.critical_path == ["k2@r1", "k3@r1", "all_reduce_pg0_0@r1", "k2@r0"]
     assert tl.meta["critical_path_host_waits"] == ["k2@r0"]
     assert _segments(tl) == [("host_issue", 0.0, 30.0, "k1@r1"), ("host_issue", 30.0, 50.0, "k2@r1"),
-                             ("compute", 50.0, 250.0, "k2@r1"), ("compute", 250.0, 274.0, "k3@r1"),
-                             ("comm", 274.0, 294.0, "all_reduce_pg0_0@r1"), ("host_issue", 294.0, 304.0, "k2@r0"),
-                             ("compute", 304.0, 324.0, "k2@r0")]
+                             ("wait_sms", 50.0, 51.0, "k2@r1"), ("compute", 51.0, 251.0, "k2@r1"),
+                             ("compute", 251.0, 275.0, "k3@r1"), ("comm", 275.0, 295.0, "all_reduce_pg0_0@r1"),
+                             ("host_issue", 295.0, 305.0, "k2@r0"), ("wait_sms", 305.0, 306.0, "k2@r0"),
+                             ("compute", 306.0, 326.0, "k2@r0")]
     assert critical_path_host(tl) == ["k1@r1"]  # the host's call before the path's first op
     m = Metrics.of(tl)
-    assert m.critical_path_s == pytest.approx({"compute": 244 * US, "comm": 20 * US, "host_issue": 60 * US})
+    assert m.critical_path_s == pytest.approx({"compute": 244 * US, "comm": 20 * US, "host_issue": 60 * US,
+                                               "wait_sms": 2 * US})
 
 
 def test_imported_timeline_path_from_recorded_times(tmp_path: Path) -> None:
@@ -148,16 +152,17 @@ class TestWhatIfInput:
         assert fix.startswith("  fix: ") and "Traceback" not in r.output
 
     def test_host_gaps_key_drops_the_host_gaps(self, sched: Path) -> None:
-        # host gaps 0: every op issued at 0, so each rank's ops run back to back on the GPU: rank 1 p 0-4, q 4-8,
-        # x 8-208, y 208-232, its all-reduce from 232 (rank 0's a ends at 100) to 252, then z 252-257 (rank 1) and
-        # e 252-272 (rank 0): rank 0's makespan 324 -> 272 µs
+        # host gaps 0: every op issued at 0, so each rank's ops run on the GPU one after the other, each its
+        # recorded launch latency (gpu_gap_us: p, q, x, a, z, e 1 µs) after it was ready: rank 1 p 1-5, q 6-10,
+        # x 11-211, y 211-235, its all-reduce from 235 (rank 0's a ends at 101) to 255, then z 256-261 (rank 1) and
+        # e 256-276 (rank 0): from the first start (1), rank 0's makespan 325 -> 275 µs
         from test_cli_compare import run
 
         r = run("replay", str(sched), "--what-if", "host_gaps=0", "--format", "json")
         assert r.exit_code == 0, r.output
         got = json.loads(r.output)["what_if"]
-        assert got["ranks"]["0"]["before_s"] == pytest.approx(324 * US)
-        assert got["ranks"]["0"]["after_s"] == pytest.approx(272 * US)
+        assert got["ranks"]["0"]["before_s"] == pytest.approx(325 * US)
+        assert got["ranks"]["0"]["after_s"] == pytest.approx(275 * US)
         assert got["changes"][0].startswith("host gaps x0: ")
 
 

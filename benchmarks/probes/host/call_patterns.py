@@ -38,6 +38,14 @@ JSON file:
   ``torch.profiler.profile(activities=[CPU, CUDA])`` session of 3 such loops, then again 2 s later. It runs last
   whatever the order given, since the session it opens slows every later call of the process.
 
+* ``idle_distinct`` (issue 39: on one H100, 2026-12-06, the eager small_ops_graph iteration's calls cost ~1.2-1.4x
+  calibrate's looped figures in every process that ran it, execute and hand-written alike): host µs per layer of
+  small_ops_graph's eager sequence (set_stream, matmul 32x1024x1024 bf16, event record, 128 KiB copy_,
+  set_stream, wait_event, matmul), with one shared set of tensors or each layer its own (as a model's layers and
+  the executor's ops are), with the GPU kept busy (a sleep kernel ahead, as calibrate measures) or idle (each
+  layer issued to a drained GPU, as a host-bound run issues); and the 64x64 matmul loop (``eager_per_op_us``)
+  busy and idle. Medians of 9 loops of 64 layers (200 calls).
+
 On CPU it prints what it needs and exits 0 (the script itself is checked there).
 """
 
@@ -210,9 +218,62 @@ def after_profiler(torch) -> dict[str, float]:
     return {"matmul_call_us_before": before, "after_profiler": after, "after_2s": loop_us()}
 
 
+def idle_distinct(torch) -> dict[str, float]:
+    dev = torch.device("cuda")
+    L = 64
+    main, aux = torch.cuda.Stream(), torch.cuda.Stream()
+
+    def bf(*shape: int) -> object:
+        return torch.randn(*shape, device=dev, dtype=torch.bfloat16)
+
+    shared = (bf(32, 1024), bf(1024, 1024), torch.empty(32, 1024, device=dev, dtype=torch.bfloat16))
+    own = [(bf(32, 1024), bf(1024, 1024), torch.empty(32, 1024, device=dev, dtype=torch.bfloat16))
+           for _ in range(2 * L)]
+    src = [torch.empty(32768, device=dev) for _ in range(L)]
+    dst = [torch.empty(32768, device=dev) for _ in range(L)]
+    ev = [torch.cuda.Event() for _ in range(L)]
+
+    def layers(distinct: bool) -> None:
+        for i in range(L):
+            x, w, c = own[2 * i] if distinct else shared
+            torch.cuda.set_stream(main)
+            torch.matmul(x, w, out=c)
+            ev[i].record(main)
+            (dst[i] if distinct else dst[0]).copy_(src[i] if distinct else src[0])
+            torch.cuda.set_stream(aux)
+            aux.wait_event(ev[i])
+            x, w, c = own[2 * i + 1] if distinct else shared
+            torch.matmul(x, w, out=c)
+        torch.cuda.set_stream(torch.cuda.default_stream())
+
+    def idle_us(fn: object, n: int, reps: int = 9) -> float:  # GPU drained before each loop, no sleep ahead
+        ts = []
+        for _ in range(reps):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()  # type: ignore[operator]
+            ts.append((time.perf_counter() - t0) / n * 1e6)
+        torch.cuda.synchronize()
+        return round(statistics.median(ts[1:]), 3)
+
+    res: dict[str, float] = {}
+    for distinct in (False, True):
+        tag = "distinct" if distinct else "shared"
+        for _ in range(2):
+            layers(distinct)
+        res[f"layer_busy_{tag}_us"] = round(_loop_us(torch, lambda d=distinct: layers(d), n=1, reps=9, skip=1) / L, 3)
+        res[f"layer_idle_{tag}_us"] = round(idle_us(lambda d=distinct: layers(d), 1) / L, 3)
+    a, b, c = (torch.rand(64, 64, device=dev) for _ in range(3))
+    res["matmul64_busy_us"] = _loop_us(torch, lambda: torch.matmul(a, b, out=c), reps=9, skip=1)
+    res["matmul64_idle_us"] = idle_us(lambda: torch.matmul(a, b, out=c), N)
+    return res
+
+
 #: ``--only`` sections in the order they run (after_profiler last: its profiler session slows later calls), and
 #: the ``probe`` name of each one's JSON line (those of the former one-section scripts kept)
-SECTIONS = {"host": "host", "coresidence": "coresidence", "cold_wait": "cold_wait", "after_profiler": "profiler_host"}
+SECTIONS = {"host": "host", "coresidence": "coresidence", "cold_wait": "cold_wait", "idle_distinct": "idle_distinct",
+            "after_profiler": "profiler_host"}
 
 
 def main() -> int:
@@ -228,7 +289,8 @@ def main() -> int:
         print("probe_host_calls: needs a CUDA GPU (CUDA events, torch.cuda._sleep); nothing measured")
         return 0
     runs = {"host": lambda: host(torch), "coresidence": lambda: coresidence(torch, a.kineto),
-            "cold_wait": lambda: cold_wait(torch), "after_profiler": lambda: after_profiler(torch)}
+            "cold_wait": lambda: cold_wait(torch), "idle_distinct": lambda: idle_distinct(torch),
+            "after_profiler": lambda: after_profiler(torch)}
     out: dict[str, object] = {"torch": torch.__version__, "gpu": torch.cuda.get_device_name(),
                               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     for name in (s for s in SECTIONS if s in a.only):
