@@ -286,7 +286,12 @@ def _kernels(tps, tres, world, tmpl, rank, batch, res, work, opq, C, cost, sms):
     loop's int32 buffers
     (``krank`` is ``rank`` itself when every op is its own kernel) and ``ktau`` float64 seconds, in one O(N)
     pass of the compiled ``kernels``. ``tres``: each template's resource
-    (a collective of one rank's as rule one-rank-collective gives it)."""
+    (a collective of one rank's as rule one-rank-collective gives it).
+
+    The loop's compact forms (``_cwaves.c``, ``W``): when every op is its own kernel (K = N, in op order),
+    ``kern``, ``kptr`` and ``kidx`` (the identity) are empty and ``kneed`` is ``[1]``; ``kmem``, ``ktail``
+    (when 0), ``ktail_tau`` and ``kgain`` are one entry when every kernel has the same value (:func:`_one_entry`).
+    At 1M ops that is 7 arrays of N entries fewer at the loop's peak."""
     from schedsim.sim.loop import compiled_loop
 
     N = len(tmpl)
@@ -316,8 +321,25 @@ def _kernels(tps, tres, world, tmpl, rank, batch, res, work, opq, C, cost, sms):
             x[:K].copy() for x in (ktype, krank, kneed, kleft, ktau, kmem, kq, qidx))
     kptr = kptr[:K + 1]
     ktail, ktail_tau, kgain = _tails(ttail, op_tail, twt, tmpl, kidx, kptr, ktype, ktau, K)
+    if K == N and N > 1:  # each op its own kernel, numbered in op order (kernels numbers them by first op)
+        kern = kptr = kidx = np.zeros(0, I32)
+        kneed = np.ones(1, I32)
+    kmem, ktail_tau, kgain = _one_entry(kmem), _one_entry(ktail_tau), _one_entry(kgain)
+    if not ktail.any():
+        ktail = _one_entry(ktail)
     return (kern, kptr, kidx, ktype, krank, kneed, kleft, ktau, kmem, kq, qptr[:Q + 1], qidx, ktail, ktail_tau,
             kgain)
+
+
+def _one_entry(a: np.ndarray) -> np.ndarray:
+    """``a`` (a per-kernel buffer of the loop, read-only there) as one entry when all its entries are the same
+    value bit for bit (a -0.0 among 0.0 is not), which the compiled loop reads for every kernel; else ``a``."""
+    if len(a) < 2:
+        return a
+    bits = a.view(I64) if a.dtype == np.float64 else a
+    if bool((bits == bits[0]).all()):
+        return a[:1].copy()
+    return a
 
 
 def _tails(ttail, op_tail, twt, tmpl, kidx, kptr, ktype, ktau, K):
@@ -535,7 +557,7 @@ def _run_program_once(prog: Program, profile: HardwareProfile, mode: str, rules:
         tps, ktres, prog.world_size, tmpl, rank32, prog.batch, kres, work, opq, rules.max_connections, cost,
         rules.sms)
     del opq, kres, ktres
-    K = len(kptr) - 1
+    K = len(ktau)  # kptr is empty for the identity (_kernels)
     node = cost.net.rank_nodes(prog.world_size)  # None without a cluster topology: one link tier
     groups = [tps[t].group for t in tmpl[gidx[gptr[:C]]].tolist()] if prog.represented else None
     link = [_i32(x) for x in _link_ends(gptr, gidx, rank, C, rules.p2p_one_way,
