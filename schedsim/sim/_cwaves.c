@@ -1571,7 +1571,7 @@ static PyObject *issue_sums(PyObject *self, PyObject *args) {
 
 
 /* ---- succ_csr(n, edges, sid, sptr, sidx, npred, xdeps): the DAG's successor lists ---------------------------- */
-/* The edges (a tuple of int64 arrays, each of (src, dst) pairs one after another, e.g. an (E, 2) array: ops
+/* The edges (a tuple of int64 or int32 arrays, each of (src, dst) pairs one after another, e.g. an (E, 2) array: ops
  * 0..n-1, any order, repeats allowed) as CSR: row r of sidx (from sptr[r] to sptr[r + 1], int32) holds r's
  * distinct successors in ascending order, which is what sorting the keys src·n + dst and dropping repeats gives
  * (tests/oracle/numpy_helpers.succ_csr). npred[v] (int32) counts v's distinct predecessors, xdeps[v]
@@ -1589,6 +1589,11 @@ static int int64_or_int32(PyObject *o, Py_buffer *b, int is64, int writable, con
         return -1;
     }
     return 0;
+}
+
+/* entry e of an edge array of int32 (is32) or int64 entries */
+static inline i64 edge_at(const void *buf, int is32, i64 e) {
+    return is32 ? (i64)((const i32 *)buf)[e] : ((const i64 *)buf)[e];
 }
 
 static int cmp_i32(const void *a, const void *b) {
@@ -1612,20 +1617,26 @@ static PyObject *succ_csr(PyObject *self, PyObject *args) {
     int got = 0, egot = 0;
     PyObject *result = NULL;
     i64 *cur = NULL;
-    for (; egot < ne; egot++)
-        if (int64_or_int32(PyTuple_GET_ITEM(edges, egot), &eb[egot], 1, 0, "succ_csr: int64 edge arrays") < 0)
+    int e32[16];
+    for (; egot < ne; egot++) {
+        if (index_buffer(PyTuple_GET_ITEM(edges, egot), &eb[egot]) < 0) {
+            PyErr_Clear();
+            PyErr_SetString(PyExc_TypeError, "succ_csr: int64 or int32 edge arrays");
             goto done;
+        }
+        e32[egot] = eb[egot].itemsize == 4;
+    }
     for (; got < 5; got++)
         if (int64_or_int32(o[got], &b[got], is64[got], got >= 1,
                            "succ_csr: int64 sid; writable int32 sptr, sidx, npred and int64 xdeps") < 0)
             goto done;
     i64 E = 0;
     for (int k = 0; k < ne; k++) {
-        if ((eb[k].len / 8) % 2) {
+        if ((eb[k].len / eb[k].itemsize) % 2) {
             PyErr_SetString(PyExc_ValueError, "succ_csr: an edge array of an odd length (not pairs)");
             goto done;
         }
-        E += eb[k].len / 16;
+        E += eb[k].len / eb[k].itemsize / 2;
     }
     if (b[0].len / 8 != n || b[1].len / 4 != n + 1 || b[2].len / 4 < E || b[3].len / 4 != n || b[4].len / 8 != n ||
         E >= ((i64)1 << 31)) {
@@ -1636,9 +1647,8 @@ static PyObject *succ_csr(PyObject *self, PyObject *args) {
     i32 *sptr = b[1].buf, *sidx = b[2].buf, *npred = b[3].buf;
     i64 *xdeps = b[4].buf;
     for (int k = 0; k < ne; k++) {
-        const i64 *pr = eb[k].buf;
-        for (i64 e = 0; e < eb[k].len / 8; e++)
-            if (pr[e] < 0 || pr[e] >= n) {
+        for (i64 e = 0; e < eb[k].len / eb[k].itemsize; e++)
+            if (edge_at(eb[k].buf, e32[k], e) < 0 || edge_at(eb[k].buf, e32[k], e) >= n) {
                 PyErr_SetString(PyExc_ValueError, "succ_csr: an edge names an op outside 0..n-1");
                 goto done;
             }
@@ -1650,13 +1660,14 @@ static PyObject *succ_csr(PyObject *self, PyObject *args) {
     }
     memset(cur, 0, ((size_t)n + 1) * sizeof(i64));
     for (int k = 0; k < ne; k++) {
-        const i64 *pr = eb[k].buf;
-        for (i64 e = 0; e < eb[k].len / 16; e++) cur[pr[2 * e] + 1]++;
+        const void *pr = eb[k].buf;
+        for (i64 e = 0; e < eb[k].len / eb[k].itemsize / 2; e++) cur[edge_at(pr, e32[k], 2 * e) + 1]++;
     }
     for (i64 r = 0; r < n; r++) cur[r + 1] += cur[r];
     for (int k = 0; k < ne; k++) {
-        const i64 *pr = eb[k].buf;
-        for (i64 e = 0; e < eb[k].len / 16; e++) sidx[cur[pr[2 * e]]++] = (i32)pr[2 * e + 1]; /* cur[r]: end of r */
+        const void *pr = eb[k].buf;
+        for (i64 e = 0; e < eb[k].len / eb[k].itemsize / 2; e++) /* cur[r]: end of r */
+            sidx[cur[edge_at(pr, e32[k], 2 * e)]++] = (i32)edge_at(pr, e32[k], 2 * e + 1);
     }
     memset(npred, 0, (size_t)n * sizeof(i32));
     memset(xdeps, 0, (size_t)n * sizeof(i64));

@@ -271,8 +271,8 @@ def _succ(prog: Program, fifo: np.ndarray, sid: np.ndarray) -> tuple[np.ndarray,
     from schedsim.sim.loop import compiled_loop
 
     N = prog.N
-    e = [np.asarray(prog.stream_edges, I64).reshape(-1, 2), np.asarray(prog.dep_edges, I64).reshape(-1, 2),
-         fifo.reshape(-1, 2)]
+    e = [np.asarray(prog.stream_edges).reshape(-1, 2), np.asarray(prog.dep_edges).reshape(-1, 2),
+         fifo.reshape(-1, 2)]  # int32 or int64, read as they are
     E = sum(len(x) for x in e)
     sptr, sidx, npred, xdeps = np.empty(N + 1, I32), np.empty(E, I32), np.empty(N, I32), np.empty(N, I64)
     m = compiled_loop().succ_csr(N, tuple(np.ascontiguousarray(x) for x in e), np.ascontiguousarray(sid, I64), sptr,
