@@ -798,6 +798,8 @@ static void loop(W *w) {
 #define COPY_TAB 12
 /* Each buffer's type, in argument order: d float64, i int32 (see the struct's fields and run()'s unpacking) */
 static const char KINDS[NBUF + 1] = "ddd" "iiiiiiidd" "iiiiiiiid" "idd" "ii" "iiiiiiiiiid" "ddddd" "i" "iiii";
+/* Which buffers the loop writes ('w'; the others may be read-only, e.g. a Program's columns) */
+static const char WRITES[NBUF + 1] = "..." "w........" "......ww." "w.." ".." "..........." "wwwww" "w" "wwww";
 
 static PyObject *run(PyObject *self, PyObject *args) {
     PyObject *ints, *floats, *arrays, *share = Py_None;
@@ -834,7 +836,8 @@ static PyObject *run(PyObject *self, PyObject *args) {
     int got = 0, sgot = 0;
     void *ptr[NBUF];
     for (; got < NBUF; got++) {
-        if (PyObject_GetBuffer(PyTuple_GET_ITEM(arrays, got), &bufs[got], PyBUF_WRITABLE | PyBUF_FORMAT) < 0) break;
+        int wr = WRITES[got] == 'w' ? PyBUF_WRITABLE : 0;
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(arrays, got), &bufs[got], wr | PyBUF_FORMAT) < 0) break;
         ptr[got] = bufs[got].buf;
         const char *f = bufs[got].format ? bufs[got].format : "B";
         if (*f == '<' || *f == '=' || *f == '@') f++;

@@ -311,7 +311,7 @@ def _kernels(tps, tres, world, tmpl, rank, batch, res, work, opq, C, cost, sms):
     # without batches every op is its own kernel: kidx, ktype, krank (2, 3, 4) are not made (op columns)
     out = [np.empty(0 if nb == 0 and k in (2, 3, 4) else N + (k in (1, 10)), np.float64 if k == 7 else I32)
            for k in range(12)]
-    K, Q = compiled_loop().kernels((N, world, nb, C), _i32(rank), _i32(batch), _i32(res), _i32(tmpl), _f64(work),
+    K, Q = compiled_loop().kernels((N, world, nb, C), _c32(rank), _c32(batch), _i32(res), _i32(tmpl), _f64(work),
                                    _i32(opq), _i32(tctas), twaves.astype(np.float64), tmem, *out)
     kern, kptr, kidx, ktype, krank, kneed, kleft, ktau, kmem, kq, qptr, qidx = out
     if K == N:  # every op its own kernel, in op order: the op columns are the kernel columns (no copies held)
@@ -388,6 +388,12 @@ def _check(prog: Program, rank: np.ndarray, work: np.ndarray) -> None:
 def _i32(a) -> np.ndarray:
     """``a`` as the compiled loop's index buffer: writable contiguous int32 (copied only when it is not one)."""
     return np.require(a, I32, ["C", "W"])
+
+
+def _c32(a) -> np.ndarray:
+    """``a`` as an index buffer the compiled code only reads: contiguous int32, read-only or not (a Program's
+    column as it is; copied only when it is not one)."""
+    return np.require(a, I32, ["C"])
 
 
 def _f64(a) -> np.ndarray:
@@ -545,7 +551,7 @@ def _run_program_once(prog: Program, profile: HardwareProfile, mode: str, rules:
     # rules hardware-queues, cta-count, hbm-share: kernels (a collective of one rank: a copy, rule
     # one-rank-collective; its span keeps its kind's resource); rule nccl-sms: link ends
     opq = gm.stream_queue_columns(rank, sid, rules.max_connections)
-    rank32 = _i32(prog.rank)
+    rank32 = _c32(prog.rank)  # read as it is (the loop and kernels write no input)
     kres, ktres = res, tres
     if len(lone):  # their templates are theirs alone (a group of one rank is part of the template)
         ktres = tres.copy()
@@ -567,7 +573,7 @@ def _run_program_once(prog: Program, profile: HardwareProfile, mode: str, rules:
     gptr, gidx = _i32(gptr), _i32(gidx)
     granks = rank32[gidx]
     del rank
-    sid = _i32(prog.stream_id)
+    sid = _c32(prog.stream_id)
     start, ready_t, deps_t, khand = np.zeros(N), np.zeros(N), np.zeros(N), np.zeros(K)
     end, binding = np.full(N, -1.0), np.full(N, -1, I32)
     kneed0 = kneed.copy()
