@@ -203,7 +203,7 @@ def test_the_loops_compact_buffers_run_as_their_full_forms(monkeypatch):
     # Memory (issue 38): where every op is its own kernel the kernel maps are the identity and are passed empty,
     # and per-kernel buffers of one value (memory flag, split-k tail and its time, fill gain, ops per kernel) as
     # one entry; the loop reads them as the full arrays. The same run with the full arrays written out gives the
-    # same timeline, bit for bit.
+    # same timeline, bit for bit. The Program's rank and stream columns (read-only) are read as they are.
     import numpy as np
 
     G = lower(load_schedule(ROOT / "benchmarks/data/overlap_gen.yaml", {"world_size": 4, "chunks": 16}))
@@ -223,6 +223,7 @@ def test_the_loops_compact_buffers_run_as_their_full_forms(monkeypatch):
     arrays, full, jobs_full, jobs = calls[0]
     assert [len(arrays[k]) for k in (_KERN, _KPTR, _KIDX, _KNEED, _KWAIT)] == [0, 0, 0, 1, 1]  # compact here
     assert len(arrays[_KTAIL]) == 1 and len(arrays[_KTTAU]) == 1 and len(arrays[_KMEM]) == 1
+    assert np.shares_memory(arrays[7], G.rank) and np.shares_memory(arrays[6], G.stream_id)  # read-only inputs
     assert jobs == jobs_full
     for k in range(37, 43):  # start, end, ready_t, deps_t, khand, binding
         assert np.array_equal(arrays[k].view(np.uint8), full[k].view(np.uint8)), k
