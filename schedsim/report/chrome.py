@@ -60,16 +60,42 @@ def _us(s: float) -> float:
 
 def _us_list(a: np.ndarray) -> list[float]:
     """:func:`_us` of every value of ``a`` (float64 seconds, shape (n,)): numpy's products are the IEEE products
-    Python's ``s * 1e6`` gives, each rounded by Python's ``round`` (numpy's rounds by another method)."""
-    return [round(x, 4) for x in (a * 1e6).tolist()]
+    Python's ``s * 1e6`` gives, each rounded as Python's ``round`` rounds it (:func:`_rounded`)."""
+    return _rounded(np.asarray(a, np.float64) * 1e6, 4)
+
+
+def _rounded(a: np.ndarray, nd: int) -> list[float]:
+    """``[round(x, nd) for x in a.tolist()]`` (float64 ``a``, shape (n,); ``nd`` in 0..15), without a call per
+    value where numpy gives the same float.
+
+    Python's ``round(x, nd)`` is the float nearest to the exact value of ``x`` rounded to ``nd`` decimals, half to
+    even; ``rint(x·10^nd) / 10^nd`` is the float nearest to ``k / 10^nd`` for ``k = rint(fl(x·10^nd))``, the same
+    ``k`` unless the exact product and its float (at most half an ulp apart) lie on two sides of a half-integer or
+    on one. Values whose product is within two ulps of a half-integer, is 2**52 or more, or is not finite go
+    through ``round``."""
+    p = 10.0 ** nd
+    f = a * p
+    out = (np.rint(f) / p).tolist()
+    with np.errstate(invalid="ignore"):  # inf - inf: not finite, through round
+        odd = ~((np.abs(f - np.floor(f) - 0.5) > 2 * np.abs(np.spacing(f))) & (np.abs(f) < 2.0 ** 52))
+    if odd.any():
+        for i, x in zip(np.flatnonzero(odd).tolist(), a[odd].tolist(), strict=True):
+            out[i] = round(x, nd)
+    return out
 
 
 def _rate_counter(start: np.ndarray, end: np.ndarray, value: np.ndarray) -> list[tuple[float, float]]:
+    """:func:`_rate_samples` as ``[(t_s, total)]``."""
+    return list(zip(*_rate_samples(start, end, value), strict=True))
+
+
+def _rate_samples(start: np.ndarray, end: np.ndarray, value: np.ndarray) -> tuple[np.ndarray, list[float]]:
     """Piecewise-constant sum of ``value`` over running intervals ``[start, end)`` (float64 columns, shape (n,);
-    seconds): [(t_s, total)] at every change. The events (t, ±value) of the intervals with a value (not 0) and a
-    length, sorted by (t, delta) and summed in that order (``np.cumsum``: one addition after another, the sums a
-    loop over the sorted events makes); a time's sample is the sum after its last event, 0 where that is within
-    1e-9 (relative) of 0 or negative, and dropped where within 1e-9 of the sample before it."""
+    seconds): the times (float64 seconds) and totals at every change. The events (t, ±value) of the intervals with a
+    value (not 0) and a length, sorted by (t, delta) and summed in that order (``np.cumsum``: one addition after
+    another, the sums a loop over the sorted events makes); a time's sample is the sum after its last event, 0 where
+    that is within 1e-9 (relative) of 0 or negative, and dropped where within 1e-9 of the last sample kept (a
+    sample equal to the one before it always is: dropped first, without the loop)."""
     keep = (value != 0) & (end > start)
     v = value[keep]
     t = np.concatenate([start[keep], end[keep]])
@@ -80,12 +106,23 @@ def _rate_counter(start: np.ndarray, end: np.ndarray, value: np.ndarray) -> list
     last = np.ones(len(t), bool)
     last[:-1] = t[1:] != t[:-1]
     val = np.where(np.abs(cur) > 1e-9 * (np.abs(d) + 1), np.where(cur > 0.0, cur, 0.0), 0.0)
-    out: list[tuple[float, float]] = []
-    for tv, x in zip(t[last].tolist(), val[last].tolist(), strict=True):
-        if out and abs(out[-1][1] - x) <= 1e-9 * max(1.0, abs(x)):
-            continue  # unchanged: a counter sample holds until the next one
-        out.append((tv, x))
-    return out
+    t, val = t[last], val[last]
+    new = np.ones(len(val), bool)
+    new[1:] = val[1:] != val[:-1]  # within 1e-9 of the last kept whether the one before was kept or not
+    t, val = t[new], val[new]
+    xs = val.tolist()
+    if not (np.abs(val[1:] - val[:-1]) <= 1e-9 * np.maximum(1.0, np.abs(val[1:]))).any():
+        return t, xs  # each differs from the one before: every one is kept
+    keep = [True] * len(val)
+    kept = None
+    for i, x in enumerate(xs):
+        if kept is not None and abs(kept - x) <= 1e-9 * max(1.0, abs(x)):
+            keep[i] = False  # unchanged: a counter sample holds until the next one
+        else:
+            kept = x
+    if all(keep):
+        return t, xs
+    return t[np.asarray(keep, bool)], [x for x, k in zip(xs, keep, strict=True) if k]
 
 
 def _nesting_rows(spans: list[Span], tol_s: float = 5e-10, cols: Any = None) -> list[int]:
@@ -144,19 +181,28 @@ class ProgramFlows:
         """``(u, v, {"kind": "stream" | "dep"})`` per edge (``(u, v)`` without ``data``): by source op in program
         order, each source's edges in insertion order (stream edges, then dependencies), an edge that is both
         once, at its first insertion, with kind ``dep`` (what ``DiGraph.add_edges_from`` leaves)."""
-        import numpy as np
+        e, dep = self._edge_arrays()
+        ids = self._ids
+        for (a, b), d in zip(e.tolist(), dep.tolist(), strict=True):
+            yield (ids[a], ids[b], {"kind": "dep" if d else "stream"}) if data else (ids[a], ids[b])
 
-        prog, ids = self._prog, self._ids
+    def dep_pairs(self) -> np.ndarray:
+        """The edges of kind ``dep`` of :meth:`edges`, in its order, as op indices ((E, 2) int64)."""
+        e, dep = self._edge_arrays()
+        return e[dep]
+
+    def _edge_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`edges` as arrays: ``(E, 2)`` op indices (int64) and whether each is of kind ``dep`` (bool)."""
+        prog = self._prog
         e = np.concatenate([prog.stream_edges, prog.dep_edges]).reshape(-1, 2).astype(np.int64)
         if not len(e):
-            return
-        key = e[:, 0] * max(len(ids), 1) + e[:, 1]
+            return e, np.zeros(0, bool)
+        key = e[:, 0] * max(len(self._ids), 1) + e[:, 1]
         _u, first, inv = np.unique(key, return_index=True, return_inverse=True)
         dep = np.zeros(len(first), bool)
         dep[inv.reshape(-1)[len(prog.stream_edges):]] = True
         order = np.lexsort((first, e[first, 0]))
-        for (a, b), d in zip(e[first[order]].tolist(), dep[order].tolist(), strict=True):
-            yield (ids[a], ids[b], {"kind": "dep" if d else "stream"}) if data else (ids[a], ids[b])
+        return e[first[order]], dep[order]
 
 
 def chrome_trace(timelines: list[tuple[str, Timeline]], graph: Any = None) -> dict[str, Any]:
@@ -277,9 +323,10 @@ class _Writer:
         c = tl.columns
         ts, te = _us_list(c.start_s), _us_list(c.end_s)
         solo, ready = _us_list(c.solo_s), _us_list(c.ready_s)
-        for s, pid, tid, a, b, so, re in zip(tl.spans, self.pid_row, self.tid_row, ts, te, solo, ready, strict=True):
+        dur = _rounded(np.asarray(te, np.float64) - np.asarray(ts, np.float64), 4)  # round(b - a, 4) of each
+        for s, pid, tid, a, d, so, re in zip(tl.spans, self.pid_row, self.tid_row, ts, dur, solo, ready, strict=True):
             self.events.append({"ph": "X", "name": s.name, "cat": s.resource, "pid": pid, "tid": tid, "ts": a,
-                                "dur": round(b - a, 4), "args": _slice_args(s, label, others, so, re)})
+                                "dur": d, "args": _slice_args(s, label, others, so, re)})
 
     def flow(self, a: int, b: int, cat: str) -> None:
         """An arrow from 5 % into row ``a`` to 5 % before the end of row ``b``; none when ``b`` ended before
@@ -296,15 +343,44 @@ class _Writer:
     def graph_flows(self, graph: Any) -> None:
         """The graph's dependencies across streams or ranks (``dep``) and its send → recv pairs (``p2p``)."""
         row_of, lane = self.row_of, self.lane_row
-        for u, v, d in graph.edges(data=True):
-            a, b = row_of.get(u), row_of.get(v)
-            if a is None or b is None or lane[a] == lane[b] or d.get("kind") == "stream":
-                continue
-            self.flow(a, b, "dep")
+        if isinstance(graph, ProgramFlows):  # the same flows from arrays (no per-edge tuples and lookups)
+            self._dep_flows(graph)
+        else:
+            for u, v, d in graph.edges(data=True):
+                a, b = row_of.get(u), row_of.get(v)
+                if a is None or b is None or lane[a] == lane[b] or d.get("kind") == "stream":
+                    continue
+                self.flow(a, b, "dep")
         for u, v in GraphInfo.of(graph).p2p:
             a, b = row_of.get(u), row_of.get(v)
             if a is not None and b is not None:
                 self.flow(a, b, "p2p")
+
+    def _dep_flows(self, graph: ProgramFlows) -> None:
+        """:meth:`graph_flows`'s ``dep`` flows of a :class:`ProgramFlows`: its dependency edges whose ends are rows
+        on different lanes, each drawn as :meth:`flow` draws it, in the edges' order."""
+        pairs = graph.dep_pairs()
+        if not len(pairs):
+            return
+        row_of = self.row_of
+        op_row = np.array([row_of.get(i, -1) for i in graph._ids], np.int64)  # op index -> row, -1 none
+        a, b = op_row[pairs[:, 0]], op_row[pairs[:, 1]]
+        lane = np.asarray(self.lane_row, np.int64)
+        keep = (a >= 0) & (b >= 0)
+        a, b = a[keep], b[keep]
+        keep = lane[a] != lane[b]
+        a, b = a[keep], b[keep]
+        out_us, in_us = np.asarray(self.out_us, np.float64), np.asarray(self.in_us, np.float64)
+        keep = ~(out_us[a] > in_us[b])  # as flow(): none when b ended before a began
+        a, b = a[keep].tolist(), b[keep].tolist()
+        ev, pid, tid, o, i = self.events, self.pid_row, self.tid_row, self.out_us, self.in_us
+        fid = self.flow_id
+        for x, y in zip(a, b, strict=True):
+            fid += 1
+            ev.append({"ph": "s", "name": "dep", "cat": "dep", "id": fid, "pid": pid[x], "tid": tid[x], "ts": o[x]})
+            ev.append({"ph": "f", "bp": "e", "name": "dep", "cat": "dep", "id": fid, "pid": pid[y], "tid": tid[y],
+                       "ts": i[y]})
+        self.flow_id = fid
 
     def tagged_p2p_flows(self, tl: Timeline) -> None:
         """No graph: pair sends and recvs that carry the same message tag (the pipeline block's ``msg``)."""
@@ -383,21 +459,23 @@ class _Writer:
         pos = np.where(dur > 0, dur, 1.0)  # the values of zero-length intervals are never read
         compute, solo = res == "compute", c.solo_s[rows]
         comp = compute & ~np.isnan(solo)
+        ev = self.events
         if comp.any():
             share = np.where(dur[comp] > 0, solo[comp] / pos[comp], 0.0)
-            for t, v in _rate_counter(start[comp], end[comp], share):
-                self.events.append({"ph": "C", "name": "GPU share in use", "pid": pid, "ts": _us(t),
-                                    "args": {"share": round(v, 6)}})
+            t, vs = _rate_samples(start[comp], end[comp], share)
+            ev.extend([{"ph": "C", "name": "GPU share in use", "pid": pid, "ts": a, "args": {"share": v}}
+                       for a, v in zip(_us_list(t), _rounded(np.asarray(vs, np.float64), 6), strict=True)])
         else:  # measured: no solo durations to weigh by, so count the compute ops in flight
-            for t, v in _rate_counter(start[compute], end[compute], np.ones(int(compute.sum()))):
-                self.events.append({"ph": "C", "name": "compute ops running", "pid": pid, "ts": _us(t),
-                                    "args": {"ops": round(v)}})
+            t, vs = _rate_samples(start[compute], end[compute], np.ones(int(compute.sum())))
+            ev.extend([{"ph": "C", "name": "compute ops running", "pid": pid, "ts": a, "args": {"ops": round(v)}}
+                       for a, v in zip(_us_list(t), vs, strict=True)])
         nbytes = c.bytes[rows]
         comm = (res == "comm") & (nbytes != 0)
         bw = np.where(dur[comm] > 0, nbytes[comm] / pos[comm], 0.0)
-        for t, v in _rate_counter(start[comm], end[comm], bw):
-            self.events.append({"ph": "C", "name": "comm bandwidth in use (B/s)", "pid": pid, "ts": _us(t),
-                                "args": {"bytes_per_s": round(v, 3)}})
+        t, vs = _rate_samples(start[comm], end[comm], bw)
+        ev.extend([{"ph": "C", "name": "comm bandwidth in use (B/s)", "pid": pid, "ts": a,
+                    "args": {"bytes_per_s": v}} for a, v in zip(_us_list(t), _rounded(np.asarray(vs, np.float64), 3),
+                                                                strict=True)])
 
 
 _CHUNK = 20_000  # events serialised per orjson call: bounds the bytes held at once while writing
