@@ -43,7 +43,7 @@ import numpy as np
 from schedsim.graph.info import GraphInfo
 from schedsim.io import atomic_writer
 from schedsim.kinds import P2P_KINDS, TRACE_COLLECTIVE_KINDS
-from schedsim.sim.timeline import Span, Timeline, dumps_json
+from schedsim.sim.timeline import Span, SpanColumns, Timeline, _decode, dumps_json
 
 __all__ = ["ProgramFlows", "chrome_trace", "write_chrome_trace"]
 
@@ -125,7 +125,7 @@ def _rate_samples(start: np.ndarray, end: np.ndarray, value: np.ndarray) -> tupl
     return t[np.asarray(keep, bool)], [x for x, k in zip(xs, keep, strict=True) if k]
 
 
-def _nesting_rows(spans: list[Span], tol_s: float = 5e-10, cols: Any = None) -> list[int]:
+def _nesting_rows(spans: list[Span] | Timeline, tol_s: float = 5e-10, cols: Any = None) -> list[int]:
     """Row of each span within its (rank, stream) lane so that the spans of one row nest.
 
     A simulated stream runs one op at a time, so everything lands in row 0. Measured streams can
@@ -135,7 +135,8 @@ def _nesting_rows(spans: list[Span], tol_s: float = 5e-10, cols: Any = None) -> 
     ``tol_s`` (0.5 ns) absorbs the writer's 0.1 ns rounding. ``cols``: the spans as
     :class:`~schedsim.sim.timeline.SpanColumns`, to find in one pass that every lane runs one span at a time
     (each span, in the order below, starts no earlier than ``tol_s`` before the one before it on its lane
-    ended; finite times): then every row is 0, as the walk below gives it.
+    ended; finite times): then every row is 0, as the walk below gives it. ``spans`` may be the Timeline itself,
+    whose rows are then built only for the walk.
     """
     rows = [0] * len(spans)
     if cols is not None and len(spans) > 1 and np.isfinite(cols.start_s).all() and np.isfinite(cols.end_s).all():
@@ -144,6 +145,8 @@ def _nesting_rows(spans: list[Span], tol_s: float = 5e-10, cols: Any = None) -> 
         same = lane[o][1:] == lane[o][:-1]
         if not (same & (cols.end_s[o][:-1] > cols.start_s[o][1:] + tol_s)).any():
             return rows
+    if isinstance(spans, Timeline):
+        spans = spans.spans
     by_lane: dict[tuple[int, str], list[int]] = defaultdict(list)
     for i, s in enumerate(spans):
         by_lane[(s.rank, s.stream)].append(i)
@@ -287,7 +290,7 @@ class _Writer:
         keys = list(zip(c.rank[first].tolist(), [c.stream[0][k] for k in c.stream[1][first].tolist()], strict=True))
         res_of = dict(zip(keys, [c.resource[0][k] for k in c.resource[1][first].tolist()], strict=True))
         order = sorted(range(len(keys)), key=lambda u: (keys[u][0], _RES_ORDER.get(res_of[keys[u]], 3), keys[u][1]))
-        sub = np.asarray(_nesting_rows(tl.spans, cols=c), np.int64)
+        sub = np.asarray(_nesting_rows(tl, cols=c), np.int64)
         n_sub = np.zeros(len(keys), np.int64)
         np.maximum.at(n_sub, inv, sub + 1)
         for r in ranks:
@@ -324,9 +327,36 @@ class _Writer:
         ts, te = _us_list(c.start_s), _us_list(c.end_s)
         solo, ready = _us_list(c.solo_s), _us_list(c.ready_s)
         dur = _rounded(np.asarray(te, np.float64) - np.asarray(ts, np.float64), 4)  # round(b - a, 4) of each
+        if not others:  # from the columns: the same events without a Span per row
+            self._column_slices(c, ts, dur, solo, ready)
+            return
         for s, pid, tid, a, d, so, re in zip(tl.spans, self.pid_row, self.tid_row, ts, dur, solo, ready, strict=True):
             self.events.append({"ph": "X", "name": s.name, "cat": s.resource, "pid": pid, "tid": tid, "ts": a,
                                 "dur": d, "args": _slice_args(s, label, others, so, re)})
+
+    def _column_slices(self, c: SpanColumns, ts: list[float], dur: list[float], solo: list[float],
+                       ready: list[float]) -> None:
+        """:meth:`slices` of a timeline alone in its trace, read from its columns ``c`` as its spans hold them
+        (:meth:`~schedsim.sim.timeline.SpanColumns.to_spans`); ``args`` as :func:`_slice_args` makes them."""
+        kinds, ress = _decode(c.kind), _decode(c.resource)
+        nbytes, flops = c.bytes.tolist(), c.flops.tolist()
+        has_solo, has_ready = (~np.isnan(c.solo_s)).tolist(), (~np.isnan(c.ready_s)).tolist()
+        ev = self.events
+        for op, name, kind, res, pid, tid, a, d, so, re, b, f, tags, hs, hr in zip(
+                c.id, c.name, kinds, ress, self.pid_row, self.tid_row, ts, dur, solo, ready, nbytes, flops, c.tags,
+                has_solo, has_ready, strict=True):
+            args: dict[str, Any] = {"op": op, "kind": kind, "resource": res}
+            if b:
+                args["bytes"] = b
+            if f:
+                args["flops"] = f
+            if hs:
+                args["solo_us"] = so
+            if hr:
+                args["ready_us"] = re
+            if tags:
+                args.update({str(k): v for k, v in tags.items() if k not in args})
+            ev.append({"ph": "X", "name": name, "cat": res, "pid": pid, "tid": tid, "ts": a, "dur": d, "args": args})
 
     def flow(self, a: int, b: int, cat: str) -> None:
         """An arrow from 5 % into row ``a`` to 5 % before the end of row ``b``; none when ``b`` ended before
