@@ -364,7 +364,20 @@ def _block(body: list[tuple[Any, ...]], names: list[str], values: list[list[Any]
         return None
 
 
-_NAME_RE = re.compile(f"(?:{NAME_PATTERN.removeprefix('^').removesuffix('$')}\n)*")  # one name per line
+#: :data:`NAME_PATTERN`'s characters, and those it does not take first (or an empty name: a line break)
+_NAME_CHARS = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-[]"
+_NOT_FIRST = re.compile(rb"\n[0-9.\-\[\]\n]")
+
+
+def _names_ok(joined: str, nk: int) -> bool:
+    """Whether ``joined`` is ``nk`` names each followed by a line break, each matching :data:`NAME_PATTERN`
+    (what a regex of the names, one per line, matches), by byte passes: ASCII, nothing but the pattern's characters and the ``nk`` breaks,
+    and no name beginning with a character the pattern does not take first."""
+    if joined.count("\n") != nk or not joined.isascii():
+        return False
+    b = joined.encode("ascii")
+    return b.translate(None, _NAME_CHARS) == b"\n" * nk and b[:1] not in b"0123456789.-[]\n" and \
+        _NOT_FIRST.search(b) is None
 
 
 @dataclass
@@ -583,8 +596,7 @@ def _row_strs(key: str, v: Any, nk: int) -> Any:
     if set(map(type, lst)) != {str}:
         raise _Abandon
     if key != "tag":
-        joined = "\n".join(lst) + "\n"
-        if joined.count("\n") != nk or _NAME_RE.fullmatch(joined) is None:
+        if not _names_ok("\n".join(lst) + "\n", nk):
             raise _Abandon
     out[:] = lst
     return out
@@ -602,8 +614,7 @@ def _row_names(nm: Any, nk: int) -> Any:
     lst = nm.tolist()
     if set(map(type, lst)) != {str}:
         raise _Abandon  # pydantic's error, worded by the general path
-    joined = "\n".join(lst) + "\n"
-    if joined.count("\n") != nk or _NAME_RE.fullmatch(joined) is None:
+    if not _names_ok("\n".join(lst) + "\n", nk):
         raise _Abandon
     return nm
 

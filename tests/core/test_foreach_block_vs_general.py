@@ -104,3 +104,24 @@ def test_a_small_inner_loop_stops_being_a_block_after_a_few(monkeypatch: pytest.
     assert kinds == [("Block", 2), ("Block", 8)] * 2 + [("ComputeOp", 1), ("ComputeOp", 1), ("Block", 8)] * 3
     monkeypatch.setattr(foreach, "TEMPLATES", False)
     assert spec.ops == load_text(NESTED_SMALL, "n.yaml").ops
+
+
+def test_block_name_check_is_the_name_pattern_per_line():
+    # The block path checks its rows' names (and p2p_batch names) by byte passes over them joined, not a regex
+    # over megabytes: the same verdict as NAME_PATTERN on each name, for names valid and not.
+    import random
+    import re
+
+    from schedsim.spec.block import _names_ok
+    from schedsim.spec.model import NAME_PATTERN
+
+    one = re.compile(NAME_PATTERN)
+    rng = random.Random(7)
+    alphabet = "aZ_09.-[]x \t/é\n"
+    cases = [[], [""], ["a"], ["9a"], ["a", ""], ["_x.y-z[0]"], ["-a"], ["a b"], ["é"], ["a\nb"], ["[0]"], ["A9"]]
+    cases += [["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 4))) for _ in range(rng.randint(0, 5))]
+              for _ in range(3000)]
+    for names in cases:
+        joined = "\n".join(names) + "\n"
+        want = bool(names) and joined.count("\n") == len(names) and all(one.match(n) for n in names)
+        assert _names_ok(joined, len(names)) == want, names
