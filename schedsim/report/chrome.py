@@ -276,6 +276,7 @@ class _Writer:
         self.tid_row: list[int] = []
         self.out_us: list[float] = []
         self.in_us: list[float] = []
+        self._op_row: tuple[ProgramFlows, dict[str, int], np.ndarray] | None = None  # :meth:`_op_rows`
 
     def lanes(self, tl: Timeline, label: str | None, pid_base: int) -> None:
         """Process and thread metadata: one process per rank, one thread per stream and nesting row
@@ -392,25 +393,61 @@ class _Writer:
         pairs = graph.dep_pairs()
         if not len(pairs):
             return
-        row_of = self.row_of
-        op_row = np.array([row_of.get(i, -1) for i in graph._ids], np.int64)  # op index -> row, -1 none
+        op_row = self._op_rows(graph)
         a, b = op_row[pairs[:, 0]], op_row[pairs[:, 1]]
         lane = np.asarray(self.lane_row, np.int64)
         keep = (a >= 0) & (b >= 0)
         a, b = a[keep], b[keep]
         keep = lane[a] != lane[b]
-        a, b = a[keep], b[keep]
+        self._flows(a[keep], b[keep], "dep")
+
+    def _op_rows(self, graph: ProgramFlows) -> np.ndarray:
+        """Per op of ``graph``'s Program, its row in the current timeline (int64; -1: none), as :attr:`row_of`
+        maps its id (made once per timeline and graph)."""
+        got = self._op_row
+        if got is None or got[0] is not graph or got[1] is not self.row_of:
+            row_of = self.row_of
+            got = (graph, row_of, np.array([row_of.get(i, -1) for i in graph._ids], np.int64))
+            self._op_row = got
+        return got[2]
+
+    def _flows(self, a: np.ndarray, b: np.ndarray, cat: str) -> None:
+        """:meth:`flow` of each pair of rows ``(a[k], b[k])`` (int arrays) in order: the same events."""
         out_us, in_us = np.asarray(self.out_us, np.float64), np.asarray(self.in_us, np.float64)
         keep = ~(out_us[a] > in_us[b])  # as flow(): none when b ended before a began
-        a, b = a[keep].tolist(), b[keep].tolist()
         ev, pid, tid, o, i = self.events, self.pid_row, self.tid_row, self.out_us, self.in_us
         fid = self.flow_id
-        for x, y in zip(a, b, strict=True):
+        for x, y in zip(a[keep].tolist(), b[keep].tolist(), strict=True):
             fid += 1
-            ev.append({"ph": "s", "name": "dep", "cat": "dep", "id": fid, "pid": pid[x], "tid": tid[x], "ts": o[x]})
-            ev.append({"ph": "f", "bp": "e", "name": "dep", "cat": "dep", "id": fid, "pid": pid[y], "tid": tid[y],
+            ev.append({"ph": "s", "name": cat, "cat": cat, "id": fid, "pid": pid[x], "tid": tid[x], "ts": o[x]})
+            ev.append({"ph": "f", "bp": "e", "name": cat, "cat": cat, "id": fid, "pid": pid[y], "tid": tid[y],
                        "ts": i[y]})
         self.flow_id = fid
+
+    def _program_collective_flows(self, graph: ProgramFlows, rank: np.ndarray) -> None:
+        """:meth:`collective_flows` of a :class:`ProgramFlows` (collectives keyed once each) from the Program's
+        member arrays: per collective (in key order) whose members present here are on two or more ranks, one
+        each, first member by rank → each other by rank."""
+        prog = graph._prog
+        ptr, idx = np.asarray(prog.coll_ptr, np.int64), np.asarray(prog.coll_idx, np.int64)
+        G = len(ptr) - 1
+        if not len(idx):
+            return
+        rows = self._op_rows(graph)[idx]
+        grp = np.repeat(np.arange(G), np.diff(ptr))
+        ok = rows >= 0
+        rows, grp = rows[ok], grp[ok]
+        rk = rank[rows]
+        o = np.lexsort((rk, grp))  # by group, then rank (stable)
+        rows, grp, rk = rows[o], grp[o], rk[o]
+        bad = np.bincount(grp, minlength=G) < 2
+        bad[grp[1:][(grp[1:] == grp[:-1]) & (rk[1:] == rk[:-1])]] = True  # a rank twice: ambiguous
+        keep = ~bad[grp]
+        rows, grp = rows[keep], grp[keep]
+        head = np.ones(len(grp), bool)
+        head[1:] = grp[1:] != grp[:-1]
+        first = rows[np.flatnonzero(head)][np.cumsum(head) - 1]
+        self._flows(first[~head], rows[~head], "collective")
 
     def tagged_p2p_flows(self, tl: Timeline) -> None:
         """No graph: pair sends and recvs that carry the same message tag (the pipeline block's ``msg``)."""
@@ -426,6 +463,9 @@ class _Writer:
         """First member → every other member of each collective (``collective``)."""
         members: dict[str, list[int]] = defaultdict(list)  # rows
         row_of = self.row_of
+        if isinstance(graph, ProgramFlows) and len(set(graph._prog.coll_keys)) == len(graph._prog.coll_keys):
+            self._program_collective_flows(graph, np.asarray(tl.columns.rank))
+            return
         if graph is not None and "collectives" in graph.graph:
             # the graph's rendezvous: one entry per (name, group), so two groups issuing one name stay apart
             for key, ids in GraphInfo.of(graph).collectives.items():
