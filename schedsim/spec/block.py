@@ -17,7 +17,7 @@ from typing import Any
 
 from schedsim.expr import ExprError
 from schedsim.spec.context import _compile_ranks, _Ctx, _uses_rank
-from schedsim.spec.model import NAME_PATTERN, NUMERIC_FIELDS
+from schedsim.spec.model import NUMERIC_FIELDS
 from schedsim.spec.yaml_reader import LDict, LList, Mark
 from schedsim.tags import TagSet
 
@@ -364,15 +364,17 @@ def _block(body: list[tuple[Any, ...]], names: list[str], values: list[list[Any]
         return None
 
 
-#: :data:`NAME_PATTERN`'s characters, and those it does not take first (or an empty name: a line break)
+#: :data:`schedsim.spec.model.NAME_PATTERN`'s characters, and those it does not take first (or an empty name: a line
+#: break); tests/core/test_foreach_block_vs_general.py holds :func:`_names_ok` to the pattern
 _NAME_CHARS = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-[]"
 _NOT_FIRST = re.compile(rb"\n[0-9.\-\[\]\n]")
 
 
 def _names_ok(joined: str, nk: int) -> bool:
-    """Whether ``joined`` is ``nk`` names each followed by a line break, each matching :data:`NAME_PATTERN`
-    (what a regex of the names, one per line, matches), by byte passes: ASCII, nothing but the pattern's characters and the ``nk`` breaks,
-    and no name beginning with a character the pattern does not take first."""
+    """Whether ``joined`` is ``nk`` names each followed by a line break, each matching
+    :data:`schedsim.spec.model.NAME_PATTERN`, by byte passes (not a regex over megabytes): ASCII, nothing but the
+    pattern's characters and the ``nk`` breaks, and no name beginning with a character the pattern does not take
+    first."""
     if joined.count("\n") != nk or not joined.isascii():
         return False
     b = joined.encode("ascii")

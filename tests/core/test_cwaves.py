@@ -237,7 +237,7 @@ def test_the_loop_refuses_inconsistent_compact_buffers(monkeypatch):
                  "a one-entry ktail not 0": lambda a, N, K: a.__setitem__(_KTAIL, np.ones(1, np.int32)),
                  "a one-entry kneed not 1": lambda a, N, K: a.__setitem__(_KNEED, np.full(1, 2, np.int32))}
     real_run = _cwaves.run
-    for why, spoil in bad_forms.items():
+    for _why, spoil in bad_forms.items():
         def run(ints, floats, arrays, *share, spoil=spoil):  # type: ignore[no-untyped-def]
             a = list(arrays)
             spoil(a, ints[0], ints[1])
