@@ -272,7 +272,7 @@ class Program:
     def succ(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The DAG as CSR ``(ptr, idx, kind)`` with duplicate edges merged (``kind`` 1 = dep, 0 = stream), each
         op's successors in the order networkx lists them (stream edges first, then dependencies)."""
-        e = np.concatenate([self.stream_edges, self.dep_edges]).reshape(-1, 2).astype(np.int64)
+        e = np.concatenate([self.stream_edges.reshape(-1, 2), self.dep_edges.reshape(-1, 2)], dtype=np.int64)
         n = self.N
         key = e[:, 0] * n + e[:, 1]
         uniq, first, inv = unique(key)

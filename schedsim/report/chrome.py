@@ -197,7 +197,7 @@ class ProgramFlows:
     def _edge_arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`edges` as arrays: ``(E, 2)`` op indices (int64) and whether each is of kind ``dep`` (bool)."""
         prog = self._prog
-        e = np.concatenate([prog.stream_edges, prog.dep_edges]).reshape(-1, 2).astype(np.int64)
+        e = np.concatenate([prog.stream_edges.reshape(-1, 2), prog.dep_edges.reshape(-1, 2)], dtype=np.int64)
         if not len(e):
             return e, np.zeros(0, bool)
         key = e[:, 0] * max(len(self._ids), 1) + e[:, 1]
