@@ -86,7 +86,8 @@ def _rounded(a: np.ndarray, nd: int) -> list[float]:
 
 def _rate_counter(start: np.ndarray, end: np.ndarray, value: np.ndarray) -> list[tuple[float, float]]:
     """:func:`_rate_samples` as ``[(t_s, total)]``."""
-    return list(zip(*_rate_samples(start, end, value), strict=True))
+    t, v = _rate_samples(start, end, value)
+    return list(zip(t.tolist(), v, strict=True))
 
 
 def _rate_samples(start: np.ndarray, end: np.ndarray, value: np.ndarray) -> tuple[np.ndarray, list[float]]:
