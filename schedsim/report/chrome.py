@@ -272,6 +272,7 @@ class _Writer:
         self.flow_id = 0
         self.pid_of: dict[int, int] = {}
         self.row_of: dict[str, int] = {}
+        self.row_ids: list[str] = []  # the op id of each row (``row_of`` inverted, when ids are distinct)
         self.lane_row: list[int] = []
         self.pid_row: list[int] = []
         self.tid_row: list[int] = []
@@ -315,6 +316,7 @@ class _Writer:
                                     "args": {"sort_index": tid}})
         ids = c.id
         self.row_of = {i: k for k, i in enumerate(ids)}
+        self.row_ids = ids
         tid = (tid0[inv] + sub).tolist()
         # an op id held by several rows (none in a simulated timeline) takes its last row's thread everywhere
         self.tid_row = tid if len(self.row_of) == len(ids) else [tid[self.row_of[i]] for i in ids]
@@ -407,8 +409,11 @@ class _Writer:
         maps its id (made once per timeline and graph)."""
         got = self._op_row
         if got is None or got[0] is not graph or got[1] is not self.row_of:
-            row_of = self.row_of
-            got = (graph, row_of, np.array([row_of.get(i, -1) for i in graph._ids], np.int64))
+            row_of, ids = self.row_of, graph._ids
+            if len(row_of) == len(ids) == len(self.row_ids) and self.row_ids == ids:  # op k is row k
+                got = (graph, row_of, np.arange(len(ids), dtype=np.int64))
+            else:
+                got = (graph, row_of, np.array([row_of.get(i, -1) for i in ids], np.int64))
             self._op_row = got
         return got[2]
 
