@@ -141,8 +141,10 @@ def tensor_duty(tl: Run, fp32_peak_flops: float, gap_s: float = 0.0, below: floa
     bound = np.bincount(rank - rank.min(), weights=end - start).max() / (ms + gap_s)
     if bound < below:
         return float(bound)
-    order = np.lexsort((start, rank))
-    rank, start, end = rank[order], start[order], end[order]
+    if len(rank) > 1 and not bool(((rank[1:] > rank[:-1]) | ((rank[1:] == rank[:-1]) & (start[1:] >= start[:-1])))
+                                  .all()):  # in (rank, start) order already (a simulated timeline's): as it is
+        order = np.lexsort((start, rank))
+        rank, start, end = rank[order], start[order], end[order]
     # union per rank: a running maximum of ends that restarts at each rank (ranks offset far apart)
     off = (rank - rank.min()).astype(np.float64) * (2.0 * (end.max() - start.min()) + 1.0)
     s, e = start + off, end + off

@@ -285,8 +285,8 @@ def _wait_for_edges(prog: Program, comm: np.ndarray, head: np.ndarray, eager: bo
     useq = prog.seq[uniq].astype(I64)
     parts = []
     ident = n == prog.N  # each op its own unit: u is the identity
-    for reason, e in (("stream order", prog.stream_edges), ("a dependency", prog.dep_edges)):  # DAG edges of units
-        e = np.asarray(e).reshape(-1, 2)
+    for reason, edges in (("stream order", prog.stream_edges), ("a dependency", prog.dep_edges)):  # DAG edges
+        e = np.asarray(edges).reshape(-1, 2)
         ua, ub = (e[:, 0].astype(u.dtype), e[:, 1].astype(u.dtype)) if ident else (u[e[:, 0]], u[e[:, 1]])
         keep = ua != ub
         parts.append((2 * ua[keep] + 1, 2 * ub[keep]))

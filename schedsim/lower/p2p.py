@@ -23,7 +23,27 @@ def message_name(name: str) -> str:
     return _P2P_WORDS.sub("", name.lower()).strip("_")
 
 
-__all__ = ["match_p2p", "message_name", "name_warning"]
+__all__ = ["match_p2p", "message_name", "message_names", "name_warning"]
+
+#: Substrings one of which every send/recv word of :data:`_P2P_WORDS` holds (lower case)
+_P2P_PARTS = re.compile(r"send|recv|snd|rcv|tx|rx")
+
+
+def message_names(names: list[str]) -> list[str]:
+    """:func:`message_name` of each of ``names``, the regex run only on the names that hold a send/recv word's
+    letters (found in one pass over the names joined); the others' message is the name in lower case without
+    its leading and trailing ``_``."""
+    low = "\0".join(names).lower()
+    parts = low.split("\0")
+    if len(parts) != len(names):  # a name holds the separator
+        return [message_name(n) for n in names]
+    out = [x.strip("_") for x in parts]
+    hits = [m.start() for m in _P2P_PARTS.finditer(low)]
+    if hits:
+        ends = np.cumsum([len(x) + 1 for x in parts])  # one past each name's separator
+        for i in np.unique(np.searchsorted(ends, hits, "right")).tolist():
+            out[i] = message_name(names[i])
+    return out
 
 I64 = np.int64
 
@@ -109,9 +129,11 @@ def _name_warnings(cols: Any, s: np.ndarray, r: np.ndarray, ss: np.ndarray, sd: 
     nid = c["name"]
     sn, rn = nid[s[cand]], nid[r]
     ids = np.unique(np.concatenate([sn, rn]))
-    codes: dict[str, int] = {}
-    mcode = np.fromiter((codes.setdefault(m, len(codes)) if m else -1
-                         for m in map(message_name, cols.table.names.take(ids.tolist()))), I64, len(ids))
+    msgs = message_names(list(cols.table.names.take(ids.tolist())))
+    codes = {m: k for k, m in enumerate(dict.fromkeys(m for m in msgs if m))}  # by first use
+    codes[""] = -1
+    mcode = np.fromiter(map(codes.__getitem__, msgs), I64, len(msgs))
+    del codes[""]
     ca, code_r = mcode[np.searchsorted(ids, sn)], mcode[np.searchsorted(ids, rn)]
     keep = (ca >= 0) & (code_r[cand] >= 0) & (ca != code_r[cand])
     cand, ca = cand[keep], ca[keep]

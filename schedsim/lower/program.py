@@ -9,10 +9,13 @@ Layout (N op instances in program order: ranks ascending, each rank's ops in the
 pipeline block's ops after the hand-written ones)::
 
     tmpl, rank, seq, name, tags, stream, peer, batch, msg   int32[N]   (ids into the tables below; -1 = none)
-    dep_ptr int64[N+1], dep_idx int64[...]                  declared dependencies (CSR, op indices)
-    stream_edges, dep_edges  int64[E, 2]                    the DAG's edges, in the order networkx gets them
+    dep_ptr int32[N+1], dep_idx int32[...]                  declared dependencies (CSR, op indices)
+    stream_edges, dep_edges  int32[E, 2]                    the DAG's edges, in the order networkx gets them
     coll_ptr int64[C+1], coll_idx int64[...]                members of each collective (key ``coll_keys[c]``)
     p2p int64[P, 2]                                         matched (send, recv) pairs, NCCL's pairing order
+
+The dependency CSR and the edges are int32 (:data:`NARROW`; int64 when N or their length is 2**31 or more, where the
+event loop stops with its own error): half the memory of the int64 arrays the lowering builds.
 
 The op names, tag sets and strings those ids index are ``names``, ``tagsets`` and ``strs``, made on first
 read from ``name_table``, ``tag_table`` and ``str_table`` (the lowering's interners, whose pipeline runs are
@@ -145,6 +148,18 @@ def _ranks_ascend(rank: np.ndarray) -> bool:
     return len(rank) < 2 or bool((rank[1:] >= rank[:-1]).all())
 
 
+#: The Program's index arrays stored as int32 when every value fits (:meth:`Program.__post_init__`): op indices
+#: below N and offsets up to their CSR's length.
+NARROW = ("dep_ptr", "dep_idx", "stream_edges", "dep_edges")
+
+
+def _narrow(a: NDArray[np.int64], bound: int) -> NDArray[np.int32] | NDArray[np.int64]:
+    """``a`` (an int64 array of values in ``0 .. bound``) as int32 when ``bound`` is below 2**31; else as it is."""
+    if isinstance(a, np.ndarray) and a.dtype == np.int64 and bound < 2**31:
+        return a.astype(np.int32)
+    return a
+
+
 def _freeze(v: Any) -> Any:
     """``v`` with its arrays (``v`` itself, or the members of a tuple of arrays) made read-only."""
     for a in v if isinstance(v, tuple) and v and isinstance(v[0], np.ndarray) else (v,):  # not the name tables
@@ -193,10 +208,10 @@ class Program:
     peer: NDArray[np.int32]
     batch: NDArray[np.int32]
     msg: NDArray[np.int32]
-    dep_ptr: NDArray[np.int64]
-    dep_idx: NDArray[np.int64]
-    stream_edges: NDArray[np.int64]
-    dep_edges: NDArray[np.int64]
+    dep_ptr: NDArray[np.int32] | NDArray[np.int64]
+    dep_idx: NDArray[np.int32] | NDArray[np.int64]
+    stream_edges: NDArray[np.int32] | NDArray[np.int64]
+    dep_edges: NDArray[np.int32] | NDArray[np.int64]
     coll_keys: tuple[str, ...]
     coll_ptr: NDArray[np.int64]
     coll_idx: NDArray[np.int64]
@@ -210,6 +225,10 @@ class Program:
     represented: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
+        n = len(self.tmpl)
+        for f in NARROW:  # op indices below N, dep_ptr's offsets up to len(dep_idx)
+            a = getattr(self, f)
+            object.__setattr__(self, f, _narrow(a, max(n, len(self.dep_idx), a.size)))
         for v in self.__dict__.values():
             _freeze(v)
 
@@ -275,7 +294,7 @@ class Program:
     def succ(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The DAG as CSR ``(ptr, idx, kind)`` with duplicate edges merged (``kind`` 1 = dep, 0 = stream), each
         op's successors in the order networkx lists them (stream edges first, then dependencies)."""
-        e = np.concatenate([self.stream_edges, self.dep_edges]).reshape(-1, 2)
+        e = np.concatenate([self.stream_edges.reshape(-1, 2), self.dep_edges.reshape(-1, 2)], dtype=np.int64)
         n = self.N
         key = e[:, 0] * n + e[:, 1]
         uniq, first, inv = unique(key)

@@ -44,7 +44,7 @@ import numpy as np
 from schedsim.graph.info import GraphInfo
 from schedsim.io import atomic_writer
 from schedsim.kinds import P2P_KINDS, TRACE_COLLECTIVE_KINDS
-from schedsim.sim.timeline import Span, SpanColumns, Timeline, dumps_json
+from schedsim.sim.timeline import Span, SpanColumns, Timeline, _decode, dumps_json
 
 if TYPE_CHECKING:
     from schedsim.lower.program import Program
@@ -74,16 +74,43 @@ def _us(s: float) -> float:
 
 def _us_list(a: np.ndarray) -> list[float]:
     """:func:`_us` of every value of ``a`` (float64 seconds, shape (n,)): numpy's products are the IEEE products
-    Python's ``s * 1e6`` gives, each rounded by Python's ``round`` (numpy's rounds by another method)."""
-    return [round(x, 4) for x in (a * 1e6).tolist()]
+    Python's ``s * 1e6`` gives, each rounded as Python's ``round`` rounds it (:func:`_rounded`)."""
+    return _rounded(np.asarray(a, np.float64) * 1e6, 4)
+
+
+def _rounded(a: np.ndarray, nd: int) -> list[float]:
+    """``[round(x, nd) for x in a.tolist()]`` (float64 ``a``, shape (n,); ``nd`` in 0..15), without a call per
+    value where numpy gives the same float.
+
+    Python's ``round(x, nd)`` is the float nearest to the exact value of ``x`` rounded to ``nd`` decimals, half to
+    even; ``rint(x·10^nd) / 10^nd`` is the float nearest to ``k / 10^nd`` for ``k = rint(fl(x·10^nd))``, the same
+    ``k`` unless the exact product and its float (at most half an ulp apart) lie on two sides of a half-integer or
+    on one. Values whose product is within two ulps of a half-integer, is 2**52 or more, or is not finite go
+    through ``round``."""
+    p = 10.0 ** nd
+    f = a * p
+    out = (np.rint(f) / p).tolist()
+    with np.errstate(invalid="ignore"):  # inf - inf: not finite, through round
+        odd = ~((np.abs(f - np.floor(f) - 0.5) > 2 * np.abs(np.spacing(f))) & (np.abs(f) < 2.0 ** 52))
+    if odd.any():
+        for i, x in zip(np.flatnonzero(odd).tolist(), a[odd].tolist(), strict=True):
+            out[i] = round(x, nd)
+    return out
 
 
 def _rate_counter(start: np.ndarray, end: np.ndarray, value: np.ndarray) -> list[tuple[float, float]]:
+    """:func:`_rate_samples` as ``[(t_s, total)]``."""
+    t, v = _rate_samples(start, end, value)
+    return list(zip(t.tolist(), v, strict=True))
+
+
+def _rate_samples(start: np.ndarray, end: np.ndarray, value: np.ndarray) -> tuple[np.ndarray, list[float]]:
     """Piecewise-constant sum of ``value`` over running intervals ``[start, end)`` (float64 columns, shape (n,);
-    seconds): [(t_s, total)] at every change. The events (t, ±value) of the intervals with a value (not 0) and a
-    length, sorted by (t, delta) and summed in that order (``np.cumsum``: one addition after another, the sums a
-    loop over the sorted events makes); a time's sample is the sum after its last event, 0 where that is within
-    1e-9 (relative) of 0 or negative, and dropped where within 1e-9 of the sample before it."""
+    seconds): the times (float64 seconds) and totals at every change. The events (t, ±value) of the intervals with a
+    value (not 0) and a length, sorted by (t, delta) and summed in that order (``np.cumsum``: one addition after
+    another, the sums a loop over the sorted events makes); a time's sample is the sum after its last event, 0 where
+    that is within 1e-9 (relative) of 0 or negative, and dropped where within 1e-9 of the last sample kept (a
+    sample equal to the one before it always is: dropped first, without the loop)."""
     keep = (value != 0) & (end > start)
     v = value[keep]
     t = np.concatenate([start[keep], end[keep]])
@@ -94,15 +121,26 @@ def _rate_counter(start: np.ndarray, end: np.ndarray, value: np.ndarray) -> list
     last = np.ones(len(t), bool)
     last[:-1] = t[1:] != t[:-1]
     val = np.where(np.abs(cur) > 1e-9 * (np.abs(d) + 1), np.where(cur > 0.0, cur, 0.0), 0.0)
-    out: list[tuple[float, float]] = []
-    for tv, x in zip(t[last].tolist(), val[last].tolist(), strict=True):
-        if out and abs(out[-1][1] - x) <= 1e-9 * max(1.0, abs(x)):
-            continue  # unchanged: a counter sample holds until the next one
-        out.append((tv, x))
-    return out
+    t, val = t[last], val[last]
+    new = np.ones(len(val), bool)
+    new[1:] = val[1:] != val[:-1]  # within 1e-9 of the last kept whether the one before was kept or not
+    t, val = t[new], val[new]
+    xs = val.tolist()
+    if not (np.abs(val[1:] - val[:-1]) <= 1e-9 * np.maximum(1.0, np.abs(val[1:]))).any():
+        return t, xs  # each differs from the one before: every one is kept
+    keep = [True] * len(val)
+    kept = None
+    for i, x in enumerate(xs):
+        if kept is not None and abs(kept - x) <= 1e-9 * max(1.0, abs(x)):
+            keep[i] = False  # unchanged: a counter sample holds until the next one
+        else:
+            kept = x
+    if all(keep):
+        return t, xs
+    return t[np.asarray(keep, bool)], [x for x, k in zip(xs, keep, strict=True) if k]
 
 
-def _nesting_rows(spans: list[Span], tol_s: float = 5e-10, cols: SpanColumns | None = None) -> list[int]:
+def _nesting_rows(spans: list[Span] | Timeline, tol_s: float = 5e-10, cols: SpanColumns | None = None) -> list[int]:
     """Row of each span within its (rank, stream) lane so that the spans of one row nest.
 
     A simulated stream runs one op at a time, so everything lands in row 0. Measured streams can
@@ -112,7 +150,8 @@ def _nesting_rows(spans: list[Span], tol_s: float = 5e-10, cols: SpanColumns | N
     ``tol_s`` (0.5 ns) absorbs the writer's 0.1 ns rounding. ``cols``: the spans as
     :class:`~schedsim.sim.timeline.SpanColumns`, to find in one pass that every lane runs one span at a time
     (each span, in the order below, starts no earlier than ``tol_s`` before the one before it on its lane
-    ended; finite times): then every row is 0, as the walk below gives it.
+    ended; finite times): then every row is 0, as the walk below gives it. ``spans`` may be the Timeline itself,
+    whose rows are then built only for the walk.
     """
     rows = [0] * len(spans)
     if cols is not None and len(spans) > 1 and np.isfinite(cols.start_s).all() and np.isfinite(cols.end_s).all():
@@ -121,6 +160,8 @@ def _nesting_rows(spans: list[Span], tol_s: float = 5e-10, cols: SpanColumns | N
         same = lane[o][1:] == lane[o][:-1]
         if not (same & (cols.end_s[o][:-1] > cols.start_s[o][1:] + tol_s)).any():
             return rows
+    if isinstance(spans, Timeline):
+        spans = spans.spans
     by_lane: dict[tuple[int, str], list[int]] = defaultdict(list)
     for i, s in enumerate(spans):
         by_lane[(s.rank, s.stream)].append(i)
@@ -158,19 +199,28 @@ class ProgramFlows:
         """``(u, v, {"kind": "stream" | "dep"})`` per edge (``(u, v)`` without ``data``): by source op in program
         order, each source's edges in insertion order (stream edges, then dependencies), an edge that is both
         once, at its first insertion, with kind ``dep`` (what ``DiGraph.add_edges_from`` leaves)."""
-        import numpy as np
+        e, dep = self._edge_arrays()
+        ids = self._ids
+        for (a, b), d in zip(e.tolist(), dep.tolist(), strict=True):
+            yield (ids[a], ids[b], {"kind": "dep" if d else "stream"}) if data else (ids[a], ids[b])
 
-        prog, ids = self._prog, self._ids
-        e = np.concatenate([prog.stream_edges, prog.dep_edges]).reshape(-1, 2).astype(np.int64)
+    def dep_pairs(self) -> np.ndarray:
+        """The edges of kind ``dep`` of :meth:`edges`, in its order, as op indices ((E, 2) int64)."""
+        e, dep = self._edge_arrays()
+        return e[dep]
+
+    def _edge_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`edges` as arrays: ``(E, 2)`` op indices (int64) and whether each is of kind ``dep`` (bool)."""
+        prog = self._prog
+        e = np.concatenate([prog.stream_edges.reshape(-1, 2), prog.dep_edges.reshape(-1, 2)], dtype=np.int64)
         if not len(e):
-            return
-        key = e[:, 0] * max(len(ids), 1) + e[:, 1]
+            return e, np.zeros(0, bool)
+        key = e[:, 0] * max(len(self._ids), 1) + e[:, 1]
         _u, first, inv = np.unique(key, return_index=True, return_inverse=True)
         dep = np.zeros(len(first), bool)
         dep[inv.reshape(-1)[len(prog.stream_edges):]] = True
         order = np.lexsort((first, e[first, 0]))
-        for (a, b), d in zip(e[first[order]].tolist(), dep[order].tolist(), strict=True):
-            yield (ids[a], ids[b], {"kind": "dep" if d else "stream"}) if data else (ids[a], ids[b])
+        return e[first[order]], dep[order]
 
 
 def chrome_trace(timelines: list[tuple[str, Timeline]], graph: FlowGraph | None = None) -> dict[str, Any]:
@@ -236,11 +286,13 @@ class _Writer:
         self.flow_id = 0
         self.pid_of: dict[int, int] = {}
         self.row_of: dict[str, int] = {}
+        self.row_ids: list[str] = []  # the op id of each row (``row_of`` inverted, when ids are distinct)
         self.lane_row: list[int] = []
         self.pid_row: list[int] = []
         self.tid_row: list[int] = []
         self.out_us: list[float] = []
         self.in_us: list[float] = []
+        self._op_row: tuple[ProgramFlows, dict[str, int], np.ndarray] | None = None  # :meth:`_op_rows`
 
     def lanes(self, tl: Timeline, label: str | None, pid_base: int) -> None:
         """Process and thread metadata: one process per rank, one thread per stream and nesting row
@@ -255,7 +307,7 @@ class _Writer:
         keys = list(zip(c.rank[first].tolist(), [c.stream[0][k] for k in c.stream[1][first].tolist()], strict=True))
         res_of = dict(zip(keys, [c.resource[0][k] for k in c.resource[1][first].tolist()], strict=True))
         order = sorted(range(len(keys)), key=lambda u: (keys[u][0], _RES_ORDER.get(res_of[keys[u]], 3), keys[u][1]))
-        sub = np.asarray(_nesting_rows(tl.spans, cols=c), np.int64)
+        sub = np.asarray(_nesting_rows(tl, cols=c), np.int64)
         n_sub = np.zeros(len(keys), np.int64)
         np.maximum.at(n_sub, inv, sub + 1)
         for r in ranks:
@@ -278,6 +330,7 @@ class _Writer:
                                     "args": {"sort_index": tid}})
         ids = c.id
         self.row_of = {i: k for k, i in enumerate(ids)}
+        self.row_ids = ids
         tid = (tid0[inv] + sub).tolist()
         # an op id held by several rows (none in a simulated timeline) takes its last row's thread everywhere
         self.tid_row = tid if len(self.row_of) == len(ids) else [tid[self.row_of[i]] for i in ids]
@@ -291,9 +344,37 @@ class _Writer:
         c = tl.columns
         ts, te = _us_list(c.start_s), _us_list(c.end_s)
         solo, ready = _us_list(c.solo_s), _us_list(c.ready_s)
-        for s, pid, tid, a, b, so, re in zip(tl.spans, self.pid_row, self.tid_row, ts, te, solo, ready, strict=True):
+        dur = _rounded(np.asarray(te, np.float64) - np.asarray(ts, np.float64), 4)  # round(b - a, 4) of each
+        if not others:  # from the columns: the same events without a Span per row
+            self._column_slices(c, ts, dur, solo, ready)
+            return
+        for s, pid, tid, a, d, so, re in zip(tl.spans, self.pid_row, self.tid_row, ts, dur, solo, ready, strict=True):
             self.events.append({"ph": "X", "name": s.name, "cat": s.resource, "pid": pid, "tid": tid, "ts": a,
-                                "dur": round(b - a, 4), "args": _slice_args(s, label, others, so, re)})
+                                "dur": d, "args": _slice_args(s, label, others, so, re)})
+
+    def _column_slices(self, c: SpanColumns, ts: list[float], dur: list[float], solo: list[float],
+                       ready: list[float]) -> None:
+        """:meth:`slices` of a timeline alone in its trace, read from its columns ``c`` as its spans hold them
+        (:meth:`~schedsim.sim.timeline.SpanColumns.to_spans`); ``args`` as :func:`_slice_args` makes them."""
+        kinds, ress = _decode(c.kind), _decode(c.resource)
+        nbytes, flops = c.bytes.tolist(), c.flops.tolist()
+        has_solo, has_ready = (~np.isnan(c.solo_s)).tolist(), (~np.isnan(c.ready_s)).tolist()
+        ev = self.events
+        for op, name, kind, res, pid, tid, a, d, so, re, b, f, tags, hs, hr in zip(
+                c.id, c.name, kinds, ress, self.pid_row, self.tid_row, ts, dur, solo, ready, nbytes, flops, c.tags,
+                has_solo, has_ready, strict=True):
+            args: dict[str, Any] = {"op": op, "kind": kind, "resource": res}
+            if b:
+                args["bytes"] = b
+            if f:
+                args["flops"] = f
+            if hs:
+                args["solo_us"] = so
+            if hr:
+                args["ready_us"] = re
+            if tags:
+                args.update({str(k): v for k, v in tags.items() if k not in args})
+            ev.append({"ph": "X", "name": name, "cat": res, "pid": pid, "tid": tid, "ts": a, "dur": d, "args": args})
 
     def flow(self, a: int, b: int, cat: str) -> None:
         """An arrow from 5 % into row ``a`` to 5 % before the end of row ``b``; none when ``b`` ended before
@@ -310,15 +391,83 @@ class _Writer:
     def graph_flows(self, graph: FlowGraph) -> None:
         """The graph's dependencies across streams or ranks (``dep``) and its send → recv pairs (``p2p``)."""
         row_of, lane = self.row_of, self.lane_row
-        for u, v, d in graph.edges(data=True):
-            a, b = row_of.get(u), row_of.get(v)
-            if a is None or b is None or lane[a] == lane[b] or d.get("kind") == "stream":
-                continue
-            self.flow(a, b, "dep")
+        if isinstance(graph, ProgramFlows):  # the same flows from arrays (no per-edge tuples and lookups)
+            self._dep_flows(graph)
+        else:
+            for u, v, d in graph.edges(data=True):
+                a, b = row_of.get(u), row_of.get(v)
+                if a is None or b is None or lane[a] == lane[b] or d.get("kind") == "stream":
+                    continue
+                self.flow(a, b, "dep")
         for u, v in GraphInfo.of(graph).p2p:
             a, b = row_of.get(u), row_of.get(v)
             if a is not None and b is not None:
                 self.flow(a, b, "p2p")
+
+    def _dep_flows(self, graph: ProgramFlows) -> None:
+        """:meth:`graph_flows`'s ``dep`` flows of a :class:`ProgramFlows`: its dependency edges whose ends are rows
+        on different lanes, each drawn as :meth:`flow` draws it, in the edges' order."""
+        pairs = graph.dep_pairs()
+        if not len(pairs):
+            return
+        op_row = self._op_rows(graph)
+        a, b = op_row[pairs[:, 0]], op_row[pairs[:, 1]]
+        lane = np.asarray(self.lane_row, np.int64)
+        keep = (a >= 0) & (b >= 0)
+        a, b = a[keep], b[keep]
+        keep = lane[a] != lane[b]
+        self._flows(a[keep], b[keep], "dep")
+
+    def _op_rows(self, graph: ProgramFlows) -> np.ndarray:
+        """Per op of ``graph``'s Program, its row in the current timeline (int64; -1: none), as :attr:`row_of`
+        maps its id (made once per timeline and graph)."""
+        got = self._op_row
+        if got is None or got[0] is not graph or got[1] is not self.row_of:
+            row_of, ids = self.row_of, graph._ids
+            if len(row_of) == len(ids) == len(self.row_ids) and self.row_ids == ids:  # op k is row k
+                got = (graph, row_of, np.arange(len(ids), dtype=np.int64))
+            else:
+                got = (graph, row_of, np.array([row_of.get(i, -1) for i in ids], np.int64))
+            self._op_row = got
+        return got[2]
+
+    def _flows(self, a: np.ndarray, b: np.ndarray, cat: str) -> None:
+        """:meth:`flow` of each pair of rows ``(a[k], b[k])`` (int arrays) in order: the same events."""
+        out_us, in_us = np.asarray(self.out_us, np.float64), np.asarray(self.in_us, np.float64)
+        keep = ~(out_us[a] > in_us[b])  # as flow(): none when b ended before a began
+        ev, pid, tid, o, i = self.events, self.pid_row, self.tid_row, self.out_us, self.in_us
+        fid = self.flow_id
+        for x, y in zip(a[keep].tolist(), b[keep].tolist(), strict=True):
+            fid += 1
+            ev.append({"ph": "s", "name": cat, "cat": cat, "id": fid, "pid": pid[x], "tid": tid[x], "ts": o[x]})
+            ev.append({"ph": "f", "bp": "e", "name": cat, "cat": cat, "id": fid, "pid": pid[y], "tid": tid[y],
+                       "ts": i[y]})
+        self.flow_id = fid
+
+    def _program_collective_flows(self, graph: ProgramFlows, rank: np.ndarray) -> None:
+        """:meth:`collective_flows` of a :class:`ProgramFlows` (collectives keyed once each) from the Program's
+        member arrays: per collective (in key order) whose members present here are on two or more ranks, one
+        each, first member by rank → each other by rank."""
+        prog = graph._prog
+        ptr, idx = np.asarray(prog.coll_ptr, np.int64), np.asarray(prog.coll_idx, np.int64)
+        G = len(ptr) - 1
+        if not len(idx):
+            return
+        rows = self._op_rows(graph)[idx]
+        grp = np.repeat(np.arange(G), np.diff(ptr))
+        ok = rows >= 0
+        rows, grp = rows[ok], grp[ok]
+        rk = rank[rows]
+        o = np.lexsort((rk, grp))  # by group, then rank (stable)
+        rows, grp, rk = rows[o], grp[o], rk[o]
+        bad = np.bincount(grp, minlength=G) < 2
+        bad[grp[1:][(grp[1:] == grp[:-1]) & (rk[1:] == rk[:-1])]] = True  # a rank twice: ambiguous
+        keep = ~bad[grp]
+        rows, grp = rows[keep], grp[keep]
+        head = np.ones(len(grp), bool)
+        head[1:] = grp[1:] != grp[:-1]
+        first = rows[np.flatnonzero(head)][np.cumsum(head) - 1]
+        self._flows(first[~head], rows[~head], "collective")
 
     def tagged_p2p_flows(self, tl: Timeline) -> None:
         """No graph: pair sends and recvs that carry the same message tag (the pipeline block's ``msg``)."""
@@ -334,6 +483,9 @@ class _Writer:
         """First member → every other member of each collective (``collective``)."""
         members: dict[str, list[int]] = defaultdict(list)  # rows
         row_of = self.row_of
+        if isinstance(graph, ProgramFlows) and len(set(graph._prog.coll_keys)) == len(graph._prog.coll_keys):
+            self._program_collective_flows(graph, np.asarray(tl.columns.rank))
+            return
         if graph is not None and "collectives" in graph.graph:
             # the graph's rendezvous: one entry per (name, group), so two groups issuing one name stay apart
             for key, ids in GraphInfo.of(graph).collectives.items():
@@ -397,21 +549,23 @@ class _Writer:
         pos = np.where(dur > 0, dur, 1.0)  # the values of zero-length intervals are never read
         compute, solo = res == "compute", c.solo_s[rows]
         comp = compute & ~np.isnan(solo)
+        ev = self.events
         if comp.any():
             share = np.where(dur[comp] > 0, solo[comp] / pos[comp], 0.0)
-            for t, v in _rate_counter(start[comp], end[comp], share):
-                self.events.append({"ph": "C", "name": "GPU share in use", "pid": pid, "ts": _us(t),
-                                    "args": {"share": round(v, 6)}})
+            t, vs = _rate_samples(start[comp], end[comp], share)
+            ev.extend([{"ph": "C", "name": "GPU share in use", "pid": pid, "ts": a, "args": {"share": v}}
+                       for a, v in zip(_us_list(t), _rounded(np.asarray(vs, np.float64), 6), strict=True)])
         else:  # measured: no solo durations to weigh by, so count the compute ops in flight
-            for t, v in _rate_counter(start[compute], end[compute], np.ones(int(compute.sum()))):
-                self.events.append({"ph": "C", "name": "compute ops running", "pid": pid, "ts": _us(t),
-                                    "args": {"ops": round(v)}})
+            t, vs = _rate_samples(start[compute], end[compute], np.ones(int(compute.sum())))
+            ev.extend([{"ph": "C", "name": "compute ops running", "pid": pid, "ts": a, "args": {"ops": round(v)}}
+                       for a, v in zip(_us_list(t), vs, strict=True)])
         nbytes = c.bytes[rows]
         comm = (res == "comm") & (nbytes != 0)
         bw = np.where(dur[comm] > 0, nbytes[comm] / pos[comm], 0.0)
-        for t, v in _rate_counter(start[comm], end[comm], bw):
-            self.events.append({"ph": "C", "name": "comm bandwidth in use (B/s)", "pid": pid, "ts": _us(t),
-                                "args": {"bytes_per_s": round(v, 3)}})
+        t, vs = _rate_samples(start[comm], end[comm], bw)
+        ev.extend([{"ph": "C", "name": "comm bandwidth in use (B/s)", "pid": pid, "ts": a,
+                    "args": {"bytes_per_s": v}} for a, v in zip(_us_list(t), _rounded(np.asarray(vs, np.float64), 3),
+                                                                strict=True)])
 
 
 _CHUNK = 20_000  # events serialised per orjson call: bounds the bytes held at once while writing

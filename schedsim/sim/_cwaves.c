@@ -148,6 +148,11 @@ typedef struct {
     i32 *ktail; /* rule split-k: CTAs of the kernel's reduction still to run; negative once handed over */
     const double *ktail_tau;
     const double *kgain; /* rule wave-tail: gpu.rates.fill_gain of the kernel's wave time */
+    /* compact forms (run()): kern, kops_ptr and kops_idx NULL when every op is its own kernel, in op order (each
+     * the identity); kmem, ktail, ktail_tau and kgain of one entry when every kernel has that value (index k &
+     * its mask: 0, else ~0); kone: every kernel has one op (kneed and kwait of one entry, 1, never written) */
+    i64 mmem, mtail, mttau, mgain;
+    int kone;
     /* hardware queues */
     const i32 *q_ptr, *q_idx;
     /* per collective / send-recv pair (group) */
@@ -195,6 +200,12 @@ typedef struct {
 } W;
 
 #define CHECK(x) do { if ((x) < 0) { w->oom = 1; return; } } while (0)
+
+/* op i's kernel, kernel k's first member slot, the op at member slot p, kernel k's first op (W's compact forms) */
+static inline i64 kern_of(const W *w, i64 i) { return w->kern ? w->kern[i] : i; }
+static inline i64 kptr_of(const W *w, i64 k) { return w->kops_ptr ? w->kops_ptr[k] : k; }
+static inline i64 kidx_of(const W *w, i64 p) { return w->kops_idx ? w->kops_idx[p] : p; }
+static inline i64 khead(const W *w, i64 k) { return kidx_of(w, kptr_of(w, k)); }
 
 /* x at the end of lane l (its key above every key in it); a full ring doubles (a power of 2), unwrapped */
 static int lane_push(lane_t *l, hent x) {
@@ -405,11 +416,11 @@ static double rate_of(W *w, i64 j) {
         return w->copy_tab[(e * 2 + busy) * 2 + (w->held[r] > 0)];
     }
     double rate = w->batch_tab[(w->nccl_n[r] > 0) * 2 + (w->ncopy[r] > 0)];
-    if (w->kmem[k]) { /* rule hbm-share: gpu.rates.mem_rate */
+    if (w->kmem[k & w->mmem]) { /* rule hbm-share: gpu.rates.mem_rate */
         double f = 1.0 / w->nmem[r];
         rate *= f < w->mem_boost ? f : w->mem_boost;
     }
-    if (w->nwait[r] && !w->kleft[k] && w->ktail[k] >= 0) rate *= w->kgain[k]; /* rule wave-tail: its ragged end filled */
+    if (w->nwait[r] && !w->kleft[k] && w->ktail[k & w->mtail] >= 0) rate *= w->kgain[k & w->mgain]; /* rule wave-tail: its ragged end filled */
     return rate;
 }
 
@@ -497,8 +508,8 @@ static void place(W *w, i64 r, double t) {
             w->nccl_n[r]++;
             heap_pop(P);
             mark_dirty(w, r);
-            for (i64 p = w->kops_ptr[k]; p < w->kops_ptr[k + 1]; p++) {
-                i64 i = w->kops_idx[p];
+            for (i64 p = kptr_of(w, k); p < kptr_of(w, k + 1); p++) {
+                i64 i = kidx_of(w, p);
                 w->start[i] = t;
                 i64 g = w->ogrp[i];
                 w->gres[g]++;
@@ -529,12 +540,13 @@ static void place(W *w, i64 r, double t) {
         w->kleft[k] = left - s;
         if (!w->kstarted[k]) {
             w->kstarted[k] = 1;
-            w->start[w->kops_idx[w->kops_ptr[k]]] = t;
+            w->start[khead(w, k)] = t;
         }
         w->held[r] += s;
-        if (w->kmem[k]) w->nmem[r] += (double)s / (double)w->kmem[k];
+        i64 mem = w->kmem[k & w->mmem];
+        if (mem) w->nmem[r] += (double)s / (double)mem;
         w->kbat[k]++;
-        new_job(w, BATCH, k, s, w->ktail[k] < 0 ? w->ktail_tau[k] : w->ktau[k], r, t);
+        new_job(w, BATCH, k, s, w->ktail[k & w->mtail] < 0 ? w->ktail_tau[k & w->mttau] : w->ktau[k], r, t);
         if (left - s) return;
         heap_pop(P);
         w->nwait[r]--;
@@ -542,7 +554,7 @@ static void place(W *w, i64 r, double t) {
 }
 
 static void start_copy(W *w, i64 k, double t) {
-    i64 r = w->krank[k], i = w->kops_idx[w->kops_ptr[k]];
+    i64 r = w->krank[k], i = khead(w, k);
     w->ncopy[r]++;
     w->start[i] = t;
     new_job(w, COPY, k, 0, w->opwork[i], r, t);
@@ -564,15 +576,14 @@ static void dispatch(W *w, i64 k, double t) {
         return;
     }
     if (typ == 1) { /* an NCCL kernel asks for SMs once one of its groups has every rank there (rule communicator-order) */
-        for (i64 p = w->kops_ptr[k]; p < w->kops_ptr[k + 1]; p++) {
-            i64 g = w->ogrp[w->kops_idx[p]];
+        for (i64 p = kptr_of(w, k); p < kptr_of(w, k + 1); p++) {
+            i64 g = w->ogrp[kidx_of(w, p)];
             w->garr[g]++;
             if (w->garr[g] == w->gmem_ptr[g + 1] - w->gmem_ptr[g]) {
                 for (i64 a = w->gmem_ptr[g]; a < w->gmem_ptr[g + 1]; a++) {
-                    i64 km = w->kern[w->gmem_idx[a]];
-                    w->kwait[km]--;
-                    if (w->kwait[km] == w->kops_ptr[km + 1] - w->kops_ptr[km] - 1) {
-                        CHECK(heap_push(&w->pend[w->krank[km]], w->khand[km], w->kops_idx[w->kops_ptr[km]], km));
+                    i64 km = kern_of(w, w->gmem_idx[a]);
+                    if (w->kone || --w->kwait[km] == kptr_of(w, km + 1) - kptr_of(w, km) - 1) {
+                        CHECK(heap_push(&w->pend[w->krank[km]], w->khand[km], khead(w, km), km));
                         mark_toplace(w, w->krank[km]);
                     }
                 }
@@ -580,7 +591,7 @@ static void dispatch(W *w, i64 k, double t) {
         }
         return;
     }
-    CHECK(heap_push(&w->pend[r], t, w->kops_idx[w->kops_ptr[k]], k));
+    CHECK(heap_push(&w->pend[r], t, khead(w, k), k));
     w->nwait[r]++;
     mark_toplace(w, r);
     mark_dirty(w, r); /* rule wave-tail: the rank's placed kernels may now have their ragged ends filled */
@@ -595,7 +606,7 @@ static void drain(W *w, i64 key, double t) {
         i64 k = w->q_idx[lo + h];
         dispatch(w, k, t);
         h++;
-        if (w->ktail[k] > 0) {
+        if (w->ktail[k & w->mtail] > 0) {
             h = ~h;
             break;
         }
@@ -605,8 +616,8 @@ static void drain(W *w, i64 key, double t) {
 
 static void op_ready(W *w, i64 i, double t) {
     w->ready_t[i] = t;
-    i64 k = w->kern[i];
-    if (--w->kneed[k]) return;
+    i64 k = kern_of(w, i);
+    if (!w->kone && --w->kneed[k]) return;
     w->kready[k] = 1;
     drain(w, w->kq[k], t);
 }
@@ -666,7 +677,7 @@ static void job_done(W *w, i64 j, double t) {
             mark_dirty(w, q);
         }
         for (i64 a = w->gmem_ptr[g]; a < w->gmem_ptr[g + 1]; a++) {
-            i64 k = w->kern[w->gmem_idx[a]];
+            i64 k = kern_of(w, w->gmem_idx[a]);
             if (!--w->kleft[k]) {
                 i64 r = w->krank[k];
                 w->free_[r] += w->nsm;
@@ -686,24 +697,26 @@ static void job_done(W *w, i64 j, double t) {
         i64 nx = w->cqnext[w->cqhead[c]];
         w->cqhead[c] = nx;
         if (nx >= 0) start_copy(w, nx, t);
-        release(w, w->kops_idx[w->kops_ptr[k]], t);
+        release(w, khead(w, k), t);
         return;
     }
     w->free_[r] += s;
     w->held[r] -= s;
     w->kbat[k]--;
-    if (w->kmem[k]) w->nmem[r] -= (double)s / (double)w->kmem[k];
+    i64 mem = w->kmem[k & w->mmem];
+    if (mem) w->nmem[r] -= (double)s / (double)mem;
     if (!w->kbat[k] && !w->kleft[k]) {
-        if (w->ktail[k] > 0) { /* rule split-k: the main kernel is done; its queue hands the reduction over now */
+        if (w->ktail[k & w->mtail] > 0) { /* rule split-k: the main kernel is done; its queue hands the reduction over now
+                                           * (a one-entry ktail is 0: never written) */
             w->kleft[k] = w->ktail[k];
             w->ktail[k] = -w->ktail[k];
             w->khand[k] = t;
-            CHECK(heap_push(&w->pend[r], t, w->kops_idx[w->kops_ptr[k]], k));
+            CHECK(heap_push(&w->pend[r], t, khead(w, k), k));
             w->nwait[r]++;
             w->qhead[w->kq[k]] = ~w->qhead[w->kq[k]];
             drain(w, w->kq[k], t);
         } else {
-            release(w, w->kops_idx[w->kops_ptr[k]], t);
+            release(w, khead(w, k), t);
         }
     }
     mark_toplace(w, r);
@@ -778,12 +791,15 @@ static void loop(W *w) {
  * Python ignores this build (a stale .so of an editable checkout). Bump both whenever the arguments change (5:
  * succ_csr takes pair arrays, fifo_edges writes pairs; 6: the copy table by engine and reverse engine; 7: the
  * kernels' reductions, ktail and ktail_tau after ktau; 8: kgain after ktail_tau, rule wave-tail; 10: run's optional
- * share argument, the shared links). */
-#define LAYOUT 10
+ * share argument, the shared links; 11: run's and stream_reached's compact forms: kern, kops_ptr, kops_idx empty for
+ * the identity, kmem, ktail, ktail_tau, kgain, kneed of one entry when every kernel has that value). */
+#define LAYOUT 11
 /* Entries of the copy rate table: 3 engines x reverse engine busy x compute resident (gpu.rates.rate_tables) */
 #define COPY_TAB 12
 /* Each buffer's type, in argument order: d float64, i int32 (see the struct's fields and run()'s unpacking) */
 static const char KINDS[NBUF + 1] = "ddd" "iiiiiiidd" "iiiiiiiid" "idd" "ii" "iiiiiiiiiid" "ddddd" "i" "iiii";
+/* Which buffers the loop writes ('w'; the others may be read-only, e.g. a Program's columns) */
+static const char WRITES[NBUF + 1] = "..." "w........" "......ww." "w.." ".." "..........." "wwwww" "w" "wwww";
 
 static PyObject *run(PyObject *self, PyObject *args) {
     PyObject *ints, *floats, *arrays, *share = Py_None;
@@ -820,7 +836,8 @@ static PyObject *run(PyObject *self, PyObject *args) {
     int got = 0, sgot = 0;
     void *ptr[NBUF];
     for (; got < NBUF; got++) {
-        if (PyObject_GetBuffer(PyTuple_GET_ITEM(arrays, got), &bufs[got], PyBUF_WRITABLE | PyBUF_FORMAT) < 0) break;
+        int wr = WRITES[got] == 'w' ? PyBUF_WRITABLE : 0;
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(arrays, got), &bufs[got], wr | PyBUF_FORMAT) < 0) break;
         ptr[got] = bufs[got].buf;
         const char *f = bufs[got].format ? bufs[got].format : "B";
         if (*f == '<' || *f == '=' || *f == '@') f++;
@@ -882,6 +899,28 @@ static PyObject *run(PyObject *self, PyObject *args) {
     if (b != NBUF) {
         PyErr_SetString(PyExc_SystemError, "_cwaves: buffer count");
         goto release_bufs;
+    }
+    { /* the compact forms (W): kern, kops_ptr, kops_idx all empty (the identity, K == N); kmem, ktail, ktail_tau,
+       * kgain of one entry (every kernel's value; ktail's 0); kneed of one entry 1 (every kernel one op: kwait
+       * is not read) */
+        int ident = !bufs[9].len && !bufs[12].len && !bufs[13].len;
+        if (ident) {
+            w->kern = w->kops_ptr = w->kops_idx = NULL;
+        } else if (!bufs[9].len || !bufs[12].len || !bufs[13].len) {
+            PyErr_SetString(PyExc_ValueError, "run: kern, kops_ptr and kops_idx are all given or all empty");
+            goto release_bufs;
+        }
+        int many = w->K > 1; /* one kernel: its arrays are one entry as they are */
+        w->mmem = many && bufs[16].len == 4 ? 0 : ~(i64)0;
+        w->mtail = many && bufs[21].len == 4 ? 0 : ~(i64)0;
+        w->mttau = many && bufs[22].len == 8 ? 0 : ~(i64)0;
+        w->mgain = many && bufs[23].len == 8 ? 0 : ~(i64)0;
+        w->kone = bufs[18].len == 4 && w->kneed[0] == 1;
+        if ((ident && w->K != w->N) || (!w->mtail && w->ktail[0] != 0) || (bufs[18].len == 4 && w->K > 1 && !w->kone)) {
+            PyErr_SetString(PyExc_ValueError, "run: an identity kernel map needs K == N, a one-entry ktail 0 and a "
+                                              "one-entry kneed 1");
+            goto release_bufs;
+        }
     }
     {
         i64 N = w->N, K = w->K, G = w->G, R = w->world + 1, E = w->gends_ptr[G]; /* + 1: no 0-byte callocs */
@@ -1535,7 +1574,7 @@ static PyObject *issue_sums(PyObject *self, PyObject *args) {
 
 
 /* ---- succ_csr(n, edges, sid, sptr, sidx, npred, xdeps): the DAG's successor lists ---------------------------- */
-/* The edges (a tuple of int64 arrays, each of (src, dst) pairs one after another, e.g. an (E, 2) array: ops
+/* The edges (a tuple of int64 or int32 arrays, each of (src, dst) pairs one after another, e.g. an (E, 2) array: ops
  * 0..n-1, any order, repeats allowed) as CSR: row r of sidx (from sptr[r] to sptr[r + 1], int32) holds r's
  * distinct successors in ascending order, which is what sorting the keys src·n + dst and dropping repeats gives
  * (tests/oracle/numpy_helpers.succ_csr). npred[v] (int32) counts v's distinct predecessors, xdeps[v]
@@ -1553,6 +1592,11 @@ static int int64_or_int32(PyObject *o, Py_buffer *b, int is64, int writable, con
         return -1;
     }
     return 0;
+}
+
+/* entry e of an edge array of int32 (is32) or int64 entries */
+static inline i64 edge_at(const void *buf, int is32, i64 e) {
+    return is32 ? (i64)((const i32 *)buf)[e] : ((const i64 *)buf)[e];
 }
 
 static int cmp_i32(const void *a, const void *b) {
@@ -1576,20 +1620,26 @@ static PyObject *succ_csr(PyObject *self, PyObject *args) {
     int got = 0, egot = 0;
     PyObject *result = NULL;
     i64 *cur = NULL;
-    for (; egot < ne; egot++)
-        if (int64_or_int32(PyTuple_GET_ITEM(edges, egot), &eb[egot], 1, 0, "succ_csr: int64 edge arrays") < 0)
+    int e32[16];
+    for (; egot < ne; egot++) {
+        if (index_buffer(PyTuple_GET_ITEM(edges, egot), &eb[egot]) < 0) {
+            PyErr_Clear();
+            PyErr_SetString(PyExc_TypeError, "succ_csr: int64 or int32 edge arrays");
             goto done;
+        }
+        e32[egot] = eb[egot].itemsize == 4;
+    }
     for (; got < 5; got++)
         if (int64_or_int32(o[got], &b[got], is64[got], got >= 1,
                            "succ_csr: int64 sid; writable int32 sptr, sidx, npred and int64 xdeps") < 0)
             goto done;
     i64 E = 0;
     for (int k = 0; k < ne; k++) {
-        if ((eb[k].len / 8) % 2) {
+        if ((eb[k].len / eb[k].itemsize) % 2) {
             PyErr_SetString(PyExc_ValueError, "succ_csr: an edge array of an odd length (not pairs)");
             goto done;
         }
-        E += eb[k].len / 16;
+        E += eb[k].len / eb[k].itemsize / 2;
     }
     if (b[0].len / 8 != n || b[1].len / 4 != n + 1 || b[2].len / 4 < E || b[3].len / 4 != n || b[4].len / 8 != n ||
         E >= ((i64)1 << 31)) {
@@ -1600,9 +1650,8 @@ static PyObject *succ_csr(PyObject *self, PyObject *args) {
     i32 *sptr = b[1].buf, *sidx = b[2].buf, *npred = b[3].buf;
     i64 *xdeps = b[4].buf;
     for (int k = 0; k < ne; k++) {
-        const i64 *pr = eb[k].buf;
-        for (i64 e = 0; e < eb[k].len / 8; e++)
-            if (pr[e] < 0 || pr[e] >= n) {
+        for (i64 e = 0; e < eb[k].len / eb[k].itemsize; e++)
+            if (edge_at(eb[k].buf, e32[k], e) < 0 || edge_at(eb[k].buf, e32[k], e) >= n) {
                 PyErr_SetString(PyExc_ValueError, "succ_csr: an edge names an op outside 0..n-1");
                 goto done;
             }
@@ -1614,13 +1663,14 @@ static PyObject *succ_csr(PyObject *self, PyObject *args) {
     }
     memset(cur, 0, ((size_t)n + 1) * sizeof(i64));
     for (int k = 0; k < ne; k++) {
-        const i64 *pr = eb[k].buf;
-        for (i64 e = 0; e < eb[k].len / 16; e++) cur[pr[2 * e] + 1]++;
+        const void *pr = eb[k].buf;
+        for (i64 e = 0; e < eb[k].len / eb[k].itemsize / 2; e++) cur[edge_at(pr, e32[k], 2 * e) + 1]++;
     }
     for (i64 r = 0; r < n; r++) cur[r + 1] += cur[r];
     for (int k = 0; k < ne; k++) {
-        const i64 *pr = eb[k].buf;
-        for (i64 e = 0; e < eb[k].len / 16; e++) sidx[cur[pr[2 * e]]++] = (i32)pr[2 * e + 1]; /* cur[r]: end of r */
+        const void *pr = eb[k].buf;
+        for (i64 e = 0; e < eb[k].len / eb[k].itemsize / 2; e++) /* cur[r]: end of r */
+            sidx[cur[edge_at(pr, e32[k], 2 * e)]++] = (i32)edge_at(pr, e32[k], 2 * e + 1);
     }
     memset(npred, 0, (size_t)n * sizeof(i32));
     memset(xdeps, 0, (size_t)n * sizeof(i64));
@@ -1779,7 +1829,7 @@ done:
 }
 
 /* ---- stream_reached(qptr, qidx, khand, kern, call0, deps_t): when each op's stream reached it --------------- */
-/* In place, deps_t[i] = max(deps_t[i], qreach[kern[i]], call0[i]), qreach[k] the time the queue handed over the
+/* In place, deps_t[i] = max(deps_t[i], qreach[kern[i]], call0[i]) (kern empty: the identity, K == N), qreach[k] the time the queue handed over the
  * kernel before k in its queue (khand of that kernel; 0 for a queue's first): the post-pass of
  * schedsim.sim.waves_columns.run_waves_program (its numpy form: tests/oracle/numpy_helpers.py), one O(N + K)
  * pass. qptr/qidx
@@ -1799,14 +1849,15 @@ static PyObject *stream_reached(PyObject *self, PyObject *args) {
     PyObject *result = NULL;
     double *qreach = NULL;
     if (got < 6) goto done;
-    i64 Q = b[0].len / 4 - 1, L = b[1].len / 4, K = b[2].len / 8, N = b[3].len / 4;
-    const i32 *qptr = b[0].buf, *qidx = b[1].buf, *kern = b[3].buf;
+    i64 Q = b[0].len / 4 - 1, L = b[1].len / 4, K = b[2].len / 8, N = b[4].len / 8;
+    const i32 *qptr = b[0].buf, *qidx = b[1].buf, *kern = b[3].len ? b[3].buf : NULL; /* empty: the identity */
     const double *khand = b[2].buf, *call0 = b[4].buf;
     double *deps = b[5].buf;
-    int bad = Q < 0 || b[4].len / 8 != N || b[5].len / 8 != N || (Q >= 0 && (qptr[0] < 0 || qptr[Q] > L));
+    int bad = Q < 0 || (kern ? b[3].len / 4 != N : K != N) || b[5].len / 8 != N ||
+              (Q >= 0 && (qptr[0] < 0 || qptr[Q] > L));
     for (i64 q = 0; !bad && q < Q; q++) bad = qptr[q + 1] < qptr[q];
     for (i64 p = 0; !bad && p < L; p++) bad = qidx[p] < 0 || qidx[p] >= K;
-    for (i64 i = 0; !bad && i < N; i++) bad = kern[i] < 0 || kern[i] >= K;
+    for (i64 i = 0; kern && !bad && i < N; i++) bad = kern[i] < 0 || kern[i] >= K;
     if (bad) {
         PyErr_SetString(PyExc_ValueError, "stream_reached: a queue, kernel or op index out of range");
         goto done;
@@ -1819,7 +1870,7 @@ static PyObject *stream_reached(PyObject *self, PyObject *args) {
     for (i64 q = 0; q < Q; q++)
         for (i64 p = qptr[q] + 1; p < qptr[q + 1]; p++) qreach[qidx[p]] = khand[qidx[p - 1]];
     for (i64 i = 0; i < N; i++) {
-        double d = deps[i], x = qreach[kern[i]];
+        double d = deps[i], x = qreach[kern ? kern[i] : i];
         d = x > d ? x : d; /* np.maximum of finite values */
         x = call0[i];
         deps[i] = x > d ? x : d;

@@ -271,8 +271,8 @@ def _succ(prog: Program, fifo: np.ndarray, sid: np.ndarray) -> tuple[np.ndarray,
     from schedsim.sim.loop import compiled_loop
 
     N = prog.N
-    e = [np.asarray(prog.stream_edges, I64).reshape(-1, 2), np.asarray(prog.dep_edges, I64).reshape(-1, 2),
-         fifo.reshape(-1, 2)]
+    e = [np.asarray(prog.stream_edges).reshape(-1, 2), np.asarray(prog.dep_edges).reshape(-1, 2),
+         fifo.reshape(-1, 2)]  # int32 or int64, read as they are
     E = sum(len(x) for x in e)
     sptr, sidx, npred, xdeps = np.empty(N + 1, I32), np.empty(E, I32), np.empty(N, I32), np.empty(N, I64)
     m = compiled_loop().succ_csr(N, tuple(np.ascontiguousarray(x) for x in e), np.ascontiguousarray(sid, I64), sptr,
@@ -286,7 +286,12 @@ def _kernels(tps, tres, world, tmpl, rank, batch, res, work, opq, C, cost, sms):
     loop's int32 buffers
     (``krank`` is ``rank`` itself when every op is its own kernel) and ``ktau`` float64 seconds, in one O(N)
     pass of the compiled ``kernels``. ``tres``: each template's resource
-    (a collective of one rank's as rule one-rank-collective gives it)."""
+    (a collective of one rank's as rule one-rank-collective gives it).
+
+    The loop's compact forms (``_cwaves.c``, ``W``): when every op is its own kernel (K = N, in op order),
+    ``kern``, ``kptr`` and ``kidx`` (the identity) are empty and ``kneed`` is ``[1]``; ``kmem``, ``ktail``
+    (when 0), ``ktail_tau`` and ``kgain`` are one entry when every kernel has the same value (:func:`_one_entry`).
+    At 1M ops that is 7 arrays of N entries fewer at the loop's peak."""
     from schedsim.sim.loop import compiled_loop
 
     N = len(tmpl)
@@ -306,7 +311,7 @@ def _kernels(tps, tres, world, tmpl, rank, batch, res, work, opq, C, cost, sms):
     # without batches every op is its own kernel: kidx, ktype, krank (2, 3, 4) are not made (op columns)
     out = [np.empty(0 if nb == 0 and k in (2, 3, 4) else N + (k in (1, 10)), np.float64 if k == 7 else I32)
            for k in range(12)]
-    K, Q = compiled_loop().kernels((N, world, nb, C), _i32(rank), _i32(batch), _i32(res), _i32(tmpl), _f64(work),
+    K, Q = compiled_loop().kernels((N, world, nb, C), _c32(rank), _c32(batch), _i32(res), _i32(tmpl), _f64(work),
                                    _i32(opq), _i32(tctas), twaves.astype(np.float64), tmem, *out)
     kern, kptr, kidx, ktype, krank, kneed, kleft, ktau, kmem, kq, qptr, qidx = out
     if K == N:  # every op its own kernel, in op order: the op columns are the kernel columns (no copies held)
@@ -316,8 +321,25 @@ def _kernels(tps, tres, world, tmpl, rank, batch, res, work, opq, C, cost, sms):
             x[:K].copy() for x in (ktype, krank, kneed, kleft, ktau, kmem, kq, qidx))
     kptr = kptr[:K + 1]
     ktail, ktail_tau, kgain = _tails(ttail, op_tail, twt, tmpl, kidx, kptr, ktype, ktau, K)
+    if K == N and N > 1:  # each op its own kernel, numbered in op order (kernels numbers them by first op)
+        kern = kptr = kidx = np.zeros(0, I32)
+        kneed = np.ones(1, I32)
+    kmem, ktail_tau, kgain = _one_entry(kmem), _one_entry(ktail_tau), _one_entry(kgain)
+    if not ktail.any():
+        ktail = _one_entry(ktail)
     return (kern, kptr, kidx, ktype, krank, kneed, kleft, ktau, kmem, kq, qptr[:Q + 1], qidx, ktail, ktail_tau,
             kgain)
+
+
+def _one_entry(a: np.ndarray) -> np.ndarray:
+    """``a`` (a per-kernel buffer of the loop, read-only there) as one entry when all its entries are the same
+    value bit for bit (a -0.0 among 0.0 is not), which the compiled loop reads for every kernel; else ``a``."""
+    if len(a) < 2:
+        return a
+    bits = a.view(I64) if a.dtype == np.float64 else a
+    if bool((bits == bits[0]).all()):
+        return a[:1].copy()
+    return a
 
 
 def _tails(ttail, op_tail, twt, tmpl, kidx, kptr, ktype, ktau, K):
@@ -366,6 +388,12 @@ def _check(prog: Program, rank: np.ndarray, work: np.ndarray) -> None:
 def _i32(a) -> np.ndarray:
     """``a`` as the compiled loop's index buffer: writable contiguous int32 (copied only when it is not one)."""
     return np.require(a, I32, ["C", "W"])
+
+
+def _c32(a) -> np.ndarray:
+    """``a`` as an index buffer the compiled code only reads: contiguous int32, read-only or not (a Program's
+    column as it is; copied only when it is not one)."""
+    return np.require(a, I32, ["C"])
 
 
 def _f64(a) -> np.ndarray:
@@ -523,7 +551,7 @@ def _run_program_once(prog: Program, profile: HardwareProfile, mode: str, rules:
     # rules hardware-queues, cta-count, hbm-share: kernels (a collective of one rank: a copy, rule
     # one-rank-collective; its span keeps its kind's resource); rule nccl-sms: link ends
     opq = gm.stream_queue_columns(rank, sid, rules.max_connections)
-    rank32 = _i32(prog.rank)
+    rank32 = _c32(prog.rank)  # read as it is (the loop and kernels write no input)
     kres, ktres = res, tres
     if len(lone):  # their templates are theirs alone (a group of one rank is part of the template)
         ktres = tres.copy()
@@ -535,7 +563,7 @@ def _run_program_once(prog: Program, profile: HardwareProfile, mode: str, rules:
         tps, ktres, prog.world_size, tmpl, rank32, prog.batch, kres, work, opq, rules.max_connections, cost,
         rules.sms)
     del opq, kres, ktres
-    K = len(kptr) - 1
+    K = len(ktau)  # kptr is empty for the identity (_kernels)
     node = cost.net.rank_nodes(prog.world_size)  # None without a cluster topology: one link tier
     groups = [tps[t].group for t in tmpl[gidx[gptr[:C]]].tolist()] if prog.represented else None
     link = [_i32(x) for x in _link_ends(gptr, gidx, rank, C, rules.p2p_one_way,
@@ -545,7 +573,7 @@ def _run_program_once(prog: Program, profile: HardwareProfile, mode: str, rules:
     gptr, gidx = _i32(gptr), _i32(gidx)
     granks = rank32[gidx]
     del rank
-    sid = _i32(prog.stream_id)
+    sid = _c32(prog.stream_id)
     start, ready_t, deps_t, khand = np.zeros(N), np.zeros(N), np.zeros(N), np.zeros(K)
     end, binding = np.full(N, -1.0), np.full(N, -1, I32)
     kneed0 = kneed.copy()

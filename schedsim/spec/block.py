@@ -17,7 +17,7 @@ from typing import Any
 
 from schedsim.expr import ExprError
 from schedsim.spec.context import _compile_ranks, _Ctx, _uses_rank
-from schedsim.spec.model import NAME_PATTERN, NUMERIC_FIELDS
+from schedsim.spec.model import NUMERIC_FIELDS
 from schedsim.spec.yaml_reader import LDict, LList, Mark
 from schedsim.tags import TagSet
 
@@ -364,7 +364,22 @@ def _block(body: list[tuple[Any, ...]], names: list[str], values: list[list[Any]
         return None
 
 
-_NAME_RE = re.compile(f"(?:{NAME_PATTERN.removeprefix('^').removesuffix('$')}\n)*")  # one name per line
+#: :data:`schedsim.spec.model.NAME_PATTERN`'s characters, and those it does not take first (or an empty name: a line
+#: break); tests/core/test_foreach_block_vs_general.py holds :func:`_names_ok` to the pattern
+_NAME_CHARS = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-[]"
+_NOT_FIRST = re.compile(rb"\n[0-9.\-\[\]\n]")
+
+
+def _names_ok(joined: str, nk: int) -> bool:
+    """Whether ``joined`` is ``nk`` names each followed by a line break, each matching
+    :data:`schedsim.spec.model.NAME_PATTERN`, by byte passes (not a regex over megabytes): ASCII, nothing but the
+    pattern's characters and the ``nk`` breaks, and no name beginning with a character the pattern does not take
+    first."""
+    if joined.count("\n") != nk or not joined.isascii():
+        return False
+    b = joined.encode("ascii")
+    return b.translate(None, _NAME_CHARS) == b"\n" * nk and b[:1] not in b"0123456789.-[]\n" and \
+        _NOT_FIRST.search(b) is None
 
 
 @dataclass
@@ -583,8 +598,7 @@ def _row_strs(key: str, v: Any, nk: int) -> Any:
     if set(map(type, lst)) != {str}:
         raise _Abandon
     if key != "tag":
-        joined = "\n".join(lst) + "\n"
-        if joined.count("\n") != nk or _NAME_RE.fullmatch(joined) is None:
+        if not _names_ok("\n".join(lst) + "\n", nk):
             raise _Abandon
     out[:] = lst
     return out
@@ -602,8 +616,7 @@ def _row_names(nm: Any, nk: int) -> Any:
     lst = nm.tolist()
     if set(map(type, lst)) != {str}:
         raise _Abandon  # pydantic's error, worded by the general path
-    joined = "\n".join(lst) + "\n"
-    if joined.count("\n") != nk or _NAME_RE.fullmatch(joined) is None:
+    if not _names_ok("\n".join(lst) + "\n", nk):
         raise _Abandon
     return nm
 

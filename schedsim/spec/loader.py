@@ -451,6 +451,20 @@ def _env_lines(doc: Any) -> dict[str, int]:
     return {str(k): m[0] for k, m in getattr(env, "key_marks", {}).items() if m}
 
 
+def _pair_repeats(names: list[str], ranks: list[Any]) -> bool:
+    """Whether a (name, rank) pair repeats among ``names`` and the ranks ``ranks`` (int64 arrays, joined: one per
+    name), by integer keys (the names numbered by a dict) rather than a set of a million tuples."""
+    import numpy as np
+
+    if not names:
+        return False
+    code_of = {nm: k for k, nm in enumerate(dict.fromkeys(names))}
+    rank = np.concatenate(ranks)
+    key = np.fromiter(map(code_of.__getitem__, names), np.int64, len(names)) * (int(rank.max()) + 1) + rank
+    key.sort()
+    return bool((key[1:] == key[:-1]).any())
+
+
 def _load_blocks(doc: LDict, file: str) -> ScheduleSpec | None:
     """The spec of an expanded document holding :class:`Block` s, its ``ops`` kept as a :class:`Layout`; None
     when a rule is broken (the caller loads the schedule by the general path, which raises the error).
@@ -459,6 +473,8 @@ def _load_blocks(doc: LDict, file: str) -> ScheduleSpec | None:
     each block replaced by its representatives; the per-row fields (``name``, ``deps``) were checked in bulk
     by :func:`_block`, and op names must be unique across all rows.
     """
+    import numpy as np
+
     from schedsim.spec.validation import check_spec, op_sources
 
     ops = doc["ops"]
@@ -486,7 +502,8 @@ def _load_blocks(doc: LDict, file: str) -> ScheduleSpec | None:
                                            and m.group is None for m in models[a:b]) for item, a, b in spans):
         return None  # one entry per rank forms one collective with the same names elsewhere: the general path
     block_names: list[str] = []
-    on_one: list[tuple[str, int]] = []  # (name, rank) of the block rows that run on one rank
+    on_names: list[str] = []  # the names of the block rows that run on one rank
+    on_ranks: list[Any] = []  # and their ranks (int64 arrays)
     other_names: set[str] = set()
     items: list[Any] = []
     srcs: list[Any] = []
@@ -495,7 +512,8 @@ def _load_blocks(doc: LDict, file: str) -> ScheduleSpec | None:
             item.models, item.sources = models[a:b], sources[a:b]
             one = [m.ranks[0] if m.ranks is not None and len(m.ranks) == 1 else -1 for m in item.models]
             if all(r >= 0 for r in one):
-                on_one.extend(zip(item.names.tolist(), [one[j] for j in item.row_rep.tolist()], strict=True))
+                on_names.extend(item.names.tolist())
+                on_ranks.append(np.asarray(one, np.int64)[np.asarray(item.row_rep, np.int64)])
             else:
                 block_names.extend(item.names.tolist())
             items.append(item)
@@ -506,7 +524,7 @@ def _load_blocks(doc: LDict, file: str) -> ScheduleSpec | None:
             srcs.append(sources[a])
     names = set(block_names)
     if len(names) != len(block_names) or not names.isdisjoint(other_names) or \
-            len(set(on_one)) != len(on_one) or not {nm for nm, _ in on_one}.isdisjoint(names | other_names):
+            _pair_repeats(on_names, on_ranks) or not set(on_names).isdisjoint(names | other_names):
         return None  # a block row's name used twice on a rank (check_spec saw the other ops)
     spec.__dict__.pop("ops")
     private = spec.__pydantic_private__

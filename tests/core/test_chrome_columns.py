@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 
-from schedsim.report.chrome import _nesting_rows, _rate_counter, _us, _us_list, chrome_trace
+from schedsim.report.chrome import _nesting_rows, _rate_counter, _rounded, _us, _us_list, chrome_trace
 from schedsim.sim.timeline import Span, SpanColumns, Timeline
 
 
@@ -68,3 +68,17 @@ def test_trace_of_overlapping_measured_spans_uses_extra_threads():
     assert x == [("a", 1), ("b", 2)]
     ops = [(e["ts"], e["args"]["ops"]) for e in ev if e.get("name") == "compute ops running"]
     assert ops == [(0.0, 1), (1.0, 2), (2.0, 1), (3.0, 0)]
+
+
+@pytest.mark.parametrize("nd", [3, 4, 6])
+def test_rounded_is_pythons_round_at_halves_and_beside_them(nd):
+    # _rounded skips Python's round where numpy's rint(x·10^nd)/10^nd is the same float: values on a decimal
+    # half (1.00005 at 4 decimals), a few ulps beside one, ties of the product, past 2**52, -0.0, NaN and inf
+    # must still come out as round gives them (repr: -0.0 and NaN told apart).
+    rng = np.random.default_rng(nd)
+    halves = (np.arange(-2000, 2000) + 0.5) / 10.0 ** nd  # the floats nearest to decimal halves
+    near = np.concatenate([np.nextafter(np.nextafter(halves, np.inf), np.inf), np.nextafter(halves, np.inf),
+                           np.nextafter(halves, -np.inf), halves])
+    xs = np.concatenate([near, halves * 1e5, rng.uniform(-1e3, 1e3, 5000), rng.uniform(0, 2e-3, 5000),
+                         [0.0, -0.0, -1e-9, 2.0 ** 52, 2.0 ** 53 / 10 ** nd + 0.5, 1e300, np.nan, np.inf, -np.inf]])
+    assert list(map(repr, _rounded(xs, nd))) == [repr(round(x, nd)) for x in xs.tolist()]

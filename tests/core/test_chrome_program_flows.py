@@ -25,3 +25,21 @@ def test_program_flows_equal_graph_flows(name: str) -> None:
     b = chrome_trace([("predicted", run.timeline)], graph=pf)
     assert a == b
     assert any(ev.get("ph") == "s" for ev in a["traceEvents"]) or name == "matmul_streams"
+
+
+@pytest.mark.parametrize("name", ["pipeline_custom", "offload", "allgather_mm8"])
+def test_slices_from_columns_equal_those_from_spans(name: str) -> None:
+    # A timeline alone in its trace has its slices written from its columns (no Span per row): the same name,
+    # category, times and args as _slice_args gives from each span (tags, bytes, FLOP, solo and ready times).
+    from schedsim.report.chrome import _slice_args, _us
+
+    tl = predict(load(ROOT / "schedules" / f"{name}.yaml"), "h200").timeline
+    xs = [ev for ev in chrome_trace([("predicted", tl)])["traceEvents"] if ev["ph"] == "X"]
+    spans = tl.spans
+    assert len(xs) == len(spans) and any(s.tags for s in spans) == (name == "pipeline_custom")
+    for ev, s in zip(xs, spans, strict=True):
+        solo = _us(s.solo_s) if s.solo_s is not None else None
+        ready = _us(s.ready_s) if s.ready_s is not None else None
+        assert (ev["name"], ev["cat"], ev["ts"], ev["dur"]) == (s.name, s.resource, _us(s.start_s),
+                                                                round(_us(s.end_s) - _us(s.start_s), 4))
+        assert ev["args"] == _slice_args(s, "predicted", [], solo, ready)  # type: ignore[arg-type]

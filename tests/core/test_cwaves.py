@@ -177,3 +177,73 @@ def test_compiled_acyclic_refuses_bad_input():
         _cwaves.acyclic(3, np.array([0, -1], np.int32), np.array([1, 1], np.int32))
     with pytest.raises(ValueError, match="differ in length or type"):
         _cwaves.acyclic(3, np.array([0, 1], np.int32), np.array([1, 2], np.int64))
+
+
+#: The loop's per-kernel buffers that have a compact form (``_cwaves.c``, ``W``): position in ``run``'s arrays ->
+#: how the full form is made from the compact one, given N and K.
+_KERN, _KPTR, _KIDX, _KMEM, _KNEED, _KTAIL, _KTTAU, _KGAIN, _KWAIT = 9, 12, 13, 16, 18, 21, 22, 23, 44
+
+
+def _full_forms(arrays: tuple, N: int, K: int) -> list:
+    """``run``'s arrays with every compact form written out: the identity maps as aranges, one-entry buffers
+    repeated K times (copies of the rest: the loop writes some of them)."""
+    import numpy as np
+
+    out = [np.array(a, copy=True) for a in arrays]
+    if not len(out[_KERN]):
+        out[_KERN], out[_KIDX] = np.arange(N, dtype=np.int32), np.arange(N, dtype=np.int32)
+        out[_KPTR] = np.arange(K + 1, dtype=np.int32)
+    for k in (_KMEM, _KNEED, _KTAIL, _KTTAU, _KGAIN, _KWAIT):
+        if len(out[k]) == 1:
+            out[k] = np.repeat(out[k], K)
+    return out
+
+
+def test_the_loops_compact_buffers_run_as_their_full_forms(monkeypatch):
+    # Memory (issue 38): where every op is its own kernel the kernel maps are the identity and are passed empty,
+    # and per-kernel buffers of one value (memory flag, split-k tail and its time, fill gain, ops per kernel) as
+    # one entry; the loop reads them as the full arrays. The same run with the full arrays written out gives the
+    # same timeline, bit for bit. The Program's rank and stream columns (read-only) are read as they are.
+    import numpy as np
+
+    G = lower(load_schedule(ROOT / "benchmarks/data/overlap_gen.yaml", {"world_size": 4, "chunks": 16}))
+    calls: list[tuple] = []
+    real_run = _cwaves.run
+
+    def run(ints, floats, arrays, *share):  # type: ignore[no-untyped-def]
+        N, K = ints[0], ints[1]
+        full = _full_forms(arrays, N, K)  # before the loop writes its state
+        got = real_run(ints, floats, arrays, *share)
+        calls.append((arrays, full, real_run(ints, floats, tuple(full), *share), got))
+        return got
+
+    monkeypatch.setattr(_cwaves, "run", run)
+    tl = simulate(G, load_profile("h200"), gpu_model="waves")
+    assert tl.makespan_s > 0 and calls
+    arrays, full, jobs_full, jobs = calls[0]
+    assert [len(arrays[k]) for k in (_KERN, _KPTR, _KIDX, _KNEED, _KWAIT)] == [0, 0, 0, 1, 1]  # compact here
+    assert len(arrays[_KTAIL]) == 1 and len(arrays[_KTTAU]) == 1 and len(arrays[_KMEM]) == 1
+    assert np.shares_memory(arrays[7], G.rank) and np.shares_memory(arrays[6], G.stream_id)  # read-only inputs
+    assert jobs == jobs_full
+    for k in range(37, 43):  # start, end, ready_t, deps_t, khand, binding
+        assert np.array_equal(arrays[k].view(np.uint8), full[k].view(np.uint8)), k
+
+
+def test_the_loop_refuses_inconsistent_compact_buffers(monkeypatch):
+    import numpy as np
+
+    G = lower(load_schedule(ROOT / "benchmarks/data/overlap_gen.yaml", {"world_size": 2, "chunks": 4}))
+    bad_forms = {"one kernel map empty": lambda a, N, K: a.__setitem__(_KERN, np.arange(N, dtype=np.int32)),
+                 "a one-entry ktail not 0": lambda a, N, K: a.__setitem__(_KTAIL, np.ones(1, np.int32)),
+                 "a one-entry kneed not 1": lambda a, N, K: a.__setitem__(_KNEED, np.full(1, 2, np.int32))}
+    real_run = _cwaves.run
+    for _why, spoil in bad_forms.items():
+        def run(ints, floats, arrays, *share, spoil=spoil):  # type: ignore[no-untyped-def]
+            a = list(arrays)
+            spoil(a, ints[0], ints[1])
+            return real_run(ints, floats, tuple(a), *share)
+
+        monkeypatch.setattr(_cwaves, "run", run)
+        with pytest.raises(ValueError, match="kern, kops_ptr and kops_idx|identity kernel map"):
+            simulate(G, load_profile("h200"), gpu_model="waves")
+        monkeypatch.setattr(_cwaves, "run", real_run)

@@ -104,3 +104,46 @@ def test_a_small_inner_loop_stops_being_a_block_after_a_few(monkeypatch: pytest.
     assert kinds == [("Block", 2), ("Block", 8)] * 2 + [("ComputeOp", 1), ("ComputeOp", 1), ("Block", 8)] * 3
     monkeypatch.setattr(foreach, "TEMPLATES", False)
     assert spec.ops == load_text(NESTED_SMALL, "n.yaml").ops
+
+
+def test_block_name_check_is_the_name_pattern_per_line():
+    # The block path checks its rows' names (and p2p_batch names) by byte passes over them joined, not a regex
+    # over megabytes: the same verdict as NAME_PATTERN on each name, for names valid and not.
+    import random
+    import re
+
+    from schedsim.spec.block import _names_ok
+    from schedsim.spec.model import NAME_PATTERN
+
+    one = re.compile(NAME_PATTERN)
+    rng = random.Random(7)
+    alphabet = "aZ_09.-[]x \t/é\n"
+    cases = [[], [""], ["a"], ["9a"], ["a", ""], ["_x.y-z[0]"], ["-a"], ["a b"], ["é"], ["a\nb"], ["[0]"], ["A9"]]
+    cases += [["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 4))) for _ in range(rng.randint(0, 5))]
+              for _ in range(3000)]
+    for names in cases:
+        joined = "\n".join(names) + "\n"
+        want = bool(names) and joined.count("\n") == len(names) and all(one.match(n) for n in names)
+        assert _names_ok(joined, len(names)) == want, names
+
+
+def test_a_name_twice_on_a_rank_among_per_rank_rows_is_refused():
+    # Entries written with `rank` run as rows of one rank each; a (name, rank) pair that repeats among them is
+    # found by integer keys (not a set of tuples) and the general path words the error.
+    import numpy as np
+    import pytest
+
+    from schedsim.errors import SpecError
+    from schedsim.spec.loader import _pair_repeats, load_text
+
+    assert _pair_repeats(["a", "b", "a"], [np.array([0, 0]), np.array([1])]) is False
+    assert _pair_repeats(["a", "b", "a"], [np.array([0, 0, 0])]) is True
+    assert _pair_repeats([], []) is False
+    text = ("schema_version: 1\nname: dup\nworld_size: 4\nops:\n  - foreach: {i: range(3)}\n    ops:\n"
+            "      - {name: 's{i // 2}', kind: send, peer: '(rank + 1) % world_size', bytes: 64, stream: p2p, "
+            "p2p_batch: 'b{i}'}\n"
+            "      - {name: 'r{i}', kind: recv, peer: '(rank - 1) % world_size', bytes: 64, stream: p2p, "
+            "p2p_batch: 'b{i}'}\n")
+    with pytest.raises(SpecError, match="'s0' is used twice on rank 0"):
+        load_text(text, "dup.yaml")
+    load_text(text.replace("s{i // 2}", "s{i}"), "dup.yaml")  # distinct: loads

@@ -22,9 +22,12 @@ GOLDEN = np.load(DATA / "lowering_golden.npz")
 
 @pytest.mark.parametrize("case", sorted(gold.cases()))
 def test_lowering_matches_the_golden_program(case: str) -> None:
+    from schedsim.lower.program import NARROW
+
     got = gold.program_state(gold.cases()[case])
     for k in gold.ARRAYS:
         want = GOLDEN[f"{case}/{k}"]
-        assert got[k].dtype == want.dtype, k
+        # the dependency CSR and edges are int32 now where they fit (the golden's are int64): the same values
+        assert got[k].dtype == (np.dtype(np.int32) if k in NARROW and want.dtype == np.int64 else want.dtype), k
         np.testing.assert_array_equal(got[k], want, err_msg=k)
     assert json.loads(str(got["text"])) == json.loads(str(GOLDEN[f"{case}/text"]))

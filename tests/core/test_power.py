@@ -45,6 +45,14 @@ def test_tensor_duty_is_the_busiest_ranks_union_of_tensor_core_gemms_over_the_ma
     assert tensor_duty(Timeline("t", "predict", 1, spans=[_other(0, 0, 0, 1)]), FP32) == 0.0
 
 
+def test_tensor_duty_is_the_same_whatever_the_order_of_the_spans():
+    # spans in (rank, start) order are used as they are (no sort); in another order they are sorted first
+    spans = [_mm(0, 0, 0, 2), _mm(1, 0, 1, 3), _mm(2, 0, 5, 6), _mm(3, 1, 3, 4), _mm(4, 1, 3.5, 9), _other(5, 1, 4, 10)]
+    for order in ([0, 1, 2, 3, 4, 5], [2, 0, 1, 4, 3, 5], [4, 3, 5, 2, 1, 0]):
+        tl = Timeline("t", "predict", 2, spans=[spans[k] for k in order])
+        assert tensor_duty(tl, FP32) == pytest.approx(6 / 10)  # rank 1: [3, 9]
+
+
 def test_slowdown_curve_is_one_below_its_first_point_linear_between_and_flat_above():
     curve = [(0.6, 1.0), (0.8, 1.1), (1.0, 1.2)]
     assert [slowdown_at(curve, d) for d in (0.0, 0.59, 0.6, 0.7, 0.8, 0.9, 1.0)] == pytest.approx(

@@ -87,14 +87,15 @@ def kernels(dims: tuple[int, int, int, int], rank: np.ndarray, batch: np.ndarray
 def stream_reached(qptr: np.ndarray, qidx: np.ndarray, khand: np.ndarray, kern: np.ndarray, call0: np.ndarray,
                    deps_t: np.ndarray) -> None:
     """``_cwaves.stream_reached``: in place, ``deps_t[i] = max(deps_t[i], qreach[kern[i]], call0[i])``, ``qreach[k]``
-    the time the queue handed over the kernel before ``k`` in its queue (0 for a queue's first)."""
+    the time the queue handed over the kernel before ``k`` in its queue (0 for a queue's first); ``kern`` empty:
+    the identity (every op its own kernel)."""
     K = len(khand)
     if K:
         later = np.ones(len(qidx), bool)
         later[qptr[:-1][np.diff(qptr) > 0]] = False  # not a queue's first kernel
         qreach = np.zeros(K)
         qreach[qidx[later]] = khand[qidx[np.flatnonzero(later) - 1]]
-        np.maximum(deps_t, qreach[kern], out=deps_t)
+        np.maximum(deps_t, qreach[kern] if len(kern) else qreach, out=deps_t)
     np.maximum(deps_t, call0, out=deps_t)
 
 

@@ -1,0 +1,44 @@
+"""The Program's dependency CSR and edges are int32 where they fit (memory, issue 38), read correctly by what
+uses them: the successor CSR (keys ``src·N + dst`` past 2**31), the compiled loop's ``succ_csr``; int64 is kept
+past 2**31."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from schedsim.hardware.profile import load_profile
+from schedsim.lower import lower
+from schedsim.lower.program import NARROW, _narrow
+from schedsim.sim.engine import simulate
+from schedsim.spec.loader import load_text
+
+
+def colliding(n: int) -> str:
+    """``n + 2`` 1 µs kernels one after the other on one stream of one rank, op ``n`` also depending on op 0; with
+    ``n = 65535`` the keys ``src·N + dst`` of the edges 0 → n and n → n + 1 are equal modulo 2**32."""
+    return (f"schema_version: 1\nname: chain\nworld_size: 1\nparams: {{n: {n}}}\nops:\n"
+            "  - foreach: {i: range(n)}\n    ops:\n"
+            "      - {name: 'a{i}', kind: compute, duration_us: 1, stream: s0}\n"
+            f"  - {{name: a{n}, kind: compute, duration_us: 1, stream: s0, deps: [a0]}}\n"
+            f"  - {{name: a{n + 1}, kind: compute, duration_us: 1, stream: s0}}\n")
+
+
+def test_edges_and_dependencies_are_int32_and_the_successors_right_past_2_31_keys():
+    n = 65535
+    N = n + 2
+    prog = lower(load_text(colliding(n), "chain.yaml"))
+    assert prog.N == N and (n * N + n + 1) % 2**32 == n  # the two keys, wrapped, are one
+    assert [getattr(prog, f).dtype for f in NARROW] == [np.int32] * 4
+    ptr, dst, kind = prog.succ
+    want_ptr = np.concatenate([[0], np.arange(2, N + 1), [N]])  # op 0: two successors (1, n); then one each
+    assert np.array_equal(ptr, want_ptr)
+    assert dst[:2].tolist() == [1, n] and np.array_equal(dst[2:], np.arange(2, N))
+    assert kind.tolist()[:2] == [0, 1] and not kind[2:].any()  # the stream edge first, then the dependency
+    tl = simulate(prog, load_profile("h200"), gpu_model="waves")  # succ_csr reads the int32 pairs
+    assert len(tl) == N and tl.makespan_s >= N * 1e-6
+
+
+def test_index_arrays_past_2_31_stay_int64():
+    a = np.arange(4, dtype=np.int64)
+    assert _narrow(a, 2**31 - 1).dtype == np.int32
+    assert _narrow(a, 2**31) is a
