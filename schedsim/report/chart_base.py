@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import io
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -242,6 +243,167 @@ def _compound_boxes(fig: Any) -> Iterator[None]:
     finally:
         for c in cols:
             c.compound = False
+
+
+def _coverage(starts: Any, ends: Any, edges: Any) -> Any:
+    """Σ over the intervals [starts, ends) of their overlap with each bin [edges[j], edges[j + 1]): len(edges) − 1
+    values, in the units of the edges. ``edges`` ascending (numpy); the intervals in any order, overlapping or not.
+    The busy time before each edge is Σ_{s < e} (e − s) − Σ_{t < e} (e − t) over the sorted starts s and ends t:
+    two searchsorted and two cumulative sums, no loop over intervals."""
+    import numpy as np
+
+    st, en = np.sort(np.asarray(starts, dtype=float)), np.sort(np.asarray(ends, dtype=float))
+    cs, ce = np.concatenate([[0.0], np.cumsum(st)]), np.concatenate([[0.0], np.cumsum(en)])
+    ks = np.searchsorted(st, edges, side="right")
+    ke = np.searchsorted(en, edges, side="right")
+    return np.diff((edges * ks - cs[ks]) - (edges * ke - ce[ke]))
+
+
+#: A chart of more boxes than this paints its boxes without edge lines (those under 4 px wide, the waits and the
+#: exposed-communication bands) into one RGBA raster per axes (:func:`_box_raster`) instead of a PolyCollection
+#: per lane and colour: with thousands of sub-pixel boxes per lane, Agg's path rendering of the collections (and
+#: the PNG/SVG writers' work on them) was most of a chart's time (pp=32 m=512 v=4: 131,072 boxes per pipeline
+#: chart, 456,704 ops in the Gantt). Charts of fewer boxes keep their collections (vector boxes in SVG).
+RASTER_MIN_BOXES = 10_000
+
+
+class _Strip:
+    """Boxes of one lane of a raster: the rows [y0, y0 + h] (data units) and per colour the boxes' x spans."""
+
+    def __init__(self, y0: float, h: float) -> None:
+        self.y0, self.h = y0, h
+        self.colours: dict[str, tuple[list[Any], list[Any]]] = {}
+
+
+#: The word whose bytes are (0, 0, 0, 1): alpha × it puts alpha in an RGBA pixel's fourth byte, as a uint32 of
+#: this machine's byte order.
+_ALPHA_BYTE = int.from_bytes(bytes([0, 0, 0, 1]), sys.byteorder)
+
+
+def _paint(strips: list[_Strip], x_edges: Any, y_edges: Any) -> Any:
+    """The RGBA image (uint8, rows × columns × 4) of ``strips`` on a grid of pixels whose column edges are
+    ``x_edges`` (data units, len columns + 1, ascending) and row edges ``y_edges`` (data units, len rows + 1: row i
+    between ``y_edges[i]`` and ``y_edges[i + 1]``, in either direction).
+
+    A pixel column that boxes of a strip overlap (:func:`_coverage`) is painted solid, in the last colour added
+    to the strip of those there, as one collection per colour drawn in that order would paint it, so every
+    pixel is a colour of the legend and a box narrower than a pixel still shows as one (as the collections' pixel
+    runs, :func:`_pixel_runs`, drew them); its rows at the share of each row inside [y0, y0 + h] (Agg's coverage
+    of an antialiased box's edge). Strips are laid over each other in order ("over"
+    compositing), on a transparent background."""
+    import numpy as np
+    from matplotlib.colors import to_rgb
+
+    w, h = len(x_edges) - 1, len(y_edges) - 1
+    out = np.zeros((h, w, 4), np.uint8)
+    words = out.view(np.uint32)[..., 0]  # each pixel's four bytes as one word
+    touched = np.zeros(h, bool)  # rows a strip has painted
+    lo_y, hi_y = np.minimum(y_edges[:-1], y_edges[1:]), np.maximum(y_edges[:-1], y_edges[1:])
+    for s in strips:
+        rows = np.clip(np.minimum(hi_y, s.y0 + s.h) - np.maximum(lo_y, s.y0), 0.0, None) / (hi_y - lo_y)
+        (ri,) = np.nonzero(rows > 0)
+        if not len(ri) or not s.colours:
+            continue
+        cov = np.stack([_coverage(np.concatenate(a), np.concatenate(b), x_edges) for a, b in s.colours.values()])
+        tot = cov.sum(axis=0)
+        (ci,) = np.nonzero(tot > 0)
+        if not len(ci):
+            continue
+        r0, r1, c0, c1 = int(ri[0]), int(ri[-1]) + 1, int(ci[0]), int(ci[-1]) + 1
+        palette = np.array([to_rgb(c) for c in s.colours], np.float32) * 255
+        # the last colour added of those in each column, as the collections drawn in that order painted it
+        colour = palette[len(palette) - 1 - np.argmax(cov[::-1, c0:c1] > 0, axis=0)]  # (columns, 3)
+        a_col = (tot[c0:c1] > 0).astype(np.float32)
+        if not touched[r0:r1].any():  # nothing below: the strip's colours at its opacities, a pixel a word
+            touched[r0:r1] = True
+            px = np.zeros((c1 - c0, 4), np.uint8)
+            px[:, :3] = np.rint(colour)
+            alpha = np.rint(rows[r0:r1, None].astype(np.float32) * a_col[None, :] * 255).astype(np.uint32)
+            words[r0:r1, c0:c1] = px.view(np.uint32)[:, 0][None, :] | alpha * _ALPHA_BYTE
+            continue
+        touched[r0:r1] = True
+        a = a_col[None, :] * rows[r0:r1, None].astype(np.float32)
+        under = out[r0:r1, c0:c1].astype(np.float32)
+        ua = under[..., 3] / 255 * (1 - a)  # what shows of the pixels below
+        alpha = a + ua
+        seen = np.where(alpha > 0, alpha, 1)
+        rgb = (colour[None, :, :] * a[..., None] + under[..., :3] * ua[..., None]) / seen[..., None]
+        out[r0:r1, c0:c1, :3] = np.rint(rgb)
+        out[r0:r1, c0:c1, 3] = np.rint(alpha * 255)
+    return out
+
+
+_Raster: Any = None
+
+
+def _box_raster(ax: Any) -> Any:
+    """A box raster on ``ax`` (added to it, ``zorder`` 1 as a collection's, rasterized in vector outputs): its
+    ``add(x0, w, y0, h, colour, gid=None)`` takes boxes [x0, x0 + w] × [y0, y0 + h] (arrays ``x0``, ``w``, numbers
+    ``y0``, ``h``, in data units; a ``gid`` keeps them in its ``gids`` as (x0, x1), as a collection's gid names
+    it); at draw time it paints them (:func:`_paint`) into an image of the axes' pixels, one
+    image pixel per device pixel, at the axes' limits then. The class is made on first use (matplotlib is
+    imported lazily)."""
+    global _Raster
+    if _Raster is None:
+        from matplotlib.artist import Artist, allow_rasterization
+
+        class BoxRaster(Artist):
+            zorder = 1
+
+            def __init__(self) -> None:
+                super().__init__()
+                self.strips: dict[tuple[float, float], _Strip] = {}
+                self.gids: dict[str, tuple[Any, Any]] = {}
+
+            def add(self, x0: Any, w: Any, y0: float, h: float, colour: str, gid: str | None = None) -> None:
+                import numpy as np
+
+                if gid is not None:  # the boxes of a named group, to read back as (x0, x1) (tests)
+                    self.gids[gid] = (np.asarray(x0, dtype=float), np.asarray(x0, dtype=float) + w)
+
+                s = self.strips.get((y0, h))
+                if s is None:
+                    s = self.strips[(y0, h)] = _Strip(y0, h)
+                a, b = s.colours.setdefault(colour, ([], []))
+                x0 = np.asarray(x0, dtype=float)
+                a.append(x0)
+                b.append(x0 + np.asarray(w, dtype=float))
+
+            def image(self) -> tuple[Any, int, int]:
+                """(the RGBA image, its bottom row first as Agg's ``draw_image`` takes it, and its left and bottom
+                device pixel) for the axes' current place and limits."""
+                import numpy as np
+
+                me: Any = self
+                ax = me.axes
+                bb = ax.bbox
+                x0, x1 = int(np.floor(bb.x0)), int(np.ceil(bb.x1))
+                y0, y1 = int(np.floor(bb.y0)), int(np.ceil(bb.y1))
+                inv = ax.transData.inverted()
+                xe = inv.transform(np.stack([np.arange(x0, x1 + 1.0), np.full(x1 - x0 + 1, float(y0))], 1))[:, 0]
+                ye = inv.transform(np.stack([np.full(y1 - y0 + 1, float(x0)), np.arange(y0, y1 + 1.0)], 1))[:, 1]
+                if xe[0] > xe[-1]:  # an inverted x axis: paint left to right in data order, then flip
+                    return _paint(list(self.strips.values()), xe[::-1], ye)[:, ::-1], x0, y0
+                return _paint(list(self.strips.values()), xe, ye), x0, y0
+
+            @allow_rasterization
+            def draw(self, renderer: Any) -> None:
+                if not self.get_visible() or not self.strips:
+                    return
+                me: Any = self
+                img, x0, y0 = self.image()
+                gc = renderer.new_gc()
+                me._set_gc_clip(gc)
+                gc.set_clip_rectangle(me.axes.bbox)
+                renderer.draw_image(gc, x0, y0, img)
+                gc.restore()
+                self.stale = False
+
+        _Raster = BoxRaster
+    r = _Raster()
+    r.set_rasterized(True)
+    ax.add_artist(r)
+    return r
 
 
 def _pixel_runs(x0: Any, w: Any, px: float) -> tuple[Any, Any]:
