@@ -245,20 +245,6 @@ def _compound_boxes(fig: Any) -> Iterator[None]:
             c.compound = False
 
 
-def _coverage(starts: Any, ends: Any, edges: Any) -> Any:
-    """Σ over the intervals [starts, ends) of their overlap with each bin [edges[j], edges[j + 1]): len(edges) − 1
-    values, in the units of the edges. ``edges`` ascending (numpy); the intervals in any order, overlapping or not.
-    The busy time before each edge is Σ_{s < e} (e − s) − Σ_{t < e} (e − t) over the sorted starts s and ends t:
-    two searchsorted and two cumulative sums, no loop over intervals."""
-    import numpy as np
-
-    st, en = np.sort(np.asarray(starts, dtype=float)), np.sort(np.asarray(ends, dtype=float))
-    cs, ce = np.concatenate([[0.0], np.cumsum(st)]), np.concatenate([[0.0], np.cumsum(en)])
-    ks = np.searchsorted(st, edges, side="right")
-    ke = np.searchsorted(en, edges, side="right")
-    return np.diff((edges * ks - cs[ks]) - (edges * ke - ce[ke]))
-
-
 #: A chart of more boxes than this paints its boxes without edge lines (those under 4 px wide, the waits and the
 #: exposed-communication bands) into one RGBA raster per axes (:func:`_box_raster`) instead of a PolyCollection
 #: per lane and colour: with thousands of sub-pixel boxes per lane, Agg's path rendering of the collections (and
@@ -275,6 +261,17 @@ class _Strip:
         self.colours: dict[str, tuple[list[Any], list[Any]]] = {}
 
 
+def _boxes_in(x0: Any, x1: Any, edges: Any) -> Any:
+    """How many of the boxes [x0, x1] (of positive width) overlap each column [edges[j], edges[j + 1]] (``edges``
+    ascending; len(edges) − 1 counts, int): those starting before its end less those ending at or before its
+    start, by two searchsorted over the sorted starts and ends (exact: no sums of floats)."""
+    import numpy as np
+
+    keep = x1 > x0
+    x0, x1 = np.sort(x0[keep]), np.sort(x1[keep])
+    return np.searchsorted(x0, edges[1:], side="left") - np.searchsorted(x1, edges[:-1], side="right")
+
+
 #: The word whose bytes are (0, 0, 0, 1): alpha × it puts alpha in an RGBA pixel's fourth byte, as a uint32 of
 #: this machine's byte order.
 _ALPHA_BYTE = int.from_bytes(bytes([0, 0, 0, 1]), sys.byteorder)
@@ -285,7 +282,7 @@ def _paint(strips: list[_Strip], x_edges: Any, y_edges: Any) -> Any:
     ``x_edges`` (data units, len columns + 1, ascending) and row edges ``y_edges`` (data units, len rows + 1: row i
     between ``y_edges[i]`` and ``y_edges[i + 1]``, in either direction).
 
-    A pixel column that boxes of a strip overlap (:func:`_coverage`) is painted solid, in the last colour added
+    A pixel column that boxes of a strip overlap (:func:`_boxes_in`) is painted solid, in the last colour added
     to the strip of those there, as one collection per colour drawn in that order would paint it, so every
     pixel is a colour of the legend and a box narrower than a pixel still shows as one (as the collections' pixel
     runs, :func:`_pixel_runs`, drew them); its rows at the share of each row inside [y0, y0 + h] (Agg's coverage
@@ -304,16 +301,15 @@ def _paint(strips: list[_Strip], x_edges: Any, y_edges: Any) -> Any:
         (ri,) = np.nonzero(rows > 0)
         if not len(ri) or not s.colours:
             continue
-        cov = np.stack([_coverage(np.concatenate(a), np.concatenate(b), x_edges) for a, b in s.colours.values()])
-        tot = cov.sum(axis=0)
-        (ci,) = np.nonzero(tot > 0)
+        hit = np.stack([_boxes_in(np.concatenate(a), np.concatenate(b), x_edges) > 0 for a, b in s.colours.values()])
+        (ci,) = np.nonzero(hit.any(axis=0))
         if not len(ci):
             continue
         r0, r1, c0, c1 = int(ri[0]), int(ri[-1]) + 1, int(ci[0]), int(ci[-1]) + 1
         palette = np.array([to_rgb(c) for c in s.colours], np.float32) * 255
         # the last colour added of those in each column, as the collections drawn in that order painted it
-        colour = palette[len(palette) - 1 - np.argmax(cov[::-1, c0:c1] > 0, axis=0)]  # (columns, 3)
-        a_col = (tot[c0:c1] > 0).astype(np.float32)
+        colour = palette[len(palette) - 1 - np.argmax(hit[::-1, c0:c1], axis=0)]  # (columns, 3)
+        a_col = hit[:, c0:c1].any(axis=0).astype(np.float32)
         if not touched[r0:r1].any():  # nothing below: the strip's colours at its opacities, a pixel a word
             touched[r0:r1] = True
             px = np.zeros((c1 - c0, 4), np.uint8)
