@@ -4,7 +4,8 @@ The colour of each op kind and pipeline action (:data:`KIND_COLORS`, the same in
 size limits, the makespan labels above the axes (``gid`` :data:`MAKESPAN_GID`, so tests can read them
 back) and their title padding, the legend right of the axes, which ranks keep their lanes
 (:func:`choose_ranks`), boxes drawn as one collection per colour (merged into pixel runs past the axes'
-width, compound paths in vector output), and :func:`write_figure`, which saves a figure atomically.
+width, compound paths in vector output) or, past :data:`RASTER_MIN_BOXES` boxes, painted into one raster per axes
+(:func:`_box_raster`), and :func:`write_figure`, which saves a figure atomically.
 """
 
 from __future__ import annotations

@@ -9,10 +9,11 @@
   compute and on comm over time (a heat strip, 0 = white, 1 = black); a note under the axes names the ranks
   shown and folded (``gid`` :data:`LANES_GID`). Drawn from the timeline's columns: one PolyCollection per
   (lane, colour), a lane's boxes merged into pixel runs when it holds more boxes than the axes has pixels, and
-  the boxes rasterized in SVG past :data:`RASTER_BOXES`, so a chart's cost and size follow its lanes, not its
-  op count. On a cluster profile whose transfers crossed nodes, a thin last lane shows the use of the shared
-  link that moved the most bytes (``timeline.meta["links"]``, its capacity the lane's height; ``gid``
-  :data:`LINK_LANE_GID`).
+  the boxes rasterized in SVG past :data:`RASTER_BOXES`; past ``chart_base.RASTER_MIN_BOXES`` ops the boxes
+  under 4 px, the waits and the exposed bands are painted into one raster instead (``chart_base._box_raster``),
+  so a chart's cost and size follow its lanes and pixels, not its op count. On a cluster profile whose transfers
+  crossed nodes, a thin last lane shows the use of the shared link that moved the most bytes
+  (``timeline.meta["links"]``, its capacity the lane's height; ``gid`` :data:`LINK_LANE_GID`).
 * :func:`write_gantt` — draws it and writes ``<stem>.png`` / ``<stem>.svg`` atomically.
 
 The pipeline chart is in :mod:`schedsim.report.pipeline_chart`, the memory chart in

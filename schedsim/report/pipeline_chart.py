@@ -4,8 +4,10 @@
 microbatch number, in unit steps (F, I and W one step each, a full backward B two: the ZB paper's
 T_B = T_I + T_W with T_F = T_I = T_W, arXiv 2401.10241 §2) or in time. :func:`pipeline_view` keeps the
 pipeline actions of a timeline, :func:`pipeline_lanes` picks the ranks drawn, :func:`unit_steps` places
-the actions in unit steps, and the labels inside boxes are drawn as one artist past
-:data:`LABEL_SET_MIN` labels.
+the actions in unit steps (array rounds, :func:`_steps_by_arrays`), the labels inside boxes are drawn as one
+artist past :data:`LABEL_SET_MIN` labels, and past ``chart_base.RASTER_MIN_BOXES`` actions the boxes under 4 px
+are painted into one raster (``chart_base._box_raster``). The chart reads the actions as columns, never as one
+Span each.
 """
 
 from __future__ import annotations
@@ -18,15 +20,15 @@ from schedsim.report.chart_base import (
     _DPI,
     _PHASES,
     MAKESPAN_GID,
+    RASTER_MIN_BOXES,
     _bars,
+    _box_raster,
     _color,
     _cut,
     _fig,
     _legend,
     _lighten,
     _makespan_labels,
-    RASTER_MIN_BOXES,
-    _box_raster,
     _pixel_runs,
     _title_pad,
     choose_ranks,
