@@ -262,6 +262,21 @@ class _Strip:
         self.colours: dict[str, tuple[list[Any], list[Any]]] = {}
 
 
+def _coverage(starts: Any, ends: Any, edges: Any) -> Any:
+    """Σ over the intervals [starts, ends) of their overlap with each bin [edges[j], edges[j + 1]): len(edges) − 1
+    values, in the units of the edges (numpy; ``edges`` ascending, the intervals in any order). The busy time
+    before an edge e is Σ_{s < e} (e − s) − Σ_{t < e} (e − t) over the sorted starts s and ends t: two searchsorted
+    and two cumulative sums, no loop over intervals (exact for intervals that do not overlap each other; overlaps
+    count twice)."""
+    import numpy as np
+
+    st, en = np.sort(starts), np.sort(ends)
+    cs, ce = np.concatenate([[0.0], np.cumsum(st)]), np.concatenate([[0.0], np.cumsum(en)])
+    ks = np.searchsorted(st, edges, side="right")
+    ke = np.searchsorted(en, edges, side="right")
+    return np.diff((edges * ks - cs[ks]) - (edges * ke - ce[ke]))
+
+
 def _boxes_in(x0: Any, x1: Any, edges: Any) -> Any:
     """How many of the boxes [x0, x1] (of positive width) overlap each column [edges[j], edges[j + 1]] (``edges``
     ascending; len(edges) − 1 counts, int): those starting before its end less those ending at or before its
@@ -283,12 +298,11 @@ def _paint(strips: list[_Strip], x_edges: Any, y_edges: Any) -> Any:
     ``x_edges`` (data units, len columns + 1, ascending) and row edges ``y_edges`` (data units, len rows + 1: row i
     between ``y_edges[i]`` and ``y_edges[i + 1]``, in either direction).
 
-    A pixel column that boxes of a strip overlap (:func:`_boxes_in`) is painted solid, in the last colour added
-    to the strip of those there, as one collection per colour drawn in that order would paint it, so every
-    pixel is a colour of the legend and a box narrower than a pixel still shows as one (as the collections' pixel
-    runs, :func:`_pixel_runs`, drew them); its rows at the share of each row inside [y0, y0 + h] (Agg's coverage
-    of an antialiased box's edge). Strips are laid over each other in order ("over"
-    compositing), on a transparent background."""
+    A pixel column that boxes of a strip overlap (:func:`_boxes_in`) is painted solid, in the colour whose boxes
+    cover most of it (:func:`_coverage`; ties to the colour added last), so every pixel is a colour of the legend
+    and a box narrower than a pixel still shows as one (as the collections' pixel runs, :func:`_pixel_runs`, drew
+    them); its rows at the share of each row inside [y0, y0 + h] (Agg's coverage of an antialiased box's edge).
+    Strips are laid over each other in order ("over" compositing), on a transparent background."""
     import numpy as np
     from matplotlib.colors import to_rgb
 
@@ -302,15 +316,17 @@ def _paint(strips: list[_Strip], x_edges: Any, y_edges: Any) -> Any:
         (ri,) = np.nonzero(rows > 0)
         if not len(ri) or not s.colours:
             continue
-        hit = np.stack([_boxes_in(np.concatenate(a), np.concatenate(b), x_edges) > 0 for a, b in s.colours.values()])
-        (ci,) = np.nonzero(hit.any(axis=0))
+        spans = [(np.concatenate(a), np.concatenate(b)) for a, b in s.colours.values()]
+        hit = np.stack([_boxes_in(a, b, x_edges) > 0 for a, b in spans]).any(axis=0)
+        (ci,) = np.nonzero(hit)
         if not len(ci):
             continue
         r0, r1, c0, c1 = int(ri[0]), int(ri[-1]) + 1, int(ci[0]), int(ci[-1]) + 1
         palette = np.array([to_rgb(c) for c in s.colours], np.float32) * 255
-        # the last colour added of those in each column, as the collections drawn in that order painted it
-        colour = palette[len(palette) - 1 - np.argmax(hit[::-1, c0:c1], axis=0)]  # (columns, 3)
-        a_col = hit[:, c0:c1].any(axis=0).astype(np.float32)
+        # the colour covering most of each column (ties: the last added)
+        cov = np.stack([_coverage(a, b, x_edges[c0:c1 + 1]) for a, b in spans])
+        colour = palette[len(palette) - 1 - np.argmax(cov[::-1], axis=0)]  # (columns, 3)
+        a_col = hit[c0:c1].astype(np.float32)
         if not touched[r0:r1].any():  # nothing below: the strip's colours at its opacities, a pixel a word
             touched[r0:r1] = True
             px = np.zeros((c1 - c0, 4), np.uint8)

@@ -42,6 +42,7 @@ from schedsim.report.chart_base import (
     _box_raster,
     _color,
     _compound_boxes,
+    _coverage,
     _cut,
     _fig,
     _legend,
@@ -77,17 +78,13 @@ def busy_share(spans: Any, n: int, edges: Any) -> Any:
     import numpy as np
 
     if isinstance(spans, tuple) and len(spans) == 2 and hasattr(spans[0], "dtype"):
-        st, en = np.sort(spans[0]), np.sort(spans[1])
+        st, en = np.asarray(spans[0], dtype=float), np.asarray(spans[1], dtype=float)
     else:
-        st = np.sort(np.array([a for a, _ in spans], dtype=float))
-        en = np.sort(np.array([b for _, b in spans], dtype=float))
+        st = np.array([a for a, _ in spans], dtype=float)
+        en = np.array([b for _, b in spans], dtype=float)
     if len(st) == 0 or n <= 0:
         return np.zeros(len(edges) - 1)
-    cs, ce = np.concatenate([[0.0], np.cumsum(st)]), np.concatenate([[0.0], np.cumsum(en)])
-    ks = np.searchsorted(st, edges, side="right")
-    ke = np.searchsorted(en, edges, side="right")
-    integral = (edges * ks - cs[ks]) - (edges * ke - ce[ke])  # busy time before each edge
-    return np.diff(integral) / (n * np.diff(edges))
+    return _coverage(st, en, edges) / (n * np.diff(edges))
 
 
 def rank_ranges(ranks: list[int], limit: int = 120) -> str:
