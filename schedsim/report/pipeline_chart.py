@@ -318,10 +318,13 @@ def _steps_by_arrays(rank: Any, ops: list[str], op: Any, stage: Any, mb: Any, st
     lift = seg * (4 * int(unit.sum()) + 4)  # keeps the running maximum inside each rank
     t = s.copy()
     end = np.zeros(n + 1, np.int64)  # end[n] = 0: "no dependency"
+    up, down = lift - s, s - lift  # t = s + max(0, running max of (ready − s + lift) − lift)
     for _ in range(8 * (int(seg[-1]) + 1) + 16):
-        end[:n] = t + unit
+        np.add(t, unit, out=end[:n])
         ready = np.maximum(end[d1], end[d2])
-        nt = s + np.maximum(np.maximum.accumulate(ready - s + lift) - lift, 0)
+        ready += up
+        nt = np.maximum(np.maximum.accumulate(ready, out=ready), lift, out=ready)
+        nt += down
         if np.array_equal(nt, t):
             a, b = np.empty(n, np.int64), np.empty(n, np.int64)
             a[o], b[o] = t, end[:n]
