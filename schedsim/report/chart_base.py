@@ -317,7 +317,7 @@ def _paint(strips: list[_Strip], x_edges: Any, y_edges: Any) -> Any:
         if not len(ri) or not s.colours:
             continue
         spans = [(np.concatenate(a), np.concatenate(b)) for a, b in s.colours.values()]
-        hit = np.stack([_boxes_in(a, b, x_edges) > 0 for a, b in spans]).any(axis=0)
+        hit: Any = np.stack([_boxes_in(a, b, x_edges) > 0 for a, b in spans]).any(axis=0)
         (ci,) = np.nonzero(hit)
         if not len(ci):
             continue

@@ -431,7 +431,8 @@ def draw_pipeline(tl: Timeline, title: str = "", mode: str = "steps", max_lanes:
         if got is None:  # an order the rules do not explain: the loop places it
             spans = acts.spans()
             steps = _steps_by_loop(spans)
-            got = tuple(np.array([steps[x.id][i] for x in spans], np.int64).reshape(-1) for i in (0, 1))
+            got = (np.array([steps[x.id][0] for x in spans], np.int64),
+                   np.array([steps[x.id][1] for x in spans], np.int64))
         xa, xb = got[0].astype(float), got[1].astype(float)
         xmax = max(int(got[1].max()) if n_act else 0, 1)
     else:

@@ -119,3 +119,16 @@ def test_unit_steps_by_array_rounds_leave_unexplained_orders_to_the_loop():
     assert P._steps_by_arrays(*cols([(0, "B", 0, 0), (0, "F", 0, 0), (1, "F", 1, 0), (1, "B", 1, 0)])) is None
     # F1.0 without F0.0 (rank 0 not shown): a dependency that is not there
     assert P._steps_by_arrays(*cols([(1, "F", 1, 0), (1, "B", 1, 0)])) is None
+
+
+def test_pipeline_steps_of_an_unexplained_order_come_from_the_loop():
+    # rank 0 runs B0.0 before F0.0: no rounds settle it, and the chart places the actions as the loop does
+    odd = [(0, "B", 0, 0, 5.0), (0, "F", 0, 0, 20.0), (1, "F", 1, 0, 100.0), (1, "B", 1, 0, 150.0)]
+    tl = _pipeline_2x2(odd)
+    lanes = P.pipeline_lanes(tl)
+    acts = lanes.actions
+    assert P._steps_by_arrays(acts.rank, acts.ops, acts.op, acts.stage, acts.mb, acts.start_s) is None
+    steps = P._steps_by_loop(lanes.view.spans)
+    assert steps == {"B0.0@r0": (0, 2), "F0.0@r0": (2, 3), "F1.0@r1": (3, 4), "B1.0@r1": (4, 6)}
+    fig = P.draw_pipeline(tl, "t", mode="steps", lanes=lanes)
+    assert fig.axes[0].get_xlabel().endswith("; 6 steps")
