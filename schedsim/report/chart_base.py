@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import io
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -288,61 +287,42 @@ def _boxes_in(x0: Any, x1: Any, edges: Any) -> Any:
     return np.searchsorted(x0, edges[1:], side="left") - np.searchsorted(x1, edges[:-1], side="right")
 
 
-#: The word whose bytes are (0, 0, 0, 1): alpha × it puts alpha in an RGBA pixel's fourth byte, as a uint32 of
-#: this machine's byte order.
-_ALPHA_BYTE = int.from_bytes(bytes([0, 0, 0, 1]), sys.byteorder)
-
-
 def _paint(strips: list[_Strip], x_edges: Any, y_edges: Any) -> Any:
     """The RGBA image (uint8, rows × columns × 4) of ``strips`` on a grid of pixels whose column edges are
     ``x_edges`` (data units, len columns + 1, ascending) and row edges ``y_edges`` (data units, len rows + 1: row i
     between ``y_edges[i]`` and ``y_edges[i + 1]``, in either direction).
 
-    A pixel column that boxes of a strip overlap (:func:`_boxes_in`) is painted solid, in the colour whose boxes
+    A pixel column that boxes of a strip overlap (:func:`_boxes_in`) is painted opaque, in the colour whose boxes
     cover most of it (:func:`_coverage`; ties to the colour added last), so every pixel is a colour of the legend
     and a box narrower than a pixel still shows as one (as the collections' pixel runs, :func:`_pixel_runs`, drew
-    them); its rows at the share of each row inside [y0, y0 + h] (Agg's coverage of an antialiased box's edge).
-    Strips are laid over each other in order ("over" compositing), on a transparent background."""
+    them), in the rows between the strip's edges rounded to the nearest pixel edge (at least one row: Agg snaps a
+    rectilinear box so). Later strips paint over earlier ones; the rest stays transparent."""
     import numpy as np
     from matplotlib.colors import to_rgb
 
     w, h = len(x_edges) - 1, len(y_edges) - 1
     out = np.zeros((h, w, 4), np.uint8)
     words = out.view(np.uint32)[..., 0]  # each pixel's four bytes as one word
-    touched = np.zeros(h, bool)  # rows a strip has painted
-    lo_y, hi_y = np.minimum(y_edges[:-1], y_edges[1:]), np.maximum(y_edges[:-1], y_edges[1:])
+    up = y_edges[0] <= y_edges[-1]
+    ys, pos = (y_edges, np.arange(h + 1.0)) if up else (y_edges[::-1], np.arange(h, -1.0, -1.0))
     for s in strips:
-        rows = np.clip(np.minimum(hi_y, s.y0 + s.h) - np.maximum(lo_y, s.y0), 0.0, None) / (hi_y - lo_y)
-        (ri,) = np.nonzero(rows > 0)
-        if not len(ri) or not s.colours:
+        if s.y0 + s.h <= ys[0] or s.y0 >= ys[-1] or not s.colours:
             continue
+        pa, pb = sorted(np.interp([s.y0, s.y0 + s.h], ys, pos).tolist())
+        r0 = min(max(int(np.floor(pa + 0.5)), 0), h - 1)
+        r1 = min(max(int(np.floor(pb + 0.5)), r0 + 1), h)
         spans = [(np.concatenate(a), np.concatenate(b)) for a, b in s.colours.values()]
         hit: Any = np.stack([_boxes_in(a, b, x_edges) > 0 for a, b in spans]).any(axis=0)
         (ci,) = np.nonzero(hit)
         if not len(ci):
             continue
-        r0, r1, c0, c1 = int(ri[0]), int(ri[-1]) + 1, int(ci[0]), int(ci[-1]) + 1
-        palette = np.array([to_rgb(c) for c in s.colours], np.float32) * 255
-        # the colour covering most of each column (ties: the last added)
+        c0, c1 = int(ci[0]), int(ci[-1]) + 1
+        palette = np.array([to_rgb(c) for c in s.colours]) * 255
+        # the colour covering most of each column (ties: the last added), opaque, a pixel a word
         cov = np.stack([_coverage(a, b, x_edges[c0:c1 + 1]) for a, b in spans])
-        colour = palette[len(palette) - 1 - np.argmax(cov[::-1], axis=0)]  # (columns, 3)
-        a_col = hit[c0:c1].astype(np.float32)
-        if not touched[r0:r1].any():  # nothing below: the strip's colours at its opacities, a pixel a word
-            touched[r0:r1] = True
-            px = np.zeros((c1 - c0, 4), np.uint8)
-            px[:, :3] = np.rint(colour)
-            alpha = np.rint(rows[r0:r1, None].astype(np.float32) * a_col[None, :] * 255).astype(np.uint32)
-            words[r0:r1, c0:c1] = px.view(np.uint32)[:, 0][None, :] | alpha * _ALPHA_BYTE
-            continue
-        touched[r0:r1] = True
-        a = a_col[None, :] * rows[r0:r1, None].astype(np.float32)
-        under = out[r0:r1, c0:c1].astype(np.float32)
-        ua = under[..., 3] / 255 * (1 - a)  # what shows of the pixels below
-        alpha = a + ua
-        seen = np.where(alpha > 0, alpha, 1)
-        rgb = (colour[None, :, :] * a[..., None] + under[..., :3] * ua[..., None]) / seen[..., None]
-        out[r0:r1, c0:c1, :3] = np.rint(rgb)
-        out[r0:r1, c0:c1, 3] = np.rint(alpha * 255)
+        px = np.full((c1 - c0, 4), 255, np.uint8)
+        px[:, :3] = np.rint(palette[len(palette) - 1 - np.argmax(cov[::-1], axis=0)])
+        words[r0:r1, c0:c1] = np.where(hit[None, c0:c1], px.view(np.uint32)[:, 0][None, :], words[r0:r1, c0:c1])
     return out
 
 

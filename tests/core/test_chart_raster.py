@@ -20,27 +20,34 @@ def _rgb(c: str) -> list[int]:
 
 
 def test_paint_by_hand():
-    # 6 columns of width 1, 3 rows of height 1 (row i between y = i and i + 1); a strip on [0.5, 2.5]: rows 0 and 2
-    # half inside, row 1 whole
+    # 6 columns of width 1, 3 rows of height 1 (row i between y = i and i + 1); a strip on [0.5, 2.5]: its edges
+    # rounded to pixel edges 1 and 3, rows 1 and 2
     s = B._Strip(0.5, 2.0)
     s.colours["#FF0000"] = ([np.array([0.2, 1.0, 3.0])], [np.array([0.4, 2.6, 3.5])])  # 0.2 of 0; 1; 0.6 of 2;
     s.colours["#0000FF"] = ([np.array([2.6, 3.5, 5.0])], [np.array([3.0, 4.0, 5.0])])  # 0.4 of 2; 3 half and half
     img = B._paint([s], np.arange(7.0), np.arange(4.0))  # (and an empty blue box at 5)
     assert img.shape == (3, 6, 4)
     red, blue = [255, 0, 0], [0, 0, 255]
-    # a column any box touches is solid, in the colour covering most of it (column 0: red's 0.2 alone; column 2:
+    # a column any box touches is opaque, in the colour covering most of it (column 0: red's 0.2 alone; column 2:
     # red's 0.6 over blue's 0.4), ties to the colour added last (column 3: blue)
-    assert img[1, :, :3].tolist()[:4] == [red, red, red, blue]
-    assert img[1, :, 3].tolist() == [255, 255, 255, 255, 0, 0]
-    assert img[0, :, 3].tolist() == img[2, :, 3].tolist() == [128, 128, 128, 128, 0, 0]  # rint(0.5 · 255)
-    # a second strip over row 1's lower half, grey on columns 0 and 4: over red half and half, alone at 4 at half
-    # its opacity
-    w = B._Strip(1.0, 0.5)
+    for row in (1, 2):
+        assert img[row, :, :3].tolist()[:4] == [red, red, red, blue]
+        assert img[row, :, 3].tolist() == [255, 255, 255, 255, 0, 0]
+    assert img[0].tolist() == [[0, 0, 0, 0]] * 6
+    # a later strip on [1.0, 1.4] (row 1; under a pixel high, still one row), grey on columns 0 and 4: over the red
+    # at 0, alone at 4
+    w = B._Strip(1.0, 0.4)
     w.colours["#808080"] = ([np.array([0.0, 4.0])], [np.array([1.0, 5.0])])
     img = B._paint([s, w], np.arange(7.0), np.arange(4.0))
-    assert img[1, 0].tolist() == [round((255 + 128) / 2), 64, 64, 255]
-    assert img[1, 4].tolist() == [128, 128, 128, 128]
-    assert img[1, 1].tolist() == red + [255]
+    grey = [128, 128, 128, 255]
+    assert img[1, 0].tolist() == img[1, 4].tolist() == grey
+    assert img[2, 0].tolist() == red + [255] and img[1, 1].tolist() == red + [255]
+    # y_edges descending (3, 2, 1, 0): the strip's edges at pixel positions 2.5 and 0.5, rounded to 3 and 1
+    img = B._paint([s], np.arange(7.0), np.arange(3.0, -1.0, -1.0))
+    assert img[1, 0].tolist() == img[2, 0].tolist() == red + [255] and img[0, 0, 3] == 0
+    s.y0 = 0.6  # [0.6, 2.6]: positions 2.4 and 0.4, rows 0 and 1
+    img = B._paint([s], np.arange(7.0), np.arange(3.0, -1.0, -1.0))
+    assert img[0, 0].tolist() == img[1, 0].tolist() == red + [255] and img[2, 0, 3] == 0
 
 
 def _pipeline_2x2(ms: list[tuple[int, str, int, int, float]]) -> Timeline:
