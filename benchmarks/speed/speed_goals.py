@@ -35,11 +35,11 @@ in place compiles every module at every start, ~0.1-0.3 s that no installed copy
   beside torch's dry run as a whole process (``python -c``: import torch, ScheduleInterleaved1F1B, its
   lowering with comms, ``_simulate_comms_compute``, as ``benchmarks/speed/pipeline_vs_torch.py``'s ``torch_side``).
   Goals: <= 2 µs and <= 200 B per op; 100,000 ranks at 1M ops <= 2 s; unpaired ``check`` <= 1 s; the
-  pipeline with charts >= 10x faster than torch's dry run.
+  pipeline with charts >= 10x faster than torch's dry run. ``pp32`` (not run by default) runs that last pair alone.
 
 ``--base DIR`` (a checkout of another commit, its extension built: ``python setup.py build_ext --inplace``): the
-``million`` and ``shapes`` cases run from a copy of it and from this tree in turn, run by run (so the load of a
-shared machine falls on both alike), a row for each (``before`` and ``after``).
+``million``, ``shapes`` and ``pp32`` cases run from a copy of it and from this tree in turn, run by run (so the
+load of a shared machine falls on both alike), a row for each (``before`` and ``after``).
 
 Usage: python benchmarks/speed/speed_goals.py [--repeat 3] [--cases million pipeline cold pp8dp128 scaling shapes]
        [--base DIR] [--max-ops N]
@@ -243,7 +243,7 @@ def main() -> None:
     ap.add_argument("--gpu-model", nargs="+", default=["waves", "replay"], choices=["waves", "replay"],
                     help="GPU models of the throughput case.")
     ap.add_argument("--base", type=Path, default=None,
-                    help="A checkout of another commit (extension built): million and shapes run from it too.")
+                    help="A checkout of another commit (extension built): million, shapes and pp32 run from it too.")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="schedsim_goals_")
     print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {platform.node()}: {os.cpu_count()} CPUs, "
@@ -298,8 +298,8 @@ def main() -> None:
             print(f"| {model} | {torch_s:.2f} | {med['expand']:.2f} | {med['build']:.2f} | {med['checks']:.2f} | "
                   f"{med['simulate']:.2f} | {med['timeline']:.2f} | {med['total']:.2f} | "
                   f"{torch_s / med['total']:.2f}× (goal ≥ 10×) | {torch_s / med['simulate']:.2f}× |", flush=True)
-    if "shapes" in a.cases:
-        shapes(tmp, roots, a.repeat)
+    if {"shapes", "pp32"} & set(a.cases):  # shapes ends with pp32's rows
+        (shapes if "shapes" in a.cases else pp32)(tmp, roots, a.repeat)
     if "scaling" in a.cases:
         print("\nscaling, `overlap_gen.yaml` on 8 ranks, `predict --no-gantt --no-trace` whole process:\n")
         print("| ops | wall s | CPU s | CPU µs/op | peak RSS MiB | peak B/op |")
@@ -358,6 +358,18 @@ def shapes(tmp: str, roots: list[tuple[str, Path]], repeat: int) -> None:
           lambda tag: schedsim("predict", files["dp_ranks.yaml"], "--no-gantt", "--out", f"{tmp}/{tag}dp"), "≤ 2 s")
     lines("`predict --no-gantt` of `overlap_gen.yaml` with its default trace.json", 100_000,
           lambda tag: gen_predict(8, 6_250, f"{tmp}/{tag}t100k"), per_op)
+    pp32(tmp, roots, repeat, files)
+
+
+def pp32(tmp: str, roots: list[tuple[str, Path]], repeat: int, files: dict[str, str] | None = None) -> None:
+    """The ``shapes`` case's last rows (``pp32`` runs them alone, under a header of its own): interleaved 1F1B
+    pp=32 m=512 v=4 ``predict`` with charts beside torch's dry run, whole processes, from each root in turn."""
+    if files is None:
+        files = {"interleaved.yaml": f"{tmp}/interleaved.yaml"}
+        Path(files["interleaved.yaml"]).write_text(SHAPES["interleaved.yaml"])
+        print("\ninterleaved 1F1B pp=32 m=512 v=4 with charts, whole processes:\n")
+        print("| shape | ops | wall s | CPU s | CPU µs/op | peak RSS MiB | peak B/op | goal |")
+        print("|---|---:|---:|---:|---:|---:|---:|---|")
     runs = []
     for _ in range(repeat):  # side by side: torch's process, then ours (from each root), each time
         t = run([sys.executable, "-c", TORCH_DRY_RUN])

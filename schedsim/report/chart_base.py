@@ -4,7 +4,8 @@ The colour of each op kind and pipeline action (:data:`KIND_COLORS`, the same in
 size limits, the makespan labels above the axes (``gid`` :data:`MAKESPAN_GID`, so tests can read them
 back) and their title padding, the legend right of the axes, which ranks keep their lanes
 (:func:`choose_ranks`), boxes drawn as one collection per colour (merged into pixel runs past the axes'
-width, compound paths in vector output), and :func:`write_figure`, which saves a figure atomically.
+width, compound paths in vector output) or, past :data:`RASTER_MIN_BOXES` boxes, painted into one raster per axes
+(:func:`_box_raster`), and :func:`write_figure`, which saves a figure atomically.
 """
 
 from __future__ import annotations
@@ -242,6 +243,160 @@ def _compound_boxes(fig: Any) -> Iterator[None]:
     finally:
         for c in cols:
             c.compound = False
+
+
+#: A chart of more boxes than this paints its boxes without edge lines (those under 4 px wide, the waits and the
+#: exposed-communication bands) into one RGBA raster per axes (:func:`_box_raster`) instead of a PolyCollection
+#: per lane and colour: with thousands of sub-pixel boxes per lane, Agg's path rendering of the collections (and
+#: the PNG/SVG writers' work on them) was most of a chart's time (pp=32 m=512 v=4: 131,072 boxes per pipeline
+#: chart, 456,704 ops in the Gantt). Charts of fewer boxes keep their collections (vector boxes in SVG).
+RASTER_MIN_BOXES = 10_000
+
+
+class _Strip:
+    """Boxes of one lane of a raster: the rows [y0, y0 + h] (data units) and per colour the boxes' x spans."""
+
+    def __init__(self, y0: float, h: float) -> None:
+        self.y0, self.h = y0, h
+        self.colours: dict[str, tuple[list[Any], list[Any]]] = {}
+
+
+def _coverage(starts: Any, ends: Any, edges: Any) -> Any:
+    """Σ over the intervals [starts, ends) of their overlap with each bin [edges[j], edges[j + 1]): len(edges) − 1
+    values, in the units of the edges (numpy; ``edges`` ascending, the intervals in any order). The busy time
+    before an edge e is Σ_{s < e} (e − s) − Σ_{t < e} (e − t) over the sorted starts s and ends t: two searchsorted
+    and two cumulative sums, no loop over intervals (exact for intervals that do not overlap each other; overlaps
+    count twice)."""
+    import numpy as np
+
+    st, en = np.sort(starts), np.sort(ends)
+    cs, ce = np.concatenate([[0.0], np.cumsum(st)]), np.concatenate([[0.0], np.cumsum(en)])
+    ks = np.searchsorted(st, edges, side="right")
+    ke = np.searchsorted(en, edges, side="right")
+    return np.diff((edges * ks - cs[ks]) - (edges * ke - ce[ke]))
+
+
+def _boxes_in(x0: Any, x1: Any, edges: Any) -> Any:
+    """How many of the boxes [x0, x1] (of positive width) overlap each column [edges[j], edges[j + 1]] (``edges``
+    ascending; len(edges) − 1 counts, int): those starting before its end less those ending at or before its
+    start, by two searchsorted over the sorted starts and ends (exact: no sums of floats)."""
+    import numpy as np
+
+    keep = x1 > x0
+    x0, x1 = np.sort(x0[keep]), np.sort(x1[keep])
+    return np.searchsorted(x0, edges[1:], side="left") - np.searchsorted(x1, edges[:-1], side="right")
+
+
+def _paint(strips: list[_Strip], x_edges: Any, y_edges: Any) -> Any:
+    """The RGBA image (uint8, rows × columns × 4) of ``strips`` on a grid of pixels whose column edges are
+    ``x_edges`` (data units, len columns + 1, ascending) and row edges ``y_edges`` (data units, len rows + 1: row i
+    between ``y_edges[i]`` and ``y_edges[i + 1]``, in either direction).
+
+    A pixel column that boxes of a strip overlap (:func:`_boxes_in`) is painted opaque, in the colour whose boxes
+    cover most of it (:func:`_coverage`; ties to the colour added last), so every pixel is a colour of the legend
+    and a box narrower than a pixel still shows as one (as the collections' pixel runs, :func:`_pixel_runs`, drew
+    them), in the rows between the strip's edges rounded to the nearest pixel edge (at least one row: Agg snaps a
+    rectilinear box so). Later strips paint over earlier ones; the rest stays transparent."""
+    import numpy as np
+    from matplotlib.colors import to_rgb
+
+    w, h = len(x_edges) - 1, len(y_edges) - 1
+    out = np.zeros((h, w, 4), np.uint8)
+    words = out.view(np.uint32)[..., 0]  # each pixel's four bytes as one word
+    up = y_edges[0] <= y_edges[-1]
+    ys, pos = (y_edges, np.arange(h + 1.0)) if up else (y_edges[::-1], np.arange(h, -1.0, -1.0))
+    for s in strips:
+        if s.y0 + s.h <= ys[0] or s.y0 >= ys[-1] or not s.colours:
+            continue
+        pa, pb = sorted(np.interp([s.y0, s.y0 + s.h], ys, pos).tolist())
+        r0 = min(max(int(np.floor(pa + 0.5)), 0), h - 1)
+        r1 = min(max(int(np.floor(pb + 0.5)), r0 + 1), h)
+        spans = [(np.concatenate(a), np.concatenate(b)) for a, b in s.colours.values()]
+        hit: Any = np.stack([_boxes_in(a, b, x_edges) > 0 for a, b in spans]).any(axis=0)
+        (ci,) = np.nonzero(hit)
+        if not len(ci):
+            continue
+        c0, c1 = int(ci[0]), int(ci[-1]) + 1
+        palette = np.array([to_rgb(c) for c in s.colours]) * 255
+        # the colour covering most of each column (ties: the last added), opaque, a pixel a word
+        cov = np.stack([_coverage(a, b, x_edges[c0:c1 + 1]) for a, b in spans])
+        px = np.full((c1 - c0, 4), 255, np.uint8)
+        px[:, :3] = np.rint(palette[len(palette) - 1 - np.argmax(cov[::-1], axis=0)])
+        words[r0:r1, c0:c1] = np.where(hit[None, c0:c1], px.view(np.uint32)[:, 0][None, :], words[r0:r1, c0:c1])
+    return out
+
+
+_Raster: Any = None
+
+
+def _box_raster(ax: Any) -> Any:
+    """A box raster on ``ax`` (added to it, ``zorder`` 1 as a collection's, rasterized in vector outputs): its
+    ``add(x0, w, y0, h, colour, gid=None)`` takes boxes [x0, x0 + w] × [y0, y0 + h] (arrays ``x0``, ``w``, numbers
+    ``y0``, ``h``, in data units; a ``gid`` keeps them in its ``gids`` as (x0, x1), as a collection's gid names
+    it); at draw time it paints them (:func:`_paint`) into an image of the axes' pixels, one
+    image pixel per device pixel, at the axes' limits then. The class is made on first use (matplotlib is
+    imported lazily)."""
+    global _Raster
+    if _Raster is None:
+        from matplotlib.artist import Artist, allow_rasterization
+
+        class BoxRaster(Artist):
+            zorder = 1
+
+            def __init__(self) -> None:
+                super().__init__()
+                self.strips: dict[tuple[float, float], _Strip] = {}
+                self.gids: dict[str, tuple[Any, Any]] = {}
+
+            def add(self, x0: Any, w: Any, y0: float, h: float, colour: str, gid: str | None = None) -> None:
+                import numpy as np
+
+                if gid is not None:  # the boxes of a named group, to read back as (x0, x1) (tests)
+                    self.gids[gid] = (np.asarray(x0, dtype=float), np.asarray(x0, dtype=float) + w)
+
+                s = self.strips.get((y0, h))
+                if s is None:
+                    s = self.strips[(y0, h)] = _Strip(y0, h)
+                a, b = s.colours.setdefault(colour, ([], []))
+                x0 = np.asarray(x0, dtype=float)
+                a.append(x0)
+                b.append(x0 + np.asarray(w, dtype=float))
+
+            def image(self) -> tuple[Any, int, int]:
+                """(the RGBA image, its bottom row first as Agg's ``draw_image`` takes it, and its left and bottom
+                device pixel) for the axes' current place and limits."""
+                import numpy as np
+
+                me: Any = self
+                ax = me.axes
+                bb = ax.bbox
+                x0, x1 = int(np.floor(bb.x0)), int(np.ceil(bb.x1))
+                y0, y1 = int(np.floor(bb.y0)), int(np.ceil(bb.y1))
+                inv = ax.transData.inverted()
+                xe = inv.transform(np.stack([np.arange(x0, x1 + 1.0), np.full(x1 - x0 + 1, float(y0))], 1))[:, 0]
+                ye = inv.transform(np.stack([np.full(y1 - y0 + 1, float(x0)), np.arange(y0, y1 + 1.0)], 1))[:, 1]
+                if xe[0] > xe[-1]:  # an inverted x axis: paint left to right in data order, then flip
+                    return _paint(list(self.strips.values()), xe[::-1], ye)[:, ::-1], x0, y0
+                return _paint(list(self.strips.values()), xe, ye), x0, y0
+
+            @allow_rasterization
+            def draw(self, renderer: Any) -> None:
+                if not self.get_visible() or not self.strips:
+                    return
+                me: Any = self
+                img, x0, y0 = self.image()
+                gc = renderer.new_gc()
+                me._set_gc_clip(gc)
+                gc.set_clip_rectangle(me.axes.bbox)
+                renderer.draw_image(gc, x0, y0, img)
+                gc.restore()
+                self.stale = False
+
+        _Raster = BoxRaster
+    r = _Raster()
+    r.set_rasterized(True)
+    ax.add_artist(r)
+    return r
 
 
 def _pixel_runs(x0: Any, w: Any, px: float) -> tuple[Any, Any]:

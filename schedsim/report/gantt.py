@@ -9,10 +9,11 @@
   compute and on comm over time (a heat strip, 0 = white, 1 = black); a note under the axes names the ranks
   shown and folded (``gid`` :data:`LANES_GID`). Drawn from the timeline's columns: one PolyCollection per
   (lane, colour), a lane's boxes merged into pixel runs when it holds more boxes than the axes has pixels, and
-  the boxes rasterized in SVG past :data:`RASTER_BOXES`, so a chart's cost and size follow its lanes, not its
-  op count. On a cluster profile whose transfers crossed nodes, a thin last lane shows the use of the shared
-  link that moved the most bytes (``timeline.meta["links"]``, its capacity the lane's height; ``gid``
-  :data:`LINK_LANE_GID`).
+  the boxes rasterized in SVG past :data:`RASTER_BOXES`; past ``chart_base.RASTER_MIN_BOXES`` ops the boxes
+  under 4 px, the waits and the exposed bands are painted into one raster instead (``chart_base._box_raster``),
+  so a chart's cost and size follow its lanes and pixels, not its op count. On a cluster profile whose transfers
+  crossed nodes, a thin last lane shows the use of the shared link that moved the most bytes
+  (``timeline.meta["links"]``, its capacity the lane's height; ``gid`` :data:`LINK_LANE_GID`).
 * :func:`write_gantt` — draws it and writes ``<stem>.png`` / ``<stem>.svg`` atomically.
 
 The pipeline chart is in :mod:`schedsim.report.pipeline_chart`, the memory chart in
@@ -35,10 +36,13 @@ from schedsim.report.chart_base import (
     _VECTOR,
     EXPOSED,
     KIND_COLORS,
+    RASTER_MIN_BOXES,
     WAIT,
     _bars,
+    _box_raster,
     _color,
     _compound_boxes,
+    _coverage,
     _cut,
     _fig,
     _legend,
@@ -74,17 +78,13 @@ def busy_share(spans: Any, n: int, edges: Any) -> Any:
     import numpy as np
 
     if isinstance(spans, tuple) and len(spans) == 2 and hasattr(spans[0], "dtype"):
-        st, en = np.sort(spans[0]), np.sort(spans[1])
+        st, en = np.asarray(spans[0], dtype=float), np.asarray(spans[1], dtype=float)
     else:
-        st = np.sort(np.array([a for a, _ in spans], dtype=float))
-        en = np.sort(np.array([b for _, b in spans], dtype=float))
+        st = np.array([a for a, _ in spans], dtype=float)
+        en = np.array([b for _, b in spans], dtype=float)
     if len(st) == 0 or n <= 0:
         return np.zeros(len(edges) - 1)
-    cs, ce = np.concatenate([[0.0], np.cumsum(st)]), np.concatenate([[0.0], np.cumsum(en)])
-    ks = np.searchsorted(st, edges, side="right")
-    ke = np.searchsorted(en, edges, side="right")
-    integral = (edges * ks - cs[ks]) - (edges * ke - ce[ke])  # busy time before each edge
-    return np.diff(integral) / (n * np.diff(edges))
+    return _coverage(st, en, edges) / (n * np.diff(edges))
 
 
 def rank_ranges(ranks: list[int], limit: int = 120) -> str:
@@ -135,8 +135,10 @@ def draw_gantt(timelines: list[tuple[str, Timeline]], title: str = "", max_label
     fig = _fig(12, lane_in * n + top_in + 0.6)
     ax = fig.add_subplot(111)
     ax_w_px = fig.get_figwidth() * _DPI * 0.7
+    n_spans = sum(len(tl) for _l, tl in timelines)
     pen = _GanttPen(ax, lay, px_per_ms=ax_w_px / (xmax_s * 1e3 * 1.02), lane_px=ax_w_px,
-                    label_ok=sum(len(tl) for _l, tl in timelines) <= max_labels, min_label_frac=min_label_frac)
+                    label_ok=n_spans <= max_labels, min_label_frac=min_label_frac,
+                    raster=_box_raster(ax) if n_spans > RASTER_MIN_BOXES else None)
     for lbl, tl in timelines:
         hidden = pen.draw(lbl, tl, (makespans or {}).get(lbl, tl.makespan_s) * 1e3)
         if folded:
@@ -298,8 +300,8 @@ class _GanttPen:
     under comm lanes. The ranks folded into bands are returned as arrays, never as rows."""
 
     def __init__(self, ax: Any, lay: _GanttLayout, *, px_per_ms: float, lane_px: float, label_ok: bool,
-                 min_label_frac: float) -> None:
-        self.ax, self.lay = ax, lay
+                 min_label_frac: float, raster: Any = None) -> None:
+        self.ax, self.lay, self.raster = ax, lay, raster
         self.px_per_ms, self.lane_px, self.label_ok, self.min_label_frac = px_per_ms, lane_px, label_ok, min_label_frac
         self.kinds_used: dict[str, str] = {}
         self.exposed_drawn = False
@@ -378,6 +380,9 @@ class _GanttPen:
             j0 = int(rows[0])
             gx, gw = x0[rows], w[rows]
             is_wide = bool(wide[j0])
+            if self.raster is not None and not is_wide:
+                self.raster.add(gx, gw, int(y[j0]) - 0.38, 0.76, names[int(cid[j0])])
+                continue
             if len(rows) > self.lane_px and not is_wide:  # more boxes than the lane has pixels
                 o = np.argsort(gx, kind="stable")
                 gx, gw = _pixel_runs(gx[o], gw[o], px)
@@ -406,6 +411,11 @@ class _GanttPen:
         if not m.any():
             return
         self.wait_drawn = True
+        if self.raster is not None:
+            for lane in np.unique(y[m]).tolist():
+                k = m & (y == lane)
+                self.raster.add(st[k] * 1e3, wait[k] * 1e3, lane - 0.08, 0.16, WAIT)
+            return
         self.boxes_drawn += int(m.sum())
         self.collections.append(_bars(self.ax, st[m] * 1e3, wait[m] * 1e3, y[m] - 0.08, 0.16, facecolors=WAIT,
                                       edgecolor="none", linewidth=0.0))
@@ -436,7 +446,11 @@ class _GanttPen:
         for i, (r, st) in enumerate(lanes):
             a, b = ccuts[i], ccuts_end[i]
             xs, xe = _minus(ls[cuts[i]:cuts[i + 1]], le[cuts[i]:cuts[i + 1]], comp[1][a:b], comp[2][a:b])
-            if len(xs):
+            if len(xs) and self.raster is not None:
+                self.exposed_drawn = True
+                self.raster.add(xs * 1e3, (xe - xs) * 1e3, self.lay.ypos[(r, st, lbl)] + 0.38, 0.1, EXPOSED,
+                                gid=f"{EXPOSED_GID}{r}_{i}")
+            elif len(xs):
                 self.exposed_drawn = True
                 e = np.stack([xs, xe], axis=1) * 1e3
                 self.boxes_drawn += len(e)

@@ -4,8 +4,10 @@
 microbatch number, in unit steps (F, I and W one step each, a full backward B two: the ZB paper's
 T_B = T_I + T_W with T_F = T_I = T_W, arXiv 2401.10241 §2) or in time. :func:`pipeline_view` keeps the
 pipeline actions of a timeline, :func:`pipeline_lanes` picks the ranks drawn, :func:`unit_steps` places
-the actions in unit steps, and the labels inside boxes are drawn as one artist past
-:data:`LABEL_SET_MIN` labels.
+the actions in unit steps (array rounds, :func:`_steps_by_arrays`), the labels inside boxes are drawn as one
+artist past :data:`LABEL_SET_MIN` labels, and past ``chart_base.RASTER_MIN_BOXES`` actions the boxes under 4 px
+are painted into one raster (``chart_base._box_raster``). The chart reads the actions as columns, never as one
+Span each.
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ from schedsim.report.chart_base import (
     _DPI,
     _PHASES,
     MAKESPAN_GID,
+    RASTER_MIN_BOXES,
     _bars,
+    _box_raster,
     _color,
     _cut,
     _fig,
@@ -83,14 +87,47 @@ def _action_ranks(tl: Timeline) -> list[int]:
     return [int(r[a]) for a, b in zip(starts.tolist(), ends.tolist(), strict=True) if act[a:b].any()]
 
 
-def pipeline_view(tl: Timeline, ranks: Any = None) -> Timeline:
-    """One box per pipeline action: the compute spans of one (rank, F/B/I/W, stage, microbatch) merged.
+class _Actions(NamedTuple):
+    """The boxes of :func:`pipeline_view` as columns (numpy arrays of one length, in the view's order: by rank, then
+    start, ties in the order of their first rows): ``op`` codes into ``ops`` (F/B/I/W), ``stage`` and ``mb`` the
+    tags as ints, ``chunk`` codes into ``chunks`` (the first row's ``chunk`` tag; −1 when it has none), and each
+    box's earliest start and latest end (s)."""
 
-    A full 1F1B backward (``pp_op`` B, whose ops carry phase I and W) stays one box. Spans without
-    pipeline tags (all_reduce, optimizer) are dropped; keep the source timeline's makespan for labels.
-    ``ranks`` (an iterable of ints) keeps only those ranks' actions (read from the columns, so a chart of 8
-    of 1,024 ranks reads 8 ranks' tags).
-    """
+    rank: Any
+    ops: list[str]
+    op: Any
+    stage: Any
+    mb: Any
+    chunks: list[Any]
+    chunk: Any
+    start_s: Any
+    end_s: Any
+
+    def chunk_numbers(self) -> Any:
+        """Per box its chunk as an int (0 when untagged or falsy), numpy int64."""
+        import numpy as np
+
+        table = np.zeros(len(self.chunks) + 1, np.int64)
+        for k in np.unique(self.chunk).tolist():
+            table[k] = int(self.chunks[k] or 0) if k >= 0 else 0
+        return table[self.chunk]
+
+    def spans(self) -> list[Span]:
+        """The boxes as Spans (id ``{op}{stage}.{mb}@r{rank}``, name the microbatch, kind the action)."""
+        spans = []
+        chunks = self.chunks + [0]
+        for r, o, st, mb, ch, a, b in zip(self.rank.tolist(), self.op.tolist(), self.stage.tolist(), self.mb.tolist(),
+                                          self.chunk.tolist(), self.start_s.tolist(), self.end_s.tolist(),
+                                          strict=True):
+            op = self.ops[o]
+            spans.append(Span(f"{op}{st}.{mb}@r{r}", str(mb), r, "pipeline", op, "compute", a, b,
+                              tags={"pp_op": op, "stage": st, "mb": mb, "chunk": chunks[ch]}))
+        return spans
+
+
+def _pipeline_actions(tl: Timeline, ranks: Any = None) -> _Actions:
+    """:func:`pipeline_view`'s boxes as columns (:class:`_Actions`), all numpy: the tags are read as categorical
+    columns."""
     import numpy as np
 
     rows = _pipeline_rows(tl, ranks)
@@ -127,24 +164,41 @@ def pipeline_view(tl: Timeline, ranks: Any = None) -> Timeline:
     a_s = np.minimum.reduceat(start[order], head) if len(head) else start[:0]
     b_s = np.maximum.reduceat(end[order], head) if len(head) else end[:0]
     chv, chc = c.tag_column("chunk")
-    chunk = [chv[k] if k >= 0 else 0 for k in chc[rows[first]].tolist()]
-    spans = []
-    for i in np.lexsort((first, a_s, rank[first])).tolist():
-        r, op, st, mb = int(rank[first[i]]), ops[opc[first[i]]], stages[stc[first[i]]], mbs[mbc[first[i]]]
-        tags = {"pp_op": op, "stage": st, "mb": mb, "chunk": chunk[i]}
-        spans.append(Span(f"{op}{st}.{mb}@r{r}", str(mb), r, "pipeline", op, "compute", float(a_s[i]), float(b_s[i]),
-                          tags=tags))
+    o = np.lexsort((first, a_s, rank[first]))
+    f = first[o]
+    return _Actions(rank[f].astype(np.int64), ops, opc[f], np.array(stages + [0], np.int64)[stc[f]],
+                    np.array(mbs + [0], np.int64)[mbc[f]], list(chv), chc[rows[f]].astype(np.int64), a_s[o], b_s[o])
+
+
+def pipeline_view(tl: Timeline, ranks: Any = None) -> Timeline:
+    """One box per pipeline action: the compute spans of one (rank, F/B/I/W, stage, microbatch) merged.
+
+    A full 1F1B backward (``pp_op`` B, whose ops carry phase I and W) stays one box. Spans without
+    pipeline tags (all_reduce, optimizer) are dropped; keep the source timeline's makespan for labels.
+    ``ranks`` (an iterable of ints) keeps only those ranks' actions (read from the columns, so a chart of 8
+    of 1,024 ranks reads 8 ranks' tags).
+    """
+    return _view_of(tl, _pipeline_actions(tl, ranks))
+
+
+def _view_of(tl: Timeline, acts: _Actions) -> Timeline:
     return Timeline(schedule=tl.schedule, source=tl.source, world_size=tl.world_size, launch=tl.launch,
-                    profile=tl.profile, spans=spans, meta={"pipeline": tl.meta.get("pipeline")})
+                    profile=tl.profile, spans=acts.spans(), meta={"pipeline": tl.meta.get("pipeline")})
 
 
 class PipelineLanes(NamedTuple):
-    """What a pipeline chart draws (:func:`pipeline_lanes`): the ranks shown, the actions of those ranks (a
-    :func:`pipeline_view`) and the note on the ranks left out ("" when none)."""
+    """What a pipeline chart draws (:func:`pipeline_lanes`): the ranks shown, the actions of those ranks (as
+    columns; :attr:`view` makes them a :func:`pipeline_view`) and the note on the ranks left out ("" when none)."""
 
     shown: list[int]
-    view: Timeline
+    actions: _Actions
     note: str
+    source: Timeline
+
+    @property
+    def view(self) -> Timeline:
+        """The shown ranks' actions as a :func:`pipeline_view` (built on each call)."""
+        return _view_of(self.source, self.actions)
 
 
 def pipeline_lanes(tl: Timeline, max_lanes: int = 32) -> PipelineLanes:
@@ -159,7 +213,7 @@ def pipeline_lanes(tl: Timeline, max_lanes: int = 32) -> PipelineLanes:
         ranks = [r for r in ranks if info.first_replica(r)]
         note = f" (data-parallel replica 0 of {info.dp})"
     shown, _folded = choose_ranks(ranks, {r: 1 for r in ranks}, max_lanes)
-    return PipelineLanes(shown, pipeline_view(tl, shown), note)
+    return PipelineLanes(shown, _pipeline_actions(tl, shown), note, tl)
 
 
 #: Unit-step widths of the paper figure (ZB paper: T_F = T_I = T_W, T_B = T_I + T_W).
@@ -173,10 +227,119 @@ def unit_steps(view: Timeline) -> dict[str, tuple[int, int]]:
     its pipeline dependencies are done: F(s, mb) after F(s−1, mb); I or B(s, mb) after F(s, mb) and
     after I/B(s+1, mb); W(s, mb) after I(s, mb). Returns span id -> (start step, end step).
     """
-    stages = [int(s.tags["stage"]) for s in view.spans]
+    import numpy as np
+
+    spans = view.spans
+    ops = ["F", "B", "I", "W"]
+    code = {o: i for i, o in enumerate(ops)}
+    if all(s.kind in code for s in spans):
+        got = _steps_by_arrays(np.array([s.rank for s in spans], np.int64), ops,
+                               np.array([code[s.kind] for s in spans], np.int64),
+                               np.array([int(s.tags["stage"]) for s in spans], np.int64),
+                               np.array([int(s.tags["mb"]) for s in spans], np.int64),
+                               np.array([s.start_s for s in spans], float))
+        if got is not None:
+            return {s.id: (a, b) for s, a, b in zip(spans, got[0].tolist(), got[1].tolist(), strict=True)}
+    return _steps_by_loop(spans)
+
+
+def _steps_by_arrays(rank: Any, ops: list[str], op: Any, stage: Any, mb: Any, start_s: Any) -> tuple[Any, Any] | None:
+    """:func:`unit_steps` of actions given as columns (numpy, one entry per action; ``op`` codes into ``ops``):
+    (start step, end step) int64 arrays, or None where the rules do not explain the order (an action whose
+    dependency is not among the actions, two actions of one key, or a cycle), which the loop
+    (:func:`_steps_by_loop`) places instead.
+
+    With each rank's actions in timeline order, the start step of a rank's i-th action is
+    t_i = max(t_{i−1} + u_{i−1}, D_i) (u its unit, D_i the latest end of its dependencies, 0 for none), so
+    t_i = S_i + max(0, max_{j ≤ i} (D_j − S_j)) with S_i the units of the rank's actions before it: a running
+    maximum per rank, given D. Starting from D = 0, that step is repeated with D from the last starts until
+    nothing moves (Jacobi iteration of the longest path through the ranks' orders and the dependencies: as many
+    rounds as the longest path crosses ranks, ~2p for a pipeline of p ranks, each a few array passes over the
+    actions). Every end is positive, so a cycle never settles: past 8 rounds per rank (+ 16), None (the loop then
+    places them, as it does any order these rounds do not settle)."""
+    import numpy as np
+
+    n = len(rank)
+    if n == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    o = np.lexsort((start_s, rank))  # each rank's actions in timeline order (stable: ties keep the view's order)
+    rank, op, stage, mb = rank[o], op[o], stage[o], mb[o]
+    code = {v: ops.index(v) if v in ops else -1 for v in _PHASES}
+    is_f = op == code["F"]
+    is_ib = (op == code["I"]) | (op == code["B"])
+    is_w = op == code["W"]
+    if not bool((is_f | is_ib | is_w).all()):
+        return None
+    unit = np.where(op == code["B"], 2, 1)
+    last = int(stage.max())
+    smin, mmin = int(stage.min()), int(mb.min())
+    width = int(mb.max()) - mmin + 1
+    key = (stage - smin) * width + (mb - mmin)
+
+    def table(mask: Any) -> tuple[Any, Any] | None:
+        """The sorted keys of the actions of ``mask`` and their positions; None when a key repeats."""
+        idx = np.flatnonzero(mask)
+        k = key[idx]
+        srt = np.argsort(k, kind="stable")
+        k = k[srt]
+        return None if len(k) > 1 and bool((k[1:] == k[:-1]).any()) else (k, idx[srt])
+
+    fk, ibk = table(is_f), table(is_ib)
+    if fk is None or ibk is None:
+        return None
+    missing = False
+
+    def look(tab: tuple[Any, Any], want: Any, q: Any) -> Any:
+        """Position of the action of key ``q`` in ``tab`` where ``want``, else n (no dependency)."""
+        nonlocal missing
+        tk, ti = tab
+        out = np.full(n, n, np.int64)
+        (w,) = np.nonzero(want)
+        if len(w):
+            if not len(tk):
+                missing = True
+                return out
+            pos = np.minimum(np.searchsorted(tk, q[w]), len(tk) - 1)
+            hit = tk[pos] == q[w]
+            missing = missing or not bool(hit.all())
+            out[w] = ti[pos]
+        return out
+
+    # F(s − 1) of an F past stage 0 (a key below the first stage's matches nothing), F(s) and I/B(s + 1) of an I or
+    # B, I/B(s) of a W
+    d1 = np.minimum(np.minimum(look(fk, is_f & (stage > 0), key - width), look(fk, is_ib, key)), look(ibk, is_w, key))
+    d2 = look(ibk, is_ib & (stage < last), key + width)
+    if missing:
+        return None
+    head = np.r_[True, rank[1:] != rank[:-1]]
+    before = np.cumsum(unit) - unit
+    seg = np.cumsum(head) - 1
+    s = before - before[np.flatnonzero(head)][seg]  # units of the rank's actions before each
+    lift = seg * (4 * int(unit.sum()) + 4)  # keeps the running maximum inside each rank
+    t = s.copy()
+    end = np.zeros(n + 1, np.int64)  # end[n] = 0: "no dependency"
+    up, down = lift - s, s - lift  # t = s + max(0, running max of (ready − s + lift) − lift)
+    for _ in range(8 * (int(seg[-1]) + 1) + 16):
+        np.add(t, unit, out=end[:n])
+        ready = np.maximum(end[d1], end[d2])
+        ready += up
+        nt = np.maximum(np.maximum.accumulate(ready, out=ready), lift, out=ready)
+        nt += down
+        if np.array_equal(nt, t):
+            a, b = np.empty(n, np.int64), np.empty(n, np.int64)
+            a[o], b[o] = t, end[:n]
+            return a, b
+        t = nt
+    return None
+
+
+def _steps_by_loop(spans: list[Span]) -> dict[str, tuple[int, int]]:
+    """:func:`unit_steps` by replaying each rank's queue in Python (any order: where no rank can go on, the next
+    action of the first blocked rank is placed anyway)."""
+    stages = [int(s.tags["stage"]) for s in spans]
     last = max(stages) if stages else 0
     queues: dict[int, list[Span]] = defaultdict(list)
-    for s in view.spans:
+    for s in spans:
         queues[s.rank].append(s)
     for q in queues.values():
         q.sort(key=lambda s: s.start_s)
@@ -196,7 +359,7 @@ def unit_steps(view: Timeline) -> dict[str, tuple[int, int]]:
     out: dict[str, tuple[int, int]] = {}
     free = dict.fromkeys(queues, 0)
     pos = dict.fromkeys(queues, 0)
-    remaining = len(view.spans)
+    remaining = len(spans)
     force = False
     while remaining:
         progress = False
@@ -255,18 +418,25 @@ def draw_pipeline(tl: Timeline, title: str = "", mode: str = "steps", max_lanes:
 
     if mode not in ("steps", "time"):
         raise ValueError(f"mode must be 'steps' or 'time', not {mode!r}")
+    import numpy as np
+
     info = tl.pipeline
-    shown, view, note = lanes if lanes is not None else pipeline_lanes(tl, max_lanes)
-    ypos = {r: i for i, r in enumerate(shown)}
-    spans = view.spans
-    xr: dict[str, tuple[float, float]]
+    lanes = lanes if lanes is not None else pipeline_lanes(tl, max_lanes)
+    shown, acts, note = lanes.shown, lanes.actions, lanes.note
+    n_act = len(acts.rank)
+    yv = np.searchsorted(np.asarray(shown, np.int64), acts.rank)  # each box's lane
     xmax: float
     if mode == "steps":
-        steps = unit_steps(Timeline(view.schedule, view.source, view.world_size, spans=spans))
-        xr = {s.id: steps[s.id] for s in spans}
-        xmax = max([b for _a, b in xr.values()] + [1])
+        got = _steps_by_arrays(acts.rank, acts.ops, acts.op, acts.stage, acts.mb, acts.start_s)
+        if got is None:  # an order the rules do not explain: the loop places it
+            spans = acts.spans()
+            steps = _steps_by_loop(spans)
+            got = (np.array([steps[x.id][0] for x in spans], np.int64),
+                   np.array([steps[x.id][1] for x in spans], np.int64))
+        xa, xb = got[0].astype(float), got[1].astype(float)
+        xmax = max(int(got[1].max()) if n_act else 0, 1)
     else:
-        xr = {s.id: (s.start_s * 1e3, s.end_s * 1e3) for s in spans}
+        xa, xb = acts.start_s * 1e3, acts.end_s * 1e3
         xmax = tl.makespan_s * 1e3
     n = len(shown)
     width_px_per_unit = 15.0
@@ -275,42 +445,52 @@ def draw_pipeline(tl: Timeline, title: str = "", mode: str = "steps", max_lanes:
     fig = _fig(width_in, 0.42 * n + top_in + 0.7)
     ax = fig.add_subplot(111)
     unit_px = width_in * _DPI * 0.78 / max(xmax * 1.02, 1e-9)
+    # one style per (action, chunk), in order of first use (the legend's entries and the draw order)
+    chunk = acts.chunk_numbers()
+    _u, first, combo = np.unique(np.stack([acts.op, chunk]), axis=1, return_index=True, return_inverse=True)
+    combo = combo.reshape(-1)
     used: dict[str, str] = {}
-    style: dict[tuple[str, int], tuple[str, str]] = {}  # (pp_op, chunk) -> (box colour, label colour)
-    groups: dict[tuple[int, str], list[tuple[float, float]]] = defaultdict(list)
-    labels: list[tuple[float, float, int, str, str]] = []
-    for s in spans:
-        op = s.kind
-        chunk = int(s.tags.get("chunk", 0) or 0)
-        st = style.get((op, chunk))
-        if st is None:
-            c = _color(op) if chunk == 0 else _lighten(_color(op), min(0.66, 0.22 * chunk))
-            used.setdefault(op if not chunk else f"{op} (chunk {chunk})", c)
-            st = style[(op, chunk)] = (c, "white" if chunk == 0 else "black")
-        a, b = xr[s.id]
-        y = ypos[s.rank]
-        groups[(y, st[0])].append((a, b - a))
-        labels.append((a, b, y, str(s.tags["mb"]), st[1]))
-    import numpy as np
-
-    for (y, c), bars in groups.items():
-        xw = np.array(sorted(bars), dtype=float).reshape(-1, 2)
-        x0, w = xw[:, 0], xw[:, 1]
+    colour_id: dict[str, int] = {}
+    cid = np.zeros(len(first), np.int64)
+    white = np.zeros(len(first), bool)  # the label colour: white on a first chunk's box, else black
+    for g in np.argsort(first, kind="stable").tolist():
+        op, ch = acts.ops[int(acts.op[first[g]])], int(chunk[first[g]])
+        c = _color(op) if ch == 0 else _lighten(_color(op), min(0.66, 0.22 * ch))
+        used.setdefault(op if not ch else f"{op} (chunk {ch})", c)
+        cid[g] = colour_id.setdefault(c, len(colour_id))
+        white[g] = ch == 0
+    colours = list(colour_id)
+    box_c = cid[combo]
+    # one collection (or raster strip) per (lane, colour), in order of first use
+    raster = _box_raster(ax) if n_act > RASTER_MIN_BOXES else None
+    gkey = yv * max(1, len(colours)) + box_c
+    _u, gfirst, ginv, counts = np.unique(gkey, return_index=True, return_inverse=True, return_counts=True)
+    perm = np.argsort(ginv.reshape(-1), kind="stable")
+    ends = np.cumsum(counts)
+    for g in np.argsort(gfirst, kind="stable").tolist():
+        rows = perm[ends[g] - counts[g]:ends[g]]
+        x0, w = xa[rows], xb[rows] - xa[rows]
+        o = np.lexsort((w, x0))
+        x0, w = x0[o], w[o]
+        y, c = int(yv[rows[0]]), colours[int(box_c[rows[0]])]
         wide = float(w.min()) * unit_px >= 4
+        if not wide and raster is not None:
+            raster.add(x0, w, y - 0.4, 0.8, c)
+            continue
         if not wide:  # narrow boxes without edges: sub-pixel gaps closed, one box per solid run of pixels
             x0, w = _pixel_runs(x0, w, 1.0 / unit_px)
         _bars(ax, x0, w, y - 0.4, 0.8, facecolors=c, edgecolors="white" if wide else "none",
               linewidths=0.6 if wide else 0.0)
-    # a label's font size: its box's pixels over the text's width at 1 pt, at most 8 pt; none under 4.5 pt (the
-    # same operations, in the same order, on every label at once)
+    # a label's font size: its box's pixels over the text's width at 1 pt, at most 8 pt; none under 4.5 pt
     items: list[tuple[float, float, str, float, str]] = []
-    if labels:
-        la, lb = np.array([x[0] for x in labels]), np.array([x[1] for x in labels])
-        chars = np.array([len(x[3]) for x in labels])
-        fs = np.minimum(8.0, (lb - la) * unit_px * 0.85 * 72 / (0.62 * chars * _DPI))
+    if n_act:
+        mvals, minv = np.unique(acts.mb, return_inverse=True)
+        texts = [str(v) for v in mvals.tolist()]
+        chars = np.array([len(t) for t in texts])[minv.reshape(-1)]
+        fs = np.minimum(8.0, (xb - xa) * unit_px * 0.85 * 72 / (0.62 * chars * _DPI))
         for k in np.flatnonzero(fs >= 4.5).tolist():
-            a, b, y, text, tc = labels[k]
-            items.append(((a + b) / 2, y, text, float(fs[k]), tc))
+            items.append(((xa[k] + xb[k]) / 2, int(yv[k]), texts[int(minv[k])], float(fs[k]),
+                          "white" if white[combo[k]] else "black"))
     _centred_labels(ax, items)
     ax.set_yticks(range(n))
     s2r = info.stage_to_rank if info is not None else {}

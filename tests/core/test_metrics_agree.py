@@ -131,6 +131,10 @@ def test_the_gantt_exposed_bands_are_the_exposed_communication(predicted) -> Non
         if gid.startswith(EXPOSED_GID):
             xs = np.array([p.vertices[:, 0] for p in col.get_paths()])  # ms
             bands.setdefault(int(gid[len(EXPOSED_GID):].split("_")[0]), []).append(xs)
+    for raster in (a for a in fig.axes[0].get_children() if hasattr(a, "gids")):  # past RASTER_MIN_BOXES ops
+        for gid, (x0, x1) in raster.gids.items():
+            if gid.startswith(EXPOSED_GID):
+                bands.setdefault(int(gid[len(EXPOSED_GID):].split("_")[0]), []).append(np.stack([x0, x1], 1))
     # a rank with several comm lanes draws a band under each: the rank's exposed time is their union
     got = {r: union_length(np.concatenate([x.min(1) for x in v]), np.concatenate([x.max(1) for x in v]))
            for r, v in bands.items()}

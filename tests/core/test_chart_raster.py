@@ -1,0 +1,144 @@
+"""Charts of many boxes painted as a raster (``chart_base._box_raster``, past ``RASTER_MIN_BOXES`` boxes): the
+pixels of hand-computed boxes, the pipeline chart's actions in their legend colours at their pixel columns, the
+raster embedded as one image in SVG (the same bytes each time), and the pipeline chart's unit steps as array
+rounds."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from schedsim.report import chart_base as B
+from schedsim.report import gantt as G
+from schedsim.report import pipeline_chart as P
+from schedsim.sim.timeline import Span, Timeline
+
+
+def _rgb(c: str) -> list[int]:
+    return [int(c[i:i + 2], 16) for i in (1, 3, 5)]
+
+
+def test_paint_by_hand():
+    # 6 columns of width 1, 3 rows of height 1 (row i between y = i and i + 1); a strip on [0.5, 2.5]: its edges
+    # rounded to pixel edges 1 and 3, rows 1 and 2
+    s = B._Strip(0.5, 2.0)
+    s.colours["#FF0000"] = ([np.array([0.2, 1.0, 3.0])], [np.array([0.4, 2.6, 3.5])])  # 0.2 of 0; 1; 0.6 of 2;
+    s.colours["#0000FF"] = ([np.array([2.6, 3.5, 5.0])], [np.array([3.0, 4.0, 5.0])])  # 0.4 of 2; 3 half and half
+    img = B._paint([s], np.arange(7.0), np.arange(4.0))  # (and an empty blue box at 5)
+    assert img.shape == (3, 6, 4)
+    red, blue = [255, 0, 0], [0, 0, 255]
+    # a column any box touches is opaque, in the colour covering most of it (column 0: red's 0.2 alone; column 2:
+    # red's 0.6 over blue's 0.4), ties to the colour added last (column 3: blue)
+    for row in (1, 2):
+        assert img[row, :, :3].tolist()[:4] == [red, red, red, blue]
+        assert img[row, :, 3].tolist() == [255, 255, 255, 255, 0, 0]
+    assert img[0].tolist() == [[0, 0, 0, 0]] * 6
+    # a later strip on [1.0, 1.4] (row 1; under a pixel high, still one row), grey on columns 0 and 4: over the red
+    # at 0, alone at 4
+    w = B._Strip(1.0, 0.4)
+    w.colours["#808080"] = ([np.array([0.0, 4.0])], [np.array([1.0, 5.0])])
+    img = B._paint([s, w], np.arange(7.0), np.arange(4.0))
+    grey = [128, 128, 128, 255]
+    assert img[1, 0].tolist() == img[1, 4].tolist() == grey
+    assert img[2, 0].tolist() == red + [255] and img[1, 1].tolist() == red + [255]
+    # y_edges descending (3, 2, 1, 0): the strip's edges at pixel positions 2.5 and 0.5, rounded to 3 and 1
+    img = B._paint([s], np.arange(7.0), np.arange(3.0, -1.0, -1.0))
+    assert img[1, 0].tolist() == img[2, 0].tolist() == red + [255] and img[0, 0, 3] == 0
+    s.y0 = 0.6  # [0.6, 2.6]: positions 2.4 and 0.4, rows 0 and 1
+    img = B._paint([s], np.arange(7.0), np.arange(3.0, -1.0, -1.0))
+    assert img[0, 0].tolist() == img[1, 0].tolist() == red + [255] and img[2, 0, 3] == 0
+
+
+def _pipeline_2x2(ms: list[tuple[int, str, int, int, float]]) -> Timeline:
+    """Pipeline actions (rank, F/B, stage, microbatch, start ms) of 0.5 ms each, and an untagged op on rank 0 to
+    1,000 ms, so that the time chart's ~1 px per ms makes each action a sub-pixel box."""
+    spans = [Span(f"{op}{st}.{mb}@r{r}", f"{op}{st}.{mb}", r, "s0", "matmul", "compute", t / 1e3, (t + 0.5) / 1e3,
+                  tags={"pp_op": op, "stage": st, "mb": mb}) for r, op, st, mb, t in ms]
+    spans.append(Span("tail@r0", "tail", 0, "s1", "matmul", "compute", 0.9, 1.0))
+    return Timeline("pp", "predict", 2, spans=spans)
+
+
+ACTIONS = [(0, "F", 0, 0, 5.0), (0, "F", 0, 1, 20.0), (1, "F", 1, 0, 100.0), (1, "B", 1, 0, 150.0),
+           (0, "B", 0, 0, 200.0), (1, "F", 1, 1, 300.0), (1, "B", 1, 1, 350.0), (0, "B", 0, 1, 400.0)]
+
+
+def test_pipeline_raster_paints_each_action_in_its_colour_at_its_pixel_column(monkeypatch):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    monkeypatch.setattr(P, "RASTER_MIN_BOXES", 0)
+    fig = P.draw_pipeline(_pipeline_2x2(ACTIONS), "t", mode="time")
+    ax = fig.axes[0]
+    assert not ax.collections  # every box in the raster
+    (raster,) = [a for a in ax.get_children() if hasattr(a, "strips")]
+    assert len(raster.strips) == 2  # one strip per lane
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    px = np.asarray(canvas.buffer_rgba())
+    height = px.shape[0]
+
+    def pixel(x_ms: float, lane: float) -> list[int]:
+        x, y = ax.transData.transform((x_ms, lane))
+        return px[height - 1 - int(np.floor(y)), int(np.floor(x)), :3].tolist()
+
+    for r, op, _st, _mb, t in ACTIONS:
+        assert pixel(t + 0.25, r) == _rgb(B.KIND_COLORS[op]), (r, op, t)
+    white = [255, 255, 255]
+    assert pixel(50.0, 0) == pixel(250.0, 1) == pixel(600.0, 0) == white  # no action there
+    assert pixel(5.25, 0.5) == white  # between the lanes (each 0.8 high)
+
+
+def test_raster_is_one_image_in_svg(tmp_path, monkeypatch):
+    monkeypatch.setattr(G, "RASTER_MIN_BOXES", 0)
+    spans = [Span(f"mm{i}@r{r}", f"mm{i}", r, "s0", "matmul", "compute", 2e-3 * i, 2e-3 * i + 1e-6)
+             for r in range(3) for i in range(40)]
+    tl = Timeline("t", "predict", 3, spans=spans)
+    png, svg = G.write_gantt(tmp_path / "g", [("predicted", tl)])
+    text = svg.read_text()
+    assert len(re.findall(r"<image ", text)) == 1
+    assert not re.findall(r'<g id="boxes_', text)
+    again = G.write_gantt(tmp_path / "h", [("predicted", tl)])  # the same bytes each time
+    assert [p.read_bytes() for p in again] == [png.read_bytes(), svg.read_bytes()]
+
+
+@pytest.mark.parametrize("schedule", ["interleaved_1f1b", "1f1b", "zb_h1", "dualpipev"])
+def test_unit_steps_by_array_rounds_are_the_loops(schedule):
+    from schedsim.api import load, predict
+    from tests.conftest import ROOT
+
+    tl = predict(load(ROOT / "schedules" / "pipeline_schedules.yaml", schedule=schedule, m=8), "h200").timeline
+    acts = P._pipeline_actions(tl)
+    got = P._steps_by_arrays(acts.rank, acts.ops, acts.op, acts.stage, acts.mb, acts.start_s)
+    assert got is not None
+    want = P._steps_by_loop(acts.spans())
+    assert [want[s.id] for s in acts.spans()] == list(zip(got[0].tolist(), got[1].tolist(), strict=True))
+
+
+def test_unit_steps_by_array_rounds_leave_unexplained_orders_to_the_loop():
+    def cols(rows: list[tuple[int, str, int, int]]) -> tuple:
+        ops = ["F", "B"]
+        return (np.array([r for r, *_ in rows]), ops, np.array([ops.index(o) for _r, o, _s, _m in rows]),
+                np.array([s for *_x, s, _m in rows]), np.array([m for *_x, m in rows]),
+                np.arange(len(rows), dtype=float))
+
+    ok = [(0, "F", 0, 0), (1, "F", 1, 0), (1, "B", 1, 0), (0, "B", 0, 0)]
+    a, b = P._steps_by_arrays(*cols(ok))
+    assert a.tolist() == [0, 1, 2, 4] and b.tolist() == [1, 2, 4, 6]
+    # rank 0 runs B0.0 before F0.0 (its own dependency): a cycle, no rounds settle it
+    assert P._steps_by_arrays(*cols([(0, "B", 0, 0), (0, "F", 0, 0), (1, "F", 1, 0), (1, "B", 1, 0)])) is None
+    # F1.0 without F0.0 (rank 0 not shown): a dependency that is not there
+    assert P._steps_by_arrays(*cols([(1, "F", 1, 0), (1, "B", 1, 0)])) is None
+
+
+def test_pipeline_steps_of_an_unexplained_order_come_from_the_loop():
+    # rank 0 runs B0.0 before F0.0: no rounds settle it, and the chart places the actions as the loop does
+    odd = [(0, "B", 0, 0, 5.0), (0, "F", 0, 0, 20.0), (1, "F", 1, 0, 100.0), (1, "B", 1, 0, 150.0)]
+    tl = _pipeline_2x2(odd)
+    lanes = P.pipeline_lanes(tl)
+    acts = lanes.actions
+    assert P._steps_by_arrays(acts.rank, acts.ops, acts.op, acts.stage, acts.mb, acts.start_s) is None
+    steps = P._steps_by_loop(lanes.view.spans)
+    assert steps == {"B0.0@r0": (0, 2), "F0.0@r0": (2, 3), "F1.0@r1": (3, 4), "B1.0@r1": (4, 6)}
+    fig = P.draw_pipeline(tl, "t", mode="steps", lanes=lanes)
+    assert fig.axes[0].get_xlabel().endswith("; 6 steps")
