@@ -30,8 +30,8 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
 from schedsim.errors import ProfileError
+from schedsim.kinds import KINDS
 from schedsim.network.tuning import (
-    COLL_FUNCS,
     TuneInput,
     algo_time,
     channel_steps,
@@ -274,7 +274,9 @@ class NcclNetwork:
             NCCL does not enable (``algo``, ``proto``) for ``kind`` on this group.
         """
         shape = self.shape(ranks)
-        func = COLL_FUNCS[kind]
+        func = KINDS[kind].nccl
+        if not func:
+            raise KeyError(kind)
         t = self.tune_input(shape)
         intra, inter, bus = self.timing_figures(shape.nodes > 1, over)
         lat, bw = tune(func, replace(t, hw_intra=intra, hw_inter=inter, bw_factor=bus))[(algo, proto)]
@@ -309,8 +311,8 @@ class NcclNetwork:
         shape = self.shape(ranks)
         if has_table or (shape.nodes == 1 and not self.topo.nccl_within_node):
             return None
-        func = COLL_FUNCS.get(kind)
-        if func is None:
+        func = KINDS[kind].nccl  # NCCL's function name; "" for the kinds NCCL builds from send/recv
+        if not func:
             return self.spread(kind, nbytes, shape)
         got = self._chosen_time(shape, func, nbytes)
         if got is None:
@@ -460,7 +462,7 @@ class NcclNetwork:
         lat = lat_i
         if inter_bytes > 0:
             lat_n, bw_n, proto = self._p2p_terms(per_peer, True, shape, force)
-            if kind == "all_to_all":
+            if not KINDS[kind].rooted:  # every rank sends (all_to_all), not the root alone
                 bw_n *= min(1.0, shape.nics / shape.local)
             t = max(t, inter_bytes / (1000.0 * bw_n))
             lat = max(lat, lat_n)
