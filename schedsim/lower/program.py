@@ -35,7 +35,7 @@ import numpy as np
 
 from schedsim.arrays import unique  # re-exported
 from schedsim.graph.ops import Op
-from schedsim.kinds import P2P_KINDS
+from schedsim.kinds import KINDS, P2P_KINDS
 
 if TYPE_CHECKING:  # an annotation only: graph.info's three dataclasses cost ~1% of a cold `check` to create
     from schedsim.graph.info import PipelineInfo
@@ -324,7 +324,7 @@ class Program:
             p = tps[t]
             kind = p.kind
             if kind in p2p:
-                group: tuple[int, ...] = (r, pe) if kind == "send" else (pe, r)
+                group: tuple[int, ...] = (r, pe) if KINDS[kind].sender else (pe, r)
                 peer: int | None = pe
             else:
                 group, peer = p.group, p.peer
