@@ -301,7 +301,8 @@ class NcclNetwork:
                    floor: bool = True) -> CollectiveCost | None:
         """Solo time of collective ``kind`` of ``nbytes`` (nccl-tests size) over ``ranks`` (two or more), and
         the algorithm and protocol NCCL picks: the least ``ncclTopoGetAlgoTime`` among those enabled.
-        all_to_all, scatter and gather: :meth:`spread`. None: left to the profile's tables (see module doc).
+        A kind without an NCCL function in its registry entry (``nccl``: all_to_all, scatter, gather):
+        :meth:`spread`. None: left to the profile's tables (see module doc).
 
         With ``floor`` (the default, every prediction) the time is no more than a larger message's where NCCL's
         choice changes (:meth:`_later_min`), so that time never falls as bytes grow; without it, the time of the
@@ -442,9 +443,9 @@ class NcclNetwork:
         """all_to_all, scatter or gather of ``nbytes`` (nccl-tests size) as NCCL runs them, grouped send/recv:
         a rank (for scatter and gather, the root) moves ``nbytes · (n-1)/n``; the part for its node's
         ``local - 1`` peers goes over the scale-up domain, the rest through NICs, the two at once:
-        t = latency + max(intra bytes / B_intra, inter bytes / B_inter). B_inter: all_to_all's ranks share
-        their node's ``nics`` NICs (``nics / local`` of one each); the root of scatter or gather has its NIC to
-        itself. Latency: one p2p step of the slowest tier used (:meth:`_p2p_terms`). Up to the LL threshold per
+        t = latency + max(intra bytes / B_intra, inter bytes / B_inter). B_inter: the ranks of a kind without a
+        root (all_to_all; the registry's ``rooted``) share their node's ``nics`` NICs (``nics / local`` of one
+        each); the root of scatter or gather has its NIC to itself. Latency: one p2p step of the slowest tier used (:meth:`_p2p_terms`). Up to the LL threshold per
         peer, no slower than Simple just past it (a larger message never takes less)."""
         got = self._spread_us(kind, nbytes, shape)
         if got[1] == "LL":
