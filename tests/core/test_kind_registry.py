@@ -257,3 +257,19 @@ def test_a_new_collective_or_p2p_kind_is_its_registry_entry_alone(registered: Ca
     assert got == want and len(got) == 3 * world + 4
     assert toy_run.timeline.makespan_s == run.timeline.makespan_s
     assert _color("toy_allreduce") == KIND_COLORS["all_reduce"]
+
+
+def test_the_kind_lists_hold_a_kind_registered_after_import(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lists modules imported before a kind was registered (lowering's, the executor's) hold it while it is
+    registered, in the registry's order (collectives, then the p2p kinds, for ``COMM_KINDS``), and not after."""
+    from executor.runtime import _COMM_KINDS
+    from schedsim.kinds import COLLECTIVE_KINDS, COMM_KINDS, P2P_KINDS
+    from schedsim.lower import link
+
+    before = tuple(COMM_KINDS)
+    monkeypatch.setitem(KINDS, TOY_SEND.name, TOY_SEND)
+    monkeypatch.setitem(KINDS, TOY_ALLREDUCE.name, TOY_ALLREDUCE)
+    assert "toy_send" in link.P2P_KINDS and "toy_allreduce" in link.COLLECTIVE_KINDS and "toy_send" in _COMM_KINDS
+    assert COMM_KINDS == COLLECTIVE_KINDS + P2P_KINDS == before[:8] + ("toy_allreduce", "send", "recv", "toy_send")
+    monkeypatch.undo()
+    assert COMM_KINDS == before and "toy_send" not in P2P_KINDS
