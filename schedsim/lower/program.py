@@ -319,7 +319,7 @@ class Program:
         cols = zip(self.tmpl.tolist(), self.rank.tolist(), nid, self.seq.tolist(), self.tags_id.tolist(),
                    self.stream_id.tolist(), self.peer.tolist(), self.batch.tolist(), self.msg.tolist(), strict=True)
         streams = self.streams
-        p2p = P2P_KINDS
+        p2p = frozenset(P2P_KINDS)  # the registry's p2p kinds now, for the loop
         for i, (t, r, n, s, tg, st, pe, b, m) in enumerate(cols):
             p = tps[t]
             kind = p.kind
