@@ -299,7 +299,8 @@ def link_share(profile: HardwareProfile, world: int, gptr: Sequence[int] | np.nd
     work_a = np.asarray(work, float)
     size_a = np.asarray(nbytes, float)
     G = len(gp) - 1
-    pair = np.array([k in P2P_KINDS for k in kinds], bool) & (np.diff(gp) == 2)
+    p2p = frozenset(P2P_KINDS)  # the registry's p2p kinds now (a set: one test per group)
+    pair = np.array([k in p2p for k in kinds], bool) & (np.diff(gp) == 2)
     count = np.zeros(G, I64)
     # send/recv pairs, vectorised: the sender NIC's out, the receiver NIC's in (and their leaves' across the spine)
     pg = np.flatnonzero(pair)
@@ -434,7 +435,8 @@ def program_share(profile: HardwareProfile, prog: Program, gptr: np.ndarray, gid
     size = np.maximum.reduceat(tbytes[tmpl[gidx]], gptr[:-1]) if G and len(gidx) else np.zeros(G)
     ranks = prog.rank[gidx]
     if prog.represented and G:  # a symmetric lowering: a collective's links are those of its whole group
-        C = sum(k not in P2P_KINDS for k in kinds)  # collectives, then the (send, recv) pairs
+        p2p = frozenset(P2P_KINDS)
+        C = sum(k not in p2p for k in kinds)  # collectives, then the (send, recv) pairs
         groups = [tps[t].group for t in tmpl[gidx[gptr[:C]]].tolist()]
         ranks = np.concatenate([np.array([r for g in groups for r in g], np.int64), ranks[int(gptr[C]):]])
         gptr = np.concatenate([[0], np.cumsum([len(g) for g in groups] + [2] * (G - C))]).astype(np.int64)

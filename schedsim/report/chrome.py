@@ -325,8 +325,9 @@ class _Writer:
             for key, ids in GraphInfo.of(graph).collectives.items():
                 members[key] = [row_of[i] for i in ids if i in row_of]
         else:  # no graph: members are the spans of one name, one per rank
+            colls = frozenset(_COLLECTIVES)
             for k, s in enumerate(tl.spans):
-                if s.kind in _COLLECTIVES:
+                if s.kind in colls:
                     members[s.name].append(k)
         rank = tl.columns.rank.tolist()
         for mem in members.values():
