@@ -445,8 +445,9 @@ class NcclNetwork:
         ``local - 1`` peers goes over the scale-up domain, the rest through NICs, the two at once:
         t = latency + max(intra bytes / B_intra, inter bytes / B_inter). B_inter: the ranks of a kind without a
         root (all_to_all; the registry's ``rooted``) share their node's ``nics`` NICs (``nics / local`` of one
-        each); the root of scatter or gather has its NIC to itself. Latency: one p2p step of the slowest tier used (:meth:`_p2p_terms`). Up to the LL threshold per
-        peer, no slower than Simple just past it (a larger message never takes less)."""
+        each); the root of scatter or gather has its NIC to itself. Latency: one p2p step of the slowest tier used
+        (:meth:`_p2p_terms`). Up to the LL threshold per peer, no slower than Simple just past it (a larger message
+        never takes less)."""
         got = self._spread_us(kind, nbytes, shape)
         if got[1] == "LL":
             got = (min(got[0], self._spread_us(kind, P2P_LL_THRESHOLD * shape.ranks, shape, "Simple")[0]), "LL")
