@@ -54,8 +54,9 @@ from __future__ import annotations
 import functools
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, cast
+from typing import Any, cast
 
 from executor import ExecError
 from schedsim.graph.ops import Op
@@ -430,56 +431,70 @@ class Materializer:
         count -= count % divisor
         return self.buffer((key,), (count,), dtype), dtype
 
-    def _collective(self, op: Op, bd: Binding | None) -> OpImpl:
-        dist = self.dist
-        grp = self.ctx.groups.get(op.group)
-        n = len(op.group)
+    def _all_reduce(self, op: Op, bd: Binding | None) -> OpImpl:
         tdt = torch_dtype(op.dtype, for_comm=True)
+        buf = bd.inp if bd is not None and bd.inp is not None else self._comm_buf("ar", op.nbytes, tdt)[0]
+        return self._collective(op, self.dist.all_reduce, (buf,))
+
+    def _full_and_piece(self, op: Op, key: str, bound: tuple[Any, Any] | None) -> tuple[Any, Any]:
+        """(a buffer of ``op.nbytes``, one of 1/n of it) for an all_gather or reduce_scatter over n ranks: the op's
+        bound tensors where it has them, else the Materializer's own (keys ``<key>_full``, ``<key>_piece``)."""
+        if bound is not None:
+            return bound
+        n = len(op.group)
+        full, dt2 = self._comm_buf(f"{key}_full", op.nbytes, torch_dtype(op.dtype, for_comm=True), n)
+        return full, self.buffer((f"{key}_piece",), (full.numel() // n,), dt2)
+
+    def _all_gather(self, op: Op, bd: Binding | None) -> OpImpl:
+        dist = self.dist
+        out, inp = self._full_and_piece(op, "ag", (bd.out, bd.inp) if bd is not None and bd.out is not None else None)
+        return self._collective(op, getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor,
+                                (out, inp))
+
+    def _reduce_scatter(self, op: Op, bd: Binding | None) -> OpImpl:
+        dist = self.dist
+        inp, out = self._full_and_piece(op, "rs", (bd.inp, bd.out) if bd is not None and bd.out is not None else None)
+        return self._collective(op, getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor,
+                                (out, inp))
+
+    def _all_to_all(self, op: Op, bd: Binding | None) -> OpImpl:
+        inp, dt2 = self._comm_buf("a2a_in", op.nbytes, torch_dtype(op.dtype, for_comm=True), len(op.group))
+        out = self.buffer(("a2a_out",), (inp.numel(),), dt2)
+        return self._collective(op, self.dist.all_to_all_single, (out, inp))
+
+    def _root(self, op: Op) -> int:
+        """The root rank of a rooted collective (its group's first rank when it names none)."""
+        return op.root if op.root is not None else op.group[0]
+
+    def _broadcast(self, op: Op, bd: Binding | None) -> OpImpl:
+        buf = self._comm_buf("bc", op.nbytes, torch_dtype(op.dtype, for_comm=True))[0]
+        return self._collective(op, self.dist.broadcast, (buf,), src=self._root(op))
+
+    def _reduce(self, op: Op, bd: Binding | None) -> OpImpl:
+        buf = self._comm_buf("red", op.nbytes, torch_dtype(op.dtype, for_comm=True))[0]
+        return self._collective(op, self.dist.reduce, (buf,), dst=self._root(op))
+
+    def _pieces(self, op: Op, key: str) -> tuple[Any, list[Any] | None]:
+        """A scatter's or gather's piece of ``op.nbytes`` / n and, on its root, the full buffer's n pieces."""
+        n = len(op.group)
+        full, dt2 = self._comm_buf(f"{key}_full", op.nbytes, torch_dtype(op.dtype, for_comm=True), n)
+        piece = self.buffer((f"{key}_piece",), (full.numel() // n,), dt2)
+        return piece, list(full.chunk(n)) if self.ctx.rank == self._root(op) else None
+
+    def _scatter(self, op: Op, bd: Binding | None) -> OpImpl:
+        return self._collective(op, self.dist.scatter, self._pieces(op, "sc"), src=self._root(op))
+
+    def _gather(self, op: Op, bd: Binding | None) -> OpImpl:
+        return self._collective(op, self.dist.gather, self._pieces(op, "ga"), dst=self._root(op))
+
+    def _collective(self, op: Op, fn: Callable[..., Any], args: tuple[Any, ...], **kw: Any) -> OpImpl:
+        """The op's torch.distributed call ``fn(*args, group=..., async_op=..., **kw)``, the bare call a script
+        writes, on the op's group: async on gloo; on NCCL on the op's stream (``async_op=False`` where NCCL runs
+        on the current stream, else ``async_op=True`` and ``work.wait()``)."""
+        grp = self.ctx.groups.get(op.group)
         kind = op.kind
-        async_op = self.async_comm
-        root = op.root if op.root is not None else op.group[0]
-        ag = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-        rs = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-        is_root = self.ctx.rank == root
-        # fn(*args, group=grp, async_op=..., **kw): the bare call a script writes
-        kw: dict[str, Any] = {}
-        if kind == "all_reduce":
-            buf = bd.inp if bd is not None and bd.inp is not None else self._comm_buf("ar", op.nbytes, tdt)[0]
-            fn, args = dist.all_reduce, (buf,)
-        elif kind == "all_gather":
-            if bd is not None and bd.out is not None:
-                inp, out = bd.inp, bd.out
-            else:
-                out, dt2 = self._comm_buf("ag_out", op.nbytes, tdt, n)
-                inp = self.buffer(("ag_in",), (out.numel() // n,), dt2)
-            fn, args = ag, (out, inp)
-        elif kind == "reduce_scatter":
-            if bd is not None and bd.out is not None:
-                inp, out = bd.inp, bd.out
-            else:
-                inp, dt2 = self._comm_buf("rs_in", op.nbytes, tdt, n)
-                out = self.buffer(("rs_out",), (inp.numel() // n,), dt2)
-            fn, args = rs, (out, inp)
-        elif kind == "all_to_all":
-            inp, dt2 = self._comm_buf("a2a_in", op.nbytes, tdt, n)
-            out = self.buffer(("a2a_out",), (inp.numel(),), dt2)
-            fn, args = dist.all_to_all_single, (out, inp)
-        elif kind == "broadcast":
-            fn, args, kw = dist.broadcast, (self._comm_buf("bc", op.nbytes, tdt)[0],), {"src": root}
-        elif kind == "reduce":
-            fn, args, kw = dist.reduce, (self._comm_buf("red", op.nbytes, tdt)[0],), {"dst": root}
-        elif kind == "scatter":
-            full, dt2 = self._comm_buf("sc_full", op.nbytes, tdt, n)
-            piece = self.buffer(("sc_piece",), (full.numel() // n,), dt2)
-            fn, args, kw = dist.scatter, (piece, list(full.chunk(n)) if is_root else None), {"src": root}
-        elif kind == "gather":
-            full, dt2 = self._comm_buf("ga_full", op.nbytes, tdt, n)
-            piece = self.buffer(("ga_piece",), (full.numel() // n,), dt2)
-            fn, args, kw = dist.gather, (piece, list(full.chunk(n)) if is_root else None), {"dst": root}
-        else:  # pragma: no cover - guarded by make()
-            raise ExecError(f"op {op.id}: unknown collective {kind!r}")
         call: Callable[[bool], Any] = lambda a: fn(*args, group=grp, async_op=a, **kw)  # noqa: E731
-        if async_op:
+        if self.async_comm:
             return OpImpl(op, lambda: call(True), is_async=True, note=f"{kind} async on gloo")
         if self.nccl_current_stream:
             return OpImpl(op, lambda: call(False), note=f"{kind} async_op=False on the op's stream",
@@ -492,14 +507,19 @@ class Materializer:
 
         return OpImpl(op, run_wait, note=f"{kind} async_op=True + work.wait() (torch < 2.8)")
 
-    def _p2p(self, op: Op, bd: Binding | None) -> OpImpl:
-        dist = self.dist
+    def _send(self, op: Op, bd: Binding | None) -> OpImpl:
+        return self._p2p(op, bd, self.dist.isend, "dst")
+
+    def _recv(self, op: Op, bd: Binding | None) -> OpImpl:
+        return self._p2p(op, bd, self.dist.irecv, "src")
+
+    def _p2p(self, op: Op, bd: Binding | None, fn: Callable[..., Any], peer_arg: str) -> OpImpl:
+        """A send's or recv's call ``fn(buf, <peer_arg>=peer)`` (``isend``/``dst``, ``irecv``/``src``)."""
         tdt = torch_dtype(op.dtype, for_comm=True)
         buf = bd.inp if bd is not None and bd.inp is not None else self._comm_buf(op.kind, op.nbytes, tdt)[0]
         peer = int(op.peer)  # type: ignore[arg-type]
         tag = 0 if op.tag is None else (sum(ord(ch) * (i + 1) for i, ch in enumerate(op.tag)) % 30000) + 1
-        fn = dist.isend if op.kind == "send" else dist.irecv
-        kw = {"dst": peer} if op.kind == "send" else {"src": peer}
+        kw = {peer_arg: peer}
         p2p = (fn, buf, peer, tag if not self.ctx.cuda else 0)
         if not self.ctx.cuda:
             return OpImpl(op, lambda: fn(buf, tag=tag, **kw), is_async=True, note=f"{op.kind} async on gloo", p2p=p2p)

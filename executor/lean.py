@@ -38,6 +38,8 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from schedsim.kinds import P2P_KINDS
+
 __all__ = ["BatchedP2P", "compile_cpu", "compile_cuda", "issue_order", "p2p_batches", "tf32_plan"]
 
 def p2p_batches(ops: Sequence[Any]) -> list[list[int]]:
@@ -51,7 +53,7 @@ def p2p_batches(ops: Sequence[Any]) -> list[list[int]]:
     """
     groups: dict[Any, list[int]] = {}
     for i, op in enumerate(ops):
-        name = getattr(op, "p2p_batch", None) if op.kind in ("send", "recv") else None
+        name = getattr(op, "p2p_batch", None) if op.kind in P2P_KINDS else None
         if name is not None:
             groups.setdefault(name, []).append(i)
     return list(groups.values())

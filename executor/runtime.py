@@ -67,7 +67,7 @@ from schedsim.kinds import COMM_KINDS
 
 __all__ = ["RunOptions", "RankRunner", "CpuRunner", "CudaRunner", "CudaGraphRunner", "nvtx_fns"]
 
-_COMM_KINDS = frozenset(COMM_KINDS)
+_COMM_KINDS = COMM_KINDS  # read from the registry at each use (kinds registered after import too)
 
 
 @dataclass

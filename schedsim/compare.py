@@ -50,6 +50,7 @@ import numpy as np
 
 from schedsim.errors import TraceError
 from schedsim.hardware.profile import TIMED_EAGER_SUFFIX, TIMED_GRAPH_SUFFIX, HardwareProfile
+from schedsim.kinds import P2P_KINDS, KindList
 from schedsim.results import OMIT_NONE, from_dict, to_dict
 from schedsim.sim.metrics import Metrics, represented
 from schedsim.sim.timeline import Timeline
@@ -335,8 +336,8 @@ def _rel(pred: float, meas: float) -> float | None:
     return (pred - meas) / meas
 
 
-#: Op kinds that are not a rendezvous (no group start).
-_LOCAL_KINDS = frozenset({"matmul", "compute", "memcpy"})
+#: Op kinds that are not a rendezvous (no group start): those of the registry whose resource is not NCCL's.
+_LOCAL_KINDS = KindList(lambda info: info.resource != "comm")
 
 
 #: ``meta.timing`` values of timelines timed by CUDA events on each op's stream (eager; inside a CUDA graph).
@@ -379,7 +380,7 @@ def _windows(tl: Timeline, *, stream_reached: bool) -> tuple[np.ndarray, np.ndar
     a = c.ready_s if c.stream_s is None else np.where(np.isnan(c.stream_s), c.ready_s, c.stream_s)
     kinds, kc = c.kind
     local = np.array([k in _LOCAL_KINDS for k in kinds], bool)[kc] if kinds else np.zeros(len(c), bool)
-    p2p = np.array([k in ("send", "recv") for k in kinds], bool)[kc] if kinds else np.zeros(len(c), bool)
+    p2p = np.array([k in P2P_KINDS for k in kinds], bool)[kc] if kinds else np.zeros(len(c), bool)
     group = np.full(len(c), -1, np.int64)  # the rendezvous of each row (-1: none)
     keys: dict[tuple[str, str], int] = {}
     coll = np.flatnonzero(~local & ~p2p)

@@ -644,6 +644,7 @@ def link_ends(members: Sequence[Op], node: Sequence[int] | None = None) -> tuple
     """
     if members and members[0].kind in P2P_KINDS:
         t = 2 if node is not None and node[members[0].rank] != node[members[-1].rank] else 0
-        return tuple(sorted(4 * op.rank + t + (op.kind == "recv") for op in members))  # (sender out, receiver in)
+        # (sender out, receiver in)
+        return tuple(sorted(4 * op.rank + t + (not KINDS[op.kind].sender) for op in members))
     tiers = (0, 2) if node is not None and len({node[op.rank] for op in members}) > 1 else (0,)
     return tuple(4 * op.rank + t + d for op in members for t in tiers for d in (0, 1))

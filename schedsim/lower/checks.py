@@ -63,6 +63,7 @@ warnings. The object form of these rules, on a networkx graph of op instances, i
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from itertools import repeat
 from operator import attrgetter
 from typing import NamedTuple
@@ -96,7 +97,7 @@ class _Templates(NamedTuple):
         gid = np.array([groups.setdefault(g, len(groups)) for g in map(attrgetter("group"), tps)], I64)
         return cls(kind, gid, list(groups))
 
-    def mask(self, prog: Program, kinds: tuple[str, ...]) -> np.ndarray:
+    def mask(self, prog: Program, kinds: Sequence[str]) -> np.ndarray:
         """Boolean mask of the ops whose kind is in ``kinds``."""
         t = np.isin(self.kind, [OP_KINDS.index(k) for k in kinds])
         return t[prog.tmpl] if len(t) else np.zeros(prog.N, bool)

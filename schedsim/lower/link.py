@@ -15,7 +15,7 @@ import numpy as np
 
 from schedsim.errors import GraphError
 from schedsim.graph.ops import Op
-from schedsim.kinds import P2P_KINDS, PER_RANK_SIZE
+from schedsim.kinds import KINDS, P2P_KINDS, PER_RANK_SIZE
 from schedsim.lower.check_errors import (
     CollectiveMember,
     batch_dep_error,
@@ -205,7 +205,7 @@ def _p2p_fault(cols: _Cols) -> GraphError | None:
     if not len(idx):
         return None
     tp = cols.table.templates
-    is_send = np.array([t.kind == "send" for t in tp], bool)[c["tmpl"][idx]]
+    is_send = np.array([KINDS[t.kind].sender for t in tp], bool)[c["tmpl"][idx]]
     rank, peer = c["rank"][idx].astype(I64), c["peer"][idx].astype(I64)
     at = batch_heads(c["rank"][idx], c["batch"][idx], idx)[0]
     W = int(max(rank.max(), peer.max())) + 1

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from schedsim.kinds import KINDS
 from schedsim.lower.program import batch_heads, stable_order, unique
 
 _P2P_WORDS = re.compile(r"(?:^|(?<=_))(?:i?send|i?recv|snd|rcv|tx|rx)(?:_|$)|^(?:i?send|i?recv)|(?:i?send|i?recv)$")
@@ -83,7 +84,7 @@ def match_p2p(cols: Any) -> tuple[np.ndarray | None, list[str]]:
     if not len(idx):
         return np.zeros((0, 2), I64), []
     tp = cols.table.templates
-    is_send = np.array([t.kind == "send" for t in tp], bool)[c["tmpl"][idx]]
+    is_send = np.array([KINDS[t.kind].sender for t in tp], bool)[c["tmpl"][idx]]
     rank, peer = c["rank"][idx].astype(I64), c["peer"][idx].astype(I64)
     at, ascending = batch_heads(c["rank"][idx], c["batch"][idx], idx)
     src = np.where(is_send, rank, peer)

@@ -38,7 +38,7 @@ import numpy as np
 
 from schedsim.arrays import unique  # re-exported
 from schedsim.graph.ops import Op
-from schedsim.kinds import P2P_KINDS
+from schedsim.kinds import KINDS, P2P_KINDS
 
 if TYPE_CHECKING:  # an annotation only: graph.info's three dataclasses cost ~1% of a cold `check` to create
     from collections.abc import Callable, Collection, Sequence
@@ -360,12 +360,12 @@ class Program:
         cols = zip(self.tmpl.tolist(), self.rank.tolist(), nid, self.seq.tolist(), self.tags_id.tolist(),
                    self.stream_id.tolist(), self.peer.tolist(), self.batch.tolist(), self.msg.tolist(), strict=True)
         streams = self.streams
-        p2p = P2P_KINDS
+        p2p = frozenset(P2P_KINDS)  # the registry's p2p kinds now, for the loop
         for i, (t, r, n, s, tg, st, pe, b, m) in enumerate(cols):
             p = tps[t]
             kind = p.kind
             if kind in p2p:
-                group: tuple[int, ...] = (r, pe) if kind == "send" else (pe, r)
+                group: tuple[int, ...] = (r, pe) if KINDS[kind].sender else (pe, r)
                 peer: int | None = pe
             else:
                 group, peer = p.group, p.peer

@@ -30,8 +30,8 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
 from schedsim.errors import ProfileError
+from schedsim.kinds import KINDS
 from schedsim.network.tuning import (
-    COLL_FUNCS,
     TuneInput,
     algo_time,
     channel_steps,
@@ -274,7 +274,9 @@ class NcclNetwork:
             NCCL does not enable (``algo``, ``proto``) for ``kind`` on this group.
         """
         shape = self.shape(ranks)
-        func = COLL_FUNCS[kind]
+        func = KINDS[kind].nccl
+        if not func:
+            raise KeyError(kind)
         t = self.tune_input(shape)
         intra, inter, bus = self.timing_figures(shape.nodes > 1, over)
         lat, bw = tune(func, replace(t, hw_intra=intra, hw_inter=inter, bw_factor=bus))[(algo, proto)]
@@ -299,7 +301,8 @@ class NcclNetwork:
                    floor: bool = True) -> CollectiveCost | None:
         """Solo time of collective ``kind`` of ``nbytes`` (nccl-tests size) over ``ranks`` (two or more), and
         the algorithm and protocol NCCL picks: the least ``ncclTopoGetAlgoTime`` among those enabled.
-        all_to_all, scatter and gather: :meth:`spread`. None: left to the profile's tables (see module doc).
+        A kind without an NCCL function in its registry entry (``nccl``: all_to_all, scatter, gather):
+        :meth:`spread`. None: left to the profile's tables (see module doc).
 
         With ``floor`` (the default, every prediction) the time is no more than a larger message's where NCCL's
         choice changes (:meth:`_later_min`), so that time never falls as bytes grow; without it, the time of the
@@ -309,8 +312,8 @@ class NcclNetwork:
         shape = self.shape(ranks)
         if has_table or (shape.nodes == 1 and not self.topo.nccl_within_node):
             return None
-        func = COLL_FUNCS.get(kind)
-        if func is None:
+        func = KINDS[kind].nccl  # NCCL's function name; "" for the kinds NCCL builds from send/recv
+        if not func:
             return self.spread(kind, nbytes, shape)
         got = self._chosen_time(shape, func, nbytes)
         if got is None:
@@ -440,10 +443,11 @@ class NcclNetwork:
         """all_to_all, scatter or gather of ``nbytes`` (nccl-tests size) as NCCL runs them, grouped send/recv:
         a rank (for scatter and gather, the root) moves ``nbytes · (n-1)/n``; the part for its node's
         ``local - 1`` peers goes over the scale-up domain, the rest through NICs, the two at once:
-        t = latency + max(intra bytes / B_intra, inter bytes / B_inter). B_inter: all_to_all's ranks share
-        their node's ``nics`` NICs (``nics / local`` of one each); the root of scatter or gather has its NIC to
-        itself. Latency: one p2p step of the slowest tier used (:meth:`_p2p_terms`). Up to the LL threshold per
-        peer, no slower than Simple just past it (a larger message never takes less)."""
+        t = latency + max(intra bytes / B_intra, inter bytes / B_inter). B_inter: the ranks of a kind without a
+        root (all_to_all; the registry's ``rooted``) share their node's ``nics`` NICs (``nics / local`` of one
+        each); the root of scatter or gather has its NIC to itself. Latency: one p2p step of the slowest tier used
+        (:meth:`_p2p_terms`). Up to the LL threshold per peer, no slower than Simple just past it (a larger message
+        never takes less)."""
         got = self._spread_us(kind, nbytes, shape)
         if got[1] == "LL":
             got = (min(got[0], self._spread_us(kind, P2P_LL_THRESHOLD * shape.ranks, shape, "Simple")[0]), "LL")
@@ -460,7 +464,7 @@ class NcclNetwork:
         lat = lat_i
         if inter_bytes > 0:
             lat_n, bw_n, proto = self._p2p_terms(per_peer, True, shape, force)
-            if kind == "all_to_all":
+            if not KINDS[kind].rooted:  # every rank sends (all_to_all), not the root alone
                 bw_n *= min(1.0, shape.nics / shape.local)
             t = max(t, inter_bytes / (1000.0 * bw_n))
             lat = max(lat, lat_n)

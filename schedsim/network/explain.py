@@ -74,7 +74,7 @@ def explain_rows(program: Program, cost: CostModel) -> list[ExplainRow]:
     for t in program.templates:
         if t.kind in COLLECTIVE_KINDS:
             add(t.kind, t.nbytes, tuple(t.group), t.duration_s)
-    sends = [i for i, t in enumerate(program.templates) if t.kind == "send"]
+    sends = [i for i, t in enumerate(program.templates) if t.kind in P2P_KINDS and KINDS[t.kind].sender]
     if sends:
         import numpy as np
 

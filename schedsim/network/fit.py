@@ -27,7 +27,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from schedsim.network.tuning import COLL_FUNCS
+from schedsim.kinds import KINDS
 
 if TYPE_CHECKING:
     from schedsim.hardware.profile import HardwareProfile
@@ -69,6 +69,12 @@ def _row_time(r: Any) -> float:
     return float(r.oop_time_us if ip is None or ip <= 0 else min(r.oop_time_us, ip))
 
 
+def _tuned(kind: str) -> bool:
+    """Whether ``kind`` is a collective that NCCL's tuning model times (its entry's ``nccl``, :data:`KINDS`)."""
+    info = KINDS.get(kind)
+    return info is not None and bool(info.nccl)
+
+
 def _ranks(nranks: int, nodes: int, gpn: int) -> tuple[int, ...] | None:
     """Ranks of a log's group on a profile of ``gpn`` GPUs per node: ``nranks / nodes`` per node, in order."""
     if nodes < 1 or nranks % nodes or nranks // nodes > gpn or nranks < 2:
@@ -93,8 +99,9 @@ def _observations(profile: HardwareProfile, logs: list[NcclTestsLog], tier: str
             continue
         kind = str(log.collective)
         ranks = _ranks(int(log.nranks or 0), nodes, gpn)
-        if kind not in COLL_FUNCS or ranks is None:
-            why = ("NCCL's tuning model times no such collective (send/recv based)" if kind not in COLL_FUNCS
+        tuned = _tuned(kind)
+        if not tuned or ranks is None:
+            why = ("NCCL's tuning model times no such collective (send/recv based)" if not tuned
                    else f"{log.nranks} ranks over {nodes} node(s) do not fit {gpn} GPUs per node")
             notes.append(f"{log.source}: {kind} left out of the fit: {why}")
             continue
@@ -174,7 +181,7 @@ def fit_tier_timing(profile: HardwareProfile, logs: list[NcclTestsLog], tier: st
         errs = []
         for log in logs:
             nodes = log.nodes or 1
-            if (tier == "nics") != (nodes > 1) or str(log.collective) not in COLL_FUNCS:
+            if (tier == "nics") != (nodes > 1) or not _tuned(str(log.collective)):
                 continue
             ranks = _ranks(int(log.nranks or 0), nodes, profile.topology.gpus_per_node)
             if ranks is None:

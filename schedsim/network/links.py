@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from schedsim.kinds import KINDS
+from schedsim.kinds import KINDS, KindInfo, KindList
 from schedsim.monotone import isotonic_1d
 
 if TYPE_CHECKING:
@@ -26,29 +27,39 @@ if TYPE_CHECKING:
 
 __all__ = ["LinkTables", "bus_factor", "ONE_RANK_NOP"]
 
-_BUS_FACTORS = {
-    "all_reduce": lambda n: 2.0 * (n - 1) / n,
-    "all_gather": lambda n: (n - 1) / n,
-    "reduce_scatter": lambda n: (n - 1) / n,
-    "all_to_all": lambda n: (n - 1) / n,
-    "scatter": lambda n: (n - 1) / n,
-    "gather": lambda n: (n - 1) / n,
-    "broadcast": lambda n: 1.0,
-    "reduce": lambda n: 1.0,
-    "send": lambda n: 1.0,
-    "recv": lambda n: 1.0,
-    "sendrecv": lambda n: 1.0,
+#: busbw / algbw by :data:`schedsim.kinds.BusFactor` (nccl-tests ``doc/PERFORMANCE.md``)
+_FACTORS: dict[str, Callable[[int], float]] = {
+    "2(n-1)/n": lambda n: 2.0 * (n - 1) / n,
+    "(n-1)/n": lambda n: (n - 1) / n,
+    "1": lambda n: 1.0,
 }
 
 
 #: Collectives that the executor calls in place (``dist.all_reduce``, ``dist.broadcast``, ``dist.reduce`` on one
 #: buffer): on a group of one rank NCCL launches nothing for them
 #: (:meth:`schedsim.network.model.NetworkModel.collective`; the registry's ``one_rank``, :data:`schedsim.kinds.KINDS`).
-ONE_RANK_NOP = frozenset(k for k, info in KINDS.items() if info.one_rank == "nop")
+ONE_RANK_NOP = KindList(lambda info: info.one_rank == "nop")
+
+
+def _entry(kind: str) -> KindInfo:
+    """The registry entry of op kind ``kind``, or of the first kind a profile times with table ``kind``
+    (``sendrecv``: send's). Raises KeyError for neither."""
+    info = KINDS.get(kind)
+    if info is None:
+        info = next((i for i in KINDS.values() if i.table == kind), None)
+        if info is None:
+            raise KeyError(kind)
+    return info
 
 
 def bus_factor(kind: str, n: int) -> float:
-    """busbw / algbw for collective ``kind`` over ``n`` ranks (nccl-tests ``doc/PERFORMANCE.md``).
+    """busbw / algbw for collective ``kind`` (an op kind, or a table kind: ``sendrecv``) over ``n`` ranks: its
+    registry entry's :attr:`schedsim.kinds.KindInfo.bus` (nccl-tests ``doc/PERFORMANCE.md``).
+
+    Raises
+    ------
+    KeyError
+        ``kind`` is neither an op kind nor a table kind (an nccl-tests log of another test: hypercube).
 
     Examples
     --------
@@ -57,7 +68,17 @@ def bus_factor(kind: str, n: int) -> float:
     >>> bus_factor("all_gather", 2)
     0.5
     """
-    return _BUS_FACTORS[kind](n)
+    return _FACTORS[_entry(kind).bus](n)
+
+
+def _ring_steps(kind: str, n: int) -> int:
+    """Latency steps of ``kind`` (as :func:`bus_factor`) over ``n`` ranks on a link class: one for a p2p message,
+    2(n-1) for a kind of bus factor 2(n-1)/n (ring all_reduce: a reduce-scatter then an all-gather), else n-1
+    (Thakur et al., IJHPCA 2005)."""
+    info = _entry(kind)
+    if info.host == "p2p":
+        return 1
+    return 2 * (n - 1) if info.bus == "2(n-1)/n" else n - 1
 
 
 class LinkTables:
@@ -112,7 +133,7 @@ class LinkTables:
             if x <= xs[0]:
                 # below the smallest measured size: alpha-beta with that size's busbw
                 link = self.profile.link_for(ranks)
-                steps = 1 if table_kind == "sendrecv" else (2 * (n - 1) if table_kind == "all_reduce" else n - 1)
+                steps = _ring_steps(table_kind, n)
                 return min(steps * link.latency_us * 1e-6 + nbytes * factor / bws[0], math.exp(xs[0]) * factor / bws[0])
             if x >= xs[-1]:
                 bw = bws[-1]
@@ -126,10 +147,4 @@ class LinkTables:
                 return max(nbytes * factor / bw, math.exp(xs[i - 1]) * factor / bws[i - 1])
             return nbytes * factor / bw
         link = self.profile.link_for(ranks)
-        if table_kind == "sendrecv":
-            steps = 1
-        elif table_kind == "all_reduce":
-            steps = 2 * (n - 1)
-        else:
-            steps = n - 1
-        return steps * link.latency_us * 1e-6 + factor * nbytes / (link.bandwidth_GBps * 1e9)
+        return _ring_steps(table_kind, n) * link.latency_us * 1e-6 + factor * nbytes / (link.bandwidth_GBps * 1e9)

@@ -52,9 +52,9 @@ from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 
+from schedsim.kinds import KINDS, P2P_KINDS
 from schedsim.network import P2P_LL_THRESHOLD, GroupShape, NcclNetwork
 from schedsim.network.links import bus_factor
-from schedsim.network.tuning import COLL_FUNCS
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -299,7 +299,8 @@ def link_share(profile: HardwareProfile, world: int, gptr: Sequence[int] | np.nd
     work_a = np.asarray(work, float)
     size_a = np.asarray(nbytes, float)
     G = len(gp) - 1
-    pair = np.array([k in ("send", "recv") for k in kinds], bool) & (np.diff(gp) == 2)
+    p2p = frozenset(P2P_KINDS)  # the registry's p2p kinds now (a set: one test per group)
+    pair = np.array([k in p2p for k in kinds], bool) & (np.diff(gp) == 2)
     count = np.zeros(G, I64)
     # send/recv pairs, vectorised: the sender NIC's out, the receiver NIC's in (and their leaves' across the spine)
     pg = np.flatnonzero(pair)
@@ -363,7 +364,7 @@ def link_share(profile: HardwareProfile, world: int, gptr: Sequence[int] | np.nd
 def _algo(net: NcclNetwork, kind: str, size: float, rk: np.ndarray) -> str:
     """The algorithm NCCL's model picks for collective ``kind`` of ``size`` over ranks ``rk`` (``ring`` where the
     profile's tables time the group, or for the kinds NCCL builds from send/recv)."""
-    if kind not in COLL_FUNCS or len(rk) < 2 or size <= 0:
+    if not KINDS[kind].nccl or len(rk) < 2 or size <= 0:
         return "ring"
     got = net.collective(kind, size, tuple(rk.tolist()))
     return got.algo if got is not None else "ring"
@@ -387,7 +388,8 @@ def _flow(rk: np.ndarray, kind: str, size: float, node: np.ndarray, nic: np.ndar
     nd = node[rk]
     if len(rk) < 2 or nd.min() == nd.max():
         return np.zeros(0, I64), np.zeros(0), 0.0
-    if kind in ("send", "recv"):
+    info = KINDS[kind]
+    if info.host == "p2p":
         tx, rx = np.array([nic[rk[0]]]), np.array([nic[rk[-1]]])
         nbytes = size
         w = np.ones(1)
@@ -401,7 +403,7 @@ def _flow(rk: np.ndarray, kind: str, size: float, node: np.ndarray, nic: np.ndar
         nd_u = np.flatnonzero(per_node)
         local = per_node[nd_u]
         nics_on = np.bincount(used // per, minlength=len(per_node))[nd_u]
-        if kind == "all_to_all":
+        if not info.nccl and not info.rooted:  # grouped send/recv from every rank (all_to_all)
             node_bytes = local * size * (n - local) / n
         else:
             node_bytes = np.full(len(nd_u), (1.0 if algo in TREE_ALGOS else bus_factor(kind, n)) * size)
@@ -433,7 +435,8 @@ def program_share(profile: HardwareProfile, prog: Program, gptr: np.ndarray, gid
     size = np.maximum.reduceat(tbytes[tmpl[gidx]], gptr[:-1]) if G and len(gidx) else np.zeros(G)
     ranks = prog.rank[gidx]
     if prog.represented and G:  # a symmetric lowering: a collective's links are those of its whole group
-        C = sum(k != "send" for k in kinds)  # collectives, then the (send, recv) pairs
+        p2p = frozenset(P2P_KINDS)
+        C = sum(k not in p2p for k in kinds)  # collectives, then the (send, recv) pairs
         groups = [tps[t].group for t in tmpl[gidx[gptr[:C]]].tolist()]
         ranks = np.concatenate([np.array([r for g in groups for r in g], np.int64), ranks[int(gptr[C]):]])
         gptr = np.concatenate([[0], np.cumsum([len(g) for g in groups] + [2] * (G - C))]).astype(np.int64)

@@ -42,7 +42,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 __all__ = ["ALGOS", "PROTOS", "Graph", "TuneInput", "parse_nccl_list", "tune", "algo_time", "ring_graph",
-           "nvls_graph", "collnet_direct_graph", "COLL_FUNCS", "p2p_step", "runtime_channels", "runtime_bw_scale"]
+           "nvls_graph", "collnet_direct_graph", "p2p_step", "runtime_channels", "runtime_bw_scale"]
 
 Algo = Literal["tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat"]
 Proto = Literal["LL", "LL128", "Simple"]
@@ -51,9 +51,6 @@ ALGOS: tuple[Algo, ...] = ("tree", "ring", "collnet_direct", "collnet_chain", "n
 PROTOS: tuple[Proto, ...] = ("LL", "LL128", "Simple")
 _ALGO_NAMES = {"tree": "tree", "ring": "ring", "collnetdirect": "collnet_direct", "collnetchain": "collnet_chain",
                "nvls": "nvls", "nvlstree": "nvls_tree", "pat": "pat"}
-#: NCCL function names (``ncclFuncStr``) of the collectives NCCL tunes, by schedsim kind
-COLL_FUNCS = {"broadcast": "broadcast", "reduce": "reduce", "all_gather": "allgather",
-              "reduce_scatter": "reducescatter", "all_reduce": "allreduce"}
 _ARCHS = ("volta", "ampere", "hopper", "blackwell")
 
 # ---- tuning.cc constants per NCCL release -------------------------------------------------------------------

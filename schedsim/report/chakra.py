@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, NamedTuple
 
 from schedsim.errors import SchedsimError
+from schedsim.kinds import KINDS
 
 __all__ = ["COLL_TYPES", "NODE_TYPES", "ChakraExport", "descriptors", "export_chakra", "messages", "read_et",
            "write_et"]
@@ -48,9 +49,9 @@ __all__ = ["COLL_TYPES", "NODE_TYPES", "ChakraExport", "descriptors", "export_ch
 #: ``NodeType`` of et_def.proto.
 NODE_TYPES = {"INVALID_NODE": 0, "METADATA_NODE": 1, "MEM_LOAD_NODE": 2, "MEM_STORE_NODE": 3, "COMP_NODE": 4,
               "COMM_SEND_NODE": 5, "COMM_RECV_NODE": 6, "COMM_COLL_NODE": 7}
-#: ``CollectiveCommType`` of et_def.proto, by schedsim collective kind.
-COLL_TYPES = {"all_reduce": 0, "reduce": 1, "all_gather": 2, "gather": 3, "scatter": 4, "broadcast": 5,
-              "all_to_all": 6, "reduce_scatter": 7}
+#: ``CollectiveCommType`` of et_def.proto (a collective kind's :attr:`schedsim.kinds.KindInfo.chakra` names it).
+COLL_TYPES = {"ALL_REDUCE": 0, "REDUCE": 1, "ALL_GATHER": 2, "GATHER": 3, "SCATTER": 4, "BROADCAST": 5,
+              "ALL_TO_ALL": 6, "REDUCE_SCATTER": 7}
 #: The ``GlobalMetadata.version`` written (the version Chakra's own generator writes).
 VERSION = "0.0.4"
 
@@ -280,18 +281,19 @@ def export_chakra(run: Any, out: str | Path, *, inputs: list[Path] | None = None
         n = msgs.Node(id=local[i], name=ids[i], start_time_micros=_us(t0), duration_micros=_us(t1 - t0),
                       data_deps=sorted(set(preds[i])))
         attr: list[dict[str, Any]] = [{"name": "is_cpu_op", "bool_val": False}]
-        if op.kind in COLL_TYPES:
+        info = KINDS[op.kind]  # how Chakra writes the kind: KindInfo.chakra
+        if info.chakra in COLL_TYPES:
             n.type = NODE_TYPES["COMM_COLL_NODE"]
-            attr += [{"name": "comm_type", "int64_val": COLL_TYPES[op.kind]},
+            attr += [{"name": "comm_type", "int64_val": COLL_TYPES[info.chakra]},
                      {"name": "comm_size", "uint64_val": int(op.nbytes)}]
             grp = tuple(sorted(op.group)) if op.group else tuple(range(world))
             if grp != tuple(range(world)):
                 pg = groups.setdefault(grp, str(len(groups) + 1))
                 attr.append({"name": "pg_name", "string_val": pg})
-        elif op.kind in ("send", "recv"):
-            src, dst = (op.rank, op.peer) if op.kind == "send" else (op.peer, op.rank)
+        elif info.chakra in ("COMM_SEND_NODE", "COMM_RECV_NODE"):
+            src, dst = (op.rank, op.peer) if info.chakra == "COMM_SEND_NODE" else (op.peer, op.rank)
             tag = tag_of[i]
-            n.type = NODE_TYPES["COMM_SEND_NODE" if op.kind == "send" else "COMM_RECV_NODE"]
+            n.type = NODE_TYPES[info.chakra]
             attr += [{"name": "comm_src", "int32_val": int(src)}, {"name": "comm_dst", "int32_val": int(dst)},
                      {"name": "comm_size", "uint64_val": int(op.nbytes)}, {"name": "comm_tag", "int32_val": tag}]
         else:
@@ -300,7 +302,7 @@ def export_chakra(run: Any, out: str | Path, *, inputs: list[Path] | None = None
                 attr.append({"name": "num_ops", "uint64_val": int(op.flops)})
             if op.nbytes > 0:
                 attr.append({"name": "tensor_size", "uint64_val": int(op.nbytes)})
-            if op.kind == "memcpy":
+            if info.resource == "copy":
                 attr.append({"name": "memcpy", "string_val": str(op.direction)})
         for a in attr:
             n.attr.add(**a)

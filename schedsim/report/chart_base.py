@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from schedsim.io import atomic_write_bytes
+from schedsim.kinds import KINDS
 from schedsim.sim.timeline import Span
 
 __all__ = ["KIND_COLORS", "color_key", "MAKESPAN_GID", "choose_ranks", "write_figure"]
@@ -82,7 +83,13 @@ def color_key(s: Span) -> str:
 
 
 def _color(key: str) -> str:
-    return KIND_COLORS.get(key, _OTHER)
+    """The colour of legend key ``key``; a kind without one takes its registry entry's colour group
+    (:attr:`schedsim.kinds.KindInfo.chart`)."""
+    got = KIND_COLORS.get(key)
+    if got is None:
+        info = KINDS.get(key)
+        got = KIND_COLORS.get(info.chart, _OTHER) if info is not None else _OTHER
+    return got
 
 
 @functools.lru_cache(maxsize=256)

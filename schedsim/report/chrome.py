@@ -43,7 +43,7 @@ import numpy as np
 
 from schedsim.graph.info import GraphInfo
 from schedsim.io import atomic_writer
-from schedsim.kinds import P2P_KINDS, TRACE_COLLECTIVE_KINDS
+from schedsim.kinds import KINDS, P2P_KINDS, TRACE_COLLECTIVE_KINDS
 from schedsim.sim.timeline import Span, SpanColumns, Timeline, _decode, dumps_json
 
 if TYPE_CHECKING:
@@ -62,7 +62,7 @@ class FlowGraph(Protocol):
     def edges(self, data: bool = ...) -> Iterable[tuple[Any, ...]]: ...
 
 _RES_ORDER = {"compute": 0, "comm": 1, "copy": 2}
-_COLLECTIVES = frozenset(TRACE_COLLECTIVE_KINDS)
+_COLLECTIVES = TRACE_COLLECTIVE_KINDS
 
 
 def _us(s: float) -> float:
@@ -471,13 +471,13 @@ class _Writer:
 
     def tagged_p2p_flows(self, tl: Timeline) -> None:
         """No graph: pair sends and recvs that carry the same message tag (the pipeline block's ``msg``)."""
-        ends: dict[str, dict[str, list[Span]]] = defaultdict(lambda: {"send": [], "recv": []})
+        ends: dict[str, tuple[list[Span], list[Span]]] = defaultdict(lambda: ([], []))  # (sends, recvs)
         for s in tl.spans:
             if s.kind in P2P_KINDS and s.tags and s.tags.get("msg") is not None:
-                ends[str(s.tags["msg"])][s.kind].append(s)
-        for d in ends.values():
-            if len(d["send"]) == 1 and len(d["recv"]) == 1:
-                self.flow(self.row_of[d["send"][0].id], self.row_of[d["recv"][0].id], "p2p")
+                ends[str(s.tags["msg"])][0 if KINDS[s.kind].sender else 1].append(s)
+        for snd, rcv in ends.values():
+            if len(snd) == 1 and len(rcv) == 1:
+                self.flow(self.row_of[snd[0].id], self.row_of[rcv[0].id], "p2p")
 
     def collective_flows(self, tl: Timeline, graph: FlowGraph | None) -> None:
         """First member → every other member of each collective (``collective``)."""
@@ -491,8 +491,9 @@ class _Writer:
             for key, ids in GraphInfo.of(graph).collectives.items():
                 members[key] = [row_of[i] for i in ids if i in row_of]
         else:  # no graph: members are the spans of one name, one per rank
+            colls = frozenset(_COLLECTIVES)
             for k, s in enumerate(tl.spans):
-                if s.kind in _COLLECTIVES:
+                if s.kind in colls:
                     members[s.name].append(k)
         rank = tl.columns.rank.tolist()
         for mem in members.values():

@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from schedsim.kinds import P2P_KINDS
+
 __all__ = ["TrainingReport", "training_report", "print_training", "exposed_by_kind"]
 
 KINDS = ("tp", "cp", "ep", "pp", "dp", "other")
@@ -72,7 +74,7 @@ def exposed_by_kind(tl: Any, classes: Any = None) -> tuple[dict[str, float], flo
     kind_vals, kind_codes = c.kind
     comm_code = res_vals.index("comm") if "comm" in res_vals else -9
     comp_code = res_vals.index("compute") if "compute" in res_vals else -9
-    is_p2p = np.isin(kind_codes, [i for i, k in enumerate(kind_vals) if k in ("send", "recv")])
+    is_p2p = np.isin(kind_codes, [i for i, k in enumerate(kind_vals) if k in P2P_KINDS])
     is_a2a = np.isin(kind_codes, [i for i, k in enumerate(kind_vals) if k == "all_to_all"])
     stream_vals, stream_codes = c.stream
     is_cp = np.isin(stream_codes, [i for i, v in enumerate(stream_vals) if v in ("cp_comm", "cp_send", "cp_recv")])

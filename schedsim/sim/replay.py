@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from schedsim.gpu import rules as gm
-from schedsim.graph.ops import Op
+from schedsim.graph.ops import Op, resource_of
 from schedsim.sim.loop import HOST, _raise_deadlock, _State
 from schedsim.sim.loop_arrays import _Compiled
 
@@ -121,7 +121,7 @@ class _ReplayQueues:
         if conns is not None:
             last: dict[tuple[int, int], int] = {}
             for i, (op, q) in enumerate(zip(ops, gm.stream_queues(ops, int(conns)), strict=True)):
-                if op.kind == "memcpy" and op.direction in ("h2d", "d2h"):
+                if resource_of(op.kind) == "copy" and op.direction in ("h2d", "d2h"):
                     continue
                 p = last.get((op.rank, q), -1)
                 self.prev[i] = p

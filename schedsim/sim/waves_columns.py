@@ -138,7 +138,7 @@ def _durations(tps: list[Op], cost: CostModel, tmpl: np.ndarray, rank: np.ndarra
     dur = tdur[tmpl]
     p = np.flatnonzero(is_p2p)
     if len(p):
-        is_send = np.array([t.kind == "send" for t in tps])[tmpl[p]]
+        is_send = np.array([KINDS[t.kind].sender for t in tps])[tmpl[p]]
         src = np.where(is_send, rank[p], peer[p]).astype(I64)
         dst = np.where(is_send, peer[p], rank[p]).astype(I64)
         W = int(max(src.max(), dst.max())) + 1

@@ -16,8 +16,7 @@ from schedsim import api
 from schedsim.gpu.cost import CostModel
 from schedsim.graph.ops import Op
 from schedsim.hardware.profile import HardwareProfile, list_profiles, load_profile
-from schedsim.kinds import COLLECTIVE_KINDS, DTYPES, P2P_KINDS
-from schedsim.network.tuning import COLL_FUNCS
+from schedsim.kinds import COLLECTIVE_KINDS, DTYPES, KINDS, P2P_KINDS
 from tests.conftest import toy_profile_dict
 
 PROFILES = list_profiles()
@@ -305,9 +304,9 @@ def test_collective_times_never_drop_on_a_dense_grid_and_at_every_switch(profile
     for kind in ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all"):
         for n in (2, 8, 16, 64):
             ranks = tuple(range(n))
-            shape, func = net.shape(ranks), COLL_FUNCS.get(kind)
+            shape, func = net.shape(ranks), KINDS[kind].nccl
             sizes = {float(math.ceil(2 ** (k / 8))) for k in range(8 * 36 + 1)}
-            if func is not None:
+            if func:
                 for s in net._switches(shape, func)[0]:
                     sizes |= {s - 1, s}
             prev = None

@@ -9,6 +9,7 @@ entries alone; and every entry agrees with the spec model that validates its kin
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import get_args
 
@@ -27,8 +28,8 @@ from tests.conftest import toy_profile_dict
 #: A copy-engine kind (a prefetch, say): the memcpy entry's rules under another name.
 TOY_COPY = KindInfo("toy_prefetch", "MemcpyOp", ("direction",), "copy", "copy", "copy", "_memcpy")
 #: A collective kind timed from the all_reduce table and links, a no-op on one rank.
-TOY_COMM = KindInfo("toy_sum", "CollectiveOp", (), "comm", "network", "collective", "_collective", "all_reduce",
-                    "nop")
+TOY_COMM = KindInfo("toy_sum", "CollectiveOp", (), "comm", "network", "collective", "_all_reduce", "all_reduce",
+                    "nop", nccl="allreduce", bus="2(n-1)/n", chakra="ALL_REDUCE")
 
 
 #: Kinds that are an existing entry under another name: a fused kernel timed by the roofline, a GEMM timed by the
@@ -105,8 +106,6 @@ def test_a_toy_collective_is_timed_by_the_network_model_from_its_table_kind(toy_
 def test_validation_checks_the_root_of_the_kinds_the_registry_marks_rooted(monkeypatch: pytest.MonkeyPatch) -> None:
     """An all_reduce has no root (``rooted`` False): a root outside its group passes. Marked rooted in a test-local
     entry, the same op fails the root rule, with no other edit."""
-    from dataclasses import replace
-
     from schedsim.errors import SpecError
     from schedsim.spec.loader import load_text
 
@@ -186,3 +185,91 @@ def test_the_spec_models_are_built_back_without_the_toy_kinds(registered: Callab
     assert "toy_kernel" not in spec_model.OP_MODELS
     with pytest.raises(SpecError, match="unknown op kind 'toy_kernel'"):
         api.load_text(text, "toy.yaml")
+
+
+#: Communication kinds that are an existing entry under another name: a sum over the group (all_reduce's rules:
+#: NCCL's allreduce, bus factor 2(n-1)/n), an exchange of a size per member (all_to_all's: grouped send/recv, no
+#: root), and a message each way of a send/recv pair.
+TOY_ALLREDUCE = KindInfo("toy_allreduce", "CollectiveOp", (), "comm", "network", "collective", "_all_reduce",
+                         "all_reduce", "nop", nccl="allreduce", bus="2(n-1)/n", chakra="ALL_REDUCE", chart="all_reduce")
+TOY_EXCHANGE = KindInfo("toy_exchange", "CollectiveOp", (), "comm", "network", "collective", "_all_to_all",
+                        "all_to_all", "copy", per_rank_size=True, bus="(n-1)/n", chakra="ALL_TO_ALL")
+TOY_SEND = KindInfo("toy_send", "SendOp", ("peer",), "comm", "network", "p2p", "_send", "sendrecv", sender=True,
+                    chakra="COMM_SEND_NODE")
+TOY_RECV = KindInfo("toy_recv", "RecvOp", ("peer",), "comm", "network", "p2p", "_recv", "sendrecv",
+                    chakra="COMM_RECV_NODE")
+TOY_COMM_KINDS = {"all_reduce": TOY_ALLREDUCE, "all_to_all": TOY_EXCHANGE, "send": TOY_SEND, "recv": TOY_RECV}
+
+
+def comm_schedule(world: int, toy: bool = False, side: int = 2048, mb: float = 1.0) -> str:
+    """``world`` ranks: a ``side``-cubed GEMM, an all_reduce of 64 MB waiting on it, beside it a 32 MB message from
+    rank 0 to rank ``world // 2`` (another node on dgx_h100) and a 16 MB one back, then an all_to_all of 8 MB (sizes
+    in units of ``mb`` MB); with ``toy``, written with the toy kinds of :data:`TOY_COMM_KINDS` in their place."""
+    half = world // 2
+    text = f"""schema_version: 1
+name: toy_comm
+world_size: {world}
+ops:
+  - {{name: g, kind: matmul, m: {side}, n: {side}, k: {side}, dtype: bf16}}
+  - {{name: r, kind: all_reduce, bytes: {64e6 * mb:.0f}, deps: [g]}}
+  - {{name: s, kind: send, peer: {half}, bytes: {32e6 * mb:.0f}, ranks: [0], stream: p2p}}
+  - {{name: v, kind: recv, peer: 0, bytes: {32e6 * mb:.0f}, ranks: [{half}], stream: p2p}}
+  - {{name: s2, kind: send, peer: 0, bytes: {16e6 * mb:.0f}, ranks: [{half}], stream: p2p, tag: back}}
+  - {{name: v2, kind: recv, peer: {half}, bytes: {16e6 * mb:.0f}, ranks: [0], stream: p2p, tag: back}}
+  - {{name: x, kind: all_to_all, bytes: {8e6 * mb:.0f}, deps: [r]}}
+"""
+    if toy:
+        for k, info in TOY_COMM_KINDS.items():
+            text = text.replace(f"kind: {k},", f"kind: {info.name},")
+    return text
+
+
+def test_the_toy_communication_kinds_copy_the_shipped_entries() -> None:
+    """Each toy entry is the entry of the kind it stands for, under another name (the collective also names its
+    colour group: a chart draws it in all_reduce's colour)."""
+    for kind, toy in TOY_COMM_KINDS.items():
+        assert toy == replace(KINDS[kind], name=toy.name, chart=toy.chart)
+    assert TOY_ALLREDUCE.chart == "all_reduce" and TOY_SEND.chart == ""
+
+
+@pytest.mark.parametrize(("profile", "world"), [("h200", 2), ("dgx_h100", 16)])
+def test_a_new_collective_or_p2p_kind_is_its_registry_entry_alone(registered: Callable[..., None], profile: str,
+                                                                 world: int) -> None:
+    """Toy collective and send/recv kinds registered with no other edit predict, span for span, the timeline of
+    the same ops written with the kinds whose entries they copy: on h200 (NCCL's tuning model times the
+    all_reduce on one node; the exchange as grouped send/recv), and on dgx_h100 over two nodes of 8 (the message
+    across nodes through the NICs, the all_reduce's ring or tree across nodes sharing them, an exchange whose
+    ranks share their node's NICs). A copy of all_reduce's entry without its NCCL function (``nccl``) would be
+    timed as grouped send/recv (:meth:`schedsim.network.NcclNetwork.spread`): 64 MB over 2 h200 ranks in 100.7 µs,
+    not NCCL's ring in 193.0 µs."""
+    from schedsim import api
+    from schedsim.report.chart_base import KIND_COLORS, _color
+
+    registered(*TOY_COMM_KINDS.values())
+    toy_spec = api.load_text(comm_schedule(world, toy=True), "toy.yaml")
+    assert {op.kind for op in toy_spec.ops} == {"matmul", *(t.name for t in TOY_COMM_KINDS.values())}
+    toy_run = api.predict(toy_spec, profile)
+    run = api.predict(api.load_text(comm_schedule(world), "toy.yaml"), profile)
+    name = {k: t.name for k, t in TOY_COMM_KINDS.items()}
+    got = sorted((s.id, s.kind, s.stream, s.resource, s.start_s, s.end_s) for s in toy_run.timeline.spans)
+    want = sorted((s.id, name.get(s.kind, s.kind), s.stream, s.resource, s.start_s, s.end_s)
+                  for s in run.timeline.spans)
+    assert got == want and len(got) == 3 * world + 4
+    assert toy_run.timeline.makespan_s == run.timeline.makespan_s
+    assert _color("toy_allreduce") == KIND_COLORS["all_reduce"]
+
+
+def test_the_kind_lists_hold_a_kind_registered_after_import(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lists modules imported before a kind was registered (lowering's, the executor's) hold it while it is
+    registered, in the registry's order (collectives, then the p2p kinds, for ``COMM_KINDS``), and not after."""
+    from executor.runtime import _COMM_KINDS
+    from schedsim.kinds import COLLECTIVE_KINDS, COMM_KINDS, P2P_KINDS
+    from schedsim.lower import link
+
+    before = tuple(COMM_KINDS)
+    monkeypatch.setitem(KINDS, TOY_SEND.name, TOY_SEND)
+    monkeypatch.setitem(KINDS, TOY_ALLREDUCE.name, TOY_ALLREDUCE)
+    assert "toy_send" in link.P2P_KINDS and "toy_allreduce" in link.COLLECTIVE_KINDS and "toy_send" in _COMM_KINDS
+    assert COMM_KINDS == COLLECTIVE_KINDS + P2P_KINDS == before[:8] + ("toy_allreduce", "send", "recv", "toy_send")
+    monkeypatch.undo()
+    assert COMM_KINDS == before and "toy_send" not in P2P_KINDS

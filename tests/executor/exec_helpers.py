@@ -124,6 +124,8 @@ def gloo2_jobs(base: Path) -> dict[str, list[str]]:
                       "--min-bytes", "1024", "--max-bytes", "16384", "--factor", "16", "--host-processes", "2",
                       "--out", str(base / "cpu_cal.yaml")],
         "lean_probe": ["python", str(DATA / "lean_order_probe.py"), str(base / "lean_order")],
+        **{f"toy_comm_{k}": ["python", str(DATA / "toy_comm_kinds.py"), str(base / "toy_comm_kinds"), k]
+           for k in ("toy", "shipped")},
         # last: test_lean times how soon the launch exits after this run's last write
         "tp_allreduce": ["execute", "schedules/tp_allreduce_graph.yaml", "--eager", "--set", "input_size=64",
                          "--set", "output_size=64", "--set", "layers=2", "--iters", "2", "--warmup", "1",

@@ -447,7 +447,7 @@ class TestChakraExport:
                            (2, f"k2@r{rank}", comp, [0], 105, 30),
                            (3, f"all_reduce_pg0_0@r{rank}", coll, [1], 155, 40)]
             attrs = {a.name: getattr(a, a.WhichOneof("value")) for a in nodes[3].attr}
-            assert attrs == {"is_cpu_op": False, "comm_type": COLL_TYPES["all_reduce"], "comm_size": 4 << 20}
+            assert attrs == {"is_cpu_op": False, "comm_type": COLL_TYPES["ALL_REDUCE"], "comm_size": 4 << 20}
 
     def test_wire_format_is_et_def_proto(self) -> None:
         """A node encoded by hand from et_def.proto's field numbers (id 1, name 2, type 3, data_deps 5 packed,
