@@ -393,7 +393,9 @@ def _write_outputs(gathered: list[dict[str, Any]], G: Any, spec: Any, file: Path
                                        inputs=[file])
         print_comparison(res)
         if ktl is not None:  # each op's span from when it got the GPU, and its wait (docs/metrics.md, "Per-op spans")
-            kres, kpaths = write_comparison(pred, ktl, outdir / "compare_kernels", gantt=gantt, inputs=[file])
+            kpred, kpaths = _profiled_prediction(ktl, tl, prof, file, sets, outdir / "predicted_profiled", launch, sim)
+            paths += kpaths
+            kres, kpaths = write_comparison(kpred or pred, ktl, outdir / "compare_kernels", gantt=gantt, inputs=[file])
             cpaths += kpaths
             if kres.ops is not None:
                 print_op_errors(kres.ops)
@@ -422,6 +424,22 @@ def _timed_prediction(tl: Any, prof: Any, file: Path, sets: list[str], out: Path
     timed, model_executor = got
     pred, _m, paths = predict_to_dir(file, sets, timed, out, launch, False, False, model_executor=model_executor,
                                      **sim)
+    return pred, paths
+
+
+def _profiled_prediction(ktl: Any, tl: Any, prof: Any, file: Path, sets: list[str], out: Path, launch: Any,
+                         sim: dict[str, Any]) -> tuple[Any, list[Path]]:
+    """The prediction of the profiled iterations, whose host ``torch.profiler`` slowed
+    (:func:`schedsim.compare.profiled_profile`), written to ``out``; ``(None, [])`` when the plain one stands."""
+    from schedsim.api import predict_to_dir
+    from schedsim.compare import profiled_profile
+
+    got = profiled_profile(ktl, tl, prof)
+    if got is None:
+        return None, []
+    print(f"--compare: the profiler cost the host {got.launch.executor_extra_per_op_us:.2f} us per op (profiled "
+          "iteration less uninstrumented): Kineto spans against predicted_profiled/", flush=True)
+    pred, _m, paths = predict_to_dir(file, sets, got, out, launch, False, False, model_executor=True, **sim)
     return pred, paths
 
 

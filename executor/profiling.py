@@ -130,9 +130,12 @@ def kernel_timeline(base: Timeline, maps: dict[int, dict[str, Any]],
     and the op before it on its stream, e.g. the DAG's predecessors), each span also gets ``stream_s``, when its
     stream reached it in the profiled iteration: the latest of its call's start (Kineto's host annotation, on the
     same clock as the kernels) and its predecessors' kernel ends, so ``start_s − stream_s`` is its wait (the
-    launch and any time queued for SMs). Returns None when no op has kernels.
+    launch and any time queued for SMs). Returns None when no op has kernels. Its ``meta.host_per_op_us`` (per rank
+    with calls, µs): the profiled iteration's host time per op, first call start to last call end over the calls
+    (Kineto's host annotations), which :func:`schedsim.compare.profiled_profile` reads.
     """
     spans = []
+    host: dict[str, float] = {}
     for r, m in maps.items():
         ops = {k: v for k, v in m.get("ops", {}).items() if "gpu_start_us" in v}
         if not ops:
@@ -142,6 +145,11 @@ def kernel_timeline(base: Timeline, maps: dict[int, dict[str, Any]],
             continue
         t0 = min(v["gpu_start_us"] for v in ops.values())
         b0 = min(s.start_s for s in mine)
+        calls = [v for v in m.get("ops", {}).values() if "cpu_start_us" in v]
+        if calls:
+            first = min(float(v["cpu_start_us"]) for v in calls)
+            last = max(float(v["cpu_start_us"]) + float(v.get("cpu_dur_us", 0.0)) for v in calls)
+            host[str(r)] = round((last - first) / len(calls), 3)
         name_of = {s.id: s.name for s in mine}
         for s in mine:
             v = ops.get(s.name)
@@ -160,4 +168,5 @@ def kernel_timeline(base: Timeline, maps: dict[int, dict[str, Any]],
     if not spans:
         return None
     return Timeline(schedule=base.schedule, source="execute", world_size=base.world_size, launch=base.launch,
-                    spans=spans, meta={"timing": "kineto kernels (first start .. last end per op)"})
+                    spans=spans, meta={"timing": "kineto kernels (first start .. last end per op)",
+                                       "host_per_op_us": host})

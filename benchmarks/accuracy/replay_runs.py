@@ -83,7 +83,7 @@ def replay_case(case: Path, profile: str, gpu_model: str | None = None, process_
     ops = res.get("ops", {})
     own = process_host_rows(case, prog, load_profile(profile), kw) if process_host else []
     w = ops.get("worst") or {}
-    span = _kernel_spans(case, meas, pred, G)
+    span = _kernel_spans(case, meas, pred, G, lambda p: simulate(prog, p, model_executor=True, **kw), prof)
     hw = _handwritten_s(case)
     meas_s = un.get("meas_s", ms["meas_s"])
     return {"span_median": span.get("median_abs_error"), "wait_diff_s": span.get("wait_median_abs_diff_s"),
@@ -175,18 +175,24 @@ def process_host_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
-def _kernel_spans(case: Path, meas: Timeline, pred: Timeline, G: Any) -> dict[str, Any]:
+def _kernel_spans(case: Path, meas: Timeline, pred: Timeline, G: Any, run: Any = None, prof: Any = None
+                  ) -> dict[str, Any]:
     """compare.json's ``ops`` of the prediction against the case's Kineto kernel spans (``profiler_ops.json`` of
     ``execute --profiler``): each op from when it got the GPU, and its wait (docs/metrics.md, "Per-op spans");
-    {} without."""
+    {} without. With ``run`` (a profile -> the simulated Timeline) and ``prof``, the prediction is of the profiled
+    iteration, as ``execute --compare --profiler`` makes it (:func:`schedsim.compare.profiled_profile`)."""
     from executor.profiling import kernel_timeline
+    from schedsim.compare import profiled_profile
 
     f = case / "execute" / "profiler_ops.json"
     if not f.is_file():
         return {}
     maps = {int(r): m for r, m in json.loads(f.read_text()).items()}
     ktl = kernel_timeline(meas, maps, {n: list(G.predecessors(n)) for n in G.nodes})
-    return {} if ktl is None else compare_timelines(pred, ktl).to_dict().get("ops", {})
+    if ktl is None:
+        return {}
+    got = None if run is None or prof is None else profiled_profile(ktl, meas, prof)
+    return compare_timelines(pred if got is None else run(got), ktl).to_dict().get("ops", {})
 
 
 def _handwritten_s(case: Path) -> float | None:

@@ -244,6 +244,20 @@ class CostModel:
             return miss
         return 0.0
 
+    def table_hbm_s(self, op: Op) -> float:
+        """Seconds of :meth:`cold_extra` that ``op``'s back-to-back time already holds (rule graph-nodes), per kernel:
+        for a GEMM with a ``gemm.graph`` row, its table time less the dispatch gap (``launch.kernel_gap_us``: what a
+        graph node saves) less the row's warm node time, between 0 and the row's ``cold - warm``; 0 otherwise.
+        ``calibrate`` times a shape back to back on 3 rotating input sets (``executor/calibrate_gemm.py``): where
+        those pass L2, the table was timed from HBM in part. One H100 (docs/validation.md, "Operands from HBM the
+        table already holds"): bf16 1024×512×8192 22.58 µs back to back, 19.13 / 21.56 µs as a warm / cold node,
+        Kineto kernels of 20.5-21.8 µs with every operand cold (matmul_streams)."""
+        row = self.graph_row(op)
+        if row is None:
+            return 0.0
+        warm, cold = row
+        return min(max(0.0, cold - warm), max(0.0, self._one(op) - self.profile.launch.kernel_gap_s - warm))
+
     @staticmethod
     def footprint(op: Op) -> float:
         """Bytes of device buffers ``op`` touches each iteration, for a rank's working set (rule graph-nodes):

@@ -324,7 +324,12 @@ Each rule has a name, used in code, notes and errors (the numbers they once had:
    :meth:`~schedsim.gpu.cost.CostModel.cold_extra` (the row's cold − warm, else
    ``gpu.hbm_miss_us`` for a GEMM or a floor-bound kernel), scaled by the
    rank's cold fraction, 0 below ``gpu.l2_cold_span[0]`` × ``gpu.l2_bytes`` and 1
-   above ``[1]`` × it, linear in between. One H200
+   above ``[1]`` × it, linear in between. An eager kernel's base is the back-to-back table, which
+   ``calibrate`` times on 3 rotating input sets: where they pass L2 the table already read from HBM,
+   by as much as its time less the dispatch gap exceeds the row's warm node time
+   (:meth:`~schedsim.gpu.cost.CostModel.table_hbm_s`); the extra leaves that out (one H100: bf16
+   1024×512×8192 22.58 µs back to back against a 19.13 / 21.56 µs warm / cold node; docs/validation.md,
+   "Operands from HBM the table already holds"). One H200
    (``benchmarks/probes/memory/l2_residency.py``, graph chains, µs per kernel, L2 →
    HBM): bf16 16×512×512 2.79 → 3.12, 32×1024×1024 3.49 → 4.45, 64×2048×2048 5.35
    → 6.41, 16×4096×4096 9.46 → 13.51, 2048³ 23.3 → 24.4; fp32 1×1024×1024 7.72 →
@@ -512,7 +517,9 @@ def memory_terms(tps: Sequence[Op], tmpl: np.ndarray, rank: np.ndarray, world: i
     """Rule graph-nodes per op, shape (N,) each, or the scalar 0.0 where no op has the term: ``(node_s, extra_s)``, the
     seconds its CUDA-graph node adds (0 unless
     ``mode`` is ``cuda_graph``; :meth:`~schedsim.gpu.cost.CostModel.graph_node_delta`) and the seconds its operands
-    from HBM add (:meth:`~schedsim.gpu.cost.CostModel.cold_extra` × its rank's :func:`l2_cold_fraction`). Op ``i`` is
+    from HBM add (:meth:`~schedsim.gpu.cost.CostModel.cold_extra` × its rank's :func:`l2_cold_fraction`, less, unless
+    ``mode`` is ``cuda_graph``, what its back-to-back time already holds, at least 0:
+    :meth:`~schedsim.gpu.cost.CostModel.table_hbm_s`). Op ``i`` is
     ``tps[tmpl[i]]`` on rank ``rank[i]`` (an Op list passes ``tmpl = arange(N)``); ranks are 0..world-1."""
     N = len(tmpl)
     node: np.ndarray | float = 0.0
@@ -530,7 +537,12 @@ def memory_terms(tps: Sequence[Op], tmpl: np.ndarray, rank: np.ndarray, world: i
     cold = l2_cold_fraction(ws, cost.profile)
     if not cold.any():
         return node, 0.0
-    return node, textra[tmpl] * cold[rank]
+    extra = textra[tmpl] * cold[rank]
+    if mode != "cuda_graph":  # a back-to-back table time: less the HBM reads it already holds (CostModel.table_hbm_s)
+        held = np.array([cost.table_hbm_s(t) for t in tps], float)
+        if held.any():
+            extra = np.maximum(0.0, extra - held[tmpl])
+    return node, extra
 
 
 def graph_fork_columns(N: int, src: np.ndarray, dst: np.ndarray, rank: np.ndarray, stream: np.ndarray,

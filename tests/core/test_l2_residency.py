@@ -57,7 +57,8 @@ def test_graph_chain_takes_the_row_in_l2_and_from_hbm(program: bool) -> None:
     # 4 chained TINY GEMMs, graph launch 10 µs. Working set 4 x 196,608 B = 786,432 B.
     # l2 2 MB (0.39 of it: below the span's 0.45): warm rows, 1.5 µs each: 10, 11.5, 13, 14.5, 16.
     # l2 1 MB (0.79: (0.79 - 0.45) / 0.4 = 0.8505 cold): 1.5 + 0.8505 x 1.0 = 2.3505 µs each.
-    # eager (host 0): the table's 2 µs plus the same extra, 2.8505 µs each.
+    # eager (host 0): the table's 2 µs already holds 0.5 µs over the warm node (no dispatch gap in this profile),
+    # so it adds the extra less that: 2 + 0.8505 - 0.5 = 2.3505 µs each (CostModel.table_hbm_s).
     from schedsim.lower import lower
     from schedsim.sim.engine import simulate
     from schedsim.spec.loader import load_text
@@ -73,8 +74,40 @@ def test_graph_chain_takes_the_row_in_l2_and_from_hbm(program: bool) -> None:
     assert run(2e6, "cuda_graph") == [11.5, 13.0, 14.5, 16.0]
     cold = (4 * FOOT / 1e6 - 0.45) / 0.4
     assert run(1e6, "cuda_graph") == pytest.approx([10 + (i + 1) * (1.5 + cold) for i in range(4)])
-    assert run(1e6, "eager") == pytest.approx([(i + 1) * (2.0 + cold) for i in range(4)])
+    assert run(1e6, "eager") == pytest.approx([(i + 1) * (2.0 + cold - 0.5) for i in range(4)])
     assert run(2e6, "eager") == [2.0, 4.0, 6.0, 8.0]  # in L2 eagerly: the table as it is
+
+
+@pytest.mark.parametrize("program", [False, True])
+@pytest.mark.parametrize(("table_us", "gap_us", "want_us"), [
+    (1.5, 0.0, 2.5),  # the table at the warm node: the whole cold - warm is added
+    (2.8, 0.3, 2.8),  # the table less the gap at the cold node: it was timed from HBM, nothing is added
+    (2.0, 0.3, 2.8),  # 0.2 µs of it held: the rest, 0.8 µs (so the cold node plus the gap, as above)
+    (2.9, 0.3, 2.9),  # a table past the cold node plus the gap: kept as it is
+])
+def test_eager_table_time_from_hbm_is_not_counted_twice(program: bool, table_us: float, gap_us: float,
+                                                        want_us: float) -> None:
+    # One TINY GEMM, eager, host 0, working set far past L2 (cold fraction 1): row warm 1.5, cold 2.5 µs. The
+    # back-to-back table time less the dispatch gap, above the warm node, is HBM time the table already holds
+    # (calibrate's rotating input sets past L2); the op takes table + max(0, (cold - warm) - that).
+    from schedsim.lower import lower
+    from schedsim.sim.engine import simulate
+    from schedsim.spec.loader import load_text
+    from tests.oracle.engine import simulate_reference
+
+    prof = waves_profile(l2_bytes=1e3, launch={"eager_per_op_us": 0.0, "kernel_gap_us": gap_us})
+    entries = [e for e in prof.gemm.entries if tuple(e[1:4]) != (128, 128, 128)] + [["fp32", 128, 128, 128,
+                                                                                       table_us * 1e-3]]
+    gemm = prof.gemm.model_copy(update={"graph": [tuple(ROW)], "entries": entries})
+    prof = prof.model_copy(update={"gemm": gemm})
+    tl = (simulate if program else simulate_reference)(lower(load_text(HEAD % 1 + _chain(1), "t.yaml")), prof,
+                                                        launch="eager")
+    assert tl.makespan_s * 1e6 == pytest.approx(want_us)
+    graph = (simulate if program else simulate_reference)(lower(load_text(HEAD % 1 + _chain(1), "t.yaml")),
+                                                           prof.model_copy(update={"launch": prof.launch.model_copy(
+                                                               update={"graph_launch_us": 0.0})}),
+                                                           launch="cuda_graph")
+    assert graph.makespan_s * 1e6 == pytest.approx(2.5)  # a graph node takes the row, cold: unchanged
 
 
 def test_working_sets_are_per_rank() -> None:

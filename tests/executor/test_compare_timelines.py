@@ -199,3 +199,32 @@ def test_kernel_timeline_stream_reached_is_the_call_or_the_predecessors_end():
     assert k["a@r0"].stream_s == pytest.approx(2.0 - 10e-6)
     assert k["b@r0"].stream_s == pytest.approx(2.0 + 40e-6) and k["b@r0"].start_s == pytest.approx(2.0 + 50e-6)
     assert kernel_timeline(base, maps).spans[0].stream_s is None  # without predecessors: unknown
+
+
+def test_profiled_iteration_is_predicted_with_the_profilers_host_cost():
+    """schedsim.compare.profiled_profile: the Kineto iteration's host time per op (a's call at 100 µs for 30, b's
+    at 120 for 40: 100 -> 160 µs, 30 µs per op) less the uninstrumented iteration's (20 µs for 2 ops: 10) is
+    20 µs per op of profiler host cost; the profiled prediction runs the executor's per-op extra at that."""
+    from executor.profiling import kernel_timeline
+    from schedsim.compare import profiled_profile
+    from schedsim.hardware.profile import HardwareProfile
+    from tests.conftest import toy_profile_dict
+
+    spans = [Span("a@r0", "a", 0, "s", "matmul", "compute", 2.0, 3.0),
+             Span("b@r0", "b", 0, "s", "compute", "compute", 3.0, 4.0)]
+    base = Timeline("x", "execute", 1, spans=spans, meta={"host_issue_uninstrumented_s": [20e-6]})
+    maps = {0: {"ops": {"a": {"cpu_start_us": 100.0, "cpu_dur_us": 30.0, "gpu_start_us": 110.0, "gpu_end_us": 150.0,
+                              "gpu_busy_us": 40},
+                        "b": {"cpu_start_us": 120.0, "cpu_dur_us": 40.0, "gpu_start_us": 160.0, "gpu_end_us": 170.0,
+                              "gpu_busy_us": 10}}}}
+    ktl = kernel_timeline(base, maps)
+    assert ktl.meta["host_per_op_us"] == {"0": 30.0}
+    prof = HardwareProfile.model_validate(toy_profile_dict())
+    got = profiled_profile(ktl, base, prof)
+    assert got.launch.executor_extra_per_op_us == pytest.approx(20.0) and got.name == prof.name + "+profiled"
+    # a profiler no slower than the uninstrumented loop adds nothing; without the uninstrumented issue: no profile
+    fast = Timeline("x", "execute", 1, spans=spans, meta={"host_issue_uninstrumented_s": [80e-6]})
+    assert profiled_profile(ktl, fast, prof).launch.executor_extra_per_op_us == 0.0
+    assert profiled_profile(ktl, Timeline("x", "execute", 1, spans=spans), prof) is None
+    graph = Timeline("x", "execute", 1, launch="cuda_graph", spans=spans, meta=base.meta)
+    assert profiled_profile(ktl, graph, prof) is None
