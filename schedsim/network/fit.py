@@ -217,7 +217,13 @@ def _with_logs_version(profile: HardwareProfile, logs: list[NcclTestsLog], notes
         return profile
     stated = profile.nccl.version
     if stated is not None:
-        if any(parse_nccl_version(v) != parse_nccl_version(stated) for v in versions):
+        def same(v: str) -> bool:
+            try:
+                return parse_nccl_version(v) == parse_nccl_version(stated)
+            except ValueError:  # a log's version that is none (an NcclTestsLog built by hand): not the same
+                return False
+
+        if not all(same(v) for v in versions):
             notes.append(f"the logs ran NCCL {', '.join(versions)}, the base profile states nccl.version {stated}: "
                          f"fitted with NCCL {stated}'s tuning constants; remove nccl.version from the base to fit "
                          "with the logs' release")

@@ -10,6 +10,7 @@ GB/s) has a 12 x 30 GB/s ring and an 8-head NVLS graph at 40 / 60 GB/s; two node
 from __future__ import annotations
 
 import copy
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -164,6 +165,9 @@ def test_a_log_names_its_nccl_version():
     head = "# nccl-tests version 2.17.8 nccl-headers=23004 nccl-library=23004"
     assert parse_nccl_tests(f"{head}\n# nThread 1 nGpus 2\n{row}", collective="all_reduce").nccl_version == "2.30.4"
     assert parse_nccl_tests(f"# nThread 1 nGpus 2\n{row}", collective="all_reduce").nccl_version is None
+    # digits of other scripts are no version NCCL prints (parse_nccl_version refuses them): none read
+    for line in ("NCCL version ２.27.5+cuda12.2", "# nccl-tests version 2.17.8 nccl-library=２３００４"):
+        assert parse_nccl_tests(f"{line}\n# nThread 1 nGpus 2\n{row}", collective="all_reduce").nccl_version is None
 
 
 def test_calibrate_fits_with_the_constants_of_the_logs_nccl_version():
@@ -196,6 +200,10 @@ def test_calibrate_fits_with_the_constants_of_the_logs_nccl_version():
     d["nccl"]["version"] = "v2.21.5-1"  # the same release, spelled as a tag: nothing to say
     kept, _, notes = fit_profile(HardwareProfile.model_validate(d), [log], "synthetic")
     assert kept.nccl.version == "v2.21.5-1" and notes == []
+    # a log built by hand with a version that is none: another release, not a crash
+    _, _, notes = fit_profile(kept, [dataclasses.replace(log, nccl_version="2.x")], "synthetic")
+    assert notes == ["the logs ran NCCL 2.x, the base profile states nccl.version v2.21.5-1: fitted with NCCL "
+                     "v2.21.5-1's tuning constants; remove nccl.version from the base to fit with the logs' release"]
     # logs of a release newer than modelled: set, and the note names the release whose constants stand in
     newer = parse_nccl_tests(text.replace("NCCL version 2.21.5", "NCCL version 2.31.0"), collective="all_reduce")
     fitted, _, notes = fit_profile(load_profile("dgx_h100"), [newer], "synthetic")
