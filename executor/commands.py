@@ -134,7 +134,8 @@ def register(app: Any) -> None:
         from schedsim.io import output_target, refuse_input
 
         output_target(out, "--out")  # a device or folder is refused before anything is measured
-        refuse_input(out, [*(from_nccl_tests or []), *(schedules or [])], "--out")
+        based = [base] if Path(base).suffix else []  # a profile file, not a shipped profile's name
+        refuse_input(out, [*(from_nccl_tests or []), *(schedules or []), *based], "--out")
         if from_nccl_tests:
             from executor.calibrate_logs import profile_from_nccl_tests
 

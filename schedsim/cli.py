@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from schedsim.api import TRACE_MAX_OPS, SweepRow, gpu_model_of, lower_spec, predict_to_dir
+from schedsim.api import TRACE_MAX_OPS, SweepRow, lower_spec, predict_to_dir
 from schedsim.api import build as _build  # noqa: F401  (scripts and tests take the networkx build from here)
 from schedsim.cliutil import DEFAULT_PROFILE, OutFormat, handle_errors
 from schedsim.errors import SchedsimError, printable
@@ -279,35 +279,35 @@ def _parse_sweep(items: list[str]) -> list[tuple[str, list[Any]]]:
     return axes
 
 
-def _sweep_point(file: Path, sets: list[str], profile: str, keep: Path | None) -> SweepRow | str:
-    """One sweep point (module level, so worker processes can run it): its row (``setting`` still empty), or
-    the error message. With ``keep`` (a folder), the point's timeline is written there as
-    ``timeline_<setting>.json``."""
+def _sweep_point(file: Path, sets: list[str], profile: str, keep: Path | None) -> tuple[SweepRow, list[str]] | str:
+    """One sweep point (module level, so worker processes can run it), simulated as ``predict`` simulates it
+    (:func:`schedsim.api.simulate_spec`: the schedule's ``env`` NCCL_ALGO / NCCL_PROTO, its GPU model): its row
+    (``setting`` still empty) and its warnings (``timeline.meta["warnings"]``), or the error message. With
+    ``keep`` (a folder), the point's timeline is written there as ``timeline_<setting>.json``."""
     from schedsim._gc import paused_gc
+    from schedsim.api import simulate_spec
     from schedsim.hardware.profile import load_profile
-    from schedsim.sim.engine import simulate
-    from schedsim.sim.metrics import Metrics
-    from schedsim.sim.pipeline_metrics import PipelineMetrics
 
     with paused_gc():
         try:
-            spec = _load(file, sets)
-            tl = simulate(lower_spec(spec, file), load_profile(profile), gpu_model=gpu_model_of(spec))
+            run = simulate_spec(_load(file, sets), load_profile(profile), file=file,
+                                meta={"file": str(file), "set": list(sets)})
         except SchedsimError as e:  # returned, not raised: a worker's exception may not unpickle
             return str(e)
-        tl.meta.update({"file": str(file), "set": list(sets)})
-        m = Metrics.of(tl)
+        tl, m = run.timeline, run.metrics
         name = None
         if keep is not None:
             from schedsim.outdir import safe_dirname
 
             name = f"timeline_{safe_dirname('_'.join(sets))}.json"
             tl.write_json(keep / name, m.to_dict())
-        return SweepRow.of({}, m, PipelineMetrics.of(tl), timeline=name)
+        return SweepRow.of({}, m, m.pipeline, timeline=name), list(tl.meta.get("warnings", []))
 
 
-def _sweep_rows(file: Path, points: list[list[str]], profile: str, keep: Path | None, jobs: int) -> list[SweepRow]:
-    """Run the points, serially (``jobs`` 1) or in ``jobs`` worker processes; rows in the order of ``points``.
+def _sweep_rows(file: Path, points: list[list[str]], profile: str, keep: Path | None, jobs: int
+                ) -> list[tuple[SweepRow, list[str]]]:
+    """Run the points, serially (``jobs`` 1) or in ``jobs`` worker processes; (row, warnings) in the order of
+    ``points``.
 
     Raises
     ------
@@ -371,11 +371,16 @@ def sweep(
         found = _sweep_rows(file, points, profile, stage if keep_timelines else None, jobs or os.cpu_count() or 1)
         keys = [k for k, _ in axes]
         rows = [dataclasses.replace(row, setting=dict(zip(keys, combo, strict=True))).to_dict()
-                for combo, row in zip(combos, found, strict=True)]
+                for combo, (row, _) in zip(combos, found, strict=True)]
         atomic_write_text(stage / "sweep.json", json.dumps(rows, indent=1))
         from schedsim.report.charts import write_sweep_plot
 
         write_sweep_plot(stage / "sweep.png", rows, axes, f"{file.stem} on {prof.name}")
+    from schedsim.notes import summarize
+
+    said = dict.fromkeys(w for _, ws in found for w in ws)  # a warning every point gives is said once
+    for line in summarize(list(said)):  # one line per kind of warning, as predict prints them
+        print(printable(line, 2000, newlines=True), file=sys.stderr)
     if fmt == OutFormat.json:
         print(json.dumps(rows, indent=1))
         return

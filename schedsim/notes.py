@@ -12,7 +12,8 @@
   ``gpu.gemm_efficiency``, :mod:`schedsim.gpu.cost`), of a dtype without its own peak either (the fp32 peak then
   stands in), a collective of a kind and group size without a busbw table (alpha-beta on the link's
   latency and bandwidth), a collective NCCL's tuning model times (:mod:`schedsim.network`) on a topology whose
-  figures are published or assumed, and a profile whose sections' sources mark values ASSUMED; and
+  figures are published or assumed, or whose ``nccl.version`` is newer than the newest release modelled (that
+  release's tuning constants stand in), and a profile whose sections' sources mark values ASSUMED; and
   communication ops that move 0 bytes (no size was given: a pipeline block of ``stage`` op lists has no parameter
   count for its data-parallel all-reduce), whose time is no transfer's.
 """
@@ -151,13 +152,8 @@ def guesses(prog: Program, profile: HardwareProfile) -> list[Note]:
         out.append(_note(f"{ESTIMATE}{what}: no busbw table on profile {profile.name!r}: alpha-beta on the link's "
                          "latency and bandwidth", "calibrate --from-nccl-tests with that group size",
                          "collective-alpha-beta"))
-    unmeasured = _unmeasured_tiers(profile, _spans_nodes(prog, profile))
-    if nccl and unmeasured:
-        what = ", ".join(f"{n} {k} op(s) on {g} ranks" for (k, g), n in nccl.items())
-        out.append(_note(f"{ESTIMATE}{what}: timed by NCCL's tuning model (schedsim.network) on profile "
-                         f"{profile.name!r}'s topology, whose {', '.join(unmeasured)} figures are published or "
-                         "assumed, not measured on this machine",
-                         "calibrate --from-nccl-tests with logs of this machine", "collective-nccl-model"))
+    if nccl:
+        out += _nccl_model_notes(prog, profile, nccl)
     assumed = _assumed_sections(profile.model_dump(mode="json"))
     if not _spans_nodes(prog, profile):  # the scale-out tier times nothing on one node
         assumed = [a for a in assumed if not a.startswith(("topology.nics", "topology.fabric"))]
@@ -165,6 +161,28 @@ def guesses(prog: Program, profile: HardwareProfile) -> list[Note]:
         out.append(_note(f"{ESTIMATE}profile {profile.name!r} holds values its sources mark ASSUMED, in "
                          f"{', '.join(assumed)}: numbers that use them are not measured",
                          "calibrate this machine (schedsim calibrate) to replace them", "profile-assumed"))
+    return out
+
+
+def _nccl_model_notes(prog: Program, profile: HardwareProfile, nccl: dict[tuple[str, int], int]) -> list[Note]:
+    """The guesses of the ops NCCL's tuning model times (``nccl``: their count by (table, group size)): a
+    topology not measured on this machine, an ``nccl.version`` newer than the newest release modelled."""
+    from schedsim.network.tuning import newer_than_modelled
+
+    out = []
+    unmeasured = _unmeasured_tiers(profile, _spans_nodes(prog, profile))
+    if unmeasured:
+        what = ", ".join(f"{n} {k} op(s) on {g} ranks" for (k, g), n in nccl.items())
+        out.append(_note(f"{ESTIMATE}{what}: timed by NCCL's tuning model (schedsim.network) on profile "
+                         f"{profile.name!r}'s topology, whose {', '.join(unmeasured)} figures are published or "
+                         "assumed, not measured on this machine",
+                         "calibrate --from-nccl-tests with logs of this machine", "collective-nccl-model"))
+    newer = newer_than_modelled(profile.nccl.version)
+    if newer:
+        out.append(_note(f"{ESTIMATE}profile {profile.name!r}: nccl.version: {newer}, choosing and timing the "
+                         f"{sum(nccl.values())} collective or send/recv op(s) NCCL's tuning model times",
+                         "where that release's src/graph/tuning.cc is the newest modelled's "
+                         "(schedsim.network.tuning), set nccl.version to the newest modelled", "nccl-version-newer"))
     return out
 
 

@@ -858,9 +858,22 @@ def _on_base(p: Path, data: dict[str, Any], seen: tuple[Path, ...] = ()) -> dict
     base = _parse_yaml(src.read_text(encoding="utf-8"), str(src))
     if not isinstance(base, dict):
         raise ProfileError(f"{src}: a profile must be a YAML mapping", fix="see schedsim/hardware/profiles/h200.yaml")
+    _warn_retired(src, base)
     if "base" in base:
         base = _on_base(src, base, chain)
     return _merge(base, data)
+
+
+def _warn_retired(p: Path, data: Mapping[str, Any]) -> None:
+    """Warn (once per process) about the :data:`RETIRED_FIELDS` that the profile file ``p`` itself sets
+    (``data``: its own mapping, before its ``base:`` is merged in, so that the warning names the file to edit)."""
+    retired = retired_fields(data)
+    if retired:
+        from schedsim.outdir import _warn
+
+        fields, now = ", ".join(f"{sec}.{f}" for sec, f in retired), ", ".join(RETIRED_FIELDS[x] for x in retired)
+        _warn(f"{printable(p, 400)}: {fields}: deprecated and unused since the sharing model was retired (the waves "
+              f"model reads {now}); delete {'them' if len(retired) > 1 else 'it'} from the profile")
 
 
 @lru_cache(maxsize=16)
@@ -889,17 +902,11 @@ def load_profile(name_or_path: str) -> HardwareProfile:
     data = _parse_yaml(read_text_input(p, "profile"), str(p))
     if not isinstance(data, dict):
         raise ProfileError(f"{p}: a profile must be a YAML mapping\n  fix: see schedsim/hardware/profiles/h200.yaml")
+    _warn_retired(p, data)
     if "base" in data:
         data = _on_base(p, data)
     if isinstance(data.get("gpu_model"), str):
         check_gpu_model(data["gpu_model"], f"{p}: gpu_model")
-    retired = retired_fields(data)
-    if retired:
-        from schedsim.outdir import _warn
-
-        fields, now = ", ".join(f"{sec}.{f}" for sec, f in retired), ", ".join(RETIRED_FIELDS[x] for x in retired)
-        _warn(f"{printable(p, 400)}: {fields}: deprecated and unused since the sharing model was retired (the waves "
-              f"model reads {now}); delete {'them' if len(retired) > 1 else 'it'} from the profile")
     try:
         return HardwareProfile.model_validate(data)
     except ValidationError as e:

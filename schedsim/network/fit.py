@@ -214,12 +214,26 @@ def apply_figures(profile: HardwareProfile, figs: list[FittedFigure], source: st
 
 def _with_logs_version(profile: HardwareProfile, logs: list[NcclTestsLog], notes: list[str]) -> HardwareProfile:
     """``profile`` with ``nccl.version`` set to the one NCCL version ``logs`` name, where it has none (a note
-    says which); unchanged, with a note, for logs of several versions or one older than modelled."""
+    says which); unchanged, with a note, for logs of several versions or one older than modelled, and where the
+    profile states a release other than the logs' (its constants time the fit)."""
     from schedsim.hardware.profile import HardwareProfile
-    from schedsim.network.tuning import NCCL_VERSION, constants_for
+    from schedsim.network.tuning import NCCL_VERSION, constants_for, newer_than_modelled, parse_nccl_version
 
     versions = sorted({log.nccl_version for log in logs if log.nccl_version})
-    if not versions or profile.nccl.version is not None:
+    if not versions:
+        return profile
+    stated = profile.nccl.version
+    if stated is not None:
+        def same(v: str) -> bool:
+            try:
+                return parse_nccl_version(v) == parse_nccl_version(stated)
+            except ValueError:  # a log's version that is none (an NcclTestsLog built by hand): not the same
+                return False
+
+        if not all(same(v) for v in versions):
+            notes.append(f"the logs ran NCCL {', '.join(versions)}, the base profile states nccl.version {stated}: "
+                         f"fitted with NCCL {stated}'s tuning constants; remove nccl.version from the base to fit "
+                         "with the logs' release")
         return profile
     mine = f"{NCCL_VERSION} (the newest modelled)"
     if len(versions) > 1:
@@ -231,7 +245,9 @@ def _with_logs_version(profile: HardwareProfile, logs: list[NcclTestsLog], notes
     except ValueError as e:
         notes.append(f"the logs ran NCCL {versions[0]}: {e}; fitted with NCCL {mine}'s")
         return profile
-    notes.append(f"the logs ran NCCL {versions[0]}: its tuning constants choose and time (nccl.version set)")
+    newer = newer_than_modelled(versions[0])
+    notes.append(f"the logs ran NCCL {versions[0]}: " + (f"{newer} (nccl.version set)" if newer else
+                                                         "its tuning constants choose and time (nccl.version set)"))
     d = profile.model_dump()
     d["nccl"]["version"] = versions[0]
     return HardwareProfile.model_validate(d)
@@ -244,7 +260,8 @@ def fit_profile(profile: HardwareProfile, logs: list[NcclTestsLog], source: str
     NCCL chooses and estimates with the constants of the release that ran: where the logs name one NCCL version
     (:attr:`NcclTestsLog.nccl_version`) and ``profile`` has no ``nccl.version``, the fit and the returned
     profile take that version (:func:`schedsim.network.tuning.constants_for`); logs of several versions, or one
-    not modelled, leave the profile's and say so in a note.
+    not modelled, leave the profile's and say so in a note, as does a profile that states another release; a
+    release newer than the newest modelled is set, and a note says whose constants stand in for it.
 
     Returns
     -------

@@ -89,8 +89,8 @@ COLLECTIVE_OF_BINARY: dict[str, str] = {
     "gather_perf": "gather",
     "hypercube_perf": "hypercube",
 }
-_NCCL_VERSION_RE = re.compile(r"\bNCCL version (\d+\.\d+\.\d+)")
-_NCCL_LIBRARY_RE = re.compile(r"\bnccl-library=(\d{5,})\b")
+_NCCL_VERSION_RE = re.compile(r"\bNCCL version ([0-9]+\.[0-9]+\.[0-9]+)")  # ASCII digits, as NCCL prints
+_NCCL_LIBRARY_RE = re.compile(r"\bnccl-library=([0-9]{5,})\b")
 _BIN_RE = re.compile(r"\b(" + "|".join(COLLECTIVE_OF_BINARY) + r")\b")
 _CALIBRATE_RE = re.compile(r"#\s*(all_reduce|all_gather|reduce_scatter|all_to_all|broadcast|reduce|sendrecv|scatter|"
                            r"gather)\s+over\s+(\d+)\s+ranks?\b")

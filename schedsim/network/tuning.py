@@ -42,7 +42,8 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 __all__ = ["ALGOS", "PROTOS", "Graph", "TuneInput", "parse_nccl_list", "tune", "algo_time", "ring_graph",
-           "nvls_graph", "collnet_direct_graph", "p2p_step", "runtime_channels", "runtime_bw_scale"]
+           "nvls_graph", "collnet_direct_graph", "p2p_step", "runtime_channels", "runtime_bw_scale",
+           "newer_than_modelled"]
 
 Algo = Literal["tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat"]
 Proto = Literal["LL", "LL128", "Simple"]
@@ -188,7 +189,7 @@ def parse_nccl_version(text: str) -> tuple[int, int, int]:
     >>> parse_nccl_version("2.27.5+cuda12.8")
     (2, 27, 5)
     """
-    m = re.fullmatch(r"v?(\d+)\.(\d+)\.(\d+)(?:-\d+)?(?:\+\S*)?", text.strip())
+    m = re.fullmatch(r"v?([0-9]+)\.([0-9]+)\.([0-9]+)(?:-[0-9]+)?(?:\+\S*)?", text.strip())  # ASCII digits only
     if m is None:
         raise ValueError(f"NCCL version {text!r} is not major.minor.patch (e.g. 2.26.2)")
     return int(m[1]), int(m[2]), int(m[3])
@@ -212,6 +213,25 @@ def constants_for(version: str | None) -> TunerConstants:
         raise ValueError(f"NCCL {version}: tuning constants are modelled from 2.20.0 to {NCCL_VERSION} (older "
                          "releases tune differently)")
     return next(c for c in reversed(_RELEASES) if c.since <= v)
+
+
+def newer_than_modelled(version: str | None) -> str | None:
+    """Where NCCL ``version`` is newer than the newest release modelled (:data:`NCCL_VERSION`), the sentence that
+    says so: :func:`constants_for` gives it that release's constants, which NCCL ``version`` may have changed.
+    None for None or a modelled release.
+
+    Raises
+    ------
+    ValueError
+        Not a version (:func:`parse_nccl_version`).
+
+    >>> newer_than_modelled("2.31.0")
+    'NCCL 2.31.0 is newer than the newest release modelled (2.30.7): tuning.cc constants of 2.30.7 stand in for it'
+    """
+    if version is None or parse_nccl_version(version) <= parse_nccl_version(NCCL_VERSION):
+        return None
+    return (f"NCCL {version} is newer than the newest release modelled ({NCCL_VERSION}): tuning.cc constants of "
+            f"{NCCL_VERSION} stand in for it")
 
 
 #: ``treeCorrectionFactor`` (tuning.cc), per protocol, for log2(nBytes / 64) = 0..23

@@ -265,6 +265,19 @@ def _valid_keys(parent: Any, loc: tuple[Any, ...] = ()) -> list[str]:
     return list(ScheduleSpec.model_fields)
 
 
+def _negated_flag(key: str, loc: tuple[Any, ...]) -> str | None:
+    """The fix for ``no_<flag>`` in a ``training:`` block, where ``<flag>`` is a boolean field: Megatron's
+    ``--no-<flag>`` argument is that field set false (a plain "did you mean '<flag>'?" would invert the value
+    written)."""
+    from schedsim.spec.training_block import TrainingSpec
+
+    flag = key.removeprefix("no_")
+    field = TrainingSpec.model_fields.get(flag) if loc[:1] == ("training",) and len(loc) == 2 else None
+    if flag == key or field is None or field.annotation is not bool:
+        return None
+    return f"Megatron's --no-{flag.replace('_', '-')} is written `{flag}: false` here"
+
+
 _FIXES = {
     "int_parsing": "write an integer (expressions like M/chunks must divide evenly)",
     "int_from_float": "the expression gave a fraction; choose sizes that divide evenly or use // for floor division",
@@ -291,7 +304,7 @@ def _to_spec_error(e: ValidationError, doc: Any, file: str) -> SpecError:
         valid = [k for k in _valid_keys(parent if isinstance(parent, dict) else None, loc) if k != "kind"]
         s = _suggest(str(last), valid)
         msg = f"unknown key {last!r}"
-        fix = f"did you mean {s!r}?" if s else "valid keys: " + ", ".join(valid)
+        fix = _negated_flag(str(last), loc) or (f"did you mean {s!r}?" if s else "valid keys: " + ", ".join(valid))
     elif typ == "union_tag_invalid":
         kind = parent.get("kind") if isinstance(parent, dict) else None
         cur = doc

@@ -8,6 +8,8 @@ field path, the values it got and a fix, in the style of torchtitan's
 from __future__ import annotations
 
 import difflib
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from schedsim.errors import SpecError
@@ -73,23 +75,35 @@ def check_spec(spec: ScheduleSpec, doc: Any, file: str) -> None:
             if peer in ranks:
                 raise err(i, "peer", f"{op.kind} {op.name!r} on rank {peer} names itself as peer",
                           "a send/recv needs another rank as peer")
-        group = ranks
-        if isinstance(op, CollectiveOp) and op.group is not None:
-            group = op.group
-            outside = [r for r in ranks if r not in group]
-            bad_g = [r for r in group if not 0 <= r < n]
-            if bad_g:
-                raise err(i, "group", f"collective {op.name!r} has group rank {bad_g[0]} but world_size is {n}",
-                          f"use ranks in 0..{n - 1}")
-            if outside:
-                raise err(i, "group", f"collective {op.name!r} runs on rank {outside[0]} outside its group {group}",
-                          "add the rank to `group`, or remove it from `ranks`")
-        if isinstance(op, CollectiveOp) and KINDS[op.kind].rooted:
-            if op.root not in group:
-                raise err(i, "root", f"{op.kind} {op.name!r} has root {op.root} outside its group {group}",
-                          f"set root to one of {group}")
+        if isinstance(op, CollectiveOp):
+            _check_group(op, ranks, n, partial(err, i))
     _unique_names(spec, n, err)
     _training_rules(spec, doc, file)
+
+
+def _check_group(op: CollectiveOp, ranks: list[int], n: int, err: Callable[[str, str, str], SpecError]) -> None:
+    """A collective's ``group`` (within the world, holding the ranks that issue it) and ``root`` (in the group, and
+    only on the kinds the registry marks ``rooted``: on the others it would be ignored). ``err(field, msg, fix)``
+    makes the error."""
+    group = ranks
+    if op.group is not None:
+        group = op.group
+        outside = [r for r in ranks if r not in group]
+        bad_g = [r for r in group if not 0 <= r < n]
+        if bad_g:
+            raise err("group", f"collective {op.name!r} has group rank {bad_g[0]} but world_size is {n}",
+                      f"use ranks in 0..{n - 1}")
+        if outside:
+            raise err("group", f"collective {op.name!r} runs on rank {outside[0]} outside its group {group}",
+                      "add the rank to `group`, or remove it from `ranks`")
+    if KINDS[op.kind].rooted:
+        if op.root not in group:
+            raise err("root", f"{op.kind} {op.name!r} has root {op.root} outside its group {group}",
+                      f"set root to one of {group}")
+    elif "root" in op.model_fields_set:
+        rooted = ", ".join(k for k, info in KINDS.items() if info.rooted)
+        raise err("root", f"{op.kind} {op.name!r} has no root rank (only {rooted} have one)",
+                  f"remove root from the {op.kind}")
 
 
 def _training_rules(spec: ScheduleSpec, doc: Any, file: str) -> None:

@@ -104,13 +104,18 @@ def test_a_toy_collective_is_timed_by_the_network_model_from_its_table_kind(toy_
 
 
 def test_validation_checks_the_root_of_the_kinds_the_registry_marks_rooted(monkeypatch: pytest.MonkeyPatch) -> None:
-    """An all_reduce has no root (``rooted`` False): a root outside its group passes. Marked rooted in a test-local
-    entry, the same op fails the root rule, with no other edit."""
+    """An all_reduce has no root (``rooted`` False): a root written on it is refused (it would be ignored). Marked
+    rooted in a test-local entry, the same op fails the root rule, with no other edit."""
+    from dataclasses import replace
+
     from schedsim.errors import SpecError
     from schedsim.spec.loader import load_text
 
     text = "schema_version: 1\nname: t\nworld_size: 2\nops:\n  - {name: a, kind: all_reduce, root: 3, bytes: 8}\n"
-    load_text(text, "t.yaml")
+    with pytest.raises(SpecError, match=r"all_reduce 'a' has no root rank \(only broadcast, reduce, scatter, gather "
+                       r"have one\)"):
+        load_text(text, "t.yaml")
+    load_text(text.replace(" root: 3,", ""), "t.yaml")
     monkeypatch.setitem(KINDS, "all_reduce", replace(KINDS["all_reduce"], rooted=True))
     with pytest.raises(SpecError, match="all_reduce 'a' has root 3 outside its group"):
         load_text(text, "t.yaml")

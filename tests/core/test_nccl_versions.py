@@ -10,6 +10,7 @@ GB/s) has a 12 x 30 GB/s ring and an 8-head NVLS graph at 40 / 60 GB/s; two node
 from __future__ import annotations
 
 import copy
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -164,6 +165,9 @@ def test_a_log_names_its_nccl_version():
     head = "# nccl-tests version 2.17.8 nccl-headers=23004 nccl-library=23004"
     assert parse_nccl_tests(f"{head}\n# nThread 1 nGpus 2\n{row}", collective="all_reduce").nccl_version == "2.30.4"
     assert parse_nccl_tests(f"# nThread 1 nGpus 2\n{row}", collective="all_reduce").nccl_version is None
+    # digits of other scripts are no version NCCL prints (parse_nccl_version refuses them): none read
+    for line in ("NCCL version ２.27.5+cuda12.2", "# nccl-tests version 2.17.8 nccl-library=２３００４"):
+        assert parse_nccl_tests(f"{line}\n# nThread 1 nGpus 2\n{row}", collective="all_reduce").nccl_version is None
 
 
 def test_calibrate_fits_with_the_constants_of_the_logs_nccl_version():
@@ -186,11 +190,26 @@ def test_calibrate_fits_with_the_constants_of_the_logs_nccl_version():
     (f,) = figs
     assert (f.tier, f.key) == ("nics", "tree/LL")
     assert f.hw_latency_us == pytest.approx(7.0, abs=0.02) and f.bw_factor == pytest.approx(0.8, rel=2e-3)
-    # a base that states its version keeps it
+    # a base that states its version keeps it, and says that the logs ran another
     d = load_profile("dgx_h100").model_dump()
     d["nccl"]["version"] = "2.30.7"
     kept, _, notes = fit_profile(HardwareProfile.model_validate(d), [log], "synthetic")
-    assert kept.nccl.version == "2.30.7" and notes == []
+    assert kept.nccl.version == "2.30.7"
+    assert notes == ["the logs ran NCCL 2.21.5, the base profile states nccl.version 2.30.7: fitted with NCCL "
+                     "2.30.7's tuning constants; remove nccl.version from the base to fit with the logs' release"]
+    d["nccl"]["version"] = "v2.21.5-1"  # the same release, spelled as a tag: nothing to say
+    kept, _, notes = fit_profile(HardwareProfile.model_validate(d), [log], "synthetic")
+    assert kept.nccl.version == "v2.21.5-1" and notes == []
+    # a log built by hand with a version that is none: another release, not a crash
+    _, _, notes = fit_profile(kept, [dataclasses.replace(log, nccl_version="2.x")], "synthetic")
+    assert notes == ["the logs ran NCCL 2.x, the base profile states nccl.version v2.21.5-1: fitted with NCCL "
+                     "v2.21.5-1's tuning constants; remove nccl.version from the base to fit with the logs' release"]
+    # logs of a release newer than modelled: set, and the note names the release whose constants stand in
+    newer = parse_nccl_tests(text.replace("NCCL version 2.21.5", "NCCL version 2.31.0"), collective="all_reduce")
+    fitted, _, notes = fit_profile(load_profile("dgx_h100"), [newer], "synthetic")
+    assert fitted.nccl.version == "2.31.0"
+    assert notes == ["the logs ran NCCL 2.31.0: NCCL 2.31.0 is newer than the newest release modelled (2.30.7): "
+                     "tuning.cc constants of 2.30.7 stand in for it (nccl.version set)"]
 
 
 def test_calibrate_cli_writes_the_logs_nccl_version(tmp_path: Path):
@@ -219,3 +238,32 @@ def test_ll128_on_blackwell_only_from_2_25():
 
     assert protos("2.24.3") == {"LL", "Simple"}
     assert protos("2.25.1") == {"LL", "LL128", "Simple"}
+
+
+def test_a_version_newer_than_modelled_is_said_where_the_nccl_model_times_ops():
+    from schedsim import api
+    from schedsim.notes import guesses
+
+    prog = api.lower_spec(api.load_text("schema_version: 1\nname: ar\nworld_size: 16\nops:\n"
+                                        "  - {name: ar, kind: all_reduce, bytes: 1048576}\n"))
+
+    def newer(version: str | None) -> list[str]:
+        d = copy.deepcopy(BASE)
+        d["name"] = "test"
+        d["topology"] = HOPPER
+        d["nccl"] = {**d["nccl"], "version": version}
+        return [n for n in guesses(prog, HardwareProfile.model_validate(d)) if n.kind == "nccl-version-newer"]
+
+    (note,) = newer("2.31.0")  # 2.30.7's constants time it, as constants_for gives them
+    assert note.startswith("an estimate, not a measurement: profile 'test': nccl.version: NCCL 2.31.0 is newer than "
+                           "the newest release modelled (2.30.7): tuning.cc constants of 2.30.7 stand in for it, "
+                           "choosing and timing the 16 collective or send/recv op(s)")
+    assert newer("2.30.7") == newer("v2.30.7-1") == newer(None) == []
+
+
+def test_a_version_is_written_in_ascii_digits():
+    # int() reads other scripts' digits ('２' is 2): a version NCCL never prints is refused, not read as 2.27.5
+    for text in ("２.27.5", "2.２7.5", "٢.27.5"):
+        with pytest.raises(ValueError, match="is not major.minor.patch"):
+            parse_nccl_version(text)
+    assert parse_nccl_version("2.27.5") == (2, 27, 5)

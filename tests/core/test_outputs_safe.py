@@ -253,6 +253,11 @@ def test_the_input_file_is_never_the_output(tmp_path: Path, predicted: Path) -> 
     text = log.read_text()
     r = run(["calibrate", "--from-nccl-tests", str(log), "-o", str(log)])
     assert r.exit_code == 2 and "is the input file" in r.output and log.read_text() == text
+    base = tmp_path / "mine.yaml"  # the --base profile file is an input too: it was replaced by the fit
+    base.write_text("base: dgx_h100\nname: mine\n")
+    r = run(["calibrate", "--from-nccl-tests", str(log), "--base", str(base), "-o", str(base)])
+    assert r.exit_code == 2 and f"--out {base}: is the input file {base}; not overwritten" in r.output
+    assert base.read_text() == "base: dgx_h100\nname: mine\n"
     assert snapshot(d) == before
 
 

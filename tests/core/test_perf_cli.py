@@ -25,13 +25,38 @@ def test_sweep_jobs_equals_serial_and_keeps_timelines(tmp_path):
     par = invoke("sweep", SCHED, "--set", "chunks=1,4", "--out", str(tmp_path / "p"), "--format", "json",
                  "--jobs", "2", "--keep-timelines")
     assert serial.exit_code == 0 and par.exit_code == 0, serial.output + par.output
-    a, b = json.loads(serial.output), json.loads(par.output)
+    a, b = json.loads(serial.stdout), json.loads(par.stdout)  # warnings go to stderr
     assert [r["setting"] for r in b] == [{"chunks": 1}, {"chunks": 4}]
     assert [{k: v for k, v in r.items() if k != "timeline"} for r in b] == a
     for r in b:
         tl = Timeline.read_json(tmp_path / "p" / r["timeline"])
         assert tl.makespan_s == r["makespan_s"] and tl.meta["set"] == [f"chunks={r['setting']['chunks']}"]
     assert not list((tmp_path / "s").glob("timeline_*.json"))
+
+
+def test_sweep_points_are_predicts_with_the_schedules_env_and_warnings(tmp_path):
+    """Each point is simulated as predict simulates it: the schedule's ``env`` NCCL_ALGO / NCCL_PROTO (ring/Simple
+    here, not what NCCL would choose on dgx_h100; sweep used to drop it) and predict's warnings, a warning
+    that every point gives said once (the "may hang" of a lone send issued before an all_reduce)."""
+    from schedsim import api
+
+    sched = tmp_path / "env.yaml"
+    text = ("schema_version: 1\nname: env\nworld_size: 2\nparams: {b: 1048576}\n"
+            "env: {NCCL_ALGO: ring, NCCL_PROTO: Simple}\nops:\n"
+            "  - {name: snd, kind: send, peer: 1, bytes: 8, stream: a, ranks: [0]}\n"
+            "  - {name: ar, kind: all_reduce, bytes: b, stream: c}\n"
+            "  - {name: rcv, kind: recv, peer: 0, bytes: 8, stream: a, ranks: [1]}\n")
+    sched.write_text(text)
+    r = invoke("sweep", str(sched), "-p", "dgx_h100", "--set", "b=65536,1048576", "-o", str(tmp_path / "s"),
+               "--format", "json", "--jobs", "2")
+    assert r.exit_code == 0, r.output
+    got = [row["makespan_s"] for row in json.loads(r.stdout)]
+    want = [api.predict(api.load(sched, b=b), "dgx_h100").metrics.makespan_s for b in (65536, 1048576)]
+    assert got == want
+    no_env = [api.predict(api.load_text(text.replace("env: {NCCL_ALGO: ring, NCCL_PROTO: Simple}\n", ""), b=b),
+                          "dgx_h100").metrics.makespan_s for b in (65536, 1048576)]
+    assert all(g != n for g, n in zip(got, no_env, strict=True))  # the env decides the algorithm and protocol
+    assert r.stderr.count("warning: may hang: with an eagerly initialised process group") == 1
 
 
 def test_sweep_jobs_names_the_failing_setting_and_writes_nothing(tmp_path):

@@ -72,3 +72,22 @@ def test_no_shipped_profile_and_no_model_field_holds_them() -> None:
     assert not {f for _sec, f in RETIRED_FIELDS} & set(Contention.model_fields)
     schema = str(HardwareProfile.model_json_schema())
     assert not any(f in schema for _sec, f in RETIRED_FIELDS)
+
+
+def test_the_warning_names_the_file_of_the_chain_that_sets_them(tmp_path, capsys) -> None:
+    """A field set in a user's base profile is that file's to delete: the warning names it, not the profile that
+    derives from it (which does not set the field); each file of the chain is named for its own fields."""
+    base = _user_profile(tmp_path, compute_slowdown_with_comm=0.189)
+    child = tmp_path / "child.yaml"
+    child.write_text(f"base: {base.name}\nname: child\n", encoding="utf-8")
+    load_profile(str(child))
+    assert capsys.readouterr().err.splitlines() == [
+        f"warning: {base}: contention.compute_slowdown_with_comm: deprecated and unused since the sharing model was "
+        "retired (the waves model reads nccl.gemm_slowdown_beside_nccl); delete it from the profile"]
+    both = tmp_path / "both.yaml"
+    both.write_text(f"base: {base.name}\nname: both\ncontention: {{comm_slowdown_with_compute: 0.1}}\n",
+                    encoding="utf-8")
+    load_profile(str(both))  # the base's warning was printed above: once per process
+    assert capsys.readouterr().err.splitlines() == [
+        f"warning: {both}: contention.comm_slowdown_with_compute: deprecated and unused since the sharing model was "
+        "retired (the waves model reads nccl.slowdown_beside_gemm); delete it from the profile"]

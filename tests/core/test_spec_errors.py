@@ -156,6 +156,20 @@ def test_root_outside_group():
         load("schema_version: 1\nname: t\nworld_size: 2\nops:\n  - {name: b, kind: broadcast, root: 3, bytes: 8}\n")
 
 
+@pytest.mark.parametrize("kind", ["all_reduce", "all_gather", "reduce_scatter", "all_to_all"])
+def test_a_root_on_a_collective_without_one_is_refused_not_ignored(kind):
+    """NCCL's all-reduce, all-gather, reduce-scatter and all-to-all have no root: ``root: 1`` written on one was
+    accepted and read by nothing. The error names the op's line and the field; root 0 (the default) written out is
+    refused too."""
+    for root in (1, 0):
+        with pytest.raises(SpecError) as e:
+            load(f"schema_version: 1\nname: t\nworld_size: 2\nops:\n"
+                 f"  - {{name: a, kind: {kind}, bytes: 8, root: {root}}}\n")
+        assert e.value.format().splitlines() == [
+            f"s.yaml:5:{39 + len(kind)}: ops[0].root: {kind} 'a' has no root rank (only broadcast, reduce, scatter, "
+            "gather have one)", f"  fix: remove root from the {kind}"]
+
+
 def test_foreach_with_stray_key():
     with pytest.raises(SpecError, match="foreach block holds only"):
         load("schema_version: 1\nname: t\nworld_size: 1\nops:\n  - foreach: {i: range(2)}\n    name: x\n    ops: []\n")

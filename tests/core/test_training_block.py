@@ -90,6 +90,19 @@ def test_unknown_key_suggests_megatron_name(tmp_path: Path) -> None:
     assert "did you mean 'tensor_model_parallel_size'?" in err
 
 
+def test_a_megatron_no_flag_is_its_key_set_false(tmp_path: Path) -> None:
+    """``--no-async-tensor-model-parallel-allreduce`` pasted as ``no_async_...: true``: the fix says to write the
+    flag false (a "did you mean 'async_...'?" kept with the written true would switch the flag on)."""
+    for flag in ("async_tensor_model_parallel_allreduce", "scatter_gather_tensors_in_pipeline", "bf16"):
+        code, err = _check(tmp_path, _edit("pp: 2", f"pp: 2\n  no_{flag}: true"))
+        assert code == 2 and "Traceback" not in err
+        assert err.splitlines()[:2] == [
+            f"error: {tmp_path / 's.yaml'}:14:{len(flag) + 8}: training.no_{flag}: unknown key 'no_{flag}'",
+            f"  fix: Megatron's --no-{flag.replace('_', '-')} is written `{flag}: false` here"]
+    code, err = _check(tmp_path, _edit("pp: 2", "pp: 2\n  no_num_layers: 2"))  # not a flag: the nearest key
+    assert code == 2 and err.splitlines()[1] == "  fix: did you mean 'num_layers'?"
+
+
 def test_aliases_and_derived_sizes() -> None:
     """tp/pp/dp aliases set Megatron's fields; dp = world / (tp·pp·cp), m = gbs / (b·dp), padded vocab."""
     spec = load_text(_edit("global_batch_size: 8", "global_batch_size: 16"))
