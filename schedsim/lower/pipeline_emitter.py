@@ -48,6 +48,7 @@ class _Run:
     peers: tuple[int, ...]
     after: tuple[tuple[int, tuple[int, ...]], ...]  # (op, the earlier ops it waits for), where it waits
     strs: tuple[tuple[int, int, str], ...]  # (op, 2·op for its group name or 2·op + 1 its message, suffix)
+    distinct: bool  # no two ops of the phase share a name
 
 
 @dataclass
@@ -202,11 +203,13 @@ class _Emitter:
                 at: list[ProtoPlace | None] = [r[2] if len(r) > 2 else None for r in rows]  # type: ignore[misc]
                 placed = [k for k, a in enumerate(at) if a is not None and a.after]
                 sfx = [(k, x) for k, a in enumerate(at) if a is not None for x in (a.batch, a.msg)]
-                run = _Run(tuple(r[1] for r in rows), tuple(r[0] for r in rows), all(a is None for a in at),
+                names = tuple(r[0] for r in rows)
+                run = _Run(tuple(r[1] for r in rows), names, all(a is None for a in at),
                            tuple(cs if a is None or a.stream < 0 else a.stream for a in at),
                            tuple(-1 if a is None else a.peer for a in at),
                            tuple((k, at[k].after) for k in placed),  # type: ignore[union-attr]
-                           tuple((k, 2 * k + (i % 2), x) for i, (k, x) in enumerate(sfx) if x))
+                           tuple((k, 2 * k + (i % 2), x) for i, (k, x) in enumerate(sfx) if x),
+                           len(set(names)) == len(names))
             self.runs[key] = run
         return self.runs[key]  # type: ignore[no-any-return]
 
@@ -256,7 +259,8 @@ class _Emitter:
                 tnames = run.names
                 ids = self.name_ids.get((pre, tnames))
                 if ids is None:
-                    ids = self.name_ids[(pre, tnames)] = intern_list(names, list(map(pre.__add__, tnames)))
+                    ids = self.name_ids[(pre, tnames)] = intern_list(names, list(map(pre.__add__, tnames)),
+                                                                     run.distinct)
                 if run.plain:
                     table.add_run(run.tmpls, self.rank, ids, tags, compute, first)
                 else:

@@ -221,9 +221,17 @@ def _intern_all(interner: _Interner, seq: list[Any]) -> np.ndarray:
     return np.fromiter(map(_intern_new(interner, seq).__getitem__, seq), I32, len(seq))
 
 
-def intern_list(interner: _Interner, seq: list[Any]) -> list[int]:
+def intern_list(interner: _Interner, seq: list[Any], distinct: bool = False) -> list[int]:
     """Ids of every item of ``seq`` (a list), interning the new ones in first-seen order: what ``[interner(x) for x
-    in seq]`` gives, without a Python call per item."""
+    in seq]`` gives, without a Python call per item. ``distinct``: the caller knows the items differ from each
+    other (then, when none is interned yet, they take the next ids in order without a lookup each)."""
+    ids = interner._ids
+    if distinct and not interner._unreg and ids.keys().isdisjoint(seq):
+        items = interner._items
+        base = len(items)
+        ids.update(zip(seq, count(base)))
+        items.extend(seq)
+        return list(range(base, base + len(seq)))
     return list(map(_intern_new(interner, seq).__getitem__, seq))
 
 
