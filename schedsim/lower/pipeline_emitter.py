@@ -77,7 +77,7 @@ class _Emitter:
     ranks: tuple[int, ...] = ()
     on_op: Any = None  # called after each compute op as on_op(stage, mb, phase, op name, name id)
     # on_op_at(stage, mb, phase): whether on_op may act in that phase (None: any); the other phases are written
-    # as one run of rows (Table.add_run) instead of op by op
+    # as one run of rows (Table.add_run, or Table.add_placed where ops are placed by their row) instead of op by op
     on_op_at: Any = None
     # (name prefix, the phase's op names) -> their name ids: the same on every rank of a stage, so an emitter
     # that shares it with the other ranks' (the training block) interns each name once
