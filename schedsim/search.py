@@ -110,7 +110,7 @@ def run_point(name: str, world: int, block: dict[str, Any], profile: str,
     import yaml
 
     from schedsim.errors import SchedsimError
-    from schedsim.hardware.profile import load_profile
+    from schedsim.gpu.cost import shared_cost_models
     from schedsim.lower import lower
     from schedsim.report.training import training_report
     from schedsim.sim.engine import simulate
@@ -121,16 +121,42 @@ def run_point(name: str, world: int, block: dict[str, Any], profile: str,
                            "training": block}, sort_keys=False)
     try:
         spec = load_text(text, f"<search {name}>")
-        prof = load_profile(profile)
+        prof, run_prof = _profiles(profile, spec)
         # the point's groups may lie on the nodes unlike their representatives' (tp not dividing a node)
         symmetric = symmetric and layout_alike(prof, spec)
         prog = lower(spec, symmetric=symmetric)  # as api.lower_spec without a file to name
-        tl = simulate(prog, prof.with_nccl_env(spec.env, spec.env_sources()))
+        with shared_cost_models(_MODELS):
+            tl = simulate(prog, run_prof)
+        for k in [k for k, (pr, _m) in _MODELS.items() if pr is not run_prof]:  # e.g. the power steady state's
+            del _MODELS[k]
     except SchedsimError as e:
         return e.message
     mark_represented(tl, prog)
     rep = training_report(spec, tl, prof)
     return {"iteration_s": rep.iteration_s, "tflops_per_gpu": rep.tflops_per_gpu, "mfu": rep.mfu}
+
+
+#: In this process: the profiles :func:`run_point` ran on, by (profile, the schedule's env), and their CostModels
+#: (:func:`schedsim.gpu.cost.shared_cost_models`): the points of one search share the profile object, so each
+#: NCCL group shape's costs and each GEMM surface are worked out once, not once a point. Pure caches: a point's
+#: prediction is the same with or without them.
+_PROFILES: dict[tuple[str, str], tuple[Any, Any]] = {}
+_MODELS: dict[int, tuple[Any, Any]] = {}
+
+
+def _profiles(profile: str, spec: Any) -> tuple[Any, Any]:
+    """The profile ``profile`` (loaded once in this process) and the one the point runs on (the schedule's
+    ``NCCL_ALGO`` / ``NCCL_PROTO`` applied, as ``predict`` does)."""
+    import json
+
+    from schedsim.hardware.profile import load_profile
+
+    key = (profile, json.dumps([dict(spec.env), dict(spec.env_sources())], sort_keys=True, default=str))
+    got = _PROFILES.get(key)
+    if got is None:
+        prof = load_profile(profile)
+        got = _PROFILES[key] = (prof, prof.with_nccl_env(spec.env, spec.env_sources()))
+    return got
 
 
 def pareto(points: list[SearchPoint]) -> None:
@@ -151,6 +177,8 @@ def search(name: str, world: int, points: list[SearchPoint], profile: str, jobs:
     schedule's ``env``, for every point (:func:`run_point`)."""
     from schedsim.report.progress import track
 
+    _PROFILES.clear()  # the caches serve the points of one search (a profile file may change between searches)
+    _MODELS.clear()
     todo = [p for p in points if p.status == "simulated"]
     if jobs <= 1 or len(todo) <= 1:
         results = [run_point(name, world, p.block, profile, symmetric, env)
@@ -161,6 +189,8 @@ def search(name: str, world: int, points: list[SearchPoint], profile: str, jobs:
         with ProcessPoolExecutor(max_workers=min(jobs, len(todo))) as ex:
             futs = [ex.submit(run_point, name, world, p.block, profile, symmetric, env) for p in todo]
             results = [f.result() for f in track(futs, "search", total=len(futs))]
+    _PROFILES.clear()
+    _MODELS.clear()
     for p, r in zip(todo, results, strict=True):
         if isinstance(r, str):
             p.status, p.reason = "refused", r

@@ -37,12 +37,18 @@ in place compiles every module at every start, ~0.1-0.3 s that no installed copy
   Goals: <= 2 µs and <= 200 B per op; 100,000 ranks at 1M ops <= 2 s; unpaired ``check`` <= 1 s; the
   pipeline with charts >= 10x faster than torch's dry run. ``pp32`` (not run by default) runs that last pair alone.
 
-``--base DIR`` (a checkout of another commit, its extension built: ``python setup.py build_ext --inplace``): the
-``million``, ``shapes`` and ``pp32`` cases run from a copy of it and from this tree in turn, run by run (so the
-load of a shared machine falls on both alike), a row for each (``before`` and ``after``).
+* ``search`` (issue 36): ``schedsim search -j 2`` of the 1.3B model of ``schedules/megatron_gpt_train.yaml`` on
+  64 GPUs (global batch 256, ``dgx_h100``) over :data:`SEARCH_GRID` (256 configurations, 182 simulated; the others
+  refused with Megatron's reason), whole process with its two workers; CPU ms per simulated configuration, and
+  what 1,000 configurations would take on 2 cores at that rate (CPU s / 2). Goal: 1,000 configurations in
+  <= 60 s on 2 cores.
 
-Usage: python benchmarks/speed/speed_goals.py [--repeat 3] [--cases million pipeline cold pp8dp128 scaling shapes]
-       [--base DIR] [--max-ops N]
+``--base DIR`` (a checkout of another commit, its extension built: ``python setup.py build_ext --inplace``): the
+``million``, ``shapes``, ``pp32`` and ``search`` cases run from a copy of it and from this tree in turn, run by run
+(so the load of a shared machine falls on both alike), a row for each (``before`` and ``after``).
+
+Usage: python benchmarks/speed/speed_goals.py [--repeat 3] [--cases million pipeline cold pp8dp128 scaling shapes
+       search] [--base DIR] [--max-ops N]
        python benchmarks/speed/speed_goals.py --cases throughput [--max-ops 1000000] [--gpu-model waves replay]
 """
 
@@ -229,10 +235,48 @@ print(json.dumps(out))
 """
 
 
+#: The ``search`` case's axes (``schedsim search`` options): tp 1,2,4,8 × pp 1,2,4,8 × cp 1,2 × micro batch 2,8 ×
+#: no / full recomputation × virtual stages none / 2 layers.
+SEARCH_GRID = ["--tp", "1,2,4,8", "--pp", "1,2,4,8", "--cp", "1,2", "--micro-batch-size", "2,8", "--recompute",
+               "none,full", "--vpp-layers", "2"]
+
+
+def search_schedule(tmp: str, world: int = 64, gbs: int = 256) -> str:
+    """``schedules/megatron_gpt_train.yaml`` on ``world`` GPUs with global batch ``gbs``, written under ``tmp``;
+    its path."""
+    text = (ROOT / "schedules/megatron_gpt_train.yaml").read_text()
+    f = Path(tmp) / f"search{world}.yaml"
+    f.write_text(text.replace("params: {world_size: 8, tp: 2, pp: 2, gbs: 16}",
+                              f"params: {{world_size: {world}, tp: 2, pp: 2, gbs: {gbs}}}"))
+    return str(f)
+
+
+def search_case(tmp: str, roots: list[tuple[str, Path]], repeat: int) -> None:
+    """The ``search`` case (module docstring): a row per package copy of ``roots``."""
+    f = search_schedule(tmp)
+    rs = median_runs(lambda tag: schedsim("search", f, "-p", "dgx_h100", *SEARCH_GRID, "-j", "2", "--format",
+                                          "json", "--out", f"{tmp}/{tag}search"), repeat, roots)
+    for (tag, _root), r in zip(roots, rs, strict=True):
+        rows = json.loads(r[3])
+        n = sum(x["status"] == "simulated" for x in rows)
+        print(f"| {tag + ': ' if tag else ''}`search -j 2`, 64 GPUs, {len(rows)} configurations, {n} simulated "
+              f"({1e3 * r[1] / n:.0f} CPU ms each; 1,000 on 2 cores: {r[1] / n * 1000 / 2:.0f} s) | {r[0]:.2f} | "
+              f"{r[1]:.2f} | {r[2]:,.0f} | — | 1,000 in ≤ 60 s on 2 cores |", flush=True)
+
+
 def row(label: str, ops: int | None, r: tuple[float, float, float, str], goal: str) -> str:
     per_op = f"{r[2] * 2**20 / ops:,.0f}" if ops else "—"
     return f"| {label} | {r[0]:.2f} | {r[1]:.2f} | {r[2]:,.0f} | {per_op} | {goal} |"
 
+
+
+def _before_after_cases(cases: list[str], tmp: str, roots: list[tuple[str, Path]], repeat: int) -> None:
+    """The shapes (ending with pp32's rows), pp32 alone and search cases: a table each, before and after with
+    ``--base``."""
+    if {"shapes", "pp32"} & set(cases):
+        (shapes if "shapes" in cases else pp32)(tmp, roots, repeat)
+    if "search" in cases:
+        search_case(tmp, roots, repeat)
 
 def main() -> None:
     ap = argparse.ArgumentParser()
@@ -243,7 +287,8 @@ def main() -> None:
     ap.add_argument("--gpu-model", nargs="+", default=["waves", "replay"], choices=["waves", "replay"],
                     help="GPU models of the throughput case.")
     ap.add_argument("--base", type=Path, default=None,
-                    help="A checkout of another commit (extension built): million, shapes and pp32 run from it too.")
+                    help="A checkout of another commit (extension built): million, shapes, pp32 and search run "
+                    "from it too.")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="schedsim_goals_")
     print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {platform.node()}: {os.cpu_count()} CPUs, "
@@ -298,8 +343,7 @@ def main() -> None:
             print(f"| {model} | {torch_s:.2f} | {med['expand']:.2f} | {med['build']:.2f} | {med['checks']:.2f} | "
                   f"{med['simulate']:.2f} | {med['timeline']:.2f} | {med['total']:.2f} | "
                   f"{torch_s / med['total']:.2f}× (goal ≥ 10×) | {torch_s / med['simulate']:.2f}× |", flush=True)
-    if {"shapes", "pp32"} & set(a.cases):  # shapes ends with pp32's rows
-        (shapes if "shapes" in a.cases else pp32)(tmp, roots, a.repeat)
+    _before_after_cases(a.cases, tmp, roots, a.repeat)
     if "scaling" in a.cases:
         print("\nscaling, `overlap_gen.yaml` on 8 ranks, `predict --no-gantt --no-trace` whole process:\n")
         print("| ops | wall s | CPU s | CPU µs/op | peak RSS MiB | peak B/op |")

@@ -28,7 +28,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from speed_goals import ROOT, run, schedsim  # noqa: E402
+from speed_goals import run, schedsim, search_schedule  # noqa: E402
 
 STEP = """\
 schema_version: 1
@@ -80,11 +80,8 @@ def main() -> None:
                           f"iteration {1e3 * d['training']['iteration_s']:.3f} ms, {d['metrics']['ops']:,} ops"),
                       flush=True)
         if "search" in args.cases:
-            text = (ROOT / "schedules/megatron_gpt_train.yaml").read_text()
-            f = Path(tmp) / "search64.yaml"
-            f.write_text(text.replace("params: {world_size: 8, tp: 2, pp: 2, gbs: 16}",
-                                      "params: {world_size: 64, tp: 2, pp: 2, gbs: 256}"))
-            cmd = schedsim("search", str(f), "-p", "dgx_h100", *GRID, "-j", str(args.jobs), "--format", "json",
+            f = search_schedule(tmp)
+            cmd = schedsim("search", f, "-p", "dgx_h100", *GRID, "-j", str(args.jobs), "--format", "json",
                            "--out", str(Path(tmp) / "search"))
             r = run(cmd)
             rows = json.loads(r[3])

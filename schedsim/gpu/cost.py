@@ -273,12 +273,13 @@ _SHARED: ContextVar[dict[int, tuple[HardwareProfile, CostModel]] | None] = Conte
 
 
 @contextmanager
-def shared_cost_models() -> Iterator[None]:
+def shared_cost_models(models: dict[int, tuple[HardwareProfile, CostModel]] | None = None) -> Iterator[None]:
     """A scope (one prediction: :func:`schedsim.api.simulate_spec`) in which :func:`cost_model` builds one
     CostModel per profile object and hands the same one to every caller (the simulation and
     :func:`schedsim.notes.guesses`), so its caches (the NCCL cost of each group, GEMM surfaces) are filled once.
-    The profile must not be changed inside the scope."""
-    token = _SHARED.set({})
+    The profile must not be changed inside the scope. ``models``: the CostModels by profile ``id``, kept by the
+    caller across scopes (``schedsim search``'s points on one profile object); a new dict by default."""
+    token = _SHARED.set({} if models is None else models)
     try:
         yield
     finally:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from schedsim.lower.pipeline_plan import PipelinePlan
-from schedsim.lower.table import Table
+from schedsim.lower.table import Table, intern_list
 from schedsim.pipeline.actions import COMM_TYPES
 from schedsim.pipeline.actions import ComputationType as CT
 
@@ -32,6 +32,23 @@ class ProtoPlace:
     peer: int = -1
     batch: str = ""
     msg: str = ""
+
+
+@dataclass(frozen=True)
+class _Run:
+    """A stage's phase as a run of rows (:meth:`_Emitter._run`): per op its template, name (without the
+    action's prefix), stream id and peer global rank (-1 none); the ops that wait for earlier ops of the phase
+    (their indices), and the suffixes of the NCCL group names and messages there are; ``plain`` when every op is
+    the next kernel of stream ``compute`` (no :class:`ProtoPlace`: :meth:`Table.add_run`)."""
+
+    tmpls: tuple[int, ...]
+    names: tuple[str, ...]
+    plain: bool
+    streams: tuple[int, ...]
+    peers: tuple[int, ...]
+    after: tuple[tuple[int, tuple[int, ...]], ...]  # (op, the earlier ops it waits for), where it waits
+    strs: tuple[tuple[int, int, str], ...]  # (op, 2·op for its group name or 2·op + 1 its message, suffix)
+    distinct: bool  # no two ops of the phase share a name
 
 
 @dataclass
@@ -60,7 +77,7 @@ class _Emitter:
     ranks: tuple[int, ...] = ()
     on_op: Any = None  # called after each compute op as on_op(stage, mb, phase, op name, name id)
     # on_op_at(stage, mb, phase): whether on_op may act in that phase (None: any); the other phases are written
-    # as one run of rows (Table.add_run) instead of op by op
+    # as one run of rows (Table.add_run, or Table.add_placed where ops are placed by their row) instead of op by op
     on_op_at: Any = None
     # (name prefix, the phase's op names) -> their name ids: the same on every rank of a stage, so an emitter
     # that shares it with the other ranks' (the training block) interns each name once
@@ -69,6 +86,8 @@ class _Emitter:
     # data-parallel replicas repeat every pipeline rank's tag sets
     shared_p2p_tags: bool = False
     runs: dict[tuple[int, str], Any] = field(default_factory=dict)  # (stage, phase) -> _run's answer
+    # (name prefix, the phase's op names) -> _placed_cols's answer, shared like name_ids
+    placed_ids: dict[tuple[str, tuple[str, ...]], Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.compute_stream = self.table.streams("compute")
@@ -172,16 +191,46 @@ class _Emitter:
             return [prev_of[(s, "I", j)]]
         return []
 
-    def _run(self, s: int, phase: str) -> tuple[tuple[int, ...], tuple[str, ...]] | None:
-        """The templates and op names of phase ``phase`` of stage ``s`` when it can be written as one run of rows
-        (:meth:`Table.add_run`): ops on the compute stream one after the other, none placed by its row (no
-        :class:`ProtoPlace`); None otherwise (the op-by-op path)."""
+    def _run(self, s: int, phase: str) -> _Run | None:
+        """Phase ``phase`` of stage ``s`` as one run of rows (:class:`_Run`; ops placed by their row, the
+        context-parallel and TP rings' :class:`ProtoPlace`, included); None where the row list is empty."""
         key = (s, phase)
         if key not in self.runs:
             rows = self.protos[key]
-            self.runs[key] = None if not rows or any(len(r) > 2 for r in rows) else \
-                (tuple(r[1] for r in rows), tuple(r[0] for r in rows))
+            run = None
+            if rows:
+                cs = self.compute_stream
+                at: list[ProtoPlace | None] = [r[2] if len(r) > 2 else None for r in rows]  # type: ignore[misc]
+                placed = [k for k, a in enumerate(at) if a is not None and a.after]
+                sfx = [(k, x) for k, a in enumerate(at) if a is not None for x in (a.batch, a.msg)]
+                names = tuple(r[0] for r in rows)
+                run = _Run(tuple(r[1] for r in rows), names, all(a is None for a in at),
+                           tuple(cs if a is None or a.stream < 0 else a.stream for a in at),
+                           tuple(-1 if a is None else a.peer for a in at),
+                           tuple((k, at[k].after) for k in placed),  # type: ignore[union-attr]
+                           tuple((k, 2 * k + (i % 2), x) for i, (k, x) in enumerate(sfx) if x),
+                           len(set(names)) == len(names))
+            self.runs[key] = run
         return self.runs[key]  # type: ignore[no-any-return]
+
+    def _placed_cols(self, pre: str, run: _Run, ids: list[int]) -> tuple[list[tuple[int, ...]], list[int],
+                                                                      list[int]]:
+        """Of a run with placed ops under name prefix ``pre`` (name ids ``ids``): each op's dependencies on ops
+        of its own phase (name ids), its NCCL group name's and message's string ids (-1: none), interned in the
+        op-by-op order (each op's group name, then its message) and kept for the other ranks (the same strings)."""
+        key = (pre, run.names)
+        got = self.placed_ids.get(key)
+        if got is None:
+            n = len(ids)
+            deps: list[tuple[int, ...]] = [()] * n
+            for k, after in run.after:
+                deps[k] = tuple([ids[i] for i in after])
+            both = [-1] * (2 * n)  # each op's group name, then its message
+            sids = intern_list(self.table.strs, [pre + x for _k, _a, x in run.strs])
+            for (_k, at, _x), sid in zip(run.strs, sids, strict=True):
+                both[at] = sid
+            got = self.placed_ids[key] = (deps, both[0::2], both[1::2])
+        return got  # type: ignore[no-any-return]
 
     def compute(self, sub: Any) -> None:
         """The ops of one F, I, W or full backward B (= I then W) of a stage on a microbatch."""
@@ -207,11 +256,18 @@ class _Emitter:
             run = self._run(s, phase)
             if run is not None and (self.on_op is None or (
                     self.on_op_at is not None and not self.on_op_at(s, j, phase))):
-                tnames = run[1]
+                tnames = run.names
                 ids = self.name_ids.get((pre, tnames))
                 if ids is None:
-                    ids = self.name_ids[(pre, tnames)] = [names(pre + tn) for tn in tnames]
-                table.add_run(run[0], self.rank, ids, tags, compute, first)
+                    ids = self.name_ids[(pre, tnames)] = intern_list(names, list(map(pre.__add__, tnames)),
+                                                                     run.distinct)
+                if run.plain:
+                    table.add_run(run.tmpls, self.rank, ids, tags, compute, first)
+                else:
+                    waits, batch, msg = self._placed_cols(pre, run, ids)
+                    if first:
+                        waits = [first + waits[0], *waits[1:]]
+                    table.add_placed(run.tmpls, self.rank, ids, tags, run.streams, waits, run.peers, batch, msg)
                 self.last_compute = ids[-1]
                 self.prev_of[(s, phase, j)] = ids[-1]
                 continue

@@ -204,15 +204,35 @@ def _objects(x: Any) -> np.ndarray:
     return out
 
 
-def _intern_all(interner: _Interner, seq: list[Any]) -> np.ndarray:
-    """Ids of every item of ``seq`` (int32), interning the new ones in first-seen order."""
+def _intern_new(interner: _Interner, seq: list[Any]) -> dict[Any, int]:
+    """Intern the items of ``seq`` not interned yet, in first-seen order (as calling ``interner`` on each item in
+    turn would); returns the interner's lookup table."""
     uniq = dict.fromkeys(seq)  # once: hashing a million fresh strings is most of the cost
     interner.touch_all(uniq)
     ids, items = interner._ids, interner._items
     new = list(filterfalse(ids.__contains__, uniq))  # C-level loops, no Python bytecode per item
     ids.update(zip(new, count(len(items))))
     items.extend(new)
-    return np.fromiter(map(ids.__getitem__, seq), I32, len(seq))
+    return ids
+
+
+def _intern_all(interner: _Interner, seq: list[Any]) -> np.ndarray:
+    """Ids of every item of ``seq`` (int32), interning the new ones in first-seen order."""
+    return np.fromiter(map(_intern_new(interner, seq).__getitem__, seq), I32, len(seq))
+
+
+def intern_list(interner: _Interner, seq: list[Any], distinct: bool = False) -> list[int]:
+    """Ids of every item of ``seq`` (a list), interning the new ones in first-seen order: what ``[interner(x) for x
+    in seq]`` gives, without a Python call per item. ``distinct``: the caller knows the items differ from each
+    other (then, when none is interned yet, they take the next ids in order without a lookup each)."""
+    ids = interner._ids
+    if distinct and not interner._unreg and ids.keys().isdisjoint(seq):
+        items = interner._items
+        base = len(items)
+        ids.update(zip(seq, count(base)))
+        items.extend(seq)
+        return list(range(base, base + len(seq)))
+    return list(map(_intern_new(interner, seq).__getitem__, seq))
 
 
 def template_key(p: Op) -> tuple[Any, ...]:
@@ -351,6 +371,22 @@ class Table:
         self.o_msg.extend(none)
         self._o_deps.append(first)
         self._o_deps.extend([()] * (n - 1))
+
+    def add_placed(self, tmpls: tuple[int, ...], rank: int, names: list[int], tags: int, streams: tuple[int, ...],
+                   deps: list[tuple[int, ...]], peers: tuple[int, ...], batches: list[int], msgs: list[int]) -> None:
+        """``len(tmpls)`` instances on one rank with one tag set, as that many :meth:`add_ids` calls would write
+        them: op ``i`` of template ``tmpls[i]``, name id ``names[i]``, stream id ``streams[i]``, dependency name
+        ids ``deps[i]``, peer ``peers[i]``, batch and message string ids ``batches[i]``, ``msgs[i]`` (-1 none)."""
+        n = len(tmpls)
+        self.o_tmpl.extend(tmpls)
+        self.o_rank.extend([rank] * n)
+        self.o_name.extend(names)
+        self.o_tags.extend([tags] * n)
+        self.o_stream.extend(streams)
+        self.o_peer.extend(peers)
+        self.o_batch.extend(batches)
+        self.o_msg.extend(msgs)
+        self._o_deps.extend(deps)
 
     def add_one(self, t: int, rank: int, name: str, tags: int, stream: str, deps: tuple[str, ...] = (),
                 peer: int = -1, batch: str | None = None, msg: str | None = None) -> None:

@@ -513,6 +513,7 @@ class _Ranks:
     def __init__(self, spec: ScheduleSpec, table: Table, t: TrainingSpec, plan: TrainingPlan, num_stages: int):
         self.spec, self.table, self.t, self.plan = spec, table, t, plan
         self.name_ids: dict[tuple[str, tuple[str, ...]], list[int]] = {}  # every rank's emitter shares them
+        self.placed_ids: dict[tuple[str, tuple[str, ...]], Any] = {}  # likewise (_Emitter.placed_ids)
         self.lists = {s: stage_lists(t, plan, s, num_stages) for s in range(num_stages)}
         self.hot_lists = {s: stage_lists(t, plan, s, num_stages, hot=True) for s in range(num_stages)} \
             if plan.experts and t.moe_expert_capacity_factor is not None else self.lists
@@ -799,7 +800,7 @@ def _emit_rank(ranks: _Ranks, g: int, pplan: Any, steps: dict[int, list[tuple[An
                                 tp_ring=(tp_group[(t_ + 1) % plan.tp], tp_group[(t_ - 1) % plan.tp])
                                 if t.tp_comm_overlap else (-1, -1), odd=(c_ % 2 == 1, t_ % 2 == 1))
     em = _Emitter(ranks.table, pplan, protos, p2p_tmpl, chunk_of, g, 0, ranks=pp_ranks, name_ids=ranks.name_ids,
-                  shared_p2p_tags=True)
+                  placed_ids=ranks.placed_ids, shared_p2p_tags=True)
     shard = plan.dp * plan.cp if t.use_distributed_optimizer else 1
     grad_e, param_e = DTYPE_BYTES[plan.grad_dtype], DTYPE_BYTES[plan.dtype]
     mine = sum(params[s] for s in rank_stages[p_])

@@ -211,8 +211,9 @@ def _link_ends(gptr: np.ndarray, gidx: np.ndarray, rank: np.ndarray, C: int, one
         nz = sizes > 0
         starts = gptr[:C][nz].astype(I64)
         span[nz] = np.minimum.reduceat(nd, starts) != np.maximum.reduceat(nd, starts)
-        if groups is not None:
-            span = np.array([len({int(node[r]) for r in g}) > 1 for g in groups], bool)
+        if groups is not None:  # each distinct group once (a lowering repeats a few groups over its collectives)
+            spans = {g: len({int(node[r]) for r in g}) > 1 for g in dict.fromkeys(groups)}
+            span = np.fromiter(map(spans.__getitem__, groups), bool, len(groups))
     k = np.where(span, 4, 2).astype(I64)  # ends per member: 2 (scale-up link) or 4 (and the NIC)
     km = np.repeat(k, sizes)
     first = np.cumsum(km) - km  # each member's first end, over all collective ends

@@ -146,3 +146,25 @@ def test_search_says_hand_written_ops_beside_the_block_are_in_no_point(tmp_path:
     p.write_text(TINY)
     r = CliRunner().invoke(app, args)
     assert r.exit_code == 0 and "hand-written" not in r.stderr
+
+
+def test_points_share_the_profile_and_its_cost_model_with_the_same_predictions() -> None:
+    """The points of a search run on one profile object and one CostModel (its NCCL costs and GEMM surfaces
+    worked out once), and each point's prediction is the one it gets alone in a fresh process state."""
+    from schedsim import search as s
+
+    pts = [p for p in candidates(_block(), 8, tps=[1, 2], pps=[2], mbss=[1], recomputes=["none"], vpps=[None],
+                                 memory_limit=2**40) if p.status == "simulated"]
+    assert len(pts) == 2
+    alone = []
+    for p in pts:
+        s._PROFILES.clear()
+        s._MODELS.clear()
+        alone.append(s.run_point("tiny", 8, p.block, "dgx_h100"))
+    s._PROFILES.clear()
+    s._MODELS.clear()
+    first = s.run_point("tiny", 8, pts[0].block, "dgx_h100")
+    (model,) = s._MODELS.values()
+    together = [first, s.run_point("tiny", 8, pts[1].block, "dgx_h100")]
+    assert list(s._MODELS.values()) == [model]  # the second point took the first one's CostModel
+    assert together == alone and isinstance(alone[0], dict) and alone[0]["iteration_s"] > 0

@@ -95,3 +95,28 @@ def test_shared_p2p_tag_sets_predict_the_same(case: str, monkeypatch: pytest.Mon
     assert shared[2] == fresh[2]
     assert shared[3] == fresh[3]
     assert shared[4] < fresh[4]
+
+
+@pytest.mark.parametrize("case", ["cp2", "tp_comm_overlap"])
+def test_placed_ring_ops_are_written_as_runs(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The phases whose ring send/recv are placed by their row (context parallelism, ``tp_comm_overlap``) go
+    through the run path too: the only ops written one :meth:`Table.add_ids` call at a time are the pipeline's
+    sends and recvs (``sendF0.1``) and the step's tail (``dp_grad_all_reduce``, ``optimizer_step``: no dot in
+    the name), not the layers' kernels and ring ops (``F0.1.l0.cp_send_kv0``)."""
+    from schedsim.lower.table import Table
+
+    world, extra = CASES[case]
+    calls: list[int] = []
+    add_ids = Table.add_ids
+
+    def counted(self: Table, *args: Any) -> None:
+        calls.append(args[2])
+        add_ids(self, *args)
+
+    monkeypatch.setattr(Table, "add_ids", counted)
+    prog = lower(load_text(_text(world, extra)))
+    names = list(prog.names)
+    one_by_one = [names[i] for i in calls]
+    assert any(".cp_" in n or ".tp_send" in n for n in names)
+    assert sorted(one_by_one) == sorted(names[i] for i in np.asarray(prog.name_id).tolist()
+                                        if names[i].startswith(("send", "recv")) or "." not in names[i])
