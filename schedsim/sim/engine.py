@@ -48,7 +48,7 @@ from schedsim.hardware.profile import HardwareProfile, check_gpu_model
 from schedsim.lower.program import Program, ProgramInfo
 from schedsim.sim.loop import HOST, _State, compiled_loop  # HOST is re-exported
 from schedsim.sim.loop_arrays import _compile_program, _Compiled
-from schedsim.sim.replay import _run_replay
+from schedsim.sim.replay import _run_replay, check_recorded_tags
 from schedsim.sim.timeline import SpanColumns, Timeline, _encode
 from schedsim.sim.waves_columns import ProgramRun, _per_op, categorical, run_waves_program
 
@@ -217,6 +217,7 @@ def _simulate_once(G: Program, profile: HardwareProfile, info: ProgramInfo, mode
         if G.represented:  # the replay loop takes a collective's ranks from its members
             raise GraphError("a symmetric Program (a training step lowered for its representative ranks) runs only "
                              "on the waves model", fix="lower it with every rank (schedsim predict --full-ranks)")
+        check_recorded_tags(G)
         c = _compile_program(G, profile, mode)
         st = _run_replay(c, mode, conns)
         return _timeline(info, profile, mode, c, st)

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from schedsim.gpu import rules as gm
-from schedsim.graph.ops import Op, resource_of
+from schedsim.graph.ops import Op, format_op_id, resource_of
 from schedsim.sim.loop import HOST, _raise_deadlock, _State
 from schedsim.sim.loop_arrays import _Compiled
 
@@ -43,6 +43,30 @@ HOST_WAIT_TAG = "host_wait_before_us"
 #: stream, a few µs from a launch call's return to its kernel: one H100, ``benchmarks/accuracy/trace_replay.py
 #: --capture``). The ``replay`` model starts the op at ``max(issue, end of its predecessors) + gap``.
 GPU_GAP_TAG = "gpu_gap_us"
+
+
+def check_recorded_tags(G: Any) -> None:
+    """Refuse an op of the Program ``G`` (:class:`~schedsim.lower.program.Program`) whose :data:`HOST_WAIT_TAG` or
+    :data:`GPU_GAP_TAG` is not a finite number of µs at least 0 (``schedsim import`` writes them so), where the
+    ``replay`` model would otherwise read it as no wait or no gap. One pass over the distinct tag sets.
+
+    Raises
+    ------
+    SpecError
+        Naming the first such op (``name@rank``), the tag and its value, and ``G.file``.
+    """
+    from schedsim.errors import SpecError, printable
+
+    for k, tags in enumerate(G.tagsets):
+        for tag, v in tags:
+            if tag not in (HOST_WAIT_TAG, GPU_GAP_TAG):
+                continue
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v < math.inf:
+                i = int(np.flatnonzero(np.asarray(G.tags_id) == k)[0])
+                op = format_op_id(G.names[int(G.name_id[i])], int(G.rank[i]))
+                raise SpecError(f"op {printable(op, 80)}: recorded tag {tag} is {printable(repr(v), 40)}, not a "
+                                "finite number of µs at least 0", file=G.file or None, path=f"tags.{tag}",
+                                fix=f"write {tag} as a number of µs (0 or more), or drop the tag")
 
 
 def _gpu_gaps(ops: list[Op]) -> list[float]:
