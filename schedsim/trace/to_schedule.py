@@ -135,8 +135,9 @@ WAIT_SLACK_NS = 1000.0
 #: The longest launch latency (ns) kept as an op's ``gpu_gap_us``: a CUDA graph's first node started 4.8-11 µs
 #: after its ``cudaGraphLaunch`` returned, eager kernels 1-3 µs after their stream predecessor or launch call,
 #: graph nodes 0.4-0.9 µs after the node before (one H100: docs/validation.md, issue 37's replay section;
-#: ``benchmarks/accuracy/trace_replay.py --capture``). A longer delay is a hold the trace does not name (a copy that started 45-137 µs after its issue
-#: beside a GEMM, ``tests/data/kineto_whatif_*``): not latency, and not replayed.
+#: ``benchmarks/accuracy/trace_replay.py --capture``). A longer delay is a hold the trace does not name (a copy
+#: that started 45-137 µs after its issue beside a GEMM, ``tests/data/kineto_whatif_*``): not latency, and not
+#: replayed.
 LAUNCH_GAP_MAX_NS = 12000.0
 
 _LAUNCH = ("Launch", "Memcpy", "Memset")
