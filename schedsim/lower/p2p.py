@@ -18,12 +18,27 @@ from schedsim.lower.program import batch_heads, stable_order, unique
 _P2P_WORDS = re.compile(r"(?:^|(?<=_))(?:i?send|i?recv|snd|rcv|tx|rx)(?:_|$)|^(?:i?send|i?recv)|(?:i?send|i?recv)$")
 
 
+#: :data:`_P2P_WORDS` with ``^`` and ``$`` at each line's ends: applied to names joined by newlines, it matches in
+#: each name as :data:`_P2P_WORDS` does in it alone (no alternative matches a newline or an empty string, and the
+#: look-behind for ``_`` fails after a newline as at a string's start).
+_P2P_WORDS_LINES = re.compile(_P2P_WORDS.pattern, re.MULTILINE)
+
+
 def message_name(name: str) -> str:
     """What a send/recv's name says it carries: the name without send/recv words (``send_grad`` -> ``grad``)."""
-    return _P2P_WORDS.sub("", name.lower()).strip("_")
+    return message_names([name])[0]
 
 
-__all__ = ["match_p2p", "message_name", "name_warning"]
+def message_names(names: list[str]) -> list[str]:
+    """:func:`message_name` of each of ``names``, in one pass of the regular expression over them joined by
+    newlines (a name holding a newline: each alone)."""
+    text = "\n".join(names)
+    if len(names) < 2 or text.count("\n") != len(names) - 1:
+        return [_P2P_WORDS.sub("", nm.lower()).strip("_") for nm in names]
+    return [m.strip("_") for m in _P2P_WORDS_LINES.sub("", text.lower()).split("\n")]
+
+
+__all__ = ["match_p2p", "message_name", "message_names", "name_warning"]
 
 I64 = np.int64
 
@@ -101,7 +116,7 @@ def _name_warnings(cols: Any, s: np.ndarray, r: np.ndarray, ss: np.ndarray, sd: 
     without a message tag (``ms`` < 0) whose send and recv carry different message names, where a recv of the
     same (src, dst) carries the send's (the first such recv, in the pairing's order, is the one meant).
 
-    In bulk: each distinct op name's message name once (:func:`message_name`), then array lookups."""
+    In bulk: each distinct op name's message name once (:func:`message_names`), then array lookups."""
     c = cols.c
     cand = np.flatnonzero(ms < 0)
     if not len(cand):
@@ -111,7 +126,7 @@ def _name_warnings(cols: Any, s: np.ndarray, r: np.ndarray, ss: np.ndarray, sd: 
     ids = np.unique(np.concatenate([sn, rn]))
     codes: dict[str, int] = {}
     mcode = np.fromiter((codes.setdefault(m, len(codes)) if m else -1
-                         for m in map(message_name, cols.table.names.take(ids.tolist()))), I64, len(ids))
+                         for m in message_names(cols.table.names.take(ids.tolist()))), I64, len(ids))
     ca, code_r = mcode[np.searchsorted(ids, sn)], mcode[np.searchsorted(ids, rn)]
     keep = (ca >= 0) & (code_r[cand] >= 0) & (ca != code_r[cand])
     cand, ca = cand[keep], ca[keep]

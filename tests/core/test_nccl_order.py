@@ -81,8 +81,8 @@ def test_name_check_reads_each_name_a_bounded_number_of_times():
 
     def count(frame, event, _arg):
         nonlocal calls
-        if event == "call" and frame.f_code.co_name == "message_name":
-            calls += 1
+        if event == "call" and frame.f_code.co_name == "message_names":
+            calls += len(frame.f_locals["names"])
 
     n = 400
     ops = (f"  - foreach: {{k: range({n})}}\n    ops:\n"
@@ -95,6 +95,20 @@ def test_name_check_reads_each_name_a_bounded_number_of_times():
         sys.setprofile(None)
     assert w == []
     assert calls == 2 * n
+
+
+def test_message_names_in_bulk_as_one_by_one():
+    """:func:`message_names` runs one regular expression over the names joined by newlines; each name's result
+    is the one-name form's: words at a name's start or end (``^`` / ``$`` per line), after ``_`` only inside a
+    name (the look-behind does not reach the name before), and a name holding a newline read alone."""
+    from schedsim.lower.p2p import _P2P_WORDS, message_names
+
+    names = ["send_grad", "x_recv", "grad_isend_a", "sendrecv", "tx", "rx_tx", "a_tx_b", "_tx", "Send_ACT", "recv",
+             "ab_snd", "snd_", "a\nsend", "isend", "mid_rcv_x", "b.recv[0]", "txt", "max"]
+    one = [_P2P_WORDS.sub("", nm.lower()).strip("_") for nm in names]
+    assert one[:4] == ["grad", "x", "grad_a", ""]
+    assert message_names(names) == one
+    assert message_names([nm for nm in names if "\n" not in nm]) == [m for nm, m in zip(names, one) if "\n" not in nm]
 
 
 def test_per_rank_collective_without_group_is_one_collective():
