@@ -178,6 +178,9 @@ ops:
     ("m: 64 * (i + 1)", "m: 64 / (i + 1)", "fraction"),  # 64/3 is not an integer
     ("name: mm{i}", "name: mm{i // 2}", "used twice"),
     ("name: ar{i}", "name: \"{i}ar\"", "should match pattern"),
+    ("name: ar{i}", "name: \"ar {i}\"", "should match pattern"),  # a space inside
+    ("name: ar{i}", "name: \"ar{i}\u00e9\"", "should match pattern"),  # not ASCII
+    ("name: ar{i}", "name: \"{['ar', '.a', 'b'][i % 3]}{i}\"", "should match pattern"),  # a bad first character
     ("name: ar{i}", "name: \"{i}\"", "valid string"),
     ("deps: [\"mm{i}\"]", "deps: [\"mm{i + 1}\"]", "mm6"),  # the last iteration depends on an op that does not exist
     ("deps: [\"mm{i}\"]", "deps: [\"{i}\"]", "valid string"),
@@ -194,6 +197,23 @@ def test_bad_input_in_a_block_raises_the_general_paths_error(general, old, new, 
         general(lambda: lower(load_text(text, "bad.yaml")))
     assert type(fast.value) is type(slow.value) and str(fast.value) == str(slow.value)
     assert what in str(fast.value) and fast.value.fix
+
+
+def test_names_checked_in_bulk_as_the_pattern_checks_them():
+    """The block path checks a million names as bytes at once (``_names_ok``): it accepts exactly what
+    ``NAME_PATTERN``, one name per line, accepts."""
+    import re
+
+    from schedsim.spec.block import _NAME_RE, _names_ok
+    from schedsim.spec.model import NAME_PATTERN
+
+    cases = ["", "a\n", "a\nb_1.c-[2]\n", "_x\n", "a\n\n", "a\n1b\n", "a\n.b\n", "a\n-b\n", "a\n[b\n", "9\n",
+             "a b\n", "a\tb\n", "a\nb", "\u00e9\n", "a\u00e9\n", "a\n\u00e9\n", "a$\n", "a\nb\n\n"]
+    got = [_names_ok(t) for t in cases]
+    assert got == [_NAME_RE.fullmatch(t) is not None for t in cases]
+    assert got == [all(re.fullmatch(NAME_PATTERN, nm) for nm in t.split("\n")[:-1]) and t.endswith("\n") or t == ""
+                   for t in cases]
+    assert got[:4] == [True] * 4 and got[4:7] == [False] * 3
 
 
 NESTED = """\
