@@ -653,9 +653,13 @@ def _chars(vals: dict[str, Any], nk: int) -> int:
     for v in vals.values():
         if isinstance(v, str):
             chars += len(v) * nk
-        elif isinstance(v, np.ndarray):
+        elif isinstance(v, np.ndarray) and v.dtype.kind in "OU":  # (arrays of numbers have no characters)
             lst = v.tolist()
-            chars += sum(map(len, lst)) if set(map(type, lst)) == {str} else sum(len(x) for x in lst if type(x) is str)
+            types = set(map(type, lst))
+            if types == {str}:
+                chars += len("".join(lst))
+            elif str in types:
+                chars += sum(len(x) for x in lst if type(x) is str)
     return chars
 
 
