@@ -485,8 +485,11 @@ def _load_blocks(doc: LDict, file: str) -> ScheduleSpec | None:
     if any(isinstance(item, Block) and any(isinstance(m, CollectiveOp) and m.ranks is not None and len(m.ranks) == 1
                                            and m.group is None for m in models[a:b]) for item, a, b in spans):
         return None  # one entry per rank forms one collective with the same names elsewhere: the general path
+    import numpy as np
+
     block_names: list[str] = []
-    on_one: list[tuple[str, int]] = []  # (name, rank) of the block rows that run on one rank
+    one_names: list[str] = []  # the names of the block rows that run on one rank, and (below) their ranks
+    one_ranks: list[np.ndarray] = []
     other_names: set[str] = set()
     items: list[Any] = []
     srcs: list[Any] = []
@@ -495,7 +498,8 @@ def _load_blocks(doc: LDict, file: str) -> ScheduleSpec | None:
             item.models, item.sources = models[a:b], sources[a:b]
             one = [m.ranks[0] if m.ranks is not None and len(m.ranks) == 1 else -1 for m in item.models]
             if all(r >= 0 for r in one):
-                on_one.extend(zip(item.names.tolist(), [one[j] for j in item.row_rep.tolist()], strict=True))
+                one_names.extend(item.names.tolist())
+                one_ranks.append(np.asarray(one, np.int64)[item.row_rep])
             else:
                 block_names.extend(item.names.tolist())
             items.append(item)
@@ -506,7 +510,8 @@ def _load_blocks(doc: LDict, file: str) -> ScheduleSpec | None:
             srcs.append(sources[a])
     names = set(block_names)
     if len(names) != len(block_names) or not names.isdisjoint(other_names) or \
-            len(set(on_one)) != len(on_one) or not {nm for nm, _ in on_one}.isdisjoint(names | other_names):
+            not _pairs_distinct(one_names, np.concatenate(one_ranks) if one_ranks else np.zeros(0, np.int64)) or \
+            ((names or other_names) and not set(one_names).isdisjoint(names | other_names)):
         return None  # a block row's name used twice on a rank (check_spec saw the other ops)
     spec.__dict__.pop("ops")
     private = spec.__pydantic_private__
@@ -514,6 +519,18 @@ def _load_blocks(doc: LDict, file: str) -> ScheduleSpec | None:
     private["_sources"] = []
     private["_layout"] = Layout(items, srcs)
     return spec
+
+
+def _pairs_distinct(names: list[str], ranks: Any) -> bool:
+    """Whether the ``(names[k], ranks[k])`` pairs are distinct: equal pairs have equal keys made of the name's
+    hash and the rank, so distinct keys (one sort of int64, not a set of a million tuples) settle it; where two
+    keys are equal, the pairs themselves decide."""
+    import numpy as np
+    key = np.fromiter(map(hash, names), np.int64, len(names)) * np.int64(1_000_003) + ranks
+    key.sort()
+    if not bool((key[1:] == key[:-1]).any()):
+        return True
+    return len(set(zip(names, ranks.tolist(), strict=True))) == len(names)
 
 
 def load_schedule(path: str | Path, overrides: Mapping[str, Any] | None = None) -> ScheduleSpec:

@@ -491,6 +491,41 @@ ops:
 """
 
 
+@pytest.mark.parametrize("old, new", [
+    ('name: "s{i}"', 'name: "s{i // 2}"'),  # s0 twice on every rank
+    ('name: "r{i}"', 'name: "s{i}"'),  # a recv named as the send of its iteration, on the same rank
+    ('name: "r{i}"', 'name: "r{i % 3}"'),  # r0 twice on every rank, the last iteration's
+])
+def test_a_name_used_twice_on_a_rank_by_entries_per_rank_is_the_general_paths_error(general, old, new):
+    """Rows instanced per rank are checked for a (name, rank) used twice by a sort of keys made of the names'
+    hashes, in bulk; the error raised is the general path's, whichever two rows share a name on a rank."""
+    text = RING.replace(old, new)
+    assert text != RING
+    with pytest.raises(SchedsimError) as fast:
+        lower(load_text(text, "ring.yaml"))
+    with pytest.raises(SchedsimError) as slow:
+        general(lambda: lower(load_text(text, "ring.yaml")))
+    assert str(fast.value) == str(slow.value) and "twice" in str(fast.value)
+    spec = load_text(RING.replace("p2p_batch", "tag"), "ring.yaml")  # the names as written: distinct per rank
+    assert spec._layout is not None and spec._layout.items[0].rows == 4 * 2 * 3
+
+
+def test_pairs_with_equal_keys_are_told_apart_by_their_names():
+    """``_pairs_distinct``: equal keys (names whose hashes collide, here by a ``str`` whose hash is 7) fall
+    back to the pairs themselves; equal pairs are never distinct."""
+    from schedsim.spec.loader import _pairs_distinct
+
+    class Same(str):
+        def __hash__(self) -> int:
+            return 7
+
+    assert _pairs_distinct([Same("a"), Same("b")], np.array([0, 0]))
+    assert not _pairs_distinct([Same("a"), Same("a")], np.array([0, 0]))
+    assert _pairs_distinct(["a", "b", "a"], np.array([0, 0, 1]))
+    assert not _pairs_distinct(["a", "b", "a"], np.array([1, 0, 1]))
+    assert _pairs_distinct([], np.zeros(0, np.int64))
+
+
 def test_a_ring_written_with_rank_is_one_block_of_few_templates(general):
     """Entries instanced per rank (`peer: (rank + 1) % W`) stay in the block, a representative per rank and
     entry, the batch of every iteration carried by its row: the general path's Program with 2W templates."""
