@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from schedsim.arrays import unique
 from schedsim.errors import ProfileError
 from schedsim.network.tuning import (
     COLL_FUNCS,
@@ -177,17 +178,18 @@ class NcclNetwork:
             return got
         g = self.gpus_of(ranks)  # over all ranks at once: a group of 100,000 ranks is one of many
         node, loc = g // self.gpn, g % self.gpn
-        nodes, per_node = np.unique(node, return_counts=True)
+        nodes, _first, at = unique(node)  # (not np.unique: it imports numpy.ma)
+        per_node = np.bincount(at)
         fab = self.topo.fabric
         per_leaf = fab.nodes_per_leaf if fab is not None and fab.kind == "leaf_spine" else None
-        leaves = len(np.unique(nodes // per_leaf)) if per_leaf else 1
-        used = np.unique(loc)
+        leaves = len(unique(nodes // per_leaf)[0]) if per_leaf else 1
+        used = unique(loc)[0]
         nic_of = np.zeros(int(used.max()) + 1, np.int64)
         nic_of[used] = [self.nic_of(x) for x in used.tolist()]
         nic = nic_of[loc]
         lo, span = int(nic.min()), int(nic.max() - nic.min()) + 1
-        node_nics = np.unique(node * span + (nic - lo))  # the distinct (node, NIC) pairs
-        nics = int(np.unique(node_nics // span, return_counts=True)[1].min())  # fewest NICs on a node
+        node_nics = unique(node * span + (nic - lo))[0]  # the distinct (node, NIC) pairs
+        nics = int(np.bincount(unique(node_nics // span)[2]).min())  # fewest NICs on a node
         got = GroupShape(len(ranks), len(nodes), int(per_node.max()), nics, leaves)
         self._shapes[ranks] = got
         return got

@@ -115,17 +115,20 @@ class NetworkModel:
         """
         import numpy as np
 
+        from schedsim.arrays import unique
+
         rk = np.asarray(ranks, np.int64)
         if self._net is not None:
             gpu_node = self._net.gpus_of(rk) // self._net.gpn
         else:
             gpn = self.profile.topology.gpus_per_node
             gpu_node = rk // gpn if gpn else np.zeros(len(rk), np.int64)
-        _nodes, first, inv, count = np.unique(gpu_node, return_index=True, return_inverse=True, return_counts=True)
+        _nodes, first, inv = unique(gpu_node)  # (not np.unique: it imports numpy.ma)
+        count = np.bincount(inv)
         if len(first) < 2:
             return 0.0
         fullest = np.flatnonzero(count == count.max())  # the fullest node; of equals, the first of the ranks'
-        local = tuple(rk[inv.reshape(-1) == fullest[int(np.argmin(first[fullest]))]].tolist())
+        local = tuple(rk[inv == fullest[int(np.argmin(first[fullest]))]].tolist())
         if len(local) < 2:
             return 0.0
         lf = bus_factor(kind, len(local))
