@@ -122,7 +122,7 @@ def _name_warnings(cols: Any, s: np.ndarray, r: np.ndarray, ss: np.ndarray, sd: 
     without a message tag (``ms`` < 0) whose send and recv carry different message names, where a recv of the
     same (src, dst) carries the send's (the first such recv, in the pairing's order, is the one meant).
 
-    In bulk: each distinct op name's message name once (:func:`message_name`), then array lookups."""
+    In bulk: each distinct op name's message name once (:func:`message_names`), then array lookups."""
     c = cols.c
     cand = np.flatnonzero(ms < 0)
     if not len(cand):

@@ -27,8 +27,11 @@ import bisect
 import itertools
 import math
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
+import numpy as np
+
+from schedsim.arrays import unique
 from schedsim.errors import ProfileError
 from schedsim.kinds import KINDS
 from schedsim.network.tuning import (
@@ -138,6 +141,27 @@ class NcclNetwork:
                                fix="raise topology.nodes or run the schedule on fewer ranks")
         return gpu
 
+    def gpus_of(self, ranks: Any) -> np.ndarray:
+        """:meth:`gpu_of` of each of ``ranks`` (ints, any sequence or array of n), as int64[n], at once.
+
+        Raises
+        ------
+        ProfileError
+            As :meth:`gpu_of`, for the first of ``ranks`` that it refuses.
+        """
+        r = np.asarray(ranks, np.int64).reshape(-1)
+        pl = self.topo.placement
+        if pl is not None:
+            bad = r >= len(pl)
+            gpu = np.asarray(pl, np.int64)[np.where(bad, 0, r)] if len(pl) else np.zeros(len(r), np.int64)
+        else:
+            bad, gpu = np.zeros(len(r), bool), r
+        if self.topo.nodes is not None:
+            bad |= gpu >= self.topo.nodes * self.gpn
+        if bool(bad.any()):
+            self.gpu_of(int(r[int(np.argmax(bad))]))  # raises
+        return gpu
+
     def nic_of(self, local_gpu: int) -> int:
         """NIC index a node's GPU ``local_gpu`` uses (``nics.gpu_to_nic``, else rail-optimised spread)."""
         nics = self.topo.nics
@@ -152,15 +176,21 @@ class NcclNetwork:
         got = self._shapes.get(ranks)
         if got is not None:
             return got
-        per_node: dict[int, list[int]] = {}
-        for r in ranks:
-            g = self.gpu_of(r)
-            per_node.setdefault(g // self.gpn, []).append(g % self.gpn)
+        g = self.gpus_of(ranks)  # over all ranks at once: a group of 100,000 ranks is one of many
+        node, loc = g // self.gpn, g % self.gpn
+        nodes, _first, at = unique(node)  # (not np.unique: it imports numpy.ma)
+        per_node = np.bincount(at)
         fab = self.topo.fabric
         per_leaf = fab.nodes_per_leaf if fab is not None and fab.kind == "leaf_spine" else None
-        leaves = len({nd // per_leaf for nd in per_node}) if per_leaf else 1
-        nics = min(len({self.nic_of(x) for x in loc}) for loc in per_node.values())
-        got = GroupShape(len(ranks), len(per_node), max(len(v) for v in per_node.values()), nics, leaves)
+        leaves = len(unique(nodes // per_leaf)[0]) if per_leaf else 1
+        used = unique(loc)[0]
+        nic_of = np.zeros(int(used.max()) + 1, np.int64)
+        nic_of[used] = [self.nic_of(x) for x in used.tolist()]
+        nic = nic_of[loc]
+        lo, span = int(nic.min()), int(nic.max() - nic.min()) + 1
+        node_nics = unique(node * span + (nic - lo))[0]  # the distinct (node, NIC) pairs
+        nics = int(np.bincount(unique(node_nics // span)[2]).min())  # fewest NICs on a node
+        got = GroupShape(len(ranks), len(nodes), int(per_node.max()), nics, leaves)
         self._shapes[ranks] = got
         return got
 
@@ -483,4 +513,4 @@ def rank_nodes(profile: HardwareProfile, world: int) -> list[int] | None:
     if profile.topology.scale_up is None:
         return None
     net = NcclNetwork(profile)
-    return [net.gpu_of(r) // net.gpn for r in range(world)]
+    return (net.gpus_of(np.arange(world)) // net.gpn).tolist()

@@ -113,17 +113,22 @@ class NetworkModel:
         by ``links.network``, without this bound). 0 where ``nccl.algo`` / ``nccl.proto`` leave the node's ranks
         alone no algorithm (``NCCL_ALGO=NVLSTree`` runs only across nodes).
         """
+        import numpy as np
+
+        from schedsim.arrays import unique
+
+        rk = np.asarray(ranks, np.int64)
         if self._net is not None:
-            gpu_node = [self._net.gpu_of(r) // self._net.gpn for r in ranks]
+            gpu_node = self._net.gpus_of(rk) // self._net.gpn
         else:
             gpn = self.profile.topology.gpus_per_node
-            gpu_node = [r // gpn for r in ranks] if gpn else [0] * len(ranks)
-        by_node: dict[int, list[int]] = {}
-        for r, nd in zip(ranks, gpu_node, strict=True):
-            by_node.setdefault(nd, []).append(r)
-        if len(by_node) < 2:
+            gpu_node = rk // gpn if gpn else np.zeros(len(rk), np.int64)
+        _nodes, first, inv = unique(gpu_node)  # (not np.unique: it imports numpy.ma)
+        count = np.bincount(inv)
+        if len(first) < 2:
             return 0.0
-        local = max(by_node.values(), key=len)
+        fullest = np.flatnonzero(count == count.max())  # the fullest node; of equals, the first of the ranks'
+        local = tuple(rk[inv == fullest[int(np.argmin(first[fullest]))]].tolist())
         if len(local) < 2:
             return 0.0
         lf = bus_factor(kind, len(local))

@@ -264,16 +264,14 @@ def _buffer_ends(tl: Timeline, graph: DagLike | None, rows: np.ndarray) -> np.nd
         return end
     prog = getattr(graph, "prog", None)
     same = prog is not None and prog.N == len(c) and (c.named_by(prog.name_id) or list(prog.ids()) == list(c.id))
-    if same and prog is not None:
-        ptr, dst, kind = prog.succ
-        lo, hi = ptr[rows], ptr[rows + 1]
-        cnt = (hi - lo).astype(np.int64)
-        if cnt.sum():
-            pos = np.repeat(lo - np.cumsum(np.concatenate(([0], cnt[:-1]))), cnt) + np.arange(int(cnt.sum()))
-            src = np.repeat(np.arange(len(rows)), cnt)
-            j = dst[pos]
-            ok = (c.rank[j] == c.rank[rows][src]) & (kind[pos] != 0)
-            np.maximum.at(end, src[ok], c.end_s[j[ok]])
+    if same and prog is not None:  # the dependency edges out of the buffer rows (no successor CSR built)
+        at = np.full(prog.N, -1, np.int64)
+        at[rows] = np.arange(len(rows))
+        e = np.asarray(prog.dep_edges, np.int64).reshape(-1, 2)
+        src = at[e[:, 0]]
+        ok = np.flatnonzero(src >= 0)
+        ok = ok[c.rank[e[ok, 1]] == c.rank[e[ok, 0]]]
+        np.maximum.at(end, src[ok], c.end_s[e[ok, 1]])
         return end
     byid = tl.by_id()
     out = end.copy()

@@ -23,6 +23,7 @@ deadlock message.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 from operator import attrgetter
 from typing import TYPE_CHECKING, NamedTuple
@@ -211,9 +212,13 @@ def _link_ends(gptr: np.ndarray, gidx: np.ndarray, rank: np.ndarray, C: int, one
         nz = sizes > 0
         starts = gptr[:C][nz].astype(I64)
         span[nz] = np.minimum.reduceat(nd, starts) != np.maximum.reduceat(nd, starts)
-        if groups is not None:  # each distinct group once (a lowering repeats a few groups over its collectives)
-            spans = {g: len({int(node[r]) for r in g}) > 1 for g in dict.fromkeys(groups)}
-            span = np.fromiter(map(spans.__getitem__, groups), bool, len(groups))
+        if groups is not None:  # all groups at once: one of 100,000 ranks is one of few
+            glen = np.fromiter(map(len, groups), I64, len(groups))
+            gnd = node[np.fromiter(itertools.chain.from_iterable(groups), I64, int(glen.sum()))]
+            gz = glen > 0
+            gstarts = (np.cumsum(glen) - glen)[gz]
+            span = np.zeros(len(groups), bool)
+            span[gz] = np.minimum.reduceat(gnd, gstarts) != np.maximum.reduceat(gnd, gstarts)
     k = np.where(span, 4, 2).astype(I64)  # ends per member: 2 (scale-up link) or 4 (and the NIC)
     km = np.repeat(k, sizes)
     first = np.cumsum(km) - km  # each member's first end, over all collective ends

@@ -377,6 +377,8 @@ def _names_ok(joined: str, nk: int) -> bool:
     first."""
     if joined.count("\n") != nk or not joined.isascii():
         return False
+    if nk == 0:
+        return joined == ""
     b = joined.encode("ascii")
     return b.translate(None, _NAME_CHARS) == b"\n" * nk and b[:1] not in b"0123456789.-[]\n" and \
         _NOT_FIRST.search(b) is None
@@ -645,9 +647,13 @@ def _chars(vals: dict[str, Any], nk: int) -> int:
     for v in vals.values():
         if isinstance(v, str):
             chars += len(v) * nk
-        elif isinstance(v, np.ndarray):
+        elif isinstance(v, np.ndarray) and v.dtype.kind in "OU":  # (arrays of numbers have no characters)
             lst = v.tolist()
-            chars += sum(map(len, lst)) if set(map(type, lst)) == {str} else sum(len(x) for x in lst if type(x) is str)
+            types = set(map(type, lst))
+            if types == {str}:
+                chars += len("".join(lst))
+            elif str in types:
+                chars += sum(len(x) for x in lst if type(x) is str)
     return chars
 
 

@@ -178,6 +178,9 @@ ops:
     ("m: 64 * (i + 1)", "m: 64 / (i + 1)", "fraction"),  # 64/3 is not an integer
     ("name: mm{i}", "name: mm{i // 2}", "used twice"),
     ("name: ar{i}", "name: \"{i}ar\"", "should match pattern"),
+    ("name: ar{i}", "name: \"ar {i}\"", "should match pattern"),  # a space inside
+    ("name: ar{i}", "name: \"ar{i}\u00e9\"", "should match pattern"),  # not ASCII
+    ("name: ar{i}", "name: \"{['ar', '.a', 'b'][i % 3]}{i}\"", "should match pattern"),  # a bad first character
     ("name: ar{i}", "name: \"{i}\"", "valid string"),
     ("deps: [\"mm{i}\"]", "deps: [\"mm{i + 1}\"]", "mm6"),  # the last iteration depends on an op that does not exist
     ("deps: [\"mm{i}\"]", "deps: [\"{i}\"]", "valid string"),
@@ -188,12 +191,37 @@ ops:
 def test_bad_input_in_a_block_raises_the_general_paths_error(general, old, new, what):
     text = BAD.replace(old, new)
     assert text != BAD
+    err = _both_paths_error(general, text)
+    assert what in str(err) and err.fix
+
+
+def _both_paths_error(general, text: str) -> SchedsimError:  # type: ignore[no-untyped-def]
+    """The error lowering ``text`` raises on the block path, checked equal to the general path's."""
     with pytest.raises(SchedsimError) as fast:
         lower(load_text(text, "bad.yaml"))
     with pytest.raises(SchedsimError) as slow:
         general(lambda: lower(load_text(text, "bad.yaml")))
     assert type(fast.value) is type(slow.value) and str(fast.value) == str(slow.value)
-    assert what in str(fast.value) and fast.value.fix
+    return fast.value
+
+
+def test_names_checked_in_bulk_as_the_pattern_checks_them():
+    """The block path checks a million names as bytes at once (``_names_ok``): it accepts exactly what
+    ``NAME_PATTERN``, one name per line, accepts."""
+    import re
+
+    from schedsim.spec.block import _names_ok
+    from schedsim.spec.model import NAME_PATTERN
+
+    name_re = re.compile(f"(?:{NAME_PATTERN.removeprefix('^').removesuffix('$')}\n)*")  # one name per line
+
+    cases = ["", "a\n", "a\nb_1.c-[2]\n", "_x\n", "a\n\n", "a\n1b\n", "a\n.b\n", "a\n-b\n", "a\n[b\n", "9\n",
+             "a b\n", "a\tb\n", "a\nb", "\u00e9\n", "a\u00e9\n", "a\n\u00e9\n", "a$\n", "a\nb\n\n"]
+    got = [_names_ok(t, t.count("\n") + (not t.endswith("\n") and t != "")) for t in cases]  # nk: names in t
+    assert got == [name_re.fullmatch(t) is not None for t in cases]
+    assert got == [all(re.fullmatch(NAME_PATTERN, nm) for nm in t.split("\n")[:-1]) and t.endswith("\n") or t == ""
+                   for t in cases]
+    assert got[:4] == [True] * 4 and got[4:7] == [False] * 3
 
 
 NESTED = """\
@@ -469,6 +497,37 @@ ops:
       - {name: "s{i}", kind: send, peer: (rank + 1) % W, bytes: 1024, stream: p2p, p2p_batch: "b{i}"}
       - {name: "r{i}", kind: recv, peer: (rank - 1) % W, bytes: 1024, stream: p2p, p2p_batch: "b{i}"}
 """
+
+
+@pytest.mark.parametrize("old, new", [
+    ('name: "s{i}"', 'name: "s{i // 2}"'),  # s0 twice on every rank
+    ('name: "r{i}"', 'name: "s{i}"'),  # a recv named as the send of its iteration, on the same rank
+    ('name: "r{i}"', 'name: "r{i % 3}"'),  # r0 twice on every rank, the last iteration's
+])
+def test_a_name_used_twice_on_a_rank_by_entries_per_rank_is_the_general_paths_error(general, old, new):
+    """Rows instanced per rank are checked for a (name, rank) used twice by a sort of keys made of the names'
+    hashes, in bulk; the error raised is the general path's, whichever two rows share a name on a rank."""
+    text = RING.replace(old, new)
+    assert text != RING
+    assert "twice" in str(_both_paths_error(general, text))
+    spec = load_text(RING.replace("p2p_batch", "tag"), "ring.yaml")  # the names as written: distinct per rank
+    assert spec._layout is not None and spec._layout.items[0].rows == 4 * 2 * 3
+
+
+def test_pairs_repeat_by_name_and_rank_not_by_hash():
+    """``_pair_repeats``: names numbered exactly (a dict), so names whose hashes collide (here a ``str`` whose
+    hash is 7) are told apart; an equal (name, rank) pair always repeats."""
+    from schedsim.spec.loader import _pair_repeats
+
+    class Same(str):
+        def __hash__(self) -> int:
+            return 7
+
+    assert not _pair_repeats([Same("a"), Same("b")], [np.array([0, 0])])
+    assert _pair_repeats([Same("a"), Same("a")], [np.array([0, 0])])
+    assert not _pair_repeats(["a", "b", "a"], [np.array([0, 0, 1])])
+    assert _pair_repeats(["a", "b", "a"], [np.array([1, 0, 1])])
+    assert not _pair_repeats([], [])
 
 
 def test_a_ring_written_with_rank_is_one_block_of_few_templates(general):

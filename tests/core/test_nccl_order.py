@@ -114,6 +114,20 @@ def test_message_names_in_bulk_are_message_name_of_each():
     assert message_names([n for n in names if "\0" not in n]) == [message_name(n) for n in names if "\0" not in n]
 
 
+def test_message_names_in_bulk_as_one_by_one():
+    """:func:`message_names` of many names is the one-name form's of each: words at a name's start or end, after
+    ``_`` only inside a name (the look-behind does not reach the name before), names holding a line break too."""
+    from schedsim.lower.p2p import _P2P_WORDS, message_names
+
+    names = ["send_grad", "x_recv", "grad_isend_a", "sendrecv", "tx", "rx_tx", "a_tx_b", "_tx", "Send_ACT", "recv",
+             "ab_snd", "snd_", "a\nsend", "isend", "mid_rcv_x", "b.recv[0]", "txt", "max"]
+    one = [_P2P_WORDS.sub("", nm.lower()).strip("_") for nm in names]
+    assert one[:4] == ["grad", "x", "grad_a", ""]
+    assert message_names(names) == one
+    plain = [k for k, nm in enumerate(names) if "\n" not in nm]
+    assert message_names([names[k] for k in plain]) == [one[k] for k in plain]
+
+
 def test_per_rank_collective_without_group_is_one_collective():
     ops = ("  - {name: ar_A, kind: all_reduce, bytes: 4194304, stream: sA, ranks: [0]}\n"
            "  - {name: ar_B, kind: all_reduce, bytes: 4194304, stream: sB, ranks: [0]}\n"

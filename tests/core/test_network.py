@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from schedsim.errors import ProfileError
 from schedsim.gpu.cost import CostModel
 from schedsim.hardware.profile import HardwareProfile, load_profile
-from schedsim.network import NcclNetwork
+from schedsim.network import GroupShape, NcclNetwork
 from schedsim.network.tuning import (
     Graph,
     TuneInput,
@@ -274,6 +274,24 @@ def test_placement_moves_ranks_across_nodes():
     net = NcclNetwork(profile(hopper(2, 2, placement=[0, 2, 1, 3], nodes=2)))
     assert net.shape((0, 1)).nodes == 2 and net.shape((0, 2)).nodes == 1
     assert us(net.p2p(0, 1, MiB)) == pytest.approx(22.4 + MiB / 50_000, rel=1e-9)
+
+
+def test_placement_of_many_ranks_at_once():
+    """``gpus_of`` places a whole group at once, as ``gpu_of`` one by one, and refuses the first rank ``gpu_of``
+    refuses; ``shape`` of a group reads it: 2 nodes x 4 GPUs on 2 NICs (GPU i on NIC i * 2 // 4), ranks placed
+    in reverse."""
+    net = NcclNetwork(profile(hopper(4, 2, placement=[7, 6, 5, 4, 3, 2, 1, 0], nodes=2)))
+    assert net.gpus_of([0, 3, 4, 7]).tolist() == [7, 4, 3, 0] == [net.gpu_of(r) for r in (0, 3, 4, 7)]
+    # ranks 0, 1 on node 1 (GPUs 7, 6: NIC 1), rank 4 on node 0 (GPU 3: NIC 1): 2 nodes, at most 2 on one, 1 NIC
+    assert net.shape((0, 1, 4)) == GroupShape(ranks=3, nodes=2, local=2, nics=1, leaves=1)
+    # ranks 2, 3 on node 1 (GPUs 5, 4: NIC 0), 0 on it too (NIC 1): node 1 uses 2 NICs, node 0 (rank 7, GPU 0) 1
+    assert net.shape((2, 3, 0, 7)) == GroupShape(ranks=4, nodes=2, local=3, nics=1, leaves=1)
+    assert net.shape((0, 2)) == GroupShape(ranks=2, nodes=1, local=2, nics=2, leaves=1)
+    with pytest.raises(ProfileError, match="rank 8 has no GPU"):
+        net.gpus_of([1, 8, 9])
+    wide = NcclNetwork(profile(hopper(4, 2, nodes=2)))
+    with pytest.raises(ProfileError, match="rank 9 needs GPU 9"):
+        wide.gpus_of([9, 3, 10])
 
 
 def test_oversubscribed_spine_slows_groups_across_leaves():

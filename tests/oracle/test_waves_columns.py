@@ -124,6 +124,21 @@ def test_an_op_outside_the_world_or_with_a_nan_solo_time_is_refused(monkeypatch)
         simulate(prog, tg.waves_profile())
 
 
+def test_a_group_as_written_spans_nodes_where_any_two_of_its_ranks_do():
+    # a symmetric lowering keeps rank 0 of each collective; whether it spans nodes is its whole group's (ranks
+    # 0..7 on node 0, 8..15 on node 1): 2 link ends per member in one node, 4 (and the NIC) across nodes
+    import numpy as np
+
+    from schedsim.sim import waves_columns as wcol
+
+    gptr, gidx, rank = np.array([0, 1, 2, 3, 4]), np.array([0, 1, 2, 3]), np.zeros(4, np.int64)
+    node = np.arange(16) // 8
+    groups = [(0, 1, 2, 3), (0, 9), (7,), tuple(range(8, 16)) + (3,)]
+    eptr, ends, *_ = wcol._link_ends(gptr, gidx, rank, 4, 1.0, node, groups)
+    assert eptr.tolist() == [0, 2, 6, 8, 12]
+    assert ends.tolist() == [0, 1, 0, 1, 2, 3, 0, 1, 0, 1, 2, 3]
+
+
 def test_member_link_positions_vectorised_equal_the_generic_scan():
     # _link_ends places each member's ends by formula when a group's ranks are distinct; the generic scan
     # (used otherwise) must give the same positions on a program with collectives and send/recv pairs
