@@ -325,7 +325,7 @@ def test_counter_values_by_hand():
 
 def test_committed_notebook_is_executed_and_current():
     """examples/api_tour.ipynb (built by examples/build_notebook.py): every code cell has outputs, figures
-    are inline PNGs, and the printed makespan is what the API predicts now."""
+    are inline PNGs, and the printed makespan and bubble are what the API predicts now."""
     import json
 
     from schedsim import api
@@ -337,6 +337,8 @@ def test_committed_notebook_is_executed_and_current():
     first = "".join(code[0]["outputs"][0]["text"])
     run = api.predict(api.load(ROOT / "schedules" / "pipeline_schedules.yaml", p=4, m=8, schedule="1f1b"))
     assert f"makespan {run.makespan_s * 1e3:.3f} ms" in first
+    assert run.metrics.pipeline is not None
+    assert f"bubble (idle fraction): {round(run.metrics.pipeline.bubble_of_makespan.overall, 4)}" in first
 
 
 @pytest.mark.parametrize("chunk", [1, 7, 20_000])
