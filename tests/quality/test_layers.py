@@ -1,7 +1,7 @@
 """The flow is one-way, counting lazy imports (imports inside functions) as imports.
 
 The layers, lowest first (issue 34): core (errors, kinds, units, io, …) → lang (spec, expr) → pipeline →
-lower (and graph) → gpu/network models (hardware, cost, network, sim's models) → sim → timeline (Timeline,
+lower (and graph) → gpu/network models (hardware, gpu, network) → sim → timeline (Timeline,
 metrics, compare logic, trace readers) → views (report, search) → api → cli. A module may import only from
 its own layer or below, and no module may be in an import cycle. Today's upward imports are listed in
 ``layers_baseline.json`` next to this file; a test fails when an import goes upward that the baseline does not
