@@ -1,20 +1,20 @@
-/* The event loop of the ``waves`` GPU model, compiled: the mechanics of schedsim/sim/waves.py's Python loop
+/* The event loop of the ``waves`` GPU model, compiled: the mechanics of the Python loop of tests/oracle/waves_loop.py
  * (_run_python: heap, ready counts, hardware queues, dispatch FIFOs, CTA batches, copy engines, rate
  * updates), statement for statement and in the same order, so heap ties break the same way.
  *
- * No GPU rule lives here. Python (schedsim.sim.waves.run_waves and _run_compiled) computes every per-op,
+ * No GPU rule lives here. Python (schedsim.sim.waves_columns.run_waves_program) computes every per-op,
  * per-kernel and per-collective parameter from schedsim.gpu.rules (CTA counts, wave times, queues, host
  * issue times, communicator FIFO edges, link ends) and every rate as a table built from gpu_model's rule
  * functions (gpu.rates.rate_tables); this loop reads them. The only arithmetic here is the Python loop's:
  * remaining work (rem - (t - last) * rate), finish times (t + rem / rate), a transfer's minimum over its link
  * ends of comm[rank] / transfers on that end (a NIC end with shared links: comm[rank] x the flow's share, which
- * schedsim.network.share.LinkShare.event, called back at flow starts and ends, sets) (kept as waves._LinkMin
+ * schedsim.network.share.LinkShare.event, called back at flow starts and ends, sets) (kept as the oracle's _LinkMin
  * keeps it: the minimum and the count of ends at it, refreshed for the dirty ranks of each event), and the
  * one-way factor. Built with
  * -ffp-contract=off so no fused multiply-add changes a rounding: timelines are bit-identical to the Python
  * loop's (tests/core/test_cwaves.py).
  *
- * Entry: run(ints, floats, arrays) -> number of jobs run; see schedsim.sim.waves._run_compiled for the order.
+ * Entry: run(ints, floats, arrays) -> number of jobs run; see schedsim.sim.waves_columns.run_waves_program for the order.
  * Also walk(binding, ogrp, i, out), the critical path's walk back (schedsim.sim.engine._timeline_program),
  * issue_sums(...), rule host-issue's prefix sums for schedsim.gpu.host.host_issue_columns (arithmetic only), and
  * acyclic(n, src, dst), Kahn's sweep for the static checks (schedsim.lower.checks._acyclic),
@@ -285,7 +285,7 @@ static void mark_toplace(W *w, i64 q) {
 }
 
 /* the value of transfer g's link end e: its rank's comm rate over the transfers on that end, or on a NIC end with
- * shared links, the rank's comm rate times the flow's share (waves._LinkMin.track) */
+ * shared links, the rank's comm rate times the flow's share (tests/oracle/waves_loop.py, _LinkMin.track) */
 static inline double end_val(const W *w, i64 g, i64 e) {
     if (w->share_cb && (e & 2)) return w->crate[e >> 2] * w->gshare[g];
     return w->crate[e >> 2] / (double)w->nlink[e];
@@ -598,7 +598,7 @@ static void dispatch(W *w, i64 k, double t) {
 }
 
 /* rule hardware-queues: a queue hands over its ready items in order; a kernel with a reduction (rule split-k) holds it (qhead
- * stored as ~h, negative) until the reduction, its next item, is handed over (waves._run_python's drain) */
+ * stored as ~h, negative) until the reduction, its next item, is handed over (tests/oracle/waves_loop.py, _drain) */
 static void drain(W *w, i64 key, double t) {
     i64 h = w->qhead[key], lo = w->q_ptr[key], hi = w->q_ptr[key + 1];
     if (h < 0) return;
@@ -787,7 +787,7 @@ static void loop(W *w) {
 
 /* ---- Python entry --------------------------------------------------------------------------------------- */
 #define NBUF 47
-/* Version of the argument lists of run() and the helpers below; schedsim.sim.waves._LAYOUT must equal it, or
+/* Version of the argument lists of run() and the helpers below; schedsim.sim.loop._LAYOUT must equal it, or
  * Python ignores this build (a stale .so of an editable checkout). Bump both whenever the arguments change (5:
  * succ_csr takes pair arrays, fifo_edges writes pairs; 6: the copy table by engine and reverse engine; 7: the
  * kernels' reductions, ktail and ktail_tau after ktau; 8: kgain after ktail_tau, rule wave-tail; 10: run's optional
@@ -2130,7 +2130,7 @@ done:
 }
 
 static PyMethodDef methods[] = {
-    {"run", run, METH_VARARGS, "Run the waves event loop on flat arrays (schedsim.sim.waves._run_compiled)."},
+    {"run", run, METH_VARARGS, "Run the waves event loop on flat arrays (schedsim.sim.waves_columns.run_waves_program)."},
     {"issue_sums", issue_sums, METH_VARARGS, "Rule host-issue's per-rank prefix sums (gpu.host.host_issue_columns)."},
     {"walk", walk, METH_VARARGS, "walk(binding, ogrp, i, out) -> n: the critical path from op i, last op first."},
     {"acyclic", acyclic, METH_VARARGS, "acyclic(n, src, dst) -> bool: no cycle among n nodes (int32 or int64 edges)."},
