@@ -50,3 +50,19 @@ def test_every_benchmark_script_the_docs_name_exists():
                 if not (ROOT / path).exists():
                     missing.append(f"{doc.relative_to(ROOT)}:{n}: {path}")
     assert not missing, "\n".join(missing)
+
+
+def test_every_shipped_profile_is_in_the_readme_and_guide_tables():
+    """README.md's "Hardware profiles" table and docs/guide.md's name every profile that ``schedsim profiles``
+    lists (``h200_calibrated`` shipped without a row in either)."""
+    import re
+
+    from schedsim.hardware.profile import list_profiles
+
+    for doc in (ROOT / "README.md", ROOT / "docs" / "guide.md"):
+        text = doc.read_text()
+        section = text[text.index("## Hardware profiles"):]
+        section = section[:section.index("\n## ", 1)]
+        rows = {n for line in section.splitlines() if line.startswith("| `")
+                for n in re.findall(r"`([\w.-]+)`", line.split("|")[1])}
+        assert set(list_profiles()) <= rows, f"{doc.name}: no row for {sorted(set(list_profiles()) - rows)}"
