@@ -23,9 +23,10 @@ lowered to sends/recvs as columns (:func:`schedsim.lower.pipeline_plan.plan_of`,
 code, word for word. Megatron's interleaved order arrives as columns too
 (:func:`schedsim.pipeline.comms.megatron_interleaved_cols`).
 
-Two steps have a compiled twin in ``schedsim/sim/_cwaves.c``, used when it is built (:func:`compiled`): the
-input lookups (``first_set``, driven by the rule table :data:`_INPUT_RULES`) and torch's sweeps and rows
-(``torch_rows``). The numpy code stays the reference; tests/pipeline/test_emitter_inputs_c.py pins the two.
+The input lookups have a compiled twin in ``schedsim/sim/_cwaves.c``, used when it is built (:func:`compiled`):
+``first_set``, driven by the rule table :data:`_INPUT_RULES`; the numpy code stays the reference. torch's sweeps
+and rows are compiled only (``torch_rows``, its numpy form the oracle
+``tests/oracle/numpy_helpers.torch_lower_cols``); tests/pipeline/test_emitter_inputs_c.py pins both.
 """
 
 from __future__ import annotations

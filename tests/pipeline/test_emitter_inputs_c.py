@@ -1,6 +1,8 @@
 """The compiled input lookups of the pipeline emitter (``_cwaves.first_set``) against the numpy path
 (:meth:`_FastEmitter._inputs_numpy`, the rules :data:`_INPUT_RULES`): the same dependency of every event, on
-orders of every kind, both p2p modes, several ops per stage phase, and orders the dense table does not take."""
+orders of every kind, both p2p modes, several ops per stage phase, and orders the dense table does not take;
+torch's send/recv rows on an order's columns (``_cwaves.torch_rows``) against their numpy oracle
+(``tests/oracle/numpy_helpers.torch_lower_cols``)."""
 
 from __future__ import annotations
 
@@ -10,9 +12,11 @@ import pytest
 import schedsim.lower.pipeline as P
 import schedsim.lower.pipeline_steps as PS
 from schedsim.lower.pipeline import expand_pipeline
+from schedsim.lower.program import required
 from schedsim.lower.table import Table
 from schedsim.pipeline import generate
 from schedsim.spec.model import ScheduleSpec
+from tests.oracle.numpy_helpers import torch_lower_cols
 
 first_set = P.compiled("first_set")
 pytestmark = pytest.mark.skipif(first_set is None, reason="the compiled module is not built (or disabled)")
@@ -92,14 +96,13 @@ def _custom_plan(order: dict, p: int, m: int, idle: bool):  # type: ignore[no-un
                                             ("zb_h1", 4, 5, None), ("interleaved_zb", 2, 4, 2),
                                             ("gpipe", 3, 4, None), ("looped_bfs", 2, 4, 3)])
 @pytest.mark.parametrize("idle", [False, True])
-def test_compiled_torch_rows_equal_numpy(schedule, p, m, v, idle, monkeypatch):  # type: ignore[no-untyped-def]
-    """torch's _add_send_recv on columns: the compiled rows (sweeps by passes, rows by a counting sort) equal
-    the numpy path's (rounds of running maxima, one sort of the rows), column by column."""
+def test_compiled_torch_rows_equal_numpy(schedule, p, m, v, idle):  # type: ignore[no-untyped-def]
+    """torch's _add_send_recv on columns: the package's rows (compiled: sweeps by passes, rows by a counting sort)
+    equal the numpy oracle's (rounds of running maxima, one sort of the rows), column by column."""
     plan = _custom_plan(generate(schedule, p, m, v), p, m, idle)
     assert plan.cols is not None
     got = PS._torch_lower_cols(plan)
-    monkeypatch.setattr(PS, "compiled", lambda name: None)
-    want = PS._torch_lower_cols(plan)
+    want = torch_lower_cols(plan)
     assert got is not None and want is not None
     for a, b in zip((got.rank, got.typ, got.stage, got.mb, got.bid), (want.rank, want.typ, want.stage, want.mb,
                                                                           want.bid), strict=True):
@@ -107,9 +110,10 @@ def test_compiled_torch_rows_equal_numpy(schedule, p, m, v, idle, monkeypatch): 
     assert (got.typ >= 4).any()
 
 
-def test_compiled_torch_rows_refuse_a_wait_cycle(monkeypatch):  # type: ignore[no-untyped-def]
+def test_compiled_torch_rows_refuse_a_wait_cycle():  # type: ignore[no-untyped-def]
     """Rank 1 runs 1F1 first, which needs 0F1; rank 0 runs 0F1 only after 0B0, which needs 1B0, after 1F1 on
-    rank 1: a wait cycle, so the sweeps never settle on either path (the per-action lowering words it)."""
+    rank 1: a wait cycle, so the sweeps never settle, in the package or the oracle (the per-action lowering words
+    it)."""
     from schedsim.lower.pipeline_plan import pipeline_block, plan_of
 
     order = {0: "0F0 0B0 0F1 0B1", 1: "1F1 1B1 1F0 1B0"}
@@ -118,15 +122,32 @@ def test_compiled_torch_rows_refuse_a_wait_cycle(monkeypatch):  # type: ignore[n
     plan = plan_of(spec, pipeline_block(spec))
     assert plan.cols is not None
     assert PS._torch_lower_cols(plan) is None
-    monkeypatch.setattr(PS, "compiled", lambda name: None)
-    assert PS._torch_lower_cols(plan) is None
+    assert torch_lower_cols(plan) is None
+
+
+def test_torch_rows_missing_from_the_build_is_a_build_error(monkeypatch):  # type: ignore[no-untyped-def]
+    """The columns' send/recv rows have no package form but the compiled one: a build without ``torch_rows``
+    (one from an older ``_cwaves.c``) stops with a BuildError naming it and the fix, rather than falling back."""
+    import sys
+    import types
+
+    import schedsim.sim
+    from schedsim.errors import BuildError
+
+    plan = _custom_plan(generate("1f1b", 2, 2), 2, 2, False)
+    stale = types.ModuleType("schedsim.sim._cwaves")
+    monkeypatch.setitem(sys.modules, "schedsim.sim._cwaves", stale)
+    monkeypatch.setattr(schedsim.sim, "_cwaves", stale, raising=False)
+    with pytest.raises(BuildError, match="lack torch_rows") as e:
+        PS._torch_lower_cols(plan)
+    assert "pip install -e ." in (e.value.fix or "")
 
 
 def test_compiled_torch_rows_hand_checked_and_bad_input() -> None:
     """Two ranks, stage s on rank s, one microbatch. Sweep 0: 0F0 runs and sends (SEND_F on rank 0, RECV_F on
     rank 1), then rank 1 (swept after rank 0) runs 1F0; sweep 1: 1B0 sends back (SEND_B, and RECV_B on rank 0);
     0B0 waits for it one sweep more (its producer's rank is higher: rank 0 was swept first): sweep 2."""
-    torch_rows = P.compiled("torch_rows")
+    torch_rows = required("torch_rows")
     i64 = np.int64
     counts = np.array([2, 2], i64)
     typ, st, mb = np.array([0, 2, 0, 2], i64), np.array([0, 0, 1, 1], i64), np.zeros(4, i64)
