@@ -1,11 +1,11 @@
 """Oracle: numpy forms of the compiled preparation helpers of the ``waves`` loop (``_cwaves.succ_csr``,
 ``_cwaves.kernels``, ``_cwaves.stream_reached``, rule host-issue's prefix sums ``_cwaves.issue_sums``, rule
 communicator-order's edges ``_cwaves.fifo_edges`` as :func:`comm_fifo_columns`, the static checks' Kahn sweep
-``_cwaves.acyclic``, torch's send/recv rows of a pipeline order ``_cwaves.torch_rows`` as :func:`torch_lower_cols`),
-with the C functions' signatures and output buffers, so a test can put them in place of the compiled ones
-(:func:`with_numpy_helpers`) and hold the timelines equal. The package calls the compiled helpers only
-(:mod:`schedsim.sim.waves_columns`, :mod:`schedsim.lower.pipeline_steps`); these were its fallbacks for a build
-without them.
+``_cwaves.acyclic``, the pipeline emitter's input lookups ``_cwaves.first_set``, torch's send/recv rows of a
+pipeline order ``_cwaves.torch_rows`` as :func:`torch_lower_cols`), with the C functions' signatures and output
+buffers, so a test can put them in place of the compiled ones (:func:`with_numpy_helpers`) and hold the timelines
+equal. The package calls the compiled helpers only (:mod:`schedsim.sim.waves_columns`, :mod:`schedsim.lower.pipeline`,
+:mod:`schedsim.lower.pipeline_steps`); these were its fallbacks for a build without them.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from schedsim.gpu import rules as gm
 from schedsim.lower.pipeline_plan import PipelinePlan
 from schedsim.lower.pipeline_steps import StepCols, _torch_producers
 
-__all__ = ["acyclic", "comm_fifo_columns", "fifo_edges", "issue_sums", "kernels", "stream_reached", "succ_csr",
-           "torch_lower_cols", "with_numpy_helpers"]
+__all__ = ["acyclic", "comm_fifo_columns", "fifo_edges", "first_set", "issue_sums", "kernels", "stream_reached",
+           "succ_csr", "torch_lower_cols", "with_numpy_helpers"]
 
 I32, I64 = np.int32, np.int64
 
@@ -274,3 +274,29 @@ def torch_lower_cols(plan: PipelinePlan, max_sweeps: int | None = None) -> StepC
     return StepCols(rr, ty, rows_st[o], rows_mb[o], bid)
 
 
+def first_set(sets: np.ndarray, cls: np.ndarray, rank: np.ndarray, stage: np.ndarray, mb: np.ndarray, val: np.ndarray,
+              cand: np.ndarray, K: int, NS: int, M: int, dep: np.ndarray) -> bool:
+    """``_cwaves.first_set`` (:meth:`schedsim.lower.pipeline._FastEmitter._inputs`) in numpy, on a dense table of
+    the event that sets each key: False, ``dep`` untouched, when a key is set twice; else for each event of a class
+    (``cls``, -1 none) ``dep[e] = val[s]`` for the first of its candidates ``cand`` ((classes, K, 3) int64: stage
+    offset, code, rule; a code of -1 ends the list; rule 1 only above stage 0, 2 only below stage NS - 1) that an
+    earlier event ``s`` on the same rank set, each candidate looked up at once for the events still without one."""
+    E, space = len(sets), (NS + 2) * 7 * M
+    if E and int(np.bincount(sets, minlength=space).max()) > 1:
+        return False
+    at = np.full(space, E, I64)  # E: no event sets the key (read through a clipped take below)
+    at[sets] = np.arange(E)
+    tab = np.asarray(cand, I64).reshape(-1, K, 3)
+    for c in range(len(tab)):
+        pend = np.flatnonzero(cls == c)
+        for ds, cd, rule in tab[c].tolist():
+            if cd < 0 or not len(pend):
+                break
+            s_s, j_s = stage[pend], mb[pend]
+            e = at[((s_s + ds + 1) * 7 + cd) * M + j_s]
+            ok = (e < pend) & (np.take(rank, e, mode="clip") == rank[pend])  # e = E clipped: fails e < pend
+            if rule:
+                ok &= s_s > 0 if rule == 1 else s_s < NS - 1
+            dep[pend[ok]] = np.take(val, e, mode="clip")[ok]
+            pend = pend[~ok]
+    return True
