@@ -1,10 +1,11 @@
 """Oracle: numpy forms of the compiled preparation helpers of the ``waves`` loop (``_cwaves.succ_csr``,
 ``_cwaves.kernels``, ``_cwaves.stream_reached``, rule host-issue's prefix sums ``_cwaves.issue_sums``, rule
 communicator-order's edges ``_cwaves.fifo_edges`` as :func:`comm_fifo_columns`, the static checks' Kahn sweep
-``_cwaves.acyclic``, the pipeline emitter's input lookups ``_cwaves.first_set``, torch's send/recv rows of a
-pipeline order ``_cwaves.torch_rows`` as :func:`torch_lower_cols`), with the C functions' signatures and output
-buffers, so a test can put them in place of the compiled ones (:func:`with_numpy_helpers`) and hold the timelines
-equal. The package calls the compiled helpers only (:mod:`schedsim.sim.waves_columns`, :mod:`schedsim.lower.pipeline`,
+``_cwaves.acyclic``, rule hardware-queues's stream numbering ``_cwaves.rank_codes``, the pipeline emitter's input
+lookups ``_cwaves.first_set``, torch's send/recv rows of a pipeline order ``_cwaves.torch_rows`` as
+:func:`torch_lower_cols`), with the C functions' signatures and output buffers, so a test can put them in place of
+the compiled ones (:func:`with_numpy_helpers`) and hold the timelines equal. The package calls the compiled helpers
+only (:mod:`schedsim.sim.waves_columns`, :mod:`schedsim.gpu.rules`, :mod:`schedsim.lower.pipeline`,
 :mod:`schedsim.lower.pipeline_steps`); these were its fallbacks for a build without them.
 """
 
@@ -19,8 +20,8 @@ from schedsim.gpu import rules as gm
 from schedsim.lower.pipeline_plan import PipelinePlan
 from schedsim.lower.pipeline_steps import StepCols, _torch_producers
 
-__all__ = ["acyclic", "comm_fifo_columns", "fifo_edges", "first_set", "issue_sums", "kernels", "stream_reached",
-           "succ_csr", "torch_lower_cols", "with_numpy_helpers"]
+__all__ = ["acyclic", "comm_fifo_columns", "fifo_edges", "first_set", "issue_sums", "kernels", "rank_codes",
+           "stream_reached", "succ_csr", "torch_lower_cols", "with_numpy_helpers"]
 
 I32, I64 = np.int32, np.int64
 
@@ -299,4 +300,25 @@ def first_set(sets: np.ndarray, cls: np.ndarray, rank: np.ndarray, stage: np.nda
                 ok &= s_s > 0 if rule == 1 else s_s < NS - 1
             dep[pend[ok]] = np.take(val, e, mode="clip")[ok]
             pend = pend[~ok]
+    return True
+
+
+def rank_codes(rank: np.ndarray, key: np.ndarray, out: np.ndarray) -> bool:
+    """``_cwaves.rank_codes`` (:func:`schedsim.gpu.rules.stream_queue_columns`) in numpy: ``out[i]`` = how many
+    distinct keys rank ``rank[i]``'s ops showed before ``key[i]`` first appeared on that rank, in program order;
+    ``rank``, ``key`` (>= 0) int64 of one length, ranks in any order (the C takes them ascending). True."""
+    rank, key = np.asarray(rank, I64), np.asarray(key, I64)
+    if not len(rank):
+        return True
+    _u, first, inv = gm.unique_keys(rank * (int(key.max()) + 1) + key)
+    order = np.argsort(first, kind="stable")  # the (rank, key) pairs in order of first appearance
+    r = rank[first[order]]
+    o2 = np.argsort(r, kind="stable")  # grouped by rank, first appearance within
+    rs = r[o2]
+    start = np.ones(len(rs), bool)
+    start[1:] = rs[1:] != rs[:-1]
+    pos = np.arange(len(rs)) - np.maximum.accumulate(np.where(start, np.arange(len(rs)), 0))
+    num = np.empty(len(rs), I64)
+    num[order[o2]] = pos
+    out[:] = num[inv]
     return True
