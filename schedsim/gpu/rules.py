@@ -572,27 +572,37 @@ def stream_queue_columns(rank: np.ndarray, stream: np.ndarray, max_connections: 
     """Hardware queue of each op (rule hardware-queues): its rank's stream number (streams numbered by first
     appearance on the
     rank, in program order) mod ``max_connections``; ``rank``, ``stream`` int arrays of shape (n,) (stream: any
-    code equal for equal names)."""
+    code equal for equal names).
+
+    The numbering runs in C (``_cwaves.rank_codes``; its numpy form is the test oracle
+    ``tests/oracle/numpy_helpers.rank_codes``) on ranks in ascending order (a stable sort when they are not, as
+    ``sim.replay``'s Op lists give) and dense codes (sparse or negative ones renumbered first).
+
+    Raises
+    ------
+    BuildError
+        The compiled module is not built (:func:`schedsim.lower.program.required`).
+    """
+    from schedsim.lower.program import required
+
     n = len(rank)
     if not n:
         return np.zeros(0, np.int64)
     rank, stream = rank.astype(np.int64), stream.astype(np.int64)
-    ext = _compiled("rank_codes")
-    if ext is not None and int(stream.min()) >= 0:  # one compiled pass when the ranks ascend (a Program's do)
-        num = np.empty(n, np.int64)
-        if ext(rank, stream, num):
-            return num % max_connections
-    _u, first, inv = unique_keys(rank * (int(stream.max()) + 1) + stream)
-    order = np.argsort(first, kind="stable")  # the (rank, stream) pairs in order of first appearance
-    r = rank[first[order]]
-    o2 = np.argsort(r, kind="stable")  # grouped by rank, first appearance within
-    rs = r[o2]
-    start = np.ones(len(rs), bool)
-    start[1:] = rs[1:] != rs[:-1]
-    pos = np.arange(len(rs)) - np.maximum.accumulate(np.where(start, np.arange(len(rs)), 0))
-    num = np.empty(len(rs), np.int64)
-    num[order[o2]] = pos
-    return num[inv] % max_connections
+    if int(stream.min()) < 0 or int(stream.max()) >= 4 * n + 64:  # codes the C's table does not take: 0..k-1
+        stream = unique_keys(stream)[2].astype(np.int64)
+    codes = required("rank_codes")
+    order = None if bool(np.all(rank[1:] >= rank[:-1])) else np.argsort(rank, kind="stable")
+    num = np.empty(n, np.int64)
+    if order is None:
+        ok = codes(rank, stream, num)
+    else:  # a rank's ops keep their program order
+        got = np.empty(n, np.int64)
+        ok = codes(rank[order], stream[order], got)
+        num[order] = got
+    if not ok:
+        raise AssertionError("rank_codes declined ascending ranks with dense codes")
+    return num % max_connections
 
 
 def stream_queues(ops: Sequence[Op], max_connections: int) -> list[int]:
@@ -605,7 +615,7 @@ def stream_queues(ops: Sequence[Op], max_connections: int) -> list[int]:
 
 def _compiled(name: str):
     """The compiled function ``name`` (``_cwaves.issue_times`` of :func:`~schedsim.gpu.host.host_issue_columns`: the
-    whole rule from its tables, for ops with no per-op call extra and ranks in order; ``rank_codes``), or None when
+    whole rule from its tables, for ops with no per-op call extra and ranks in order), or None when
     the extension is not built, lacks it or ``SCHEDSIM_NO_EXT=1`` (:func:`schedsim.lower.program.compiled`): then
     the numpy columns run, with the prefix sums in ``issue_sums`` (:func:`schedsim.lower.program.required`)."""
     from schedsim.lower.program import compiled

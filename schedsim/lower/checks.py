@@ -71,7 +71,7 @@ from typing import NamedTuple
 import numpy as np
 
 from schedsim.kinds import COLLECTIVE_KINDS, OP_KINDS, P2P_KINDS
-from schedsim.lower.program import Program, batch_heads, compiled, required, stable_order, unique
+from schedsim.lower.program import Program, batch_heads, required, stable_order, unique
 
 __all__ = ["Verdict", "batch_input_witness", "check_arrays", "collective_order_witness", "dag_cycle", "forward_dep",
            "launch_heads", "launches", "lazy_init_witness", "multi_peer_hubs", "no_hang"]
@@ -441,12 +441,9 @@ def _no_hang(prog: Program, comm: np.ndarray, head: np.ndarray, tc: _Templates, 
     if _ordered_by_position(n, parts, useq, prog, u, lazy):
         return True
     it = _index_type(prog)
-    ext = compiled("acyclic_units") if it is np.int32 else None
-    if ext is not None:  # the parts read where they lie, each unit's posted -> done implied
-        try:
-            return bool(ext(n, len(useq), [(a.astype(it, copy=False), b.astype(it, copy=False)) for a, b in parts]))
-        except TypeError:  # an array of another type: concatenated below
-            pass
+    if it is np.int32:  # the parts read where they lie, each unit's posted -> done implied (int64: below)
+        return bool(required("acyclic_units")(n, len(useq), [(a.astype(it, copy=False), b.astype(it, copy=False))
+                                                             for a, b in parts]))
     k: np.ndarray = np.arange(0, 2 * len(useq), 2, dtype=it)
     parts.insert(0, (k, k + 1))  # posted -> done of every unit
     return _acyclic(n, np.concatenate([a for a, _b in parts], dtype=it),

@@ -23,9 +23,11 @@ lowered to sends/recvs as columns (:func:`schedsim.lower.pipeline_plan.plan_of`,
 code, word for word. Megatron's interleaved order arrives as columns too
 (:func:`schedsim.pipeline.comms.megatron_interleaved_cols`).
 
-Two steps have a compiled twin in ``schedsim/sim/_cwaves.c``, used when it is built (:func:`compiled`): the
-input lookups (``first_set``, driven by the rule table :data:`_INPUT_RULES`) and torch's sweeps and rows
-(``torch_rows``). The numpy code stays the reference; tests/pipeline/test_emitter_inputs_c.py pins the two.
+Two steps run in ``schedsim/sim/_cwaves.c`` (a BuildError when it is not built,
+:func:`schedsim.lower.program.required`): the input lookups (``first_set``, driven by the rule table
+:data:`_INPUT_RULES`; orders where two ranks set one key, hand-written p2p, take the sorted numpy lookups) and
+torch's sweeps and rows (``torch_rows``). Their numpy forms are test oracles (``tests/oracle/numpy_helpers.py``:
+``first_set``, ``torch_lower_cols``); tests/pipeline/test_emitter_inputs_c.py pins the package to them.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ from schedsim.lower.pipeline_plan import (
     stage_cost,
 )
 from schedsim.lower.pipeline_steps import StepCols, _interleaved_cols, _interleaved_steps, _lowered_steps, _step_cols
-from schedsim.lower.program import compiled
+from schedsim.lower.program import required
 from schedsim.lower.table import Block, Table
 from schedsim.lower.written import op_instance
 from schedsim.pipeline.actions import ComputationType as CT
@@ -282,53 +284,40 @@ class _FastEmitter:
         dep = np.full(E, -1, np.int64)
         k2 = ((es + 1) * 7 + code) * M + ej  # the key each event sets, by (stage, code, mb)
         cls = _INPUT_CLASS[et * 2 + part]
-        ext = compiled("first_set")
-        if ext is None or not E or not ext(k2, cls, er, es, ej, val, _INPUT_CANDS, _INPUT_CANDS.shape[1], NS, M, dep):
-            self._inputs_numpy(dep, k2, cls, code, val)
+        first_set = required("first_set")
+        if E and not first_set(k2, cls, er, es, ej, val, _INPUT_CANDS, _INPUT_CANDS.shape[1], NS, M, dep):
+            self._inputs_sorted(dep, cls, code, val)  # a key set on two ranks (hand-written p2p)
         b1 = np.flatnonzero(is_b & (part == 1))
         dep[b1] = last[b1 - 1]  # a full backward's W part: its I part
         return dep if self._dense_ok else None
 
-    def _inputs_numpy(self, dep: np.ndarray, k2: np.ndarray, cls: np.ndarray, code: np.ndarray,
-                      val: np.ndarray) -> None:
-        """:data:`_INPUT_RULES` on arrays (the reference of the compiled ``_cwaves.first_set``): ``dep`` per
-        event; clears ``_dense_ok`` when an action repeats on one rank."""
-        NS, M, E = self.plan.num_stages, self.M, self.E
+    def _inputs_sorted(self, dep: np.ndarray, cls: np.ndarray, code: np.ndarray, val: np.ndarray) -> None:
+        """:data:`_INPUT_RULES` on the sorted (rank, key) pairs, for orders where two ranks set one (stage, code, mb)
+        key, which the compiled ``_cwaves.first_set`` (a dense table by key; its numpy form is the test oracle
+        ``tests/oracle/numpy_helpers.first_set``) declines: ``dep`` per event; clears ``_dense_ok`` when an action
+        repeats on one rank."""
+        NS, E = self.plan.num_stages, self.E
         er, es, ej = self.er, self.es, self.ej
         dep[:] = -1
-        # a dense table of what each event sets when no two ranks set one key (each compute and each message on
-        # one rank: every order but hand-written p2p), else the sorted (rank, key) pairs
-        space = (NS + 2) * 7 * M
-        dense = E == 0 or int(np.bincount(k2, minlength=space).max()) <= 1
-        if dense:
-            at = np.full(space, E, np.int64)  # E: no event sets the key (read through a clipped take below)
-            at[k2] = self.idx
-        else:
-            ks = self._key(er, es, code, ej)
-            order = np.argsort(ks, kind="stable")
-            sk = ks[order]
-            if E > 1 and bool((sk[1:] == sk[:-1]).any()):
-                self._dense_ok = False  # an action twice on one rank: only the per-op path follows its overwrites
-                return
-            sval = val[order]
+        ks = self._key(er, es, code, ej)
+        order = np.argsort(ks, kind="stable")
+        sk = ks[order]
+        if E > 1 and bool((sk[1:] == sk[:-1]).any()):
+            self._dense_ok = False  # an action twice on one rank: only the per-op path follows its overwrites
+            return
+        sval = val[order]
         for c, cands in enumerate(_INPUT_RULES):
             pend = np.flatnonzero(cls == c)
             for ds, cd, rule in cands:  # each candidate looked up for the events still without one
                 if not len(pend):
                     break
                 r_s, s_s, j_s = er[pend], es[pend], ej[pend]
-                if dense:
-                    e = at[((s_s + ds + 1) * 7 + cd) * M + j_s]
-                    ok = (e < pend) & (np.take(er, e, mode="clip") == r_s)  # e = E clipped: fails e < pend
-                    found = np.take(val, e, mode="clip")
-                else:
-                    q = self._key(r_s, s_s + ds, cd, j_s)
-                    i = np.minimum(np.searchsorted(sk, q), len(sk) - 1)
-                    ok = (sk[i] == q) & (order[i] < pend)
-                    found = sval[i]
+                q = self._key(r_s, s_s + ds, cd, j_s)
+                i = np.minimum(np.searchsorted(sk, q), len(sk) - 1)
+                ok = (sk[i] == q) & (order[i] < pend)
                 if rule:
                     ok &= s_s > 0 if rule == 1 else s_s < NS - 1
-                dep[pend[ok]] = found[ok]
+                dep[pend[ok]] = sval[i][ok]
                 pend = pend[~ok]
 
     def _names(self) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from schedsim.lower.pipeline_plan import PipelinePlan, block_error, split_fix
-from schedsim.lower.program import compiled
+from schedsim.lower.program import required
 from schedsim.pipeline.actions import Action
 from schedsim.pipeline.actions import ComputationType as CT
 from schedsim.spec.model import ScheduleSpec
@@ -158,88 +158,49 @@ def _lowered_steps(plan: PipelinePlan, columns: bool = True) -> Steps | StepCols
     return steps
 
 
-def _torch_lower_cols(plan: PipelinePlan, max_sweeps: int | None = None) -> StepCols | None:
-    """:func:`schedsim.pipeline.comms.torch_add_send_recv` on an order's columns (each p2p op its own batch).
-
-    torch sweeps the ranks in order, one step per rank per sweep; a step runs once its input is there (the
-    recv the producer's send appended to this rank's list, or the producer itself on this rank), and a
-    compute with a cross-rank output appends its send to its own list and the matching recv to the
-    receiver's at that moment. So the sweep ``t`` in which step ``k`` of rank ``r`` runs is
-    ``t_k = max(t_(k-1) + 1, t_producer + (1 if the producer's rank > r else 0))``, solved here per rank with
-    a running maximum, repeated until nothing changes; each rank's list is then its steps and the recvs
-    sorted by (sweep, rank of the step that issued them). Each round carries the waits one rank further, so
-    an order settles within about twice its stage count (a forward chain through every stage and a backward
-    one back); None when the sweeps do not settle within ``max_sweeps`` rounds (default ``2 × stages + 64``):
-    a wait cycle, whose error the per-action lowering raises (also taken for anything slower to settle).
-    """
+def _torch_producers(plan: PipelinePlan) -> tuple[np.ndarray, np.ndarray]:
+    """Per step of ``plan.cols`` (int64 arrays of its length): the step whose output it waits for (a forward: the
+    previous stage's forward of its microbatch; a backward: the next stage's I, else B; -1 none), and 1 where that
+    producer's rank is above the step's (torch sweeps it later in a sweep), else 0."""
     c = plan.cols
     assert c is not None
-    P, NS, M = plan.p, plan.num_stages, plan.m
-    n = len(c.typ)
+    NS, M = plan.num_stages, plan.m
     busy = np.flatnonzero(c.typ >= 0)
     t, st, j, rk = c.typ, c.stage, c.mb, c.rank
     pos = np.full((4, NS, M), -1, np.int64)
     pos[t[busy], st[busy], j[busy]] = busy
-    prod = np.full(n, -1, np.int64)
+    prod = np.full(len(t), -1, np.int64)
     f = (t == 0) & (st > 0)
     prod[f] = pos[0, st[f] - 1, j[f]]
     bw = ((t == 1) | (t == 2)) & (st < NS - 1)
     nxt = np.minimum(st[bw] + 1, NS - 1)
     pi, pb = pos[1, nxt, j[bw]], pos[2, nxt, j[bw]]
     prod[bw] = np.where(pi >= 0, pi, pb)
-    has = prod >= 0
-    pr = np.maximum(prod, 0)
-    adj = (rk[pr] > rk).astype(np.int64)
-    rounds = 2 * NS + 64 if max_sweeps is None else max_sweeps
-    ext = compiled("torch_rows") if max_sweeps is None else None  # a bound on the rounds: this path's
-    if ext is not None:
-        return _torch_rows_compiled(ext, plan, prod, adj)
-    start = np.cumsum(c.counts) - np.array(c.counts, np.int64)
-    k = np.arange(n) - np.repeat(start, c.counts)
-    L = max(c.counts) if c.counts else 0
-    sweep = k.copy()
-    for _ in range(rounds):
-        need = np.where(has, sweep[pr] + adj, -1) - k
-        g = np.full((P, L), -1, np.int64)
-        g[rk, k] = need
-        new = np.maximum(np.maximum.accumulate(g, axis=1)[rk, k], 0) + k
-        if np.array_equal(new, sweep):
-            break
-        sweep = new
-    else:
-        return None
-    s2r = np.array([plan.s2r[x] for x in range(NS)] + [-1], np.int64)
-    tb, sb, jb, rb = t[busy], st[busy], j[busy], rk[busy]
-    key = sweep[busy] * P + rb
-    fs = (tb == 0) & (sb < NS - 1)
-    fs[fs] = s2r[sb[fs] + 1] != rb[fs]
-    bs = ((tb == 1) | (tb == 2)) & (sb > 0)
-    bs[bs] = s2r[sb[bs] - 1] != rb[bs]
-    sends = fs | bs
-    peer_st = np.where(fs, sb + 1, sb - 1)[sends]
-    # rows: the steps (sub-order 0), their sends (1), the recvs on the receivers (2), ordered by one combined
-    # key (rank, key, sub-order)
-    span = 3 * (int(key.max()) + 1 if len(key) else 1)
-    ks = key[sends]
-    rows_key = np.concatenate([rb * span + 3 * key, rb[sends] * span + 3 * ks + 1, s2r[peer_st] * span + 3 * ks + 2])
-    fw = fs[sends]
-    rows_typ = np.concatenate([tb, np.where(fw, 4, 6), np.where(fw, 5, 7)])
-    rows_st = np.concatenate([sb, sb[sends], peer_st])
-    rows_mb = np.concatenate([jb, jb[sends], jb[sends]])
-    o = np.argsort(rows_key, kind="stable")
-    rr, ty = rows_key[o] // span, rows_typ[o]
-    comm = (ty >= 4).astype(np.int64)
-    cnt = np.cumsum(comm)
-    first_row = np.searchsorted(rr, np.arange(P))
-    before = np.concatenate([[0], cnt])[first_row]  # comms on earlier ranks
-    bid = np.where(comm > 0, cnt - before[rr], -1)
-    return StepCols(rr, ty, rows_st[o], rows_mb[o], bid)
+    adj = (rk[np.maximum(prod, 0)] > rk).astype(np.int64)
+    return prod, adj
 
 
-def _torch_rows_compiled(ext: Any, plan: PipelinePlan, prod: np.ndarray, adj: np.ndarray) -> StepCols | None:
-    """:func:`_torch_lower_cols` past its producers in C (``_cwaves.torch_rows``): the same sweeps (their least
-    solution, as longest paths in Kahn's order: no bound on rounds), and the rows in the order torch appends
-    them (a counting sort by sweep instead of a sort of the rows); None when a step waits on a cycle."""
+def _torch_lower_cols(plan: PipelinePlan) -> StepCols | None:
+    """:func:`schedsim.pipeline.comms.torch_add_send_recv` on an order's columns (each p2p op its own batch), in C
+    (``_cwaves.torch_rows``; its numpy form, rounds of running maxima, is the test oracle
+    ``tests/oracle/numpy_helpers.torch_lower_cols``).
+
+    torch sweeps the ranks in order, one step per rank per sweep; a step runs once its input is there (the
+    recv the producer's send appended to this rank's list, or the producer itself on this rank), and a
+    compute with a cross-rank output appends its send to its own list and the matching recv to the
+    receiver's at that moment. So the sweep ``t`` in which step ``k`` of rank ``r`` runs is
+    ``t_k = max(t_(k-1) + 1, t_producer + (1 if the producer's rank > r else 0))``: the least solution, as
+    longest paths in Kahn's order; each rank's list is then its steps and the recvs in the order torch appends
+    them (a counting sort by sweep). None when a step waits on a cycle, whose error the per-action lowering
+    raises.
+
+    Raises
+    ------
+    BuildError
+        The compiled module is not built (:func:`schedsim.lower.program.required`).
+    """
+    ext = required("torch_rows")
+    prod, adj = _torch_producers(plan)
     c = plan.cols
     assert c is not None
     NS, i64 = plan.num_stages, np.int64

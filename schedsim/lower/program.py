@@ -56,7 +56,8 @@ __all__ = ["Program", "DagView", "batch_heads", "compiled", "group_sizes", "rend
 def compiled(name: str) -> Callable[..., Any] | None:
     """The function ``name`` of the compiled module :mod:`schedsim.sim._cwaves`; None when it is not built (the
     simulator then stops with one error line, :func:`schedsim.sim.loop.compiled_loop`), lacks it (built from an
-    older ``_cwaves.c``) or ``SCHEDSIM_NO_EXT=1``: the lowering's numpy path then runs."""
+    older ``_cwaves.c``) or ``SCHEDSIM_NO_EXT=1``: the caller's numpy path then runs (``gpu.host``'s
+    ``issue_times``, whose numpy form also takes the inputs the C declines)."""
     import os
 
     if os.environ.get("SCHEDSIM_NO_EXT", "") not in ("", "0"):

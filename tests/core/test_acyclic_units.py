@@ -9,14 +9,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schedsim.lower.program import compiled
+from schedsim.lower.program import required
 from tests.oracle.numpy_helpers import acyclic as _acyclic_python
 
-acyclic_units = compiled("acyclic_units")
-needs_ext = pytest.mark.skipif(acyclic_units is None, reason="the compiled module is not built (or disabled)")
+acyclic_units = required("acyclic_units")
 
 
-@needs_ext
 @settings(max_examples=60, deadline=None)
 @given(st.integers(0, 5), st.integers(0, 4), st.lists(st.tuples(st.integers(0, 13), st.integers(0, 13)),
                                                       max_size=30), st.integers(0, 3))
@@ -37,7 +35,6 @@ def test_parts_sweep_matches_python_and_networkx(units, extra, pairs, cuts):
     assert _acyclic_python(n, np.concatenate([implied, e]).astype(np.int64)) is want
 
 
-@needs_ext
 def test_a_unit_edge_closes_a_cycle_and_bad_parts_raise():
     one = np.array([1], np.int32), np.array([0], np.int32)
     assert acyclic_units(2, 0, [one]) is True  # 1 -> 0 alone
@@ -50,3 +47,40 @@ def test_a_unit_edge_closes_a_cycle_and_bad_parts_raise():
         acyclic_units(2, 2, [])  # 2 units need 4 nodes
     with pytest.raises(TypeError, match="differ in length"):
         acyclic_units(2, 0, [(np.array([1, 0], np.int32), np.array([0], np.int32))])
+
+
+CROSSED = """\
+schema_version: 1
+name: crossed
+world_size: 2
+ops:
+  - {name: a, kind: all_reduce, bytes: 1048576, ranks: [0]}
+  - {name: b, kind: all_reduce, bytes: 1048576, ranks: [0], deps: [a]}
+  - {name: b, kind: all_reduce, bytes: 1048576, ranks: [1]}
+  - {name: a, kind: all_reduce, bytes: 1048576, ranks: [1], deps: [b]}
+"""
+
+
+def test_the_wait_for_sweep_missing_from_the_build_is_a_build_error(monkeypatch):
+    """Two all-reduces in opposite orders on the two ranks: not ordered by position, so the checks sweep the
+    wait-for graph, a cycle in the package's compiled sweep; a build without ``acyclic_units`` (one from an older
+    ``_cwaves.c``) stops with a BuildError naming it rather than falling back."""
+    import sys
+    import types
+
+    import schedsim.sim
+    from schedsim.api import load_text
+    from schedsim.errors import BuildError
+    from schedsim.lower import lower
+    from schedsim.lower.checks import _no_hang, _Templates, launch_heads
+
+    prog = lower(load_text(CROSSED, "crossed.yaml"), check=False)
+    tc = _Templates.of(prog)
+    comm, head = launch_heads(prog, tc)
+    assert _no_hang(prog, comm, head, tc) is False
+    stale = types.ModuleType("schedsim.sim._cwaves")
+    monkeypatch.setitem(sys.modules, "schedsim.sim._cwaves", stale)
+    monkeypatch.setattr(schedsim.sim, "_cwaves", stale, raising=False)
+    with pytest.raises(BuildError, match="lack acyclic_units") as e:
+        _no_hang(prog, comm, head, tc)
+    assert "pip install -e ." in (e.value.fix or "")

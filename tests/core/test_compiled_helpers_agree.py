@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schedsim.lower.pipeline import compiled
+from schedsim.lower.program import compiled
 
 
 def _survives(code: str) -> subprocess.CompletedProcess[str]:

@@ -1,10 +1,12 @@
 """Oracle: numpy forms of the compiled preparation helpers of the ``waves`` loop (``_cwaves.succ_csr``,
 ``_cwaves.kernels``, ``_cwaves.stream_reached``, rule host-issue's prefix sums ``_cwaves.issue_sums``, rule
 communicator-order's edges ``_cwaves.fifo_edges`` as :func:`comm_fifo_columns`, the static checks' Kahn sweep
-``_cwaves.acyclic``),
-with the C functions' signatures and output buffers, so a test can
-put them in place of the compiled ones (:func:`with_numpy_helpers`) and hold the timelines equal. The package calls
-the compiled helpers only (:mod:`schedsim.sim.waves_columns`); these were its fallbacks for a build without them.
+``_cwaves.acyclic``, rule hardware-queues's stream numbering ``_cwaves.rank_codes``, the pipeline emitter's input
+lookups ``_cwaves.first_set``, torch's send/recv rows of a pipeline order ``_cwaves.torch_rows`` as
+:func:`torch_lower_cols`), with the C functions' signatures and output buffers, so a test can put them in place of
+the compiled ones (:func:`with_numpy_helpers`) and hold the timelines equal. The package calls the compiled helpers
+only (:mod:`schedsim.sim.waves_columns`, :mod:`schedsim.gpu.rules`, :mod:`schedsim.lower.pipeline`,
+:mod:`schedsim.lower.pipeline_steps`); these were its fallbacks for a build without them.
 """
 
 from __future__ import annotations
@@ -15,9 +17,11 @@ from typing import Any
 import numpy as np
 
 from schedsim.gpu import rules as gm
+from schedsim.lower.pipeline_plan import PipelinePlan
+from schedsim.lower.pipeline_steps import StepCols, _torch_producers
 
-__all__ = ["acyclic", "comm_fifo_columns", "fifo_edges", "issue_sums", "kernels", "stream_reached", "succ_csr",
-           "with_numpy_helpers"]
+__all__ = ["acyclic", "comm_fifo_columns", "fifo_edges", "first_set", "issue_sums", "kernels", "rank_codes",
+           "stream_reached", "succ_csr", "torch_lower_cols", "with_numpy_helpers"]
 
 I32, I64 = np.int32, np.int64
 
@@ -210,3 +214,111 @@ def acyclic(n: int, edges: np.ndarray) -> bool:
             if not d:
                 push(b)
     return seen == n
+
+
+def torch_lower_cols(plan: PipelinePlan, max_sweeps: int | None = None) -> StepCols | None:
+    """``_cwaves.torch_rows`` (:func:`schedsim.lower.pipeline_steps._torch_lower_cols`) in numpy: the sweep of
+    every step solved per rank with a running maximum, repeated until nothing changes (each round carries the
+    waits one rank further, so an order settles within about twice its stage count), then each rank's steps,
+    sends and recvs sorted by (rank, sweep, rank of the step that issued them, sub-order). None when the sweeps
+    do not settle within ``max_sweeps`` rounds (default ``2 × stages + 64``): a wait cycle (the C returns None
+    for a cycle only)."""
+    c = plan.cols
+    assert c is not None
+    P, NS = plan.p, plan.num_stages
+    n = len(c.typ)
+    busy = np.flatnonzero(c.typ >= 0)
+    t, st, j, rk = c.typ, c.stage, c.mb, c.rank
+    prod, adj = _torch_producers(plan)
+    has = prod >= 0
+    pr = np.maximum(prod, 0)
+    rounds = 2 * NS + 64 if max_sweeps is None else max_sweeps
+    start = np.cumsum(c.counts) - np.array(c.counts, np.int64)
+    k = np.arange(n) - np.repeat(start, c.counts)
+    L = max(c.counts) if c.counts else 0
+    sweep = k.copy()
+    for _ in range(rounds):
+        need = np.where(has, sweep[pr] + adj, -1) - k
+        g = np.full((P, L), -1, np.int64)
+        g[rk, k] = need
+        new = np.maximum(np.maximum.accumulate(g, axis=1)[rk, k], 0) + k
+        if np.array_equal(new, sweep):
+            break
+        sweep = new
+    else:
+        return None
+    s2r = np.array([plan.s2r[x] for x in range(NS)] + [-1], np.int64)
+    tb, sb, jb, rb = t[busy], st[busy], j[busy], rk[busy]
+    key = sweep[busy] * P + rb
+    fs = (tb == 0) & (sb < NS - 1)
+    fs[fs] = s2r[sb[fs] + 1] != rb[fs]
+    bs = ((tb == 1) | (tb == 2)) & (sb > 0)
+    bs[bs] = s2r[sb[bs] - 1] != rb[bs]
+    sends = fs | bs
+    peer_st = np.where(fs, sb + 1, sb - 1)[sends]
+    # rows: the steps (sub-order 0), their sends (1), the recvs on the receivers (2), ordered by one combined
+    # key (rank, key, sub-order)
+    span = 3 * (int(key.max()) + 1 if len(key) else 1)
+    ks = key[sends]
+    rows_key = np.concatenate([rb * span + 3 * key, rb[sends] * span + 3 * ks + 1, s2r[peer_st] * span + 3 * ks + 2])
+    fw = fs[sends]
+    rows_typ = np.concatenate([tb, np.where(fw, 4, 6), np.where(fw, 5, 7)])
+    rows_st = np.concatenate([sb, sb[sends], peer_st])
+    rows_mb = np.concatenate([jb, jb[sends], jb[sends]])
+    o = np.argsort(rows_key, kind="stable")
+    rr, ty = rows_key[o] // span, rows_typ[o]
+    comm = (ty >= 4).astype(np.int64)
+    cnt = np.cumsum(comm)
+    first_row = np.searchsorted(rr, np.arange(P))
+    before = np.concatenate([[0], cnt])[first_row]  # comms on earlier ranks
+    bid = np.where(comm > 0, cnt - before[rr], -1)
+    return StepCols(rr, ty, rows_st[o], rows_mb[o], bid)
+
+
+def first_set(sets: np.ndarray, cls: np.ndarray, rank: np.ndarray, stage: np.ndarray, mb: np.ndarray, val: np.ndarray,
+              cand: np.ndarray, K: int, NS: int, M: int, dep: np.ndarray) -> bool:
+    """``_cwaves.first_set`` (:meth:`schedsim.lower.pipeline._FastEmitter._inputs`) in numpy, on a dense table of
+    the event that sets each key: False, ``dep`` untouched, when a key is set twice; else for each event of a class
+    (``cls``, -1 none) ``dep[e] = val[s]`` for the first of its candidates ``cand`` ((classes, K, 3) int64: stage
+    offset, code, rule; a code of -1 ends the list; rule 1 only above stage 0, 2 only below stage NS - 1) that an
+    earlier event ``s`` on the same rank set, each candidate looked up at once for the events still without one."""
+    E, space = len(sets), (NS + 2) * 7 * M
+    if E and int(np.bincount(sets, minlength=space).max()) > 1:
+        return False
+    at = np.full(space, E, I64)  # E: no event sets the key (read through a clipped take below)
+    at[sets] = np.arange(E)
+    tab = np.asarray(cand, I64).reshape(-1, K, 3)
+    for c in range(len(tab)):
+        pend = np.flatnonzero(cls == c)
+        for ds, cd, rule in tab[c].tolist():
+            if cd < 0 or not len(pend):
+                break
+            s_s, j_s = stage[pend], mb[pend]
+            e = at[((s_s + ds + 1) * 7 + cd) * M + j_s]
+            ok = (e < pend) & (np.take(rank, e, mode="clip") == rank[pend])  # e = E clipped: fails e < pend
+            if rule:
+                ok &= s_s > 0 if rule == 1 else s_s < NS - 1
+            dep[pend[ok]] = np.take(val, e, mode="clip")[ok]
+            pend = pend[~ok]
+    return True
+
+
+def rank_codes(rank: np.ndarray, key: np.ndarray, out: np.ndarray) -> bool:
+    """``_cwaves.rank_codes`` (:func:`schedsim.gpu.rules.stream_queue_columns`) in numpy: ``out[i]`` = how many
+    distinct keys rank ``rank[i]``'s ops showed before ``key[i]`` first appeared on that rank, in program order;
+    ``rank``, ``key`` (>= 0) int64 of one length, ranks in any order (the C takes them ascending). True."""
+    rank, key = np.asarray(rank, I64), np.asarray(key, I64)
+    if not len(rank):
+        return True
+    _u, first, inv = gm.unique_keys(rank * (int(key.max()) + 1) + key)
+    order = np.argsort(first, kind="stable")  # the (rank, key) pairs in order of first appearance
+    r = rank[first[order]]
+    o2 = np.argsort(r, kind="stable")  # grouped by rank, first appearance within
+    rs = r[o2]
+    start = np.ones(len(rs), bool)
+    start[1:] = rs[1:] != rs[:-1]
+    pos = np.arange(len(rs)) - np.maximum.accumulate(np.where(start, np.arange(len(rs)), 0))
+    num = np.empty(len(rs), I64)
+    num[order[o2]] = pos
+    out[:] = num[inv]
+    return True
