@@ -174,7 +174,7 @@ def _nccl_model_notes(prog: Program, profile: HardwareProfile, nccl: dict[tuple[
     if unmeasured:
         what = ", ".join(f"{n} {k} op(s) on {g} ranks" for (k, g), n in nccl.items())
         out.append(_note(f"{ESTIMATE}{what}: timed by NCCL's tuning model (schedsim.network) on profile "
-                         f"{profile.name!r}'s topology, whose {', '.join(unmeasured)} figures are published or "
+                         f"{profile.name!r}: its {', '.join(unmeasured)} figures are published or "
                          "assumed, not measured on this machine",
                          "calibrate --from-nccl-tests with logs of this machine", "collective-nccl-model"))
     newer = newer_than_modelled(profile.nccl.version)
