@@ -313,6 +313,10 @@ __all__ += ["CollectiveMember", "batch_dep_error", "collective_mismatch_error", 
             "duplicate_name_error", "p2p_pairing_error", "self_dep_error", "unknown_dep_error", "unmatched_p2p_error"]
 
 
+#: How a wait cycle's error begins (:func:`wait_cycle_error`); a "may hang" warning quotes the steps after it
+_WAIT_FOREVER = "ranks would wait on each other forever: "
+
+
 def wait_cycle_error(steps: Sequence[tuple[int, int, str]], units: Mapping[int, Sequence[str]],
                      issue: Mapping[int, list[list[str]]]) -> DeadlockError:
     """A cycle of NCCL's wait-for graph (:func:`schedsim.lower.checks.hang_witness`; ``steps`` ``(a, b, reason)``
@@ -367,7 +371,7 @@ def wait_cycle_error(steps: Sequence[tuple[int, int, str]], units: Mapping[int, 
         fix = ("reorder so every rank reaches these sends/recvs/collectives in a compatible order "
                "(e.g. even ranks send first, odd ranks receive first)")
     grid = issue_grid({r: ["+".join(x) for x in launches] for r, launches in issue.items()}, marked)
-    return DeadlockError("ranks would wait on each other forever: " + "; ".join(steps_text), fix=fix, detail=grid,
+    return DeadlockError(_WAIT_FOREVER + "; ".join(steps_text), fix=fix, detail=grid,
                          ops=list(dict.fromkeys(named)), cycle=list(dict.fromkeys(chain)))
 
 
@@ -375,30 +379,30 @@ def eager_hang_warning(hang: DeadlockError) -> str:
     """The "may hang" warning for a schedule of two ranks that hangs only with its lone send/recv on the
     collectives' communicator (an eagerly initialised process group), ``hang`` that cycle's error
     (:func:`wait_cycle_error`)."""
-    from schedsim.errors import SchedsimError
-
-    steps = hang.message.replace("ranks would wait on each other forever: ", "", 1)
-    return SchedsimError(
-        "may hang: with an eagerly initialised process group (init_process_group(device_id=...), as `schedsim "
-        "execute --backend nccl` does) torch runs lone send/recv on the collectives' communicator, in issue order with "
-        f"them, and then {steps}",
-        fix="issue the send/recv and the collectives in one order on both ranks, or batch the send/recv "
-            "(`p2p_batch`); a lazily initialised group (no device_id) gives the pair a communicator of its own",
-        detail=hang.detail).format()
+    return _may_hang(
+        "with an eagerly initialised process group (init_process_group(device_id=...), as `schedsim execute "
+        "--backend nccl` does) torch runs lone send/recv on the collectives' communicator, in issue order with them",
+        "issue the send/recv and the collectives in one order on both ranks, or batch the send/recv (`p2p_batch`); "
+        "a lazily initialised group (no device_id) gives the pair a communicator of its own", hang)
 
 
 def multi_peer_hang_warning(hang: DeadlockError) -> str:
     """The "may hang" warning for a schedule that hangs once a batch of send/recv with two or more peers waits for
     all of them (rule 7 of :mod:`schedsim.lower.checks`), ``hang`` that cycle's error (:func:`wait_cycle_error`)."""
+    return _may_hang(
+        "a batch of send/recv with two or more peers (batch_isend_irecv) is one NCCL kernel, which may serve one "
+        "peer's transfer only after another's, so its ops and the ops matched with them complete only once all of "
+        "them are posted (pytorch/PiPPy#969)",
+        "batch the send/recv per peer (one batch_isend_irecv per peer, as PiPPy PR #1000 does), or post every op "
+        "matched with the batch before anything that waits for it", hang)
+
+
+def _may_hang(why: str, fix: str, hang: DeadlockError) -> str:
+    """A "may hang" warning: ``why`` the schedule may hang, then the steps of ``hang``'s wait cycle, and ``fix``."""
     from schedsim.errors import SchedsimError
 
-    steps = hang.message.replace("ranks would wait on each other forever: ", "", 1)
-    return SchedsimError(
-        "may hang: a batch of send/recv with two or more peers (batch_isend_irecv) is one NCCL kernel, which may "
-        "serve one peer's transfer only after another's, so its ops and the ops matched with them complete only "
-        f"once all of them are posted (pytorch/PiPPy#969), and then {steps}",
-        fix="batch the send/recv per peer (one batch_isend_irecv per peer, as PiPPy PR #1000 does), or post every "
-            "op matched with the batch before anything that waits for it", detail=hang.detail).format()
+    steps = hang.message.replace(_WAIT_FOREVER, "", 1)
+    return SchedsimError(f"may hang: {why}, and then {steps}", fix=fix, detail=hang.detail).format()
 
 
 def cross_communicator_warning(keys: Sequence[str], members: Sequence[str], issue: Mapping[int, list[list[str]]]

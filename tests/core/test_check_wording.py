@@ -184,11 +184,15 @@ def test_array_wording_equals_the_object_build_on_random_schedules():
     assert set(seen) == set(FAMILIES)  # each family was drawn
 
 
+#: Two ranks with a 1F1B block of 2 microbatches, then the ops written after ``ops:``
+PIPELINE_1F1B = ("schema_version: 1\nname: c\nworld_size: 2\npipeline:\n  schedule: 1f1b\n  p: 2\n  m: 2\n"
+                 "  stage: {forward: [{kind: compute, duration_us: 1}], backward_input: [{kind: compute, "
+                 "duration_us: 1}]}\nops:\n")
+
+
 def test_a_pipeline_blocks_collective_order_fault_gets_its_compute_grid():
     spec = api.load_text(
-        "schema_version: 1\nname: c\nworld_size: 2\npipeline:\n  schedule: 1f1b\n  p: 2\n  m: 2\n"
-        "  stage: {forward: [{kind: compute, duration_us: 1}], backward_input: [{kind: compute, duration_us: 1}]}\n"
-        "ops:\n" + CASES["collective order"][0])
+        PIPELINE_1F1B + CASES["collective order"][0])
     ref = _reference_error(spec)
     assert isinstance(ref, DeadlockError) and ref.detail is not None
     assert ref.detail.endswith("Pipeline schedule (compute actions per rank):\n        Rank 0 Rank 1\n"
@@ -203,9 +207,7 @@ def test_a_wait_cycle_in_a_pipeline_program_marks_the_step_of_its_first_tagged_s
     the issue grid, marking the step of the first send/recv the message names that carries ``stage`` and ``mb``
     tags (r@r0: stage 0, microbatch 1, whose 0F1 is rank 0's step 1), as the object-based build marks it."""
     spec = api.load_text(
-        "schema_version: 1\nname: c\nworld_size: 2\npipeline:\n  schedule: 1f1b\n  p: 2\n  m: 2\n"
-        "  stage: {forward: [{kind: compute, duration_us: 1}], backward_input: [{kind: compute, duration_us: 1}]}\n"
-        "ops:\n"
+        PIPELINE_1F1B +
         "  - {name: s, kind: send, peer: '{1 - rank}', bytes: 8, stream: a, tags: {stage: '{rank}', mb: 1}}\n"
         "  - {name: r, kind: recv, peer: '{1 - rank}', bytes: 8, stream: b, tags: {stage: '{rank}', mb: 1}}\n")
     ref = _reference_error(spec)
