@@ -52,12 +52,14 @@ One Megatron-LM training step, per global rank (Megatron's rank order ``tp-cp-ep
   ``overlap_grad_reduce`` they are reduced in Megatron's buckets (:meth:`_Ranks.buckets`: 40 M parameters or
   more in the first model chunk, one bucket per later chunk), each issued on stream ``dp_comm`` right after the
   last microbatch's weight gradient that completes it, so the rest of the backward overlaps it; without, one
-  reduction after the rank's last compute. Then the word-embedding gradient all-reduce between the first and
-  last pipeline stage (tied embeddings, ``pp > 1``), the optimizer's synchronisations, the optimizer step
-  (fused Adam: reads the gradient, the fp32 master weight and two moments, writes the three and the parameter
-  copy, on the rank's shard with the distributed optimizer) and, with the distributed optimizer, the parameter
-  all-gather over the data-parallel group (with ``overlap_param_gather`` issued at the start of the step on
-  ``dp_comm``, as the next step's forward would dispatch it, without holding the first forward back).
+  reduction after the rank's last compute, preceded by the gradient buffer's division by dp (one pass). Then the
+  word-embedding gradient all-reduce between the first and last pipeline stage (tied embeddings, ``pp > 1``), the
+  optimizer's synchronisations, the optimizer step (fused Adam on fp32 main weights and gradients: reads the
+  gradient, the master weight and two moments, writes the three, on the rank's shard with the distributed
+  optimizer), the copy of the fp32 main weights to the 16-bit model weights, with the distributed optimizer the
+  parameter all-gather over the data-parallel group (with ``overlap_param_gather`` issued at the start of the
+  step on ``dp_comm``, as the next step's forward would dispatch it, without holding the first forward back), and
+  the memset of the rank's gradient buffer that the next step starts with.
 
 With ``symmetric`` (what ``schedsim predict`` and ``search`` run where it is exact), only one representative rank
 of each class of ranks that run alike is written (:func:`represented_ranks`): ``pp·cp`` ranks instead of the world,
@@ -826,10 +828,17 @@ def _emit_rank(ranks: _Ranks, g: int, pplan: Any, steps: dict[int, list[tuple[An
         em.action(act, bid)
     last = () if em.last_compute is None else (em.last_compute,)
     experts = sum(ranks.held[s]["experts"] for s in rank_stages[p_]) / plan.tp
+    edp_group = groups["edp"]
+    if multi and not t.overlap_grad_reduce:
+        # the gradient buffer divided by the data-parallel size before it is reduced (Megatron's DDP:
+        # ``buffer_.data /= data_parallel_world_size`` in ``allreduce_gradients``, 2020-23; Megatron Core's
+        # ``gradient_scaling_factor``): one read and one write of the rank's gradients (with
+        # ``overlap_grad_reduce`` Megatron Core scales each bucket before its reduction: not written)
+        last = (ranks.one("compute", "grad_buffer_scale", g, (), 2 * grad_e * mine, plan.grad_dtype, last,
+                          stream="compute", tags=OPT_STEP_TAG),)
     if multi and not t.overlap_grad_reduce:
         grads.append(ranks.one(reduce, f"dp_grad_{reduce}", g, dp_group, (mine - experts) * grad_e,
                                plan.grad_dtype, last))
-    edp_group = groups["edp"]
     if experts and len(edp_group) > 1:  # the experts' gradients, over the expert data-parallel group
         grads.append(ranks.one(reduce, f"dp_expert_grad_{reduce}", g, edp_group, experts * grad_e,
                                plan.grad_dtype, last))
@@ -861,9 +870,29 @@ def _emit_rank(ranks: _Ranks, g: int, pplan: Any, steps: dict[int, list[tuple[An
             wait = (ranks.one("compute", name, g, (), nbytes, "fp32", wait, stream="compute", tags=OPT_STEP_TAG),)
         elif len(stats) > 1:
             wait = (ranks.one("all_reduce", name, g, stats, nbytes, "fp32", wait, stream="compute", tags=OPT_TAG),)
-    # fused Adam on the rank's shard: reads grad, fp32 master, two moments; writes those three and the parameter
-    moved = (grad_e + 3 * 4 + 3 * 4 + param_e) * mine / shard
+    # fused Adam on the rank's shard, on fp32 main parameters and gradients (the 16-bit gradients were copied to
+    # fp32 above): reads the gradient, the master weight and two moments, writes those three (4 bytes each)
+    moved = (4 + 3 * 4 + 3 * 4) * mine / shard
     opt = ranks.one("compute", "optimizer_step", g, (), moved, "fp32", wait, stream="compute", tags=OPT_STEP_TAG)
-    if multi and t.use_distributed_optimizer and not t.overlap_param_gather:
-        ranks.one("all_gather", "dp_param_allgather", g, dp_group, mine * param_e, plan.dtype, (opt,),
-                  stream="compute")
+    _after_step(ranks, g, opt, mine, shard, dp_group if multi and t.use_distributed_optimizer
+                and not t.overlap_param_gather else ())
+
+
+def _after_step(ranks: _Ranks, g: int, opt: int, mine: float, shard: int, gather: tuple[int, ...]) -> None:
+    """Rank ``g``'s ops after its optimizer step (name id ``opt``) over its ``mine`` parameters (``1/shard`` of them
+    stepped): the 16-bit model weights from the fp32 main ones, the parameter all-gather over ``gather`` (the
+    distributed optimizer's, when not overlapped; ``()``: none), and the memset of the gradient buffer."""
+    plan = ranks.plan
+    grad_e, param_e = DTYPE_BYTES[plan.grad_dtype], DTYPE_BYTES[plan.dtype]
+    if param_e != 4:  # MixedPrecisionOptimizer.step's _copy_main_params_to_model_params (multi_tensor_scale):
+        # read 4, write param_e, on the rank's shard
+        opt = ranks.one("compute", "optimizer_param_copy", g, (), (4 + param_e) * mine / shard, "fp32", (opt,),
+                        stream="compute", tags=OPT_STEP_TAG)
+    if gather:
+        opt = ranks.one("all_gather", "dp_param_allgather", g, gather, mine * param_e, plan.dtype, (opt,),
+                        stream="compute")
+    # the gradient buffer zeroed for the next step (train_step's zero_grad_buffer, a memset of the rank's whole
+    # buffer, distributed optimizer or not): issued at the next step's start, written here, where it costs the
+    # same compute-stream time
+    ranks.one("compute", "zero_grad_buffer", g, (), grad_e * mine, plan.grad_dtype, (opt,), stream="compute",
+              tags=OPT_STEP_TAG)

@@ -191,24 +191,27 @@ def test_tiny_config_op_counts_and_collectives() -> None:
     context_copy, proj, bias_dropout_add1, ln2, fc1, act, fc2, bias_dropout_add2) + 2 all-reduces = 18; I = 23
     kernels + 2 all-reduces = 25; W = 4 wgrads + the QKV bias gradient = 5. Stage 0: F = embedding + its TP
     all-reduce + embedding dropout + 18 = 21; I = 25 + embedding dropout backward = 26; W = 5 + embedding wgrad =
-    6; × 4 microbatches = 212, + 4 sendF + 4 recvB, + DP all-reduce, tied embedding all-reduce, the local
-    gradient norm and its all-reduce (bf16: no gradient copy, no found-inf), optimizer step = 225. Stage 1: F =
-    18 + final LN, logits, cross-entropy and its 3 all-reduces = 24; I = cross-entropy backward, logits dgrad +
-    its all-reduce, final LN backward + 25 = 29; W = logits wgrad + 5 = 6; × 4 = 236 + 8 + 5 = 249. Ranks 0-3
-    are pp stage 0 (tp fastest, then dp), 4-7 stage 1."""
+    6; × 4 microbatches = 212, + 4 sendF + 4 recvB, + the gradient scaling by 1/dp, DP all-reduce, tied
+    embedding all-reduce, the local gradient norm and its all-reduce (bf16: no gradient copy, no found-inf),
+    optimizer step, main-to-model parameter copy, gradient buffer zeroing = 228. Stage 1: F = 18 + final LN,
+    logits, cross-entropy and its 3 all-reduces = 24; I = cross-entropy backward, logits dgrad + its all-reduce,
+    final LN backward + 25 = 29; W = logits wgrad + 5 = 6; × 4 = 236 + 8 + 8 = 252. Ranks 0-3 are pp stage 0 (tp
+    fastest, then dp), 4-7 stage 1."""
     ops = _ops(TINY)
     per_rank = {r: sum(1 for o in ops if o.rank == r) for r in range(8)}
-    assert per_rank == {0: 225, 1: 225, 2: 225, 3: 225, 4: 249, 5: 249, 6: 249, 7: 249}
+    assert per_rank == {0: 228, 1: 228, 2: 228, 3: 228, 4: 252, 5: 252, 6: 252, 7: 252}
     norm = {o.rank: o for o in ops if o.name == "optimizer_grad_norm"}
     assert norm[0].group == (0, 1, 4, 5) and norm[6].group == (2, 3, 6, 7) and norm[0].nbytes == 4  # tp × pp
-    fp16 = [o for o in _ops(_edit("bf16: true", "fp16: true")) if o.rank == 3][-6:]
+    fp16 = [o for o in _ops(_edit("bf16: true", "fp16: true")) if o.rank == 3][-8:]
     assert [o.name for o in fp16] == ["optimizer_grad_copy", "optimizer_unscale", "optimizer_found_inf",
-                                      "optimizer_grad_norm_local", "optimizer_grad_norm", "optimizer_step"]
+                                      "optimizer_grad_norm_local", "optimizer_grad_norm", "optimizer_step",
+                                      "optimizer_param_copy", "zero_grad_buffer"]
     # passes over the rank's (49,984 + 1024·64 + 32·64) / 2 = 58,784 parameters: fp16 → fp32 copy 2 + 4 bytes,
     # unscale 4 + 4, L2 norm 4 (Megatron's MixedPrecisionOptimizer); bf16 has fp32 gradients: the norm only
     assert [o.nbytes for o in fp16[:4]] == [6 * 58_784, 8 * 58_784, 4, 4 * 58_784]
-    assert [o.name for o in ops if o.rank == 3][-3:] == ["optimizer_grad_norm_local", "optimizer_grad_norm",
-                                                         "optimizer_step"]
+    assert [o.name for o in ops if o.rank == 3][-5:] == ["optimizer_grad_norm_local", "optimizer_grad_norm",
+                                                         "optimizer_step", "optimizer_param_copy",
+                                                         "zero_grad_buffer"]
     tp_ops = [o for o in ops if o.kind == "all_reduce" and ".tp_" in o.name]
     # every TP all-reduce is s·b·h·2 bytes = 32·64·2 on the TP group (r, r^1)
     assert {o.nbytes for o in tp_ops if "ce_allreduce" not in o.name} == {32 * 64 * 2}
@@ -225,6 +228,33 @@ def test_tiny_config_op_counts_and_collectives() -> None:
     sends = [o for o in ops if o.kind == "send"]
     assert {(o.rank, o.peer) for o in sends} == {(0, 4), (1, 5), (2, 6), (3, 7), (4, 0), (5, 1), (6, 2), (7, 3)}
     assert {o.nbytes for o in sends} == {32 * 64 * 2}
+
+
+def test_step_passes_over_the_parameters_by_hand() -> None:
+    """The per-parameter passes of Megatron's step, on rank 3 (stage 0, 58,784 parameters: the docstring above),
+    in bytes a parameter. bf16 (fp32 gradients, 16-bit parameters): the DP gradient buffer divided by dp before
+    its all-reduce (read and write 4), fused Adam on fp32 main weights (read gradient, weight, two moments, write
+    the three: 28), the main-to-model parameter copy (read 4, write 2) and the gradient buffer's memset (4).
+    fp16 (16-bit gradients): 4, 28, 6, 2. fp32: no parameter copy, memset 4. With the distributed optimizer
+    (dp 2) Adam and the copy run on half, the memset on the whole buffer; with overlapped reduction there is no
+    tail scaling (Megatron Core scales each bucket: not written)."""
+    n = 58_784
+
+    def tail(text: str) -> dict[str, float]:
+        return {o.name: o.nbytes for o in _ops(text) if o.rank == 3 and "." not in o.name}
+
+    bf16 = tail(TINY)
+    assert [bf16[k] for k in ("grad_buffer_scale", "optimizer_step", "optimizer_param_copy", "zero_grad_buffer")] \
+        == [8 * n, 28 * n, 6 * n, 4 * n]
+    fp16 = tail(_edit("bf16: true", "fp16: true"))
+    assert [fp16[k] for k in ("grad_buffer_scale", "optimizer_step", "optimizer_param_copy", "zero_grad_buffer")] \
+        == [4 * n, 28 * n, 6 * n, 2 * n]
+    fp32 = tail(_edit("bf16: true", "params_dtype: fp32"))
+    assert "optimizer_param_copy" not in fp32 and fp32["zero_grad_buffer"] == 4 * n
+    dist = tail(_edit("bf16: true", "bf16: true\n  use_distributed_optimizer: true\n  overlap_grad_reduce: true"))
+    assert "grad_buffer_scale" not in dist
+    assert [dist[k] for k in ("optimizer_step", "optimizer_param_copy", "zero_grad_buffer")] == \
+        [28 * n / 2, 6 * n / 2, 4 * n]
 
 
 def test_sequence_parallel_swaps_all_reduce_for_gather_scatter() -> None:
@@ -337,13 +367,13 @@ def test_op_estimate_refuses_before_expanding(tmp_path: Path) -> None:
     code, err = _check(tmp_path, big)
     assert code == 2 and "training: the schedule expands to too many op instances (summed over ranks) when " \
         "every rank is lowered" in err
-    assert "about 2,383,488" in err  # 8 replicas × 64 microbatches × (96 · 48 + 16 + 4 · 7) + 64 · 26
+    assert "about 2,383,680" in err  # 8 replicas × 64 microbatches × (96 · 48 + 16 + 4 · 7) + 64 · 29
     doc = {"num_layers": 96, "tp": 8, "pp": 8, "global_batch_size": 64, "micro_batch_size": 1}
-    assert _training_ops(doc, 64, represented=True) == 2_383_488 // 8  # 1 replica of 8 pipeline ranks
+    assert _training_ops(doc, 64, represented=True) == 2_383_680 // 8  # 1 replica of 8 pipeline ranks
     tb = load_text(TINY).training
     assert tb is not None
     assert _training_ops({"num_layers": 2, "tp": 2, "pp": 2, "micro_batch_size": 1, "global_batch_size": 8}, 8) \
-        >= len(_ops(TINY)) == 4 * 225 + 4 * 249
+        >= len(_ops(TINY)) == 4 * 228 + 4 * 252
 
 
 def test_pipeline_picture_shows_the_first_replicas_pipeline_ranks() -> None:
