@@ -319,10 +319,12 @@ def _head_ops(t: TransformerSpec, tp: int = 1, sp: bool = False) -> dict[str, di
       ``embedding_dropout`` Tn·h·(2e + 1) with ``hidden_dropout`` (Megatron's ``Embedding.embedding_dropout``)
       and its backward ``embedding_dropout_bwd``; ``embedding_wgrad`` (scatter-add) 3·s·b·h·e;
     * ``final_ln`` 2·Tn·h·e and its backward ``final_ln_bwd`` 4·Tn·h·e; the ``logits`` GEMM (V/tp columns) and
-      its ``logits_dgrad`` / ``logits_wgrad``; ``cross_entropy`` (``vocab_parallel_cross_entropy`` on fp32
-      logits: max, exp, sum passes) 3·s·b·(V/tp)·4 and ``cross_entropy_bwd`` (its backward's in-place
-      ``grad_input.mul_`` on the saved fp32 softmax, then the cast back to the logits' dtype)
-      s·b·(V/tp)·(12 + e)."""
+      its ``logits_dgrad`` / ``logits_wgrad``; ``cross_entropy`` (``vocab_parallel_cross_entropy(output.float(),
+      labels)``, Megatron's default without ``--fp16-lm-cross-entropy``: the cast to fp32 (read e, write 4; none
+      when e = 4), then over the fp32 logits the max (read 4), the max subtracted in place (read and write 4),
+      ``exp`` in place (8), the sum (4) and the division by it in place, the softmax kept for the backward (8))
+      s·b·(V/tp)·(32 + cast) and ``cross_entropy_bwd`` (its backward's in-place ``grad_input.mul_`` on the saved
+      fp32 softmax, then the cast back to the logits' dtype) s·b·(V/tp)·(12 + e)."""
     e = DTYPE_BYTES[t.dtype]
     T, h, V, dt = t.seq * t.micro_batch, t.hidden, (t.vocab or 0) // tp, t.dtype
     Tn = T // tp if sp else T
@@ -336,7 +338,8 @@ def _head_ops(t: TransformerSpec, tp: int = 1, sp: bool = False) -> dict[str, di
     ops = [ew("embedding", 2 * T * h * e), ew("embedding_dropout", Tn * h * (2 * e + 1)),
            ew("embedding_dropout_bwd", Tn * h * (2 * e + 1)), ew("embedding_wgrad", 3 * T * h * e),
            ew("final_ln", 2 * Tn * h * e), ew("final_ln_bwd", 4 * Tn * h * e), mm("logits", T, V, h),
-           ew("cross_entropy", 3 * T * V * 4, "fp32"), ew("cross_entropy_bwd", T * V * (12 + e), "fp32"),
+           ew("cross_entropy", T * V * (32 + (e + 4 if e != 4 else 0)), "fp32"),
+           ew("cross_entropy_bwd", T * V * (12 + e), "fp32"),
            mm("logits_dgrad", T, h, V), mm("logits_wgrad", h, V, T)]
     return {o["name"]: o for o in ops if t.hidden_dropout > 0 or "dropout" not in o["name"]}
 

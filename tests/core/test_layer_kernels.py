@@ -108,6 +108,20 @@ def test_pipeline_stage_and_training_block_share_the_layer() -> None:
         ["cross_entropy_bwd", "logits_dgrad", "final_ln_bwd"]
 
 
+def test_cross_entropy_bytes_follow_megatrons_passes() -> None:
+    """Megatron's vocabulary-parallel cross-entropy forward on ``output.float()``, by hand for s·b = 32·2 tokens
+    and V/tp = 1024/2 columns: bf16 logits cast to fp32 (2 + 4 bytes an element), max (4), max subtracted in place
+    (8), exp in place (8), sum (4), division by the sum in place (8): 38 bytes an element, 64·512·38 = 1,245,184;
+    fp32 logits skip the cast: 32. The backward: mul_ on the saved softmax (8) and the cast back (4 + 2)."""
+    from schedsim.spec.pipeline_block import _head_ops
+
+    bf16 = _head_ops(TransformerSpec(**{**SMALL, "dtype": "bf16"}, vocab=1024), tp=2)  # type: ignore[arg-type]
+    assert bf16["cross_entropy"]["bytes"] == 64 * 512 * 38 == 1_245_184
+    assert bf16["cross_entropy_bwd"]["bytes"] == 64 * 512 * 14
+    fp32 = _head_ops(TransformerSpec(**{**SMALL, "dtype": "fp32"}, vocab=1024), tp=2)  # type: ignore[arg-type]
+    assert fp32["cross_entropy"]["bytes"] == 64 * 512 * 32
+
+
 def test_flash_attention_replaces_the_core() -> None:
     """flash_attention: the scores/softmax/dropout/attention·V kernels give way to the QKV layout copy and one
     fused kernel, FLOP 2·b·(a/tp)·s²·d forward (causal: half of QKᵀ and P·V) = 2·2·4·32²·8 = 131,072 at tp = 2,
