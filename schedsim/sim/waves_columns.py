@@ -354,12 +354,14 @@ def _tails(ttail, op_tail, twt, tmpl, kidx, kptr, ktype, ktau, K):
     (rule wave-tail) :func:`gr.fill_gain` of its wave time and its head template's tail (``twt``, seconds)."""
     if K == 0:
         return np.zeros(0, I32), np.zeros(0), np.ones(0)
-    head = np.asarray(kidx)[np.asarray(kptr)[:-1]]
-    kgain = gr.fill_gain_columns(ktau, ktype, twt[tmpl[head]]) if twt.any() else np.ones(K)
+    # each kernel's head template and op: with a kernel per op (K = N, numbered in op order) the ops' own
+    hmpl = tmpl if K == len(tmpl) else tmpl[np.asarray(kidx)[np.asarray(kptr)[:-1]]]
+    kgain = gr.fill_gain_columns(ktau, ktype, twt[hmpl]) if twt.any() else np.ones(K)
     if op_tail is None:
         return np.zeros(K, I32), np.zeros(K), kgain
     comp = np.asarray(ktype) == 0
-    return _i32(np.where(comp, ttail[tmpl[head]], 0)), np.where(comp, op_tail[head], 0.0), kgain
+    htail = op_tail if K == len(tmpl) else op_tail[np.asarray(kidx)[np.asarray(kptr)[:-1]]]
+    return _i32(np.where(comp, ttail[hmpl], 0)), np.where(comp, htail, 0.0), kgain
 
 
 def _per_op(table: np.ndarray, tmpl: np.ndarray) -> np.ndarray:
