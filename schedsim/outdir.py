@@ -36,8 +36,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from schedsim.io import (STAGING_PREFIX, WRITTEN_DIGESTS, _commit_lock, _staging_gone, describe_mode, file_identity,
-                         output_dir)
+from schedsim.io import (
+    STAGING_PREFIX,
+    WRITTEN_DIGESTS,
+    _commit_lock,
+    _staging_gone,
+    describe_mode,
+    file_identity,
+    output_dir,
+)
 
 __all__ = ["MANIFEST", "STAGING_PREFIX", "STAGING_MARKER", "STALE_AFTER_S", "MAX_PNG_PX", "Manifest", "safe_dirname",
            "staging_prefix", "mark_staging", "staging_owner", "host_id",
