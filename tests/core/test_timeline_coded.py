@@ -432,8 +432,6 @@ def test_a_custom_orders_action_texts_are_made_on_read_and_written_from_the_line
 def test_ids_unique_gives_what_the_stable_sort_gives():
     """coded_of's numbering of ids in use (a table of them when their range is small, else the sort) is
     arrays.unique's values and inverse, for int32 and int64 ids, wide ranges and negative ids."""
-    import numpy as np
-
     from schedsim.arrays import unique
     from schedsim.coded import _ids_unique
 
