@@ -357,7 +357,8 @@ def _one_entry(a: np.ndarray) -> np.ndarray:
 
 def _tails(ttail, op_tail, twt, tmpl, kidx, kptr, ktype, ktau, K):
     """Per kernel (rule split-k): the CTAs of its reduction kernel (int32, 0 none; written by the loop), from its head
-    op's template, and its seconds (float64), the head op's share of :func:`gk.split_work` (``op_tail``); and
+    op's template, and its seconds (float64), the head op's share of :func:`gk.split_work` (``op_tail``, written
+    over: the caller's no longer); and
     (rule wave-tail) :func:`gr.fill_gain` of its wave time and its head template's tail (``twt``, seconds)."""
     if K == 0:
         return np.zeros(0, I32), np.zeros(0), np.ones(0)
@@ -366,9 +367,13 @@ def _tails(ttail, op_tail, twt, tmpl, kidx, kptr, ktype, ktau, K):
     kgain = gr.fill_gain_columns(ktau, ktype, twt[hmpl]) if twt.any() else np.ones(K)
     if op_tail is None:
         return np.zeros(K, I32), np.zeros(K), kgain
-    comp = np.asarray(ktype) == 0
+    # each non-compute kernel's reduction 0, in place on fresh arrays (op_tail is split_work's, this call's alone)
+    other = np.asarray(ktype) != 0
+    ctas = ttail[hmpl]
+    ctas[other] = 0
     htail = op_tail if K == len(tmpl) else op_tail[np.asarray(kidx)[np.asarray(kptr)[:-1]]]
-    return _i32(np.where(comp, ttail[hmpl], 0)), np.where(comp, htail, 0.0), kgain
+    htail[other] = 0.0
+    return _i32(ctas), htail, kgain
 
 
 def _per_op(table: np.ndarray, tmpl: np.ndarray) -> np.ndarray:
