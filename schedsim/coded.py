@@ -403,26 +403,50 @@ def coded_of(table: Any, ids: np.ndarray, cls: Any) -> Any:
     item made (the run's own columns, not a copy, when row i is its row i); the others read their items
     (``take``, one per distinct id) into one more piece.
     """
-    from schedsim.arrays import unique
-
-    ids = np.asarray(ids, np.int64)
+    ids = np.asarray(ids)
+    if ids.dtype not in (np.int32, np.int64):
+        ids = ids.astype(np.int64)
     n = len(ids)
     runs = table.column_runs() if hasattr(table, "column_runs") else []
     pieces: list[tuple[np.ndarray, Any]] = []
-    left = np.ones(n, bool)
+    left = None  # the rows no run's columns hold (None: every row)
     for base, size, cols in runs:
         if not isinstance(cols, cls):
             continue
         if size == n and not pieces and bool((ids == np.arange(base, base + n)).all()):
             return cols  # row i is the run's row i (a pipeline's names and tags): its columns as they are
-        sel = left & (ids >= base) & (ids < base + size)
+        sel = (ids >= base) & (ids < base + size)
+        if left is not None:
+            sel &= left
         if sel.any():
             rows = np.flatnonzero(sel)
-            pieces.append((rows, cols.reindex(ids[rows] - base)))
+            pieces.append((rows, cols.reindex(ids[rows].astype(np.int64) - base)))
+            if left is None:
+                left = np.ones(n, bool)
             left[rows] = False
-    if left.any() or not n:
-        rows = np.flatnonzero(left)
-        u, _first, inv = unique(ids[rows])
+    if left is None or left.any() or not n:
+        rows = np.arange(n) if left is None else np.flatnonzero(left)
+        u, inv = _ids_unique(ids if left is None else ids[rows])
         items = table.take(u.tolist()) if hasattr(table, "column_runs") else [table[i] for i in u.tolist()]
+        if left is None:  # one piece of every row: its columns as they are (concat's own shortcut)
+            return cls.of_items(items, inv)
         pieces.append((rows, cls.of_items(items, inv)))
     return cls.concat(pieces, n)
+
+
+def _ids_unique(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(values, inverse)`` of non-negative integer ids, as :func:`schedsim.arrays.unique` gives them (values
+    ascending, int64): by a table of the ids in use when their range is at most about the rows' number (an
+    interner's ids), with no sort; else by that sort."""
+    from schedsim.arrays import unique
+
+    top = int(ids.max()) + 1 if len(ids) else 0
+    if len(ids) and int(ids.min()) >= 0 and top <= 4 * len(ids) + 64:
+        seen = np.zeros(top, bool)
+        seen[ids] = True
+        u = np.flatnonzero(seen)
+        code = np.zeros(top, np.int64)
+        code[u] = np.arange(len(u))
+        return u, code[ids]
+    u, _first, inv = unique(np.asarray(ids, np.int64))
+    return u, inv

@@ -19,6 +19,7 @@ One gate, :func:`output_target`, decides where every output path goes (every ``-
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -37,6 +38,29 @@ __all__ = ["STDOUT_NAMES", "STAGING_PREFIX", "atomic_write_bytes", "atomic_write
 STAGING_PREFIX = ".schedsim-staging-"
 #: Output paths that mean standard output.
 STDOUT_NAMES = frozenset({"-", "/dev/stdout", "/dev/fd/1", "/proc/self/fd/1"})
+#: SHA-256 (hex) of files this process wrote into a staging folder with ``atomic_writer(..., digest=True)``, hashed
+#: from the bytes as they were written, by the file's identity once in place (device, inode, size, modification and
+#: change times in ns): :func:`schedsim.outdir.file_digest` takes them instead of reading the file back (a
+#: million-op timeline.json is 100 MB). A few entries: cleared when full.
+WRITTEN_DIGESTS: dict[tuple[int, int, int, int, int], str] = {}
+
+
+def file_identity(st: os.stat_result) -> tuple[int, int, int, int, int]:
+    """``(device, inode, size, mtime_ns, ctime_ns)`` of a file's ``os.stat``: what any write changes (the change time
+    cannot be set back), the key of :data:`WRITTEN_DIGESTS`."""
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
+class _Hashing:
+    """A binary file whose ``write`` also feeds ``h`` (``atomic_writer``'s ``digest``); it offers ``write`` alone,
+    so that no byte reaches the file unhashed."""
+
+    def __init__(self, f: Any, h: Any) -> None:
+        self._f, self._h = f, h
+
+    def write(self, b: Any) -> int:
+        self._h.update(b)
+        return int(self._f.write(b))
 
 
 def describe_mode(mode: int) -> str:
@@ -149,7 +173,8 @@ def _staging_gone(stage: Path) -> Exception:
 
 
 @contextmanager
-def atomic_writer(path: str | Path, mode: str = "w", *, follow_links: bool = True) -> Iterator[Any]:
+def atomic_writer(path: str | Path, mode: str = "w", *, follow_links: bool = True, digest: bool = False
+                  ) -> Iterator[Any]:
     """Open a temporary file beside ``path``; on success give it the umask's mode and rename it into place.
 
     A reader never sees a half-written file; on any exception (Ctrl-C included) the temporary file is
@@ -157,7 +182,9 @@ def atomic_writer(path: str | Path, mode: str = "w", *, follow_links: bool = Tru
     standard output, ``/dev/null`` nowhere, and a special file is refused. With ``follow_links=False``, and for
     every file inside a staging folder of :func:`output_set`, a symbolic link at ``path`` is replaced itself,
     never the file it points to. A staging folder is never created here: one that is gone (removed by another
-    process) fails the write.
+    process) fails the write. ``digest`` (binary mode, a file inside a staging folder): the file given offers only
+    ``write``, whose bytes are hashed on the way, and their SHA-256 is recorded in :data:`WRITTEN_DIGESTS` once the
+    file is in place, for :func:`schedsim.outdir.output_set`'s manifest.
 
     Raises
     ------
@@ -180,13 +207,18 @@ def atomic_writer(path: str | Path, mode: str = "w", *, follow_links: bool = Tru
         raise _staging_gone(staging)
     p.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    h = hashlib.sha256() if digest and staging is not None and "b" in mode else None
     try:
         with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
-            yield f
+            yield f if h is None else _Hashing(f, h)
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the mode a plain open() would
         if str(_own_file_target(p) if own else output_target(p)) != str(p):  # replaced while we wrote: leave it
             raise OSError(f"{p} changed into a special file while schedsim wrote it; not replaced")
         os.replace(tmp, p)
+        if h is not None:  # its identity in place (the rename changed its change time)
+            if len(WRITTEN_DIGESTS) >= 64:
+                WRITTEN_DIGESTS.clear()
+            WRITTEN_DIGESTS[file_identity(os.lstat(p))] = h.hexdigest()
     except BaseException:
         try:
             os.unlink(tmp)

@@ -36,7 +36,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from schedsim.io import STAGING_PREFIX, _commit_lock, _staging_gone, describe_mode, output_dir
+from schedsim.io import (
+    STAGING_PREFIX,
+    WRITTEN_DIGESTS,
+    _commit_lock,
+    _staging_gone,
+    describe_mode,
+    file_identity,
+    output_dir,
+)
 
 __all__ = ["MANIFEST", "STAGING_PREFIX", "STAGING_MARKER", "STALE_AFTER_S", "MAX_PNG_PX", "Manifest", "safe_dirname",
            "staging_prefix", "mark_staging", "staging_owner", "host_id",
@@ -184,7 +192,9 @@ def file_digest(path: Path) -> str:
     A file read once by this process is not read again while its device, inode, size, modification and change
     times (ns) are the same and it had last changed at least :data:`_SETTLED_S` before it was read: ``predict``
     checks an earlier timeline.json (100 MB at a million ops) before it runs and again before it replaces it.
-    A write changes the change time, which no user call can set back.
+    A write changes the change time, which no user call can set back. A file this process wrote with
+    ``atomic_writer(..., digest=True)`` and that has the identity it had then is not read: its digest is that of
+    the bytes written (:data:`schedsim.io.WRITTEN_DIGESTS`).
 
     Raises
     ------
@@ -192,8 +202,8 @@ def file_digest(path: Path) -> str:
         ``path`` cannot be read.
     """
     st = os.stat(path)
-    key = (os.fspath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-    got = _DIGESTS.get(key)
+    key = (os.fspath(path), *file_identity(st))
+    got = _DIGESTS.get(key) or WRITTEN_DIGESTS.get(key[1:])
     if got is not None:
         return got
     h = hashlib.sha256()

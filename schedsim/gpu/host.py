@@ -162,8 +162,12 @@ def kernel_release(issue: np.ndarray, call0: np.ndarray, profile: HardwareProfil
     if mode == "cuda_graph" or (f >= 1.0 and call_extra is None):
         return issue
     # a call cheaper than the one-kernel call (a row below 1) launches at f of itself: never after it returned
-    pre = issue - call0 if call_extra is None else issue - call0 - np.maximum(call_extra, 0.0)
-    return call0 + f * pre
+    pre = issue - call0  # then in place, the same operations in the same order: one array of n, not three
+    if call_extra is not None:
+        pre -= np.maximum(call_extra, 0.0)
+    pre *= f
+    pre += call0
+    return pre
 
 
 def end_event_bound(end: np.ndarray, issue: np.ndarray, profile: HardwareProfile, mode: str) -> np.ndarray:

@@ -131,13 +131,18 @@ def tensor_duty(tl: Run, fp32_peak_flops: float, gap_s: float = 0.0, below: floa
     gemm = [i for i, k in enumerate(kinds) if k in KINDS and KINDS[k].cost == "gemm"]  # the kinds the GEMM table times
     if not gemm:
         return 0.0
-    solo = np.where(np.isnan(c.solo_s), c.end_s - c.start_s, c.solo_s)
-    flops = c.flops if repeat is None else c.flops * np.asarray(repeat, np.float64)
+    at = np.flatnonzero(codes == gemm[0] if len(gemm) == 1 else np.isin(codes, gemm))  # the GEMM kinds' rows only
+    start, end, solo, flops = c.start_s[at], c.end_s[at], c.solo_s[at], c.flops[at]
+    solo = np.where(np.isnan(solo), end - start, solo)
+    if repeat is not None:
+        reps = np.asarray(repeat)[at]
+        if not bool((reps == 1).all()):
+            flops = flops * reps.astype(np.float64)
     rate = np.divide(flops, solo, out=np.zeros_like(flops), where=solo > 0)
-    sel = np.isin(codes, gemm) & (rate > fp32_peak_flops) & (c.end_s > c.start_s)
+    sel = (rate > fp32_peak_flops) & (end > start)
     if not sel.any():
         return 0.0
-    rank, start, end = c.rank[sel], c.start_s[sel], c.end_s[sel]
+    rank, start, end = c.rank[at[sel]], start[sel], end[sel]
     bound = np.bincount(rank - rank.min(), weights=end - start).max() / (ms + gap_s)
     if bound < below:
         return float(bound)

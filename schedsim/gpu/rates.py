@@ -94,9 +94,10 @@ def fill_gain_columns(ktau: np.ndarray, ktype: np.ndarray, tail_s: np.ndarray) -
     kernel."""
     ktau = np.asarray(ktau, np.float64)
     tail_s = np.asarray(tail_s, np.float64)
-    ok = (np.asarray(ktype) == 0) & (ktau > 0.0) & (tail_s != 0.0)
-    frac = np.minimum(tail_s / np.where(ok, ktau, 1.0), TAIL_CAP)
-    return np.where(ok, 1.0 / (1.0 - frac), 1.0)
+    at = np.flatnonzero((np.asarray(ktype) == 0) & (ktau > 0.0) & (tail_s != 0.0))
+    out = np.ones(len(ktau))
+    out[at] = 1.0 / (1.0 - np.minimum(tail_s[at] / ktau[at], TAIL_CAP))  # the kernels it applies to only
+    return out
 
 
 def copy_rate(rules: GpuRules, compute_resident: bool, engine: int = 0, reverse_busy: bool = False) -> float:

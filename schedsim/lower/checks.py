@@ -87,6 +87,9 @@ class _Templates(NamedTuple):
     kind: np.ndarray
     gid: np.ndarray
     groups: list[tuple[int, ...]]
+    #: :func:`_first_launches`' results by ``eager``, with the ``comm`` and ``head`` arrays they are of (the lazy
+    #: creation check and the wait-for graph ask for the same ones)
+    firsts: dict[bool, tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray, list[tuple[int, ...]]]]]
 
     @classmethod
     def of(cls, prog: Program) -> _Templates:
@@ -95,7 +98,7 @@ class _Templates(NamedTuple):
         kind = np.fromiter(map(code.get, map(attrgetter("kind"), tps), repeat(-1)), I64, len(tps))
         groups: dict[tuple[int, ...], int] = {}
         gid = np.array([groups.setdefault(g, len(groups)) for g in map(attrgetter("group"), tps)], I64)
-        return cls(kind, gid, list(groups))
+        return cls(kind, gid, list(groups), {})
 
     def mask(self, prog: Program, kinds: Sequence[str]) -> np.ndarray:
         """Boolean mask of the ops whose kind is in ``kinds``."""
@@ -234,7 +237,18 @@ def _dag_edges(prog: Program) -> tuple[np.ndarray, np.ndarray]:
 def _first_launches(prog: Program, comm: np.ndarray, head: np.ndarray, eager: bool, tc: _Templates
                     ) -> tuple[np.ndarray, np.ndarray, list[tuple[int, ...]]]:
     """``(first, cid, groups)``: the head op of each rank's first launch on each group communicator it uses
-    (rule 6 of the module docstring), that launch's communicator id, and the ranks of each id."""
+    (rule 6 of the module docstring), that launch's communicator id, and the ranks of each id (made once per
+    ``tc``, ``comm``, ``head`` and ``eager``: read-only)."""
+    got = tc.firsts.get(eager)
+    if got is not None and got[0] is comm and got[1] is head:
+        return got[2]
+    out = _first_launches_of(prog, comm, head, eager, tc)
+    tc.firsts[eager] = (comm, head, out)
+    return out
+
+
+def _first_launches_of(prog: Program, comm: np.ndarray, head: np.ndarray, eager: bool, tc: _Templates
+                       ) -> tuple[np.ndarray, np.ndarray, list[tuple[int, ...]]]:
     heads = comm[comm == head]
     if not len(heads):
         return heads, heads, []

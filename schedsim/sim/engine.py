@@ -224,8 +224,12 @@ def _simulate_once(G: Program, profile: HardwareProfile, info: ProgramInfo, mode
 
 
 def _repeats(G: Program) -> np.ndarray:
-    """Each op's ``repeat`` (kernels back to back), in the order of the timeline's spans (int64, shape (N,))."""
-    return np.array([t.repeat for t in G.templates], np.int64)[G.tmpl]
+    """Each op's ``repeat`` (kernels back to back), in the order of the timeline's spans (int64, shape (N,); a
+    read-only broadcast of one value, no memory per op, when every template has the same)."""
+    reps = np.array([t.repeat for t in G.templates], np.int64)
+    if len(reps) and bool((reps == reps[0]).all()):
+        return np.broadcast_to(reps[:1], G.tmpl.shape)
+    return reps[G.tmpl]
 
 
 def _p2p_hang_note(e: DeadlockError) -> str:

@@ -794,7 +794,7 @@ class Timeline:
             The path cannot be written (nothing is left behind).
         """
         if layout == "columns":
-            with atomic_writer(path, "wb") as f:
+            with atomic_writer(path, "wb", digest=True) as f:  # in an output set: its digest as written
                 for chunk in self._column_chunks(metrics):
                     f.write(chunk)
         elif layout == "rows":

@@ -220,10 +220,16 @@ def _link_ends(gptr: np.ndarray, gidx: np.ndarray, rank: np.ndarray, C: int, one
             span = np.zeros(len(groups), bool)
             span[gz] = np.minimum.reduceat(gnd, gstarts) != np.maximum.reduceat(gnd, gstarts)
     k = np.where(span, 4, 2).astype(I64)  # ends per member: 2 (scale-up link) or 4 (and the NIC)
-    km = np.repeat(k, sizes)
-    first = np.cumsum(km) - km  # each member's first end, over all collective ends
-    off = np.arange(int(km.sum()), dtype=I64) - np.repeat(first, km)  # 0..km-1 within a member: 2·tier + d
-    cends = np.repeat(4 * cr, km) + off
+    # one count of ends for every member (no group spans nodes, or all do): a member's ends by broadcasting
+    kk = int(k[0]) if len(k) and bool((k == k[0]).all()) else 0
+    if kk:
+        km, off = None, np.arange(kk, dtype=I64)
+        cends = ((4 * cr)[:, None] + off).reshape(-1)
+    else:
+        km = np.repeat(k, sizes)
+        first = np.cumsum(km) - km  # each member's first end, over all collective ends
+        off = np.arange(int(km.sum()), dtype=I64) - np.repeat(first, km)  # 0..km-1 within a member: 2·tier + d
+        cends = np.repeat(4 * cr, km) + off
     t = 2 * (node[pr[:, 0]] != node[pr[:, 1]]).astype(I64) if node is not None and len(pr) else 0
     se, re_ = 4 * pr[:, 0] + t, 4 * pr[:, 1] + t + 1
     pends = np.stack([np.minimum(se, re_), np.maximum(se, re_)], 1).reshape(-1)  # each pair's two ends in order
@@ -246,12 +252,13 @@ def _link_ends(gptr: np.ndarray, gidx: np.ndarray, rank: np.ndarray, C: int, one
     # distinct ranks per group: collective member slot s of a group with k ends per member owns positions
     # k·s .. k·s + k - 1; a send owns the lower end when its rank is below the receiver's
     slot = np.arange(nc) - np.repeat(gptr[:C], sizes)
-    cpos = np.repeat(km * slot, km) + off
+    cpos = ((kk * slot)[:, None] + off).reshape(-1) if km is None else np.repeat(km * slot, km) + off
     up = (pr[:, 0] > pr[:, 1]).astype(I64)
     ppos = np.stack([up, 1 - up], 1).reshape(-1)
     pos = np.concatenate([cpos, ppos])
-    nce = int(km.sum())
-    pptr = np.concatenate([np.zeros(1, I64), np.cumsum(km), nce + np.arange(1, 2 * P + 1)])
+    nce = kk * nc if km is None else int(km.sum())
+    mptr = kk * np.arange(1, nc + 1, dtype=I64) if km is None else np.cumsum(km)  # each member's ends' end
+    pptr = np.concatenate([np.zeros(1, I64), mptr, nce + np.arange(1, 2 * P + 1)])
     return eptr, ends, rptr, rev, pptr, pos
 
 
@@ -350,16 +357,23 @@ def _one_entry(a: np.ndarray) -> np.ndarray:
 
 def _tails(ttail, op_tail, twt, tmpl, kidx, kptr, ktype, ktau, K):
     """Per kernel (rule split-k): the CTAs of its reduction kernel (int32, 0 none; written by the loop), from its head
-    op's template, and its seconds (float64), the head op's share of :func:`gk.split_work` (``op_tail``); and
+    op's template, and its seconds (float64), the head op's share of :func:`gk.split_work` (``op_tail``, written
+    over: the caller's no longer); and
     (rule wave-tail) :func:`gr.fill_gain` of its wave time and its head template's tail (``twt``, seconds)."""
     if K == 0:
         return np.zeros(0, I32), np.zeros(0), np.ones(0)
-    head = np.asarray(kidx)[np.asarray(kptr)[:-1]]
-    kgain = gr.fill_gain_columns(ktau, ktype, twt[tmpl[head]]) if twt.any() else np.ones(K)
+    # each kernel's head template and op: with a kernel per op (K = N, numbered in op order) the ops' own
+    hmpl = tmpl if K == len(tmpl) else tmpl[np.asarray(kidx)[np.asarray(kptr)[:-1]]]
+    kgain = gr.fill_gain_columns(ktau, ktype, twt[hmpl]) if twt.any() else np.ones(K)
     if op_tail is None:
         return np.zeros(K, I32), np.zeros(K), kgain
-    comp = np.asarray(ktype) == 0
-    return _i32(np.where(comp, ttail[tmpl[head]], 0)), np.where(comp, op_tail[head], 0.0), kgain
+    # each non-compute kernel's reduction 0, in place on fresh arrays (op_tail is split_work's, this call's alone)
+    other = np.asarray(ktype) != 0
+    ctas = ttail[hmpl]
+    ctas[other] = 0
+    htail = op_tail if K == len(tmpl) else op_tail[np.asarray(kidx)[np.asarray(kptr)[:-1]]]
+    htail[other] = 0.0
+    return _i32(ctas), htail, kgain
 
 
 def _per_op(table: np.ndarray, tmpl: np.ndarray) -> np.ndarray:

@@ -351,3 +351,32 @@ def test_file_digest_reads_a_settled_file_once_and_a_fresh_one_every_time(tmp_pa
     # changed (its size and times): read again
     p.write_bytes(b"c" * 999)
     assert outdir.file_digest(p) == hashlib.sha256(b"c" * 999).hexdigest()
+
+
+def test_file_digest_of_a_staged_timeline_is_that_of_the_bytes_written_not_read_back(tmp_path, monkeypatch):
+    import builtins
+
+    from schedsim import outdir
+    from schedsim.sim.timeline import Span, Timeline
+
+    tl = Timeline("x", "predict", 1, spans=[Span("a@r0", "a", 0, "s", "matmul", "compute", 0.0, 4e-6)])
+    with outdir.output_set(tmp_path / "out", "predict") as stage:
+        p = stage / "timeline.json"
+        tl.write_json(p)
+        want = hashlib.sha256(p.read_bytes()).hexdigest()
+        real_open = builtins.open
+
+        def no_read(f, *a, **k):  # type: ignore[no-untyped-def]
+            if str(f) == str(p):
+                raise AssertionError("read back")
+            return real_open(f, *a, **k)
+
+        monkeypatch.setattr(builtins, "open", no_read)
+        assert outdir.file_digest(p) == want  # just written (not settled), yet not read: hashed as written
+        monkeypatch.setattr(builtins, "open", real_open)
+        p.write_bytes(b"{}")  # another write: its identity changed, so the file is read
+        assert outdir.file_digest(p) == hashlib.sha256(b"{}").hexdigest()
+        tl.write_json(p)
+    # the manifest records the digest of the bytes in place
+    got = json.loads((tmp_path / "out" / outdir.MANIFEST).read_text())["sets"]["predict"]["timeline.json"]
+    assert got == hashlib.sha256((tmp_path / "out" / "timeline.json").read_bytes()).hexdigest() == want

@@ -427,3 +427,21 @@ def test_a_custom_orders_action_texts_are_made_on_read_and_written_from_the_line
     assert Timeline.read_json(tmp_path / "t.json").pipeline == prog.pipeline
     tl.write_json(tmp_path / "rows.json", layout="rows")
     assert Timeline.read_json(tmp_path / "rows.json").pipeline.order == want
+
+
+def test_ids_unique_gives_what_the_stable_sort_gives():
+    """coded_of's numbering of ids in use (a table of them when their range is small, else the sort) is
+    arrays.unique's values and inverse, for int32 and int64 ids, wide ranges and negative ids."""
+    from schedsim.arrays import unique
+    from schedsim.coded import _ids_unique
+
+    rng = np.random.default_rng(7)
+    cases = [np.zeros(0, np.int64), np.array([5, 5, 0, 3], np.int32), np.array([2**40, 3, 2**40], np.int64),
+             np.array([-1, 4, -1, 0], np.int64)] + [rng.integers(0, hi, n).astype(dt) for hi, n, dt in
+                                                   ((3, 1000, np.int32), (5000, 100, np.int64), (64, 10, np.int64))]
+    for ids in cases:
+        u, inv = _ids_unique(ids)
+        want_u, _first, want_inv = unique(np.asarray(ids, np.int64))
+        assert u.tolist() == want_u.tolist() and inv.tolist() == want_inv.tolist()
+        assert np.asarray(u).dtype == np.int64 and inv.dtype == np.int64
+        assert (u[inv] == ids).all()
