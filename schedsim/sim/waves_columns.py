@@ -495,10 +495,10 @@ def run_waves_program(prog: Program, profile: HardwareProfile, mode: str, rules:
     return run
 
 
-def share_args(share: LinkShare | None) -> tuple[tuple[object, np.ndarray, np.ndarray], ...]:
-    """The compiled loop's optional ``share`` argument, ``(event callable, share buffer, flag buffer)``, as a
-    tuple of the extra arguments (none without shared links: the call is then as before)."""
-    return () if share is None else ((share.event, share.share, share.flag),)
+def share_args(share: LinkShare | None) -> tuple[tuple[object, ...], ...]:
+    """The compiled loop's optional ``share`` argument (:meth:`LinkShare.loop_args`), as a tuple of the extra
+    arguments (none without shared links: the call is then as before)."""
+    return () if share is None else (share.loop_args(),)
 
 
 def _run_program_once(prog: Program, profile: HardwareProfile, mode: str, rules: gm.GpuRules,
