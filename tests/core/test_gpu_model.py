@@ -170,6 +170,22 @@ def test_first_calls_run_cold_after_a_gpu_bound_iteration(sim_text):
     assert spans["A@r0"][0] == 1.0
 
 
+
+def test_the_cold_rerun_keeps_the_first_passs_preparation(sim_text, monkeypatch):
+    # the rerun with cold first calls (above) differs from the first pass only in the host issue times: the ops'
+    # solo times, kernels and communicator order are worked out once (the first pass's), the spans those above
+    from schedsim.sim import waves_columns as wc
+
+    calls: list[int] = []
+    durations = wc._durations
+    monkeypatch.setattr(wc, "_durations", lambda *a: calls.append(1) or durations(*a))
+    body = f"  - {{name: A, {FULL}}}\n  - {{name: m, kind: compute, bytes: 1000000, deps: [A]}}\n"
+    launch = {"eager_per_op_us": 1.0, "elementwise_call_us": 1.0, "cold_first_call_us": {"kernel": 4.0,
+              "elementwise": 2.0}, "cold_wait_us": 5.0}
+    spans, tl = sim_text(HEAD % 1 + body, waves_profile(launch=launch))
+    assert spans == {"A@r0": (5.0, 15.0), "m@r0": (15.0, 16.0)} and len(calls) == 1
+    assert tl.meta["host_call_end_s"] == {"A@r0": pytest.approx(5e-6), "m@r0": pytest.approx(8e-6)}
+
 def test_host_us_and_event_waits_delay_issue(sim_text):
     # host: A at 5; B waits on A from another stream: 2 µs event wait + 3 µs declared Python + 5 µs launch = 15
     prof = waves_profile(launch={"eager_per_op_us": 5.0})
