@@ -168,3 +168,48 @@ def test_points_share_the_profile_and_its_cost_model_with_the_same_predictions()
     together = [first, s.run_point("tiny", 8, pts[1].block, "dgx_h100")]
     assert list(s._MODELS.values()) == [model]  # the second point took the first one's CostModel
     assert together == alone and isinstance(alone[0], dict) and alone[0]["iteration_s"] > 0
+
+
+def test_each_configuration_of_a_search_is_predicted_as_predict_predicts_it_alone(tmp_path: Path) -> None:
+    """A sample of a 32-GPU search on dgx_h100 (4 nodes: data-parallel and pipeline transfers across nodes on
+    shared NICs; tp, pp, cp, virtual stages and recomputation varied; one worker process, so the points share
+    the profile, its CostModel and the stage templates): every simulated row's iteration time, TFLOP/s per GPU
+    and MFU equal to the last bit to what ``predict`` of that configuration alone reports (its training block as
+    the schedule), and the cyclic collector paused while a point runs."""
+    import gc
+
+    from schedsim import lower as lower_mod
+    from schedsim.api import predict
+    from schedsim.hardware.profile import load_profile
+    from schedsim.report.training import training_report
+
+    text = TINY.replace("world_size: 8\n", "world_size: 32\n").replace("hidden_size: 64", "hidden_size: 1024").replace(
+        "seq_length: 32", "seq_length: 512").replace("global_batch_size: 8", "global_batch_size: 32").replace(
+        "num_layers: 2", "num_layers: 4")
+    p = tmp_path / "s.yaml"
+    p.write_text(text)
+    gc_on: list[bool] = []
+    real_lower = lower_mod.lower
+
+    def lower(*a: object, **k: object) -> object:
+        gc_on.append(gc.isenabled())
+        return real_lower(*a, **k)  # type: ignore[arg-type]
+
+    import pytest
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(lower_mod, "lower", lower)
+        r = CliRunner().invoke(app, ["search", str(p), "-p", "dgx_h100", "--tp", "2,4", "--pp", "2,4", "--cp", "1,2",
+                                     "--micro-batch-size", "1", "--recompute", "none,full", "--vpp-layers", "1",
+                                     "--format", "json", "--out", str(tmp_path / "o")])
+    assert r.exit_code == 0, r.stderr[-2000:]
+    rows = [x for x in json.loads(r.stdout) if x["status"] == "simulated"]
+    assert len(rows) >= 12 and gc_on and not any(gc_on)
+    for row in rows[::3]:  # a third of them, fastest first
+        pts = candidates(load_text(text).training, 32, tps=[row["setting"]["tp"]], pps=[row["setting"]["pp"]],
+                         cps=[row["setting"]["cp"]], mbss=[1], recomputes=[row["setting"]["recompute"]],
+                         vpps=[row["setting"]["vpp_layers"]], memory_limit=2**40)
+        spec = load_text(json.dumps({"schema_version": 1, "name": "tiny", "world_size": 32, "training": pts[0].block}))
+        alone = training_report(spec, predict(spec, "dgx_h100").timeline, load_profile("dgx_h100"))
+        assert [row["iteration_s"], row["tflops_per_gpu"], row["mfu"]] == [
+            alone.iteration_s, alone.tflops_per_gpu, alone.mfu], row["setting"]

@@ -418,7 +418,12 @@ def test_the_compiled_loop_calls_back_only_for_flows_that_share_a_link(monkeypat
 
     def counted(self: LinkShare, short: bool = False) -> tuple[object, ...]:  # the loop's calls, not the views'
         args = loop_args(self)[:3] if short else loop_args(self)
-        return (lambda g, started: seen.append(started) or self.event(g, started), *args[1:])
+
+        def event(g: int, started: int) -> list[int]:
+            seen.append(started)
+            return self.event(g, started)
+
+        return (event, *args[1:])
 
     monkeypatch.setattr(share.LinkShare, "loop_args", counted)
     got = spans(text, profile(2, 1))
