@@ -107,9 +107,22 @@ def run_point(name: str, world: int, block: dict[str, Any], profile: str,
     :func:`~schedsim.sim.symmetry.symmetric_exact` holds on the profile; a point whose ranks are not laid out
     alike, :func:`~schedsim.sim.symmetry.layout_alike`, is lowered in full). ``env``: the schedule's ``env``
     (``CUDA_DEVICE_MAX_CONNECTIONS``, ``NCCL_ALGO`` / ``NCCL_PROTO``), as ``predict`` applies it."""
+    from schedsim._gc import paused_gc
+
+    # the cyclic collector paused for the whole point and restored once its objects are gone: lowering and
+    # simulation allocate a point's worth of acyclic objects, which reference counting frees when _point returns
+    # (a collection while they lived, or at the first allocation after restoring it within their scope, would
+    # scan them all: 4 % of a point)
+    with paused_gc():
+        out = _point(name, world, block, profile, symmetric, env)
+    return out
+
+
+def _point(name: str, world: int, block: dict[str, Any], profile: str, symmetric: bool,
+           env: dict[str, Any] | None) -> dict[str, Any] | str:
+    """:func:`run_point`'s work."""
     import yaml
 
-    from schedsim._gc import paused_gc
     from schedsim.errors import SchedsimError
     from schedsim.gpu.cost import shared_cost_models
     from schedsim.lower import lower
@@ -120,23 +133,20 @@ def run_point(name: str, world: int, block: dict[str, Any], profile: str,
 
     text = yaml.safe_dump({"schema_version": 1, "name": name, "world_size": world, **({"env": env} if env else {}),
                            "training": block}, sort_keys=False)
-    # the cyclic collector paused for the whole point (lowering and simulation allocate a point's worth of acyclic
-    # objects, freed by reference counting when it returns; scanned at each collection in between, they cost 4 %)
-    with paused_gc():
-        try:
-            spec = load_text(text, f"<search {name}>")
-            prof, run_prof = _profiles(profile, spec)
-            # the point's groups may lie on the nodes unlike their representatives' (tp not dividing a node)
-            symmetric = symmetric and layout_alike(prof, spec)
-            prog = lower(spec, symmetric=symmetric)  # as api.lower_spec without a file to name
-            with shared_cost_models(_MODELS):
-                tl = simulate(prog, run_prof)
-            for k in [k for k, (pr, _m) in _MODELS.items() if pr is not run_prof]:  # e.g. the power steady state's
-                del _MODELS[k]
-        except SchedsimError as e:
-            return e.message
-        it, _flops, rate, _peak, mfu = step_rate(spec, tl, prof)  # training_report's (the rest is not kept)
-        return {"iteration_s": it, "tflops_per_gpu": rate, "mfu": mfu}
+    try:
+        spec = load_text(text, f"<search {name}>")
+        prof, run_prof = _profiles(profile, spec)
+        # the point's groups may lie on the nodes unlike their representatives' (tp not dividing a node)
+        symmetric = symmetric and layout_alike(prof, spec)
+        prog = lower(spec, symmetric=symmetric)  # as api.lower_spec without a file to name
+        with shared_cost_models(_MODELS):
+            tl = simulate(prog, run_prof)
+        for k in [k for k, (pr, _m) in _MODELS.items() if pr is not run_prof]:  # e.g. the power steady state's
+            del _MODELS[k]
+    except SchedsimError as e:
+        return e.message
+    it, _flops, rate, _peak, mfu = step_rate(spec, tl, prof)  # training_report's (the rest is not kept)
+    return {"iteration_s": it, "tflops_per_gpu": rate, "mfu": mfu}
 
 
 #: In this process: the profiles :func:`run_point` ran on, by (profile, the schedule's env), and their CostModels
