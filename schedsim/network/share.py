@@ -43,6 +43,8 @@ counts the flow on its links (O(its links), in numpy; a Python set only per link
 refills only the flows connected to it through links that two or more running flows share: O(k × e) for k
 freezing rounds over the e link entries of those flows (k ≤ their number), nothing for a flow that shares no
 link. A 100,000-rank all_reduce running alone touches its 100,000 NIC links per event in numpy and never refills.
+The compiled loop counts a flow that is alone on every link it crosses, at its start or end, on and off its links
+itself (:meth:`LinkShare.loop_args`: no share changes) and calls :meth:`LinkShare.event` for the others only.
 """
 
 from __future__ import annotations

@@ -8,7 +8,8 @@
  * functions (gpu.rates.rate_tables); this loop reads them. The only arithmetic here is the Python loop's:
  * remaining work (rem - (t - last) * rate), finish times (t + rem / rate), a transfer's minimum over its link
  * ends of comm[rank] / transfers on that end (a NIC end with shared links: comm[rank] x the flow's share, which
- * schedsim.network.share.LinkShare.event, called back at flow starts and ends, sets) (kept as the oracle's _LinkMin
+ * schedsim.network.share.LinkShare.event, called back at flow starts and ends, sets; a flow alone on all its links
+ * is counted on and off them here, share_event, with no call) (kept as the oracle's _LinkMin
  * keeps it: the minimum and the count of ends at it, refreshed for the dirty ranks of each event), and the
  * one-way factor. Built with
  * -ffp-contract=off so no fused multiply-add changes a rounding: timelines are bit-identical to the Python
