@@ -199,9 +199,15 @@ def search(name: str, world: int, points: list[SearchPoint], profile: str, jobs:
     else:
         from concurrent.futures import ProcessPoolExecutor
 
+        from schedsim.spec.limits import _training_ops
+
+        # the largest points first (by the loader's op estimate), so that the workers finish together: a large
+        # point left for the end would run alone on one core; each result goes back to its own point
+        big = sorted(range(len(todo)), key=lambda i: -_training_ops(todo[i].block, world, symmetric))
         with ProcessPoolExecutor(max_workers=min(jobs, len(todo))) as ex:
-            futs = [ex.submit(run_point, name, world, p.block, profile, symmetric, env) for p in todo]
-            results = [f.result() for f in track(futs, "search", total=len(futs))]
+            futs = {i: ex.submit(run_point, name, world, todo[i].block, profile, symmetric, env) for i in big}
+            done = {i: futs[i].result() for i in track(big, "search", total=len(big))}
+        results = [done[i] for i in range(len(todo))]
     _PROFILES.clear()
     _MODELS.clear()
     for p, r in zip(todo, results, strict=True):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from test_training_block import TINY
 from typer.testing import CliRunner
 
@@ -195,8 +196,6 @@ def test_each_configuration_of_a_search_is_predicted_as_predict_predicts_it_alon
         gc_on.append(gc.isenabled())
         return real_lower(*a, **k)  # type: ignore[arg-type]
 
-    import pytest
-
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(lower_mod, "lower", lower)
         r = CliRunner().invoke(app, ["search", str(p), "-p", "dgx_h100", "--tp", "2,4", "--pp", "2,4", "--cp", "1,2",
@@ -213,3 +212,44 @@ def test_each_configuration_of_a_search_is_predicted_as_predict_predicts_it_alon
         alone = training_report(spec, predict(spec, "dgx_h100").timeline, load_profile("dgx_h100"))
         assert [row["iteration_s"], row["tflops_per_gpu"], row["mfu"]] == [
             alone.iteration_s, alone.tflops_per_gpu, alone.mfu], row["setting"]
+
+
+def test_workers_take_the_largest_points_first_and_results_keep_their_points(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With worker processes, points are handed out largest first (the loader's op estimate: tp 1 writes more ops
+    than tp 2, pp 1 more than pp 2 for its representatives), and each result lands on its own point, as one
+    process gives them."""
+    import concurrent.futures
+
+    from schedsim import search as s
+    from schedsim.spec.limits import _training_ops
+
+    pts = [p for p in candidates(_block(), 8, tps=[2, 1], pps=[2, 1], mbss=[1], recomputes=["none"], vpps=[None],
+                                 memory_limit=2**40) if p.status == "simulated"]
+    sent: list[tuple[int, int]] = []
+
+    class Inline:  # a pool that runs each point as it is submitted, in this process
+        def __init__(self, max_workers: int) -> None:
+            pass
+
+        def __enter__(self) -> Inline:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+        def submit(self, fn: object, *args: object) -> concurrent.futures.Future:
+            block = args[2]
+            assert isinstance(block, dict)
+            sent.append((block["tensor_model_parallel_size"], block["pipeline_model_parallel_size"]))
+            f: concurrent.futures.Future = concurrent.futures.Future()
+            f.set_result(s.run_point(*args))  # type: ignore[arg-type]
+            return f
+
+    one = [(p.setting["tp"], p.setting["pp"], p.iteration_s) for p in s.search("tiny", 8, [*pts], "dgx_h100", 1)]
+    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", Inline)
+    for p in pts:
+        p.iteration_s = 0.0
+    two = [(p.setting["tp"], p.setting["pp"], p.iteration_s) for p in s.search("tiny", 8, pts, "dgx_h100", 2)]
+    ops = {(p.setting["tp"], p.setting["pp"]): _training_ops(p.block, 8, False) for p in pts}
+    assert sent == sorted(ops, key=lambda k: -ops[k]) and len(set(ops.values())) == 4
+    assert two == one and all(t > 0 for _tp, _pp, t in one)
