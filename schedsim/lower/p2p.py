@@ -9,6 +9,7 @@ only states intent: a pairing whose tags disagree, or whose sizes differ, is an 
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -19,8 +20,11 @@ from schedsim.lower.program import batch_heads, stable_order, unique
 _P2P_WORDS = re.compile(r"(?:^|(?<=_))(?:i?send|i?recv|snd|rcv|tx|rx)(?:_|$)|^(?:i?send|i?recv)|(?:i?send|i?recv)$")
 
 
+@lru_cache(maxsize=1 << 16)
 def message_name(name: str) -> str:
-    """What a send/recv's name says it carries: the name without send/recv words (``send_grad`` -> ``grad``)."""
+    """What a send/recv's name says it carries: the name without send/recv words (``send_grad`` -> ``grad``).
+    Remembered for the last 65,536 names (a process's lowerings repeat them: ``schedsim search``'s points name
+    their pipeline send/recvs alike)."""
     return _P2P_WORDS.sub("", name.lower()).strip("_")
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from itertools import count, filterfalse, repeat
+from itertools import chain, count, filterfalse, repeat
 from typing import Any
 
 import numpy as np
@@ -527,9 +527,9 @@ class Table:
         lists = {"tmpl": self.o_tmpl, "rank": self.o_rank, "name": self.o_name, "tags": self.o_tags,
                  "stream": self.o_stream, "peer": self.o_peer, "batch": self.o_batch, "msg": self.o_msg}
         k_o = np.fromiter(map(len, self._o_deps), np.int64, len(self._o_deps))
-        flat = np.fromiter((x for d in self._o_deps for x in d), I32, int(k_o.sum()))
+        flat = np.fromiter(chain.from_iterable(self._o_deps), I32, int(k_o.sum()))
         if not self._blocks:  # no splicing
-            out = {k: np.array(v, I32).reshape(-1) for k, v in lists.items()}
+            out = {k: _ints(v) for k, v in lists.items()}
             out["dep_op"] = np.repeat(np.arange(len(k_o)), k_o)
             out["dep_name"] = flat
             return out
@@ -538,7 +538,7 @@ class Table:
         at = 0
         for pos, b in [*self._blocks, (len(self.o_tmpl), None)]:
             for k, v in lists.items():
-                parts[k].append(np.array(v[at:pos], I32))
+                parts[k].append(_ints(v[at:pos]))
             parts["dep_cnt"].append(k_o[at:pos])
             parts["dep_name"].append(flat[ptr[at]:ptr[pos]])
             if b is not None:
@@ -551,6 +551,12 @@ class Table:
         cnt = _cat(parts["dep_cnt"], np.int64)
         out["dep_op"] = np.repeat(np.arange(len(cnt)), cnt)
         return out
+
+
+def _ints(v: list[int]) -> np.ndarray:
+    """``v`` (Python ints) as int32, shape (len(v),): ``np.fromiter``, half the time of ``np.array`` on a list;
+    OverflowError for a value outside int32, as ``np.array`` raises."""
+    return np.fromiter(v, I32, len(v))
 
 
 def _cat(parts: list[np.ndarray], dtype: Any) -> np.ndarray:

@@ -509,6 +509,31 @@ def _stage_params(t: TrainingSpec, plan: TrainingPlan, num_stages: int) -> dict[
     return {s: sum(d.values()) / plan.tp for s, d in _held(t, plan, num_stages).items()}
 
 
+#: :func:`_stage_op`'s templates by stage op entry and phase (a process's lowerings share them: ``schedsim search``
+#: lowers hundreds of configurations whose layers hold the same kernels); emptied when it reaches
+#: :data:`STAGE_OPS_KEPT` entries.
+_STAGE_OPS: dict[tuple[Any, ...], Op] = {}
+STAGE_OPS_KEPT = 20_000
+
+
+def _stage_op(spec: ScheduleSpec, o: dict[str, Any], k: int, phase: str) -> Op:
+    """:func:`~schedsim.lower.pipeline._stage_proto` of entry ``o`` (its ``k``-th op of ``phase``), validated once
+    per process for each distinct entry (its items with their types, in order): the lowerings share the template
+    object (templates are not changed once registered). An entry with an unhashable value, or one that fails
+    (raising the error that names ``k``), is validated each time."""
+    try:
+        key = (phase, *((kk, type(v), v) for kk, v in o.items()))
+        got = _STAGE_OPS.get(key)
+    except TypeError:  # a list or dict value
+        return _stage_proto(spec, o, k, phase)
+    if got is None:
+        got = _stage_proto(spec, o, k, phase)
+        if len(_STAGE_OPS) >= STAGE_OPS_KEPT:
+            _STAGE_OPS.clear()
+        _STAGE_OPS[key] = got
+    return got
+
+
 class _Ranks:
     """Templates and ids shared by the ranks of one lowering."""
 
@@ -598,7 +623,7 @@ class _Ranks:
                     tid = self.compute.get((s, phase, k, hot))
                     if tid is None:
                         tid = self.compute[(s, phase, k, hot)] = self.table.template(
-                            _stage_proto(self.spec, o, k, phase))
+                            _stage_op(self.spec, o, k, phase))
                     row.append((str(o["name"]), tid))
                 out[(s, phase)] = row
         self.protos[key] = out
@@ -633,7 +658,7 @@ class _Ranks:
                                    dtype=o["dtype"], source="training"))
         else:
             got = self.compute.get((s, phase, k, False))
-            tid = got if got is not None else self.table.template(_stage_proto(
+            tid = got if got is not None else self.table.template(_stage_op(
                 self.spec, {kk: v for kk, v in o.items() if kk not in _PLACE_KEYS}, k, phase))
             self.compute[(s, phase, k, False)] = tid
         name = o.get("stream", "")

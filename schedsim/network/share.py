@@ -43,6 +43,8 @@ counts the flow on its links (O(its links), in numpy; a Python set only per link
 refills only the flows connected to it through links that two or more running flows share: O(k × e) for k
 freezing rounds over the e link entries of those flows (k ≤ their number), nothing for a flow that shares no
 link. A 100,000-rank all_reduce running alone touches its 100,000 NIC links per event in numpy and never refills.
+The compiled loop counts a flow that is alone on every link it crosses, at its start or end, on and off its links
+itself (:meth:`LinkShare.loop_args`: no share changes) and calls :meth:`LinkShare.event` for the others only.
 """
 
 from __future__ import annotations
@@ -149,6 +151,19 @@ class LinkShare:
         self.count = np.zeros(len(lm.cap), I64)  # running flows per link
         self.first = np.full(len(lm.cap), -1, I64)  # the flow on a link that carries one
         self.on: dict[int, set[int]] = {}  # the flows on a link that carries two or more
+
+    def loop_args(self) -> tuple[object, ...]:
+        """The compiled loop's ``share`` argument: :meth:`event`, :attr:`share`, :attr:`flag`, and where no flow
+        crosses a link twice, the link CSR (``ptr``, ``link``) with :attr:`count` and :attr:`first`, which the loop
+        updates itself for a flow alone on all its links at its start or end (the events that change no share:
+        :meth:`event` would return ``[]``), calling :meth:`event` for the others."""
+        lm = self.map
+        g_of = np.repeat(np.arange(len(lm.ptr) - 1, dtype=I64), np.diff(lm.ptr))
+        key = g_of * len(lm.cap) + lm.link
+        if len(np.unique(key)) != len(key):  # a link twice in one flow: counted once by _start; leave it to event
+            return self.event, self.share, self.flag
+        return (self.event, self.share, self.flag, np.ascontiguousarray(lm.ptr, I64),
+                np.ascontiguousarray(lm.link, I64), self.count, self.first)
 
     def links_of(self, g: int) -> np.ndarray:
         """Link indices of flow ``g``."""

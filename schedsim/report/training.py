@@ -24,7 +24,7 @@ import numpy as np
 
 from schedsim.kinds import P2P_KINDS
 
-__all__ = ["TrainingReport", "training_report", "print_training", "exposed_by_kind"]
+__all__ = ["TrainingReport", "training_report", "step_rate", "print_training", "exposed_by_kind"]
 
 KINDS = ("tp", "cp", "ep", "pp", "dp", "other")
 
@@ -129,18 +129,32 @@ def exposed_by_kind(tl: Any, classes: Any = None) -> tuple[dict[str, float], flo
     return {k: v / n for k, v in tot.items()}, bubble / n
 
 
-def training_report(spec: Any, tl: Any, profile: Any) -> TrainingReport:
-    """The figures of a simulated training step (``spec`` with a ``training:`` block, its timeline, the
-    profile it ran on)."""
-    from schedsim.spec.training_block import memory_per_rank, model_flops, training_plan
+def step_rate(spec: Any, tl: Any, profile: Any) -> tuple[float, float, float, float, float]:
+    """``(iteration_s, flops, tflops_per_gpu, peak_tflops, mfu)`` of a simulated training step (``spec`` with a
+    ``training:`` block, its timeline, the profile it ran on): the makespan (s), Megatron's FLOP per step
+    (:func:`schedsim.spec.training_block.model_flops`), TFLOP/s per GPU (FLOP / s / world / 1e12), the profile's
+    dense peak of the step's dtype (TFLOP/s) and MFU (the rate over that peak; 0 without one): the figures of
+    :func:`training_report` that ``schedsim search`` ranks by."""
+    from schedsim.spec.training_block import model_flops, training_plan
 
     t = spec.training
     plan = training_plan(t, spec.world_size)
     flops = model_flops(t, plan)
     it = tl.makespan_s
-    world = spec.world_size
     peak = float(profile.gpu.peak_tflops.get(plan.dtype, 0.0))
-    rate = flops / it / world / 1e12 if it > 0 else 0.0
+    rate = flops / it / spec.world_size / 1e12 if it > 0 else 0.0
+    return it, flops, rate, peak, rate / peak if peak else 0.0
+
+
+def training_report(spec: Any, tl: Any, profile: Any) -> TrainingReport:
+    """The figures of a simulated training step (``spec`` with a ``training:`` block, its timeline, the
+    profile it ran on)."""
+    from schedsim.spec.training_block import memory_per_rank, training_plan
+
+    t = spec.training
+    plan = training_plan(t, spec.world_size)
+    it, flops, rate, peak, mfu = step_rate(spec, tl, profile)
+    world = spec.world_size
     classes = None
     if tl.meta.get("represented"):  # a symmetric lowering's timeline: its representatives stand for every rank
         from schedsim.lower.training import rank_classes
@@ -153,7 +167,7 @@ def training_report(spec: Any, tl: Any, profile: Any) -> TrainingReport:
     return TrainingReport(world=world, tp=plan.tp, pp=plan.pp, dp=plan.dp, cp=plan.cp, v=plan.v, m=plan.m,
                           micro_batch=t.micro_batch_size, global_batch=plan.global_batch, schedule=plan.schedule,
                           dtype=plan.dtype, iteration_s=it, flops=flops, tflops_per_gpu=rate, peak_tflops=peak,
-                          mfu=rate / peak if peak else 0.0, exposed_s=exposed, bubble_s=bubble,
+                          mfu=mfu, exposed_s=exposed, bubble_s=bubble,
                           memory=memory_per_rank(t, plan), recompute=rc)
 
 

@@ -8,7 +8,8 @@
  * functions (gpu.rates.rate_tables); this loop reads them. The only arithmetic here is the Python loop's:
  * remaining work (rem - (t - last) * rate), finish times (t + rem / rate), a transfer's minimum over its link
  * ends of comm[rank] / transfers on that end (a NIC end with shared links: comm[rank] x the flow's share, which
- * schedsim.network.share.LinkShare.event, called back at flow starts and ends, sets) (kept as the oracle's _LinkMin
+ * schedsim.network.share.LinkShare.event, called back at flow starts and ends, sets; a flow alone on all its links
+ * is counted on and off them here, share_event, with no call) (kept as the oracle's _LinkMin
  * keeps it: the minimum and the count of ends at it, refreshed for the dirty ranks of each event), and the
  * one-way factor. Built with
  * -ffp-contract=off so no fused multiply-add changes a rounding: timelines are bit-identical to the Python
@@ -197,6 +198,10 @@ typedef struct {
     PyObject *share_cb;
     const double *gshare;
     const i32 *gflag;
+    /* optional (NULL without): the flows' links as CSR (lptr[G + 1], llink) and LinkShare's count and first per
+     * link, so that a flow that shares none of its links is put on and taken off them here (share_event) */
+    const int64_t *lptr, *llink;
+    int64_t *lcount, *lfirst;
 } W;
 
 #define CHECK(x) do { if ((x) < 0) { w->oom = 1; return; } } while (0)
@@ -295,6 +300,20 @@ static inline double end_val(const W *w, i64 g, i64 e) {
  * whose share changed; each is tracked anew (xinit 0) on the next settle, through its first rank */
 static void share_event(W *w, i64 g, int started) {
     if (!w->share_cb || !w->gflag[g] || w->stop) return;
+    if (w->lptr && w->gshare[g] == 1.0) { /* LinkShare._start / _end of a flow alone on every link it crosses: no
+                                            * share changes (a flow alone has share 1), nothing to call */
+        i64 a0 = w->lptr[g], a1 = w->lptr[g + 1], want = started ? 0 : 1, a;
+        for (a = a0; a < a1 && w->lcount[w->llink[a]] == want; a++)
+            ;
+        if (a == a1) {
+            for (a = a0; a < a1; a++) {
+                i64 k = w->llink[a];
+                w->lfirst[k] = started ? g : -1;
+                w->lcount[k] += started ? 1 : -1;
+            }
+            return;
+        }
+    }
     PyEval_RestoreThread(w->ts);
     PyObject *got = PyObject_CallFunction(w->share_cb, "ni", (Py_ssize_t)g, started);
     PyObject *seq = got ? PySequence_Fast(got, "share: a sequence of groups") : NULL;
@@ -792,8 +811,9 @@ static void loop(W *w) {
  * succ_csr takes pair arrays, fifo_edges writes pairs; 6: the copy table by engine and reverse engine; 7: the
  * kernels' reductions, ktail and ktail_tau after ktau; 8: kgain after ktail_tau, rule wave-tail; 10: run's optional
  * share argument, the shared links; 11: run's and stream_reached's compact forms: kern, kops_ptr, kops_idx empty for
- * the identity, kmem, ktail, ktail_tau, kgain, kneed of one entry when every kernel has that value). */
-#define LAYOUT 11
+ * the identity, kmem, ktail, ktail_tau, kgain, kneed of one entry when every kernel has that value; 12: share's
+ * optional link CSR, counts and firsts, for flows alone on their links). */
+#define LAYOUT 12
 /* Entries of the copy rate table: 3 engines x reverse engine busy x compute resident (gpu.rates.rate_tables) */
 #define COPY_TAB 12
 /* Each buffer's type, in argument order: d float64, i int32 (see the struct's fields and run()'s unpacking) */
@@ -832,7 +852,7 @@ static PyObject *run(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "run: more than 2**31 - 1 ops, kernels, groups or ranks");
         return NULL;
     }
-    Py_buffer bufs[NBUF], sbuf[2];
+    Py_buffer bufs[NBUF], sbuf[6];
     int got = 0, sgot = 0;
     void *ptr[NBUF];
     for (; got < NBUF; got++) {
@@ -852,19 +872,28 @@ static PyObject *run(PyObject *self, PyObject *args) {
     }
     PyObject *result = NULL;
     if (got < NBUF) goto release_bufs;
-    if (share != Py_None) { /* (callable, gshare float64[G], gflag int32[G]): schedsim.network.share.LinkShare */
-        if (!PyTuple_Check(share) || PyTuple_GET_SIZE(share) != 3 || !PyCallable_Check(PyTuple_GET_ITEM(share, 0))) {
-            PyErr_SetString(PyExc_TypeError, "run: share must be (callable, gshare, gflag)");
+    if (share != Py_None) { /* (callable, gshare float64[G], gflag int32[G]) and optionally (lptr int64[G + 1],
+                             * llink int64[E], lcount int64[L], lfirst int64[L]): schedsim.network.share.LinkShare */
+        Py_ssize_t ns = PyTuple_Check(share) ? PyTuple_GET_SIZE(share) : 0;
+        if ((ns != 3 && ns != 7) || !PyCallable_Check(PyTuple_GET_ITEM(share, 0))) {
+            PyErr_SetString(PyExc_TypeError, "run: share must be (callable, gshare, gflag[, lptr, llink, lcount, lfirst])");
             goto release_bufs;
         }
-        for (; sgot < 2; sgot++) {
-            if (PyObject_GetBuffer(PyTuple_GET_ITEM(share, sgot + 1), &sbuf[sgot], PyBUF_FORMAT) < 0) goto release_bufs;
+        for (; sgot < ns - 1; sgot++) {
+            int wr = sgot >= 4 ? PyBUF_WRITABLE : 0;
+            if (PyObject_GetBuffer(PyTuple_GET_ITEM(share, sgot + 1), &sbuf[sgot], wr | PyBUF_FORMAT) < 0) goto release_bufs;
             const char *f = sbuf[sgot].format ? sbuf[sgot].format : "B";
             if (*f == '<' || *f == '=' || *f == '@') f++;
-            Py_ssize_t isz = sgot ? 4 : 8;
-            if (sbuf[sgot].itemsize != isz || strcmp(f, sgot ? "i" : "d") || !PyBuffer_IsContiguous(&sbuf[sgot], 'C') ||
-                sbuf[sgot].len != isz * (Py_ssize_t)iv[2]) {
-                PyErr_SetString(PyExc_TypeError, "run: share's gshare (float64) and gflag (int32) need one entry per group");
+            Py_ssize_t isz = sgot == 1 ? 4 : 8;
+            const char *want = sgot == 0 ? "d" : sgot == 1 ? "i" : NULL;
+            int ok = sbuf[sgot].itemsize == isz && PyBuffer_IsContiguous(&sbuf[sgot], 'C') &&
+                     (want ? !strcmp(f, want) : (!strcmp(f, "l") || !strcmp(f, "q")));
+            if (sgot < 2) ok = ok && sbuf[sgot].len == isz * (Py_ssize_t)iv[2];
+            if (sgot == 2) ok = ok && sbuf[sgot].len == isz * ((Py_ssize_t)iv[2] + 1);
+            if (sgot == 5) ok = ok && sbuf[5].len == sbuf[4].len;
+            if (!ok) {
+                PyErr_SetString(PyExc_TypeError, "run: share's gshare (float64) and gflag (int32) need one entry per "
+                                                 "group, lptr (int64) one more, lcount and lfirst (int64) one per link");
                 PyBuffer_Release(&sbuf[sgot]);
                 goto release_bufs;
             }
@@ -872,6 +901,20 @@ static PyObject *run(PyObject *self, PyObject *args) {
         w->share_cb = PyTuple_GET_ITEM(share, 0);
         w->gshare = (const double *)sbuf[0].buf;
         w->gflag = (const i32 *)sbuf[1].buf;
+        if (ns == 7) {
+            w->lptr = (const int64_t *)sbuf[2].buf;
+            w->llink = (const int64_t *)sbuf[3].buf;
+            w->lcount = (int64_t *)sbuf[4].buf;
+            w->lfirst = (int64_t *)sbuf[5].buf;
+            i64 L = (i64)(sbuf[4].len / 8), E = (i64)(sbuf[3].len / 8);
+            int ok = w->lptr[0] == 0 && w->lptr[iv[2]] == E;
+            for (i64 g = 0; ok && g < iv[2]; g++) ok = w->lptr[g] <= w->lptr[g + 1];
+            for (i64 a = 0; ok && a < E; a++) ok = w->llink[a] >= 0 && w->llink[a] < L;
+            if (!ok) {
+                PyErr_SetString(PyExc_ValueError, "run: share's lptr and llink must be a CSR of links below len(lcount)");
+                goto release_bufs;
+            }
+        }
     }
     if (bufs[2].len != COPY_TAB * (Py_ssize_t)sizeof(double)) { /* read by index in rate_of */
         PyErr_Format(PyExc_ValueError, "run: the copy rate table must hold %d entries", COPY_TAB);

@@ -26,7 +26,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import replace
 from operator import attrgetter
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -423,12 +423,12 @@ def _f64(a) -> np.ndarray:
 
 def _order_and_issue(prog: Program, tps: list[Op], tmpl: np.ndarray, rank: np.ndarray, sid: np.ndarray,
                      res: np.ndarray, is_p2p: np.ndarray, serial: bool, profile: HardwareProfile, mode: str,
-                     model_executor: bool, cost: CostModel, cold: bool = False) -> tuple[np.ndarray, ...]:
-    """Rule communicator-order's communicator order and rule host-issue's host issue times: ``(sptr, sidx, npred)``
-    (the DAG plus the
-    communicator-order edges as int32 CSR, each op's predecessor count) and ``(issue, call0, release)`` (float64
-    seconds: the call returned, began, and launched its kernel).
-    Its int64 temporaries (communicators, edge keys, host classes) die here, before the loop runs."""
+                     model_executor: bool, cost: CostModel) -> tuple[Any, ...]:
+    """Rule communicator-order's communicator order and rule host-issue's inputs: ``(sptr, sidx, npred)``
+    (the DAG plus the communicator-order edges as int32 CSR, each op's predecessor count) and ``host``, the
+    arguments of :func:`schedsim.gpu.host.host_issue_columns` before ``profile`` (seven columns) and its
+    ``call_extra``, which :func:`schedsim.gpu.host.kernel_release` takes too (the call returned, began, and
+    launched its kernel). Its other int64 temporaries (communicators, edge keys) die here."""
     N = prog.N
     batch = prog.batch.astype(I64)  # once, for the compiled FIFO edges and issue times
     comm = _communicators(tps, prog.world_size, tmpl, rank, prog.peer, batch, res, is_p2p, serial)
@@ -448,9 +448,17 @@ def _order_and_issue(prog: Program, tps: list[Op], tmpl: np.ndarray, rank: np.nd
     if profile.gemm.call and mode != "cuda_graph":
         tce = np.array([cost.gemm_call_extra(t) * t.repeat for t in tps], np.float64)
         extra = _per_op(tce, tmpl) if np.any(tce) else None
-    issue, call0 = gh.host_issue_columns(rank, sid, hcls, _per_op(trep, tmpl), _per_op(ths, tmpl), batch, xdeps,
-                                         profile, mode, model_executor, extra, cold)
-    return sptr, sidx, npred, issue, call0, gh.kernel_release(issue, call0, profile, mode, extra)
+    return sptr, sidx, npred, (rank, sid, hcls, _per_op(trep, tmpl), _per_op(ths, tmpl), batch, xdeps, extra)
+
+
+def _host_times(host: tuple[Any, ...], profile: HardwareProfile, mode: str, model_executor: bool, cold: bool
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rule host-issue's ``(issue, call0, release)`` (float64 seconds: each op's call returned, began, and
+    launched its kernel) from :func:`_order_and_issue`'s ``host``; ``cold``: the iteration's first calls run cold."""
+    rank, sid, hcls, rep, hs, batch, xdeps, extra = host
+    issue, call0 = gh.host_issue_columns(rank, sid, hcls, rep, hs, batch, xdeps, profile, mode, model_executor, extra,
+                                         cold)
+    return issue, call0, gh.kernel_release(issue, call0, profile, mode, extra)
 
 
 def _fifo(rank: np.ndarray, comm: np.ndarray, batch: np.ndarray) -> np.ndarray:
@@ -503,21 +511,26 @@ def run_waves_program(prog: Program, profile: HardwareProfile, mode: str, rules:
     waited for the GPU is run again with cold first calls (rule host-issue, :func:`schedsim.gpu.host.host_waited`),
     up to :data:`COLD_RERUN_MAX` ops.
     """
-    run = _run_program_once(prog, profile, mode, rules, tab, serial, model_executor, loop, False)
+    keep: dict[str, Any] = {}  # the first pass's preparation, which does not depend on cold first calls
+    run = _run_program_once(prog, profile, mode, rules, tab, serial, model_executor, loop, False, keep)
     if prog.N <= COLD_RERUN_MAX and run.host_s is not None and gh.host_waited(run.end, run.host_s, profile, mode):
-        run = _run_program_once(prog, profile, mode, rules, tab, serial, model_executor, loop, True)
+        run = _run_program_once(prog, profile, mode, rules, tab, serial, model_executor, loop, True, keep)
     return run
 
 
-def share_args(share: LinkShare | None) -> tuple[tuple[object, np.ndarray, np.ndarray], ...]:
-    """The compiled loop's optional ``share`` argument, ``(event callable, share buffer, flag buffer)``, as a
-    tuple of the extra arguments (none without shared links: the call is then as before)."""
-    return () if share is None else ((share.event, share.share, share.flag),)
+def share_args(share: LinkShare | None) -> tuple[tuple[object, ...], ...]:
+    """The compiled loop's optional ``share`` argument (:meth:`LinkShare.loop_args`), as a tuple of the extra
+    arguments (none without shared links: the call is then as before)."""
+    return () if share is None else (share.loop_args(),)
 
 
 def _run_program_once(prog: Program, profile: HardwareProfile, mode: str, rules: gm.GpuRules,
-                      tab: gr.RateTables, serial: bool, model_executor: bool, loop, cold: bool) -> ProgramRun:
+                      tab: gr.RateTables, serial: bool, model_executor: bool, loop, cold: bool,
+                      keep: dict[str, Any] | None = None) -> ProgramRun:
     """One pass of :func:`run_waves_program` (``cold``: the iteration's first calls run cold, rule host-issue).
+    ``keep``: a dict in which the first pass of ``prog`` on these arguments leaves what does not depend on ``cold``
+    (the ops' solo times, kernels, link ends, shared links, communicator order), for a second pass to reuse
+    instead of working it out again; only the host issue times are made anew.
 
     Memory: the loop's per-op, per-kernel and per-group buffers are int32 (indices below 2**31) and every
     int64 temporary of the preparation is freed before the loop starts, so a run holds about 4 float64 and
@@ -530,6 +543,103 @@ def _run_program_once(prog: Program, profile: HardwareProfile, mode: str, rules:
     GraphError
         An op on a rank outside the world, or with a NaN, infinite or negative solo time.
     """
+    N = prog.N
+    p = None if keep is None else keep.get("prep")
+    if p is None:
+        p = _prepare(prog, profile, mode, rules, serial, model_executor, cold,
+                     keep is not None and N <= COLD_RERUN_MAX)
+        if keep is not None and p.host is not None:
+            keep["prep"] = p
+        issue, call0, release = p.issue, p.call0, p.release
+        share = p.share
+    else:  # a second pass: the same preparation, the host issue times anew and the shared links' state fresh
+        assert p.host is not None
+        issue, call0, release = _host_times(p.host, profile, mode, model_executor, cold)
+        share = None if p.share is None else type(p.share)(p.share.map)
+    # the buffers the loop writes: copies where the preparation is kept for another pass
+    npred, kneed, kleft, ktail = (x.copy() if p.host is not None else x for x in (p.npred, p.kneed, p.kleft, p.ktail))
+    tmpl, tps, res, work, ogrp, gptr, gidx, G, K, kern = p.tmpl, p.tps, p.res, p.work, p.ogrp, p.gptr, p.gidx, p.G, \
+        p.K, p.kern
+    qptr, qidx, link = p.qptr, p.qidx, p.link
+    start, ready_t, deps_t, khand = np.zeros(N), np.zeros(N), np.zeros(N), np.zeros(K)
+    end, binding = np.full(N, -1.0), np.full(N, -1, I32)
+    kneed0 = kneed.copy()
+    arrays = (
+        _f64(tab.comm), _f64(tab.batch), _f64(tab.copy),
+        npred, p.sptr, p.sidx, p.sid, p.rank32, ogrp, kern, _f64(release), _f64(work),
+        p.kptr, p.kidx, p.ktype, p.krank, p.kmem, p.kq, kneed, kleft, _f64(p.ktau), ktail, _f64(p.ktail_tau),
+        _f64(p.kgain),
+        qptr, qidx,
+        gptr, gidx, *link[:4], gptr, p.granks, *link[4:], _f64(p.gwork),
+        start, end, ready_t, deps_t, khand, binding,
+        np.zeros(K, I32), kneed0, np.zeros(len(qptr) - 1, I32), np.zeros(K, I32),
+    )
+    del p
+    loop.run((N, K, G, prog.world_size, rules.sms, rules.nccl_sms),
+             (tab.one_way, rules.cross_stream_s, tab.mem_boost), arrays, *share_args(share))
+    del arrays, link, kneed0, kleft, kneed, ktail
+    if N and end.min() < 0.0:
+        from schedsim.sim.loop import _raise_deadlock
+
+        job_of = np.where(ogrp >= 0, N + ogrp.astype(I64), np.arange(N)).tolist()
+        gmem = [gidx[a:b].tolist() for a, b in zip(gptr[:-1].tolist(), gptr[1:].tolist(), strict=True)]
+        _raise_deadlock(prog.ids(), prog.ops(), end.tolist(), npred.tolist(), job_of, gmem, N)
+    if N and profile.launch.eager_timed:  # a timed eager run: no op ends before its end event's record
+        end = gh.end_event_bound(end, issue, profile, mode)
+    host_s = gh.host_end_per_rank(issue, prog.rank, prog.world_size)
+    host_call = issue
+    # the stream-reached time: deps done, call made, queue past the item ahead (one compiled pass)
+    loop.stream_reached(qptr, qidx, khand, kern, _f64(call0), deps_t)
+    return ProgramRun(tmpl, tps, res, work, ogrp, start, end, ready_t, binding, deps_t, host_s, host_call)
+
+
+class _Prep(NamedTuple):
+    """What :func:`_prepare` hands :func:`_run_program_once`: the loop's inputs that do not depend on cold first
+    calls, the host issue times of the first pass, and with ``host`` the arguments that make them again."""
+
+    tmpl: np.ndarray
+    tps: list[Op]
+    res: np.ndarray
+    work: np.ndarray
+    ogrp: np.ndarray
+    gptr: np.ndarray
+    gidx: np.ndarray
+    G: int
+    K: int
+    sptr: np.ndarray
+    sidx: np.ndarray
+    npred: np.ndarray
+    sid: np.ndarray
+    rank32: np.ndarray
+    kern: np.ndarray
+    kptr: np.ndarray
+    kidx: np.ndarray
+    ktype: np.ndarray
+    krank: np.ndarray
+    kneed: np.ndarray
+    kleft: np.ndarray
+    ktau: np.ndarray
+    kmem: np.ndarray
+    kq: np.ndarray
+    qptr: np.ndarray
+    qidx: np.ndarray
+    ktail: np.ndarray
+    ktail_tau: np.ndarray
+    kgain: np.ndarray
+    link: list[np.ndarray]
+    granks: np.ndarray
+    gwork: np.ndarray
+    share: LinkShare | None
+    issue: np.ndarray
+    call0: np.ndarray
+    release: np.ndarray
+    host: tuple[Any, ...] | None
+
+
+def _prepare(prog: Program, profile: HardwareProfile, mode: str, rules: gm.GpuRules, serial: bool,
+             model_executor: bool, cold: bool, again: bool) -> _Prep:
+    """The preparation of one pass of :func:`_run_program_once` (its docstring); ``again``: keep the host issue
+    times' inputs (:attr:`_Prep.host`) for a second pass."""
     N = prog.N
     cost = cost_model(profile)
     timing_s, empty_s = gm.graph_node_terms(profile, mode)
@@ -565,8 +675,11 @@ def _run_program_once(prog: Program, profile: HardwareProfile, mode: str, rules:
         del fx
     _check(prog, rank, work)  # after every term, as the Op-list path checks its job times
     # rule communicator-order: communicator order; rule host-issue: host issue times
-    sptr, sidx, npred, issue, call0, release = _order_and_issue(prog, tps, tmpl, rank, sid, res, is_p2p, serial,
-                                                                profile, mode, model_executor, cost, cold)
+    sptr, sidx, npred, host = _order_and_issue(prog, tps, tmpl, rank, sid, res, is_p2p, serial, profile, mode,
+                                               model_executor, cost)
+    issue, call0, release = _host_times(host, profile, mode, model_executor, cold)
+    if not again:
+        del host
     del is_p2p
     # rules hardware-queues, cta-count, hbm-share: kernels (a collective of one rank: a copy, rule
     # one-rank-collective; its span keeps its kind's resource); rule nccl-sms: link ends
@@ -594,32 +707,6 @@ def _run_program_once(prog: Program, profile: HardwareProfile, mode: str, rules:
     granks = rank32[gidx]
     del rank
     sid = _c32(prog.stream_id)
-    start, ready_t, deps_t, khand = np.zeros(N), np.zeros(N), np.zeros(N), np.zeros(K)
-    end, binding = np.full(N, -1.0), np.full(N, -1, I32)
-    kneed0 = kneed.copy()
-    arrays = (
-        _f64(tab.comm), _f64(tab.batch), _f64(tab.copy),
-        npred, sptr, sidx, sid, rank32, ogrp, kern, _f64(release), _f64(work),
-        kptr, kidx, ktype, krank, kmem, kq, kneed, kleft, _f64(ktau), ktail, _f64(ktail_tau),
-        _f64(kgain),
-        qptr, qidx,
-        gptr, gidx, *link[:4], gptr, granks, *link[4:], _f64(gwork),
-        start, end, ready_t, deps_t, khand, binding,
-        np.zeros(K, I32), kneed0, np.zeros(len(qptr) - 1, I32), np.zeros(K, I32),
-    )
-    loop.run((N, K, G, prog.world_size, rules.sms, rules.nccl_sms),
-             (tab.one_way, rules.cross_stream_s, tab.mem_boost), arrays, *share_args(share))
-    del arrays, link, kneed0, kleft, ktau, kmem, kq, kneed, sptr, sidx, granks, ktail, ktail_tau, kgain
-    if N and end.min() < 0.0:
-        from schedsim.sim.loop import _raise_deadlock
-
-        job_of = np.where(ogrp >= 0, N + ogrp.astype(I64), np.arange(N)).tolist()
-        gmem = [gidx[a:b].tolist() for a, b in zip(gptr[:-1].tolist(), gptr[1:].tolist(), strict=True)]
-        _raise_deadlock(prog.ids(), prog.ops(), end.tolist(), npred.tolist(), job_of, gmem, N)
-    if N and profile.launch.eager_timed:  # a timed eager run: no op ends before its end event's record
-        end = gh.end_event_bound(end, issue, profile, mode)
-    host_s = gh.host_end_per_rank(issue, prog.rank, prog.world_size)
-    host_call = issue
-    # the stream-reached time: deps done, call made, queue past the item ahead (one compiled pass)
-    loop.stream_reached(qptr, qidx, khand, kern, _f64(call0), deps_t)
-    return ProgramRun(tmpl, tps, res, work, ogrp, start, end, ready_t, binding, deps_t, host_s, host_call)
+    return _Prep(tmpl, tps, res, work, ogrp, gptr, gidx, G, K, sptr, sidx, npred, sid, rank32, kern, kptr, kidx, ktype,
+                 krank, kneed, kleft, ktau, kmem, kq, qptr, qidx, ktail, ktail_tau, kgain, link, granks, gwork, share,
+                 issue, call0, release, host if again else None)

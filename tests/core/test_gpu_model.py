@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -169,6 +170,34 @@ def test_first_calls_run_cold_after_a_gpu_bound_iteration(sim_text):
     spans, _ = sim_text(HEAD % 1 + body, waves_profile(launch={**launch, "graph_launch_us": 1.0}), launch="cuda_graph")
     assert spans["A@r0"][0] == 1.0
 
+
+
+def test_the_cold_rerun_keeps_the_first_passs_preparation() -> None:
+    # the rerun with cold first calls (above) differs from the first pass only in the host issue times: the ops'
+    # solo times, kernels and communicator order are worked out once (the first pass's), the spans those above
+    # (no sim_text: tests/oracle/test_waves_columns.py runs those scenarios through other paths as well)
+    from schedsim.lower import lower
+    from schedsim.sim import waves_columns as wc
+    from schedsim.sim.engine import simulate
+    from schedsim.spec.loader import load_text
+
+    calls: list[int] = []
+    durations = wc._durations
+
+    def counted(*a: Any) -> Any:
+        calls.append(1)
+        return durations(*a)
+
+    body = f"  - {{name: A, {FULL}}}\n  - {{name: m, kind: compute, bytes: 1000000, deps: [A]}}\n"
+    launch = {"eager_per_op_us": 1.0, "elementwise_call_us": 1.0, "cold_first_call_us": {"kernel": 4.0,
+              "elementwise": 2.0}, "cold_wait_us": 5.0}
+    prog = lower(load_text(HEAD % 1 + body, "t.yaml"))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(wc, "_durations", counted)
+        tl = simulate(prog, waves_profile(launch=launch))
+    spans = {s.id: (round(s.start_s * 1e6, 6), round(s.end_s * 1e6, 6)) for s in tl.spans}
+    assert spans == {"A@r0": (5.0, 15.0), "m@r0": (15.0, 16.0)} and len(calls) == 1
+    assert tl.meta["host_call_end_s"] == {"A@r0": pytest.approx(5e-6), "m@r0": pytest.approx(8e-6)}
 
 def test_host_us_and_event_waits_delay_issue(sim_text):
     # host: A at 5; B waits on A from another stream: 2 µs event wait + 3 µs declared Python + 5 µs launch = 15

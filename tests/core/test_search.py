@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from test_training_block import TINY
 from typer.testing import CliRunner
 
@@ -168,3 +169,87 @@ def test_points_share_the_profile_and_its_cost_model_with_the_same_predictions()
     together = [first, s.run_point("tiny", 8, pts[1].block, "dgx_h100")]
     assert list(s._MODELS.values()) == [model]  # the second point took the first one's CostModel
     assert together == alone and isinstance(alone[0], dict) and alone[0]["iteration_s"] > 0
+
+
+def test_each_configuration_of_a_search_is_predicted_as_predict_predicts_it_alone(tmp_path: Path) -> None:
+    """A sample of a 32-GPU search on dgx_h100 (4 nodes: data-parallel and pipeline transfers across nodes on
+    shared NICs; tp, pp, cp, virtual stages and recomputation varied; one worker process, so the points share
+    the profile, its CostModel and the stage templates): every simulated row's iteration time, TFLOP/s per GPU
+    and MFU equal to the last bit to what ``predict`` of that configuration alone reports (its training block as
+    the schedule), and the cyclic collector paused while a point runs."""
+    import gc
+
+    from schedsim import lower as lower_mod
+    from schedsim.api import predict
+    from schedsim.hardware.profile import load_profile
+    from schedsim.report.training import training_report
+
+    text = TINY.replace("world_size: 8\n", "world_size: 32\n").replace("hidden_size: 64", "hidden_size: 1024").replace(
+        "seq_length: 32", "seq_length: 512").replace("global_batch_size: 8", "global_batch_size: 32").replace(
+        "num_layers: 2", "num_layers: 4")
+    p = tmp_path / "s.yaml"
+    p.write_text(text)
+    gc_on: list[bool] = []
+    real_lower = lower_mod.lower
+
+    def lower(*a: object, **k: object) -> object:
+        gc_on.append(gc.isenabled())
+        return real_lower(*a, **k)  # type: ignore[arg-type]
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(lower_mod, "lower", lower)
+        r = CliRunner().invoke(app, ["search", str(p), "-p", "dgx_h100", "--tp", "2,4", "--pp", "2,4", "--cp", "1,2",
+                                     "--micro-batch-size", "1", "--recompute", "none,full", "--vpp-layers", "1",
+                                     "--format", "json", "--out", str(tmp_path / "o")])
+    assert r.exit_code == 0, r.stderr[-2000:]
+    rows = [x for x in json.loads(r.stdout) if x["status"] == "simulated"]
+    assert len(rows) >= 12 and gc_on and not any(gc_on)
+    for row in rows[::3]:  # a third of them, fastest first
+        pts = candidates(load_text(text).training, 32, tps=[row["setting"]["tp"]], pps=[row["setting"]["pp"]],
+                         cps=[row["setting"]["cp"]], mbss=[1], recomputes=[row["setting"]["recompute"]],
+                         vpps=[row["setting"]["vpp_layers"]], memory_limit=2**40)
+        spec = load_text(json.dumps({"schema_version": 1, "name": "tiny", "world_size": 32, "training": pts[0].block}))
+        alone = training_report(spec, predict(spec, "dgx_h100").timeline, load_profile("dgx_h100"))
+        assert [row["iteration_s"], row["tflops_per_gpu"], row["mfu"]] == [
+            alone.iteration_s, alone.tflops_per_gpu, alone.mfu], row["setting"]
+
+
+def test_workers_take_the_largest_points_first_and_results_keep_their_points(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With worker processes, points are handed out largest first (the loader's op estimate: tp 1 writes more ops
+    than tp 2, pp 1 more than pp 2 for its representatives), and each result lands on its own point, as one
+    process gives them."""
+    import concurrent.futures
+
+    from schedsim import search as s
+    from schedsim.spec.limits import _training_ops
+
+    pts = [p for p in candidates(_block(), 8, tps=[2, 1], pps=[2, 1], mbss=[1], recomputes=["none"], vpps=[None],
+                                 memory_limit=2**40) if p.status == "simulated"]
+    sent: list[tuple[int, int]] = []
+
+    class Inline:  # a pool that runs each point as it is submitted, in this process
+        def __init__(self, max_workers: int) -> None:
+            pass
+
+        def __enter__(self) -> Inline:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+        def submit(self, fn: object, *args: object) -> concurrent.futures.Future:
+            block = args[2]
+            assert isinstance(block, dict)
+            sent.append((block["tensor_model_parallel_size"], block["pipeline_model_parallel_size"]))
+            f: concurrent.futures.Future = concurrent.futures.Future()
+            f.set_result(s.run_point(*args))  # type: ignore[arg-type]
+            return f
+
+    one = [(p.setting["tp"], p.setting["pp"], p.iteration_s) for p in s.search("tiny", 8, [*pts], "dgx_h100", 1)]
+    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", Inline)
+    for p in pts:
+        p.iteration_s = 0.0
+    two = [(p.setting["tp"], p.setting["pp"], p.iteration_s) for p in s.search("tiny", 8, pts, "dgx_h100", 2)]
+    ops = {(p.setting["tp"], p.setting["pp"]): _training_ops(p.block, 8, False) for p in pts}
+    assert sent == sorted(ops, key=lambda k: -ops[k]) and len(set(ops.values())) == 4
+    assert two == one and all(t > 0 for _tp, _pp, t in one)

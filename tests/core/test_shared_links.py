@@ -401,3 +401,34 @@ def test_only_groups_across_nodes_ask_for_their_nccl_algorithm(monkeypatch: pyte
     assert ls.links_of(5).tolist() == ls.links_of(3).tolist()
     assert sorted(ls.map.name(int(i)) for i in ls.links_of(3)) == [
         "node 0 NIC 0 in", "node 0 NIC 0 out", "node 1 NIC 0 in", "node 1 NIC 0 out"]
+
+
+def test_the_compiled_loop_calls_back_only_for_flows_that_share_a_link(monkeypatch: pytest.MonkeyPatch):
+    # TWO's sends on one NIC a node, then a third send alone after them (rank 1 to rank 3 again, 8 MiB). The loop
+    # puts a flow alone on all its links on them and takes it off itself: of the six flow starts and ends, Python's
+    # LinkShare.event sees only the second send's start (it shares the NIC with the first) and the first's end
+    # (the second still on it; the second then runs alone at share 1, so its end is the loop's). The times are
+    # those of every event through Python (loop_args' three-item form) and those worked out above.
+    from schedsim.network import share
+
+    text = TWO + ("  - {name: s2, kind: send, ranks: [1], peer: 3, bytes: 8388608, stream: a, deps: [s1]}\n"
+                  "  - {name: r2, kind: recv, ranks: [3], peer: 1, bytes: 8388608, stream: a, deps: [r1]}\n")
+    seen: list[int] = []
+    loop_args = share.LinkShare.loop_args
+
+    def counted(self: LinkShare, short: bool = False) -> tuple[object, ...]:  # the loop's calls, not the views'
+        args = loop_args(self)[:3] if short else loop_args(self)
+
+        def event(g: int, started: int) -> list[int]:
+            seen.append(started)
+            return self.event(g, started)
+
+        return (event, *args[1:])
+
+    monkeypatch.setattr(share.LinkShare, "loop_args", counted)
+    got = spans(text, profile(2, 1))
+    assert sorted(seen) == [0, 1]
+    assert got["s1@r1"] == pytest.approx(2058.06592, rel=1e-9) and got["s2@r1"] == pytest.approx(T(8 * MiB), rel=1e-9)
+    seen.clear()
+    monkeypatch.setattr(share.LinkShare, "loop_args", lambda self: counted(self, True))
+    assert spans(text, profile(2, 1)) == got and len(seen) == 6

@@ -120,3 +120,27 @@ def test_placed_ring_ops_are_written_as_runs(case: str, monkeypatch: pytest.Monk
     assert any(".cp_" in n or ".tp_send" in n for n in names)
     assert sorted(one_by_one) == sorted(names[i] for i in np.asarray(prog.name_id).tolist()
                                         if names[i].startswith(("send", "recv")) or "." not in names[i])
+
+
+def test_a_process_validates_each_stage_op_entry_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lowering a configuration again (as ``schedsim search``'s points do in one process) builds no stage op
+    template anew: each distinct entry of the layer's kernel lists was validated by the first lowering, and the
+    Program is the same, array for array and template for template."""
+    from schedsim.lower import pipeline, training
+
+    text = _text(8, CASES["cp2"][1])
+    training._STAGE_OPS.clear()
+    first = _state(text)
+    built: list[int] = []
+    proto = pipeline._stage_proto
+
+    def counted(*a: Any) -> Any:
+        built.append(1)
+        return proto(*a)
+
+    monkeypatch.setattr(training, "_stage_proto", counted)
+    again = _state(text)
+    assert built == [] and len(training._STAGE_OPS) > 10
+    assert again["text"] == first["text"]
+    for k in ARRAYS:
+        np.testing.assert_array_equal(again[k], first[k], err_msg=k)
