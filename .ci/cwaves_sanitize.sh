@@ -15,6 +15,6 @@ CFLAGS='-fsanitize=address,undefined -fno-omit-frame-pointer -g' LDFLAGS='-fsani
     "$PY" setup.py build_ext --inplace -q 2>/dev/null
 LD_PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libubsan.so)" \
 ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1,print_stacktrace=1 PYTHONPATH="$PWD" \
-    "$PY" -m pytest -q -p no:cacheprovider tests/core/test_cwaves.py tests/core/test_cwaves_helpers.py tests/core/test_gpu_model.py \
-    tests/core/test_compiled_helpers_agree.py tests/pipeline/test_emitter_inputs_c.py
+    "$PY" -m pytest -q -p no:cacheprovider tests/sim/test_cwaves.py tests/sim/test_cwaves_helpers.py tests/gpu/test_gpu_model.py \
+    tests/sim/test_compiled_helpers_agree.py tests/pipeline/test_emitter_inputs_c.py
 echo "sanitizers: no report"

@@ -76,7 +76,7 @@ class KindInfo:
     spec : str
         The class of :mod:`schedsim.spec.model` that validates a written op of this kind
         (:func:`schedsim.spec.model.build_op_models` gives it the kind); ``fields`` are the fields it requires
-        (``tests/core/test_kind_registry.py`` holds the two equal).
+        (``tests/spec/test_kind_registry.py`` holds the two equal).
     resource, cost, host : str
         :data:`Resource`, :data:`CostRule`, :data:`HostCall`. ``resource`` also names the stream an op of the kind
         runs on when it names none (``compute``, ``copy``, ``comm``); ``host`` also makes the kind one of

@@ -15,7 +15,7 @@ outside the case's output set (its inputs unchanged, nothing created beside them
     python tests/hostile_inputs.py            # every case, one subprocess each: a table and the totals
     python tests/hostile_inputs.py timeline   # cases whose id contains "timeline"
 
-``tests/core/test_hostile_corpus.py`` runs the same corpus in CI, in process where it can.
+``tests/cli/test_hostile_corpus.py`` runs the same corpus in CI, in process where it can.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ A GPU holds its board power limit by lowering the SM clock. A burst of tensor-co
 which is what ``calibrate`` times (bursts of ~2 ms) and what its GEMM table holds; under sustained load the clock
 falls and every GEMM takes longer. The curve is relative to such burst times, so only a profile whose table holds
 them carries one (``h200x2``, and ``h200`` since its table holds back-to-back times; its single event-
-timed launches were 1.18× the burst for bf16 4096³, ``tests/core/test_power_profiles.py``). Measured
+timed launches were 1.18× the burst for bf16 4096³, ``tests/hardware/test_power_profiles.py``). Measured
 on one H200 (700 W limit, torch 2.11, [evidence: power-duty], ``benchmarks/probes/gpu_state/power_duty.py``,
 bf16 4096×16384×4096
 with the executor's uniform operands): back to back, the first ~40 ms run at the table's speed, then 16.6 % slower
@@ -37,7 +37,7 @@ The model (steady state, as a training loop runs iteration after iteration):
   gives the longer span (any span large enough for the larger GEMM's duty is large enough for the smaller's), so
   a GEMM's predicted time never falls as m, n or k grow, to the tolerance; stopping wherever the passes ran
   out let a lone bf16 5652×4096×4096 GEMM on ``h200`` take 258.8 µs and a 5660-row one 252.3 µs
-  (``tests/core/test_cost_monotone.py``);
+  (``tests/gpu/test_cost_monotone.py``);
 * a run that has not yet kept its GPU busy for the limiter's burst (``power.onset_s``, measured by ``calibrate``
   on back-to-back GEMMs) runs at the table's speed: a measured run of few short iterations (``schedsim
   execute``'s warm-up, timed and uninstrumented iterations, :func:`sustained_of`) is predicted without the

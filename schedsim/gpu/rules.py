@@ -131,7 +131,7 @@ Each rule has a name, used in code, notes and errors (the numbers they once had:
    CTAs): S0 on ``pcie2`` (114 SMs, no ``gemm.ctas``), 8 chunks, 75.49 ms
    measured, was predicted 49.21 ms when the other streams' GEMMs filled each
    2048×1024×8192 sub-GEMM's guessed 14-CTA second wave, and 76.44 ms with full
-   waves (``tests/core/test_real_input.py``). With
+   waves (``tests/sim/test_real_input.py``). With
    fewer tiles than SMs the GEMM is split-K
    (:meth:`schedsim.gpu.cost.CostModel.gemm_ctas`) and capped at one wave (the
    split factor is a guess, so the wave count is not extrapolated from it). A
@@ -149,7 +149,7 @@ Each rule has a name, used in code, notes and errors (the numbers they once had:
    one wave beside a 24-CTA all_gather, NVIDIA forum thread 337991, is a property of a known full-wave
    grid, not of an unknown one). Two NCCL kernels resident beside it at once still hold back its last
    ``nccl.sms_per_collective`` CTAs (not modelled otherwise). Filling the GPU instead made ZB-H1 slower
-   than 1F1B with equal measured F, B and W times (``tests/core/test_gpu_model.py``), against the 0.868×
+   than 1F1B with equal measured F, B and W times (``tests/gpu/test_gpu_model.py``), against the 0.868×
    PaddlePaddle issue 62865 measured.
    A GEMM whose kernel fits several CTAs on one SM (``gemm.ctas_per_sm``: the
    CUDA occupancy calculation from its block size, registers and shared memory,

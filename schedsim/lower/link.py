@@ -4,7 +4,7 @@ stream edges, collectives and send/recv pairs, all on integer arrays.
 Each rule of the object-based build (the test oracle ``tests/oracle/object_build.py``) is tested here in bulk; when one
 fails, :func:`build_fault` finds the first broken rule in that build's order on the same arrays and words it with
 :mod:`schedsim.lower.check_errors` (op names, the NCCL issue grid, a fix), the text that build raises
-(``tests/core/test_build_fault_wording.py`` compares the two).
+(``tests/lower/test_build_fault_wording.py`` compares the two).
 """
 
 from __future__ import annotations

@@ -703,7 +703,7 @@ def represented_ranks(spec: ScheduleSpec) -> tuple[int, ...]:
     collective later than the last one (their next kernel took the SMs first). A representative is its group's
     only member, so it is always met last, and the makespans can differ by such ties (0.74 % on the 1,024-GPU step,
     where every asynchronous TP collective of the backward meets one: docs/validation.md, "Symmetric lowering" and
-    "the current table"; ``tests/core/test_training_symmetric.py``)."""
+    "the current table"; ``tests/sim/test_training_symmetric.py``)."""
     reps = np.unique(rank_classes(spec))
     return () if len(reps) == spec.world_size else tuple(reps.tolist())
 

@@ -60,7 +60,7 @@ __all__ = ["draw_gantt", "write_gantt", "LANES_GID", "LINK_LANE_GID", "rank_rang
 
 #: ``gid`` prefix of a rank's exposed-communication bands (``boxes_exposed_comm_r<rank>_<n>``, an SVG group id: an
 #: XML name, unique): their union per rank is its ``RankMetrics.exposed_comm_s`` (docs/metrics.md;
-#: ``tests/core/test_metrics_agree.py`` checks it).
+#: ``tests/sim/test_metrics_agree.py`` checks it).
 EXPOSED_GID = "boxes_exposed_comm_r"
 #: gid of the Gantt's note naming the ranks shown and folded (only when ranks are folded)
 LANES_GID = "lanes-note"

@@ -126,7 +126,7 @@ def memory_over_time(tl: Timeline, graph: DagLike | None = None,
 
     Works on the timeline's columns: events are gathered as arrays and each rank's curve is a cumulative
     sum in the order (time, frees before allocations, delta, op id), the order of :func:`_reference` (the
-    per-span form, kept as the definition; ``tests/core/test_memory_columns.py`` holds both equal). With a
+    per-span form, kept as the definition; ``tests/report/test_memory_columns.py`` holds both equal). With a
     :class:`~schedsim.lower.program.DagView` the buffer ends come from the Program's successor arrays.
     """
     import numpy as np

@@ -13,7 +13,7 @@
  * keeps it: the minimum and the count of ends at it, refreshed for the dirty ranks of each event), and the
  * one-way factor. Built with
  * -ffp-contract=off so no fused multiply-add changes a rounding: timelines are bit-identical to the Python
- * loop's (tests/core/test_cwaves.py).
+ * loop's (tests/sim/test_cwaves.py).
  *
  * Entry: run(ints, floats, arrays) -> number of jobs run; see schedsim.sim.waves_columns.run_waves_program for the order.
  * Also walk(binding, ogrp, i, out), the critical path's walk back (schedsim.sim.engine._timeline_program),

@@ -162,7 +162,7 @@ def group_of(*cols: np.ndarray) -> tuple[NDArray[np.intp], NDArray[np.intp]]:
 def _compute(tl: Timeline, classes: Sequence[int] | np.ndarray | None = None) -> PipelineMetrics | None:
     """The metrics as columns: busy compute per rank as a union (:func:`schedsim.arrays.union_by_group`),
     p2p bytes by ``np.bincount`` (which adds the rows in row order, as the per-row definition in
-    ``tests/core/test_pipeline_metrics_columns.py`` does, so the floats are the same), the
+    ``tests/sim/test_pipeline_metrics_columns.py`` does, so the floats are the same), the
     forward starts and W ends per (rank, stage, mb) by grouping, and each rank's memory steps as a cumulative
     sum in the definition's event order (time, frees before allocations)."""
     import numpy as np

@@ -29,7 +29,7 @@ __all__ = ["Block", "Layout", "SMALL_BLOCK", "SMALL_BLOCKS_KEPT"]
 #: iteration by iteration. ``benchmarks/speed/foreach_nested.py`` on the shared 2-core VM (load + lower,
 #: two entries, 160,000 ops): 20,000 outer x 2 inner iterations took 8.9 CPU s as blocks, 3.8 s per iteration,
 #: 2.8 s with this rule; 2,000 x 20 took 2.2 s as blocks, 3.4 s per iteration (both paths give the same
-#: spec, tests/core/test_foreach_template.py).
+#: spec, tests/spec/test_foreach_template.py).
 SMALL_BLOCK = 8
 
 
@@ -365,7 +365,7 @@ def _block(body: list[tuple[Any, ...]], names: list[str], values: list[list[Any]
 
 
 #: :data:`schedsim.spec.model.NAME_PATTERN`'s characters, and those it does not take first (or an empty name: a line
-#: break); tests/core/test_foreach_block_vs_general.py holds :func:`_names_ok` to the pattern
+#: break); tests/spec/test_foreach_block_vs_general.py holds :func:`_names_ok` to the pattern
 _NAME_CHARS = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-[]"
 _NOT_FIRST = re.compile(rb"\n[0-9.\-\[\]\n]")
 

@@ -6,7 +6,7 @@ and under ``"analyze"`` what ``schedsim analyze`` prints of each timeline of the
 ``--full``, and ``--format json``). Made with the row-by-row compare and analyze of main at commit c23972a
 (per-op waits and span labels, the makespan verdict, the kernel window to the last kernel end with the busy
 share, bubbles from Metrics; analyze's JSON summing each kernel group with math.fsum, as its table does),
-before they worked on columns; tests/core/test_compare_columns.py asserts that
+before they worked on columns; tests/report/test_compare_columns.py asserts that
 today's give the same numbers, bit for bit.
 
 Usage: python tests/data/make_compare_golden.py [ROOT]  (ROOT: the checkout whose compare writes it, default this

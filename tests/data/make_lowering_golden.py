@@ -1,7 +1,7 @@
 """Write tests/data/lowering_golden.npz: every array, name, tag set, stream and string of the Programs that
 ``lower()`` gives the cases of :func:`cases` (small pipelines of every built-in schedule kind and custom
 inline actions). Made with the lowering of main at commit fb50fe6 (2026-12-01), before the lowering's
-speed-ups; tests/core/test_lowering_golden.py asserts that today's lowering gives the same. Case ``1f1b_dp2``
+speed-ups; tests/lower/test_lowering_golden.py asserts that today's lowering gives the same. Case ``1f1b_dp2``
 alone was rewritten for the data-parallel tail of issue 33 (its gradient all-reduce on stream ``dp_comm``
 after the rank's last compute op, the tied all-reduce after it).
 

@@ -1,5 +1,5 @@
 """A new communication kind is its registry entry alone in the executor too: toy collective, all_to_all-like and
-send/recv kinds (``tests/core/test_kind_registry.py``: ``TOY_COMM_KINDS``), registered in the ranks' process, run
+send/recv kinds (``tests/spec/test_kind_registry.py``: ``TOY_COMM_KINDS``), registered in the ranks' process, run
 on 2 CPU ranks (gloo) with the torch.distributed calls of the kinds whose entries they copy."""
 
 from __future__ import annotations

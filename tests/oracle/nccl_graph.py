@@ -3,7 +3,7 @@ and the posted/done wait-for graph, one node pair per launch.
 
 The rules are those of :mod:`schedsim.lower.checks` (its module docstring numbers them 1-7), which the package runs
 on a Program's arrays; :mod:`tests.oracle.graph_checks` runs these on the graph of :mod:`tests.oracle.object_build`,
-and the tests hold both forms to one verdict and one text (``tests/core/test_check_wording.py``,
+and the tests hold both forms to one verdict and one text (``tests/lower/test_check_wording.py``,
 ``test_nccl_hang_kinds.py``).
 """
 

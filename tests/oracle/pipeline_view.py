@@ -1,6 +1,6 @@
 """Oracle: the pipeline chart's boxes and unit steps as first written (a loop over the rows' tag dicts; every
 dependency looked up anew at every visit), the references :mod:`schedsim.report.pipeline_chart`'s column forms
-are held to (``tests/core/test_pipeline_view_columns.py``)."""
+are held to (``tests/report/test_pipeline_view_columns.py``)."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ import inspect
 
 import pytest
 
-import tests.core.test_gpu_model as tg
+import tests.gpu.test_gpu_model as tg
 from schedsim.errors import SchedsimError
 from schedsim.graph.build import build_graph, graph_of
 from schedsim.hardware.profile import load_profile

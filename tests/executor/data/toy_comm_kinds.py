@@ -1,5 +1,5 @@
 """Execute, on this launch's ranks, the schedule of toy communication kinds (``toy``) or the same schedule written
-with the kinds they copy (``shipped``) (``tests/core/test_kind_registry.py``: ``TOY_COMM_KINDS``,
+with the kinds they copy (``shipped``) (``tests/spec/test_kind_registry.py``: ``TOY_COMM_KINDS``,
 ``comm_schedule``), small enough for CPU ranks. The toy entries are registered in this process only, and removed
 after. One ``execute`` per launch job: a second one in the same job would find the first one's process-group
 addresses (``data/batch_cli.py``).
@@ -13,7 +13,7 @@ from pathlib import Path
 from schedsim.cli import app
 from schedsim.kinds import KINDS
 from schedsim.spec import model
-from tests.core.test_kind_registry import TOY_COMM_KINDS, comm_schedule
+from tests.spec.test_kind_registry import TOY_COMM_KINDS, comm_schedule
 
 
 def main() -> None:

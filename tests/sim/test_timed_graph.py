@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.core.test_gpu_model import HEAD, TINY, waves_profile
+from tests.gpu.test_gpu_model import HEAD, TINY, waves_profile
 
 
 def test_timed_graph_adds_the_event_pair_to_every_node_and_is_a_no_op_when_unmeasured() -> None:

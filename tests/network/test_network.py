@@ -417,7 +417,7 @@ def test_predict_explain_prints_the_choice_per_collective(tmp_path: Path):
 
 def test_predict_explain_without_communication_says_so(tmp_path: Path):
     """A schedule of compute only: --explain prints one line saying there is no communication, no empty table."""
-    from tests.core.test_cli import run
+    from tests.cli.test_cli import run
 
     f = tmp_path / "mm.yaml"
     f.write_text("schema_version: 1\nname: mm\nworld_size: 1\nops:\n"

@@ -74,7 +74,7 @@ def test_unmeasured_multi_wave_gemm_fills_its_waves(sim_text):
     # real tile width (hence the last wave's size) is unknown, so the kernel is taken to fill both waves: 8 CTAs
     # of 5 µs. B finds no free SM until A's second wave retires at 10. (S0, pcie2, 8 chunks: with a half-empty
     # guessed second wave the other streams' GEMMs filled it, 49.21 ms predicted against 75.49 measured; with
-    # full waves 76.44 ms, tests/core/test_seed_inputs.py.)
+    # full waves 76.44 ms.)
     spans, _ = sim_text(HEAD % 1 + f"  - {{name: A, {SIX}, stream: s1}}\n  - {{name: B, {TINY}, stream: s3}}\n",
                         waves_profile(sms=4))
     assert spans == {"A@r0": (0.0, 10.0), "B@r0": (10.0, 12.0)}

@@ -143,7 +143,7 @@ def test_a_base_without_a_cluster_topology_says_nothing_was_fitted(tmp_path: Pat
 def test_a_fitted_tier_is_no_longer_named_unmeasured():
     from schedsim import api
     from schedsim.notes import guesses
-    from tests.core.test_nccl_model_limits import AR16
+    from tests.network.test_nccl_model_limits import AR16
 
     prog = api.lower_spec(api.load_text(AR16))
     (log,) = read_nccl_tests(LOG_309, collective="all_reduce")

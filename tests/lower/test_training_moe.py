@@ -7,7 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_training_block import TINY, _check, _ops
+
+from tests.spec.test_training_block import TINY, _check, _ops
 
 # world 8 = tp 2 × dp 4 (pp 1); E = 4 experts over ep = 2: two local experts a rank; top-2 routing; the busiest
 # expert at capacity factor 1.5. s = 32, b = 1, h = 64, f = 256, bf16.

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_hostile import hang_guard  # tests/core is on the path under pytest
+from test_hostile import hang_guard  # this folder is on the path under pytest
 from typer.testing import CliRunner
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,7 +9,7 @@ from typing import Any
 from schedsim import api
 from schedsim.hardware.profile import load_profile
 from schedsim.notes import Note, guesses, kind_of, summarize
-from tests.core.test_cli import run
+from tests.cli.test_cli import run
 
 MISORDERED = """\
 schema_version: 1

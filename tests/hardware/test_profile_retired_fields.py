@@ -16,7 +16,7 @@ from schedsim.hardware.profile import (
     list_profiles,
     load_profile,
 )
-from tests.core.test_cli import run
+from tests.cli.test_cli import run
 
 ROOT = Path(__file__).resolve().parents[2]
 

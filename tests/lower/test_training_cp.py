@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from test_training_block import TINY, _check, _ops
+from tests.spec.test_training_block import TINY, _check, _ops
 
 # world 8 = tp 2 × cp 2 × pp 2 (dp 1); s = 32 → 16 tokens a CP rank; h = 64, a = 4 (d = 16), bf16
 CP = TINY.replace("  pp: 2\n", "  pp: 2\n  cp: 2\n")

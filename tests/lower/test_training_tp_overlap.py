@@ -4,7 +4,7 @@ on stream ``tp_comm``; op counts and sizes by hand and the overlap on the timeli
 
 from __future__ import annotations
 
-from test_training_block import TINY, _ops
+from tests.spec.test_training_block import TINY, _ops
 
 # world 4 = tp 4 (pp 1, dp 1); s = 32, b = 1: a TP rank's shard is 8 tokens, 8·64·2 = 1024 bytes
 TPO = TINY.replace("world_size: 8", "world_size: 4").replace("tp: 2", "tp: 4").replace(

@@ -12,7 +12,7 @@ import pytest
 from pydantic import ValidationError
 
 from schedsim.network import NcclNetwork
-from tests.core.test_network import R4, TOPO22, profile, us
+from tests.network.test_network import R4, TOPO22, profile, us
 
 
 def timed(up: dict[str, Any] | None = None, nics: dict[str, Any] | None = None,
@@ -75,7 +75,7 @@ def test_a_timing_key_that_is_not_algo_proto_is_refused():
 # ---- CollNet (SHARP in the fabric) -------------------------------------------------------------------------------
 
 def sharp(nccl: dict[str, Any] | None = None, on: bool = True) -> NcclNetwork:
-    from tests.core.test_network import hopper
+    from tests.network.test_network import hopper
 
     return NcclNetwork(profile(hopper(8, 8, fabric={"kind": "single_switch", "sharp": on, "source": "test"}), nccl))
 
@@ -131,7 +131,7 @@ def test_a_bad_timing_figure_names_its_field_and_exits_2(tmp_path: Path, where: 
 
     from schedsim.errors import ProfileError
     from schedsim.hardware.profile import load_profile
-    from tests.core.test_network import BASE, ROOT
+    from tests.network.test_network import BASE, ROOT
 
     d = copy.deepcopy(BASE)
     d["topology"] = copy.deepcopy(TOPO22)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.core.test_gpu_model import HEAD, TINY, waves_profile
+from tests.gpu.test_gpu_model import HEAD, TINY, waves_profile
 
 # TINY is fp32 128x128x128: 2 µs in the toy table, 196,608 bytes (A, B and C)
 ROW = ["fp32", 128, 128, 128, 0.0015, 0.0025]  # as a graph node: 1.5 µs in L2, 2.5 µs from HBM

@@ -248,7 +248,7 @@ def test_a_batch_over_several_peers_that_a_peer_answers_only_after_computing_may
 def test_predict_prints_the_may_hang_warning_that_check_prints(tmp_path) -> None:
     """The PiPPy#969 schedule: `check` printed "may hang", `predict` and the timeline it writes said nothing of it
     (the Program's warnings reached no output of predict). Both now carry it; the per-peer fix has none."""
-    from tests.core.test_cli import run
+    from tests.cli.test_cli import run
 
     for name, text, hangs in (("skip", _skip(), True), ("fixed", _skip(in2="in0"), False)):
         f = tmp_path / f"{name}.yaml"

@@ -11,7 +11,7 @@ import pytest
 
 from schedsim import api
 from schedsim.api import default_outdir_name
-from tests.core.test_cli import ROOT, run
+from tests.cli.test_cli import ROOT, run
 
 
 def test_two_settings_keep_two_folders_and_the_output_names_them(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ messages split over the TP ranks."""
 
 from __future__ import annotations
 
-from test_training_block import TINY, _edit, _ops
+from tests.spec.test_training_block import TINY, _edit, _ops
 
 SP = _edit("pp: 2", "pp: 2\n  sequence_parallel: true")
 

@@ -7,12 +7,12 @@ import json
 from pathlib import Path
 
 import pytest
-from test_training_block import TINY
 from typer.testing import CliRunner
 
 from schedsim.cli import app
 from schedsim.search import SearchPoint, candidates, pareto
 from schedsim.spec.loader import load_text
+from tests.spec.test_training_block import TINY
 
 
 def _block():  # type: ignore[no-untyped-def]
@@ -73,7 +73,7 @@ def test_search_needs_a_training_block(tmp_path: Path) -> None:
 
 def test_configurations_past_max_ops_are_counted_apart_and_axes_deduplicated(tmp_path: Path) -> None:
     """--max-ops 3000 with --full-ranks: tp 4 (about 3,712 and 3,832 ops by the loader's estimate, an upper bound
-    within 12% of the real count: tests/core/test_training_op_estimate.py) is past the limit,
+    within 12% of the real count: tests/spec/test_training_op_estimate.py) is past the limit,
     which is this tool's, not Megatron's refusal; --tp 1,1,2,4 tries tp 1 once. Lowered for their representative
     ranks (the default) the tp 4 points write 1/8 of those ops (one rank of tp 4 × dp 2, pp 1; pp 2: 2 of 8)
     and all six run."""
@@ -97,7 +97,7 @@ def test_configurations_past_max_ops_are_counted_apart_and_axes_deduplicated(tmp
 def test_context_and_expert_parallel_axes() -> None:
     """--cp and --ep: on the MoE block (8 GPUs, tp 2, 4 experts) cp ∈ {1, 2} × ep ∈ {1, 2, 3}: dp = 8 / (2·cp);
     ep 3 is refused (dp·cp = 4 is not a multiple of 3: Megatron's expert-parallel group sizes)."""
-    from test_training_moe import MOE
+    from tests.lower.test_training_moe import MOE
 
     t = load_text(MOE).training
     assert t is not None

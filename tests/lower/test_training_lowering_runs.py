@@ -11,11 +11,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from test_training_block import TINY
 
 from schedsim.lower import lower
 from schedsim.lower.pipeline_emitter import _Emitter
 from schedsim.spec.loader import load_text
+from tests.spec.test_training_block import TINY
 
 ARRAYS = ("tmpl", "rank", "seq", "name_id", "tags_id", "stream_id", "peer", "batch", "msg", "dep_ptr", "dep_idx",
           "stream_edges", "dep_edges", "coll_ptr", "coll_idx", "p2p")

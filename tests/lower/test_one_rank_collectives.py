@@ -2,14 +2,14 @@
 (``ncclLaunchOneRank``, src/enqueue.cc): an in-place one puts nothing on the GPU, an out-of-place one is a
 same-device copy, which waits for SMs as a memory-bound kernel does, not as a wave-sized NCCL kernel.
 
-Toy GPU of tests/core/test_gpu_model.py: 8 SMs, HBM and d2d copies 1000 GB/s, no launch costs; here NCCL kernels
+Toy GPU of tests/gpu/test_gpu_model.py: 8 SMs, HBM and d2d copies 1000 GB/s, no launch costs; here NCCL kernels
 take 4 SMs. Every timeline is checked on both engine paths (the Program's columns and the Op list)."""
 
 from __future__ import annotations
 
 import pytest
 
-import tests.core.test_gpu_model as tg
+import tests.gpu.test_gpu_model as tg
 from schedsim.graph.build import graph_of
 from schedsim.lower import lower
 from schedsim.spec.loader import load_text

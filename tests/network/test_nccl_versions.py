@@ -174,7 +174,7 @@ def test_calibrate_fits_with_the_constants_of_the_logs_nccl_version():
     from schedsim.hardware.profile import load_profile
     from schedsim.network.fit import fit_profile
     from schedsim.network.nccl_tests import parse_nccl_tests
-    from tests.core.test_network_fit import fig, synth
+    from tests.network.test_network_fit import fig, synth
 
     # a 2-node log that NCCL 2.21.5 "ran" with known network figures (tree/LL 7 us a step, x .8 of NCCL's bw)
     d = load_profile("dgx_h100").model_dump()
@@ -214,7 +214,7 @@ def test_calibrate_fits_with_the_constants_of_the_logs_nccl_version():
 
 def test_calibrate_cli_writes_the_logs_nccl_version(tmp_path: Path):
     from schedsim.hardware.profile import load_profile
-    from tests.core.test_network_fit import synth
+    from tests.network.test_network_fit import synth
 
     truth = load_profile("dgx_h100")
     text = synth(truth, "all_reduce", 2, 8, [2 ** k for k in range(3, 14)])

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.core.test_gpu_model import FULL, HEAD, waves_profile
+from tests.gpu.test_gpu_model import FULL, HEAD, waves_profile
 
 TWO = HEAD % 1 + f"  - {{name: A, {FULL}, stream: s1}}\n  - {{name: B, {FULL}, stream: s2}}\n"
 
