@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from schedsim.arrays import py_round
 from schedsim.graph.info import GraphInfo
 from schedsim.io import atomic_writer
 from schedsim.kinds import KINDS, P2P_KINDS, TRACE_COLLECTIVE_KINDS
@@ -80,33 +81,14 @@ def _us_list(a: np.ndarray) -> list[float]:
 
 
 def _rounded(a: np.ndarray, nd: int) -> list[float]:
-    """``[round(x, nd) for x in a.tolist()]`` (float64 ``a``, shape (n,); ``nd`` in 0..15), without a call per
-    value where numpy gives the same float.
-
-    Python's ``round(x, nd)`` is the float nearest to the exact value of ``x`` rounded to ``nd`` decimals, half to
-    even; ``rint(x·10^nd) / 10^nd`` is the float nearest to ``k / 10^nd`` for ``k = rint(fl(x·10^nd))``, the same
-    ``k`` unless the exact product and its float (at most half an ulp apart) lie on two sides of a half-integer or
-    on one. Values whose product is within two ulps of a half-integer, is 2**52 or more, or is not finite go
-    through ``round``."""
-    return _rounded_array(a, nd).tolist()
-
-
-def _rounded_array(a: np.ndarray, nd: int) -> np.ndarray:
-    """:func:`_rounded` as a float64 array (shape (n,))."""
-    p = 10.0 ** nd
-    f = a * p
-    out = np.rint(f) / p
-    with np.errstate(invalid="ignore"):  # inf - inf: not finite, through round
-        odd = ~((np.abs(f - np.floor(f) - 0.5) > 2 * np.abs(np.spacing(f))) & (np.abs(f) < 2.0 ** 52))
-    if odd.any():
-        for i, x in zip(np.flatnonzero(odd).tolist(), a[odd].tolist(), strict=True):
-            out[i] = round(x, nd)
-    return out
+    """``[round(x, nd) for x in a.tolist()]`` (float64 ``a``, shape (n,); ``nd`` in 0..15):
+    :func:`schedsim.arrays.py_round` as floats."""
+    return py_round(a, nd).tolist()
 
 
 def _us_array(a: np.ndarray) -> np.ndarray:
     """:func:`_us_list` as a float64 array (shape (n,))."""
-    return _rounded_array(np.asarray(a, np.float64) * 1e6, 4)
+    return py_round(np.asarray(a, np.float64) * 1e6, 4)
 
 
 def _json_values(a: np.ndarray) -> np.ndarray:
@@ -434,7 +416,7 @@ class _Writer:
         """One complete event (``ph: "X"``) per span."""
         c = tl.columns
         ts, te = _us_array(c.start_s), _us_array(c.end_s)
-        dur = _rounded_array(te - ts, 4)  # round(b - a, 4) of each
+        dur = py_round(te - ts, 4)  # round(b - a, 4) of each
         if not others:  # from the columns: the same events without a Span per row
             self._column_slices(c, ts, dur)
             return
@@ -691,7 +673,7 @@ class _Writer:
         if comp.any():
             share = np.where(dur[comp] > 0, solo[comp] / pos[comp], 0.0)
             t, vs = _rate_samples(start[comp], end[comp], share)
-            self._counter(pid, "GPU share in use", "share", t, _rounded_array(np.asarray(vs, np.float64), 6))
+            self._counter(pid, "GPU share in use", "share", t, py_round(np.asarray(vs, np.float64), 6))
         else:  # measured: no solo durations to weigh by, so count the compute ops in flight
             t, vs = _rate_samples(start[compute], end[compute], np.ones(int(compute.sum())))
             self._counter(pid, "compute ops running", "ops", t, np.rint(np.asarray(vs, np.float64)).astype(np.int64))
@@ -700,7 +682,7 @@ class _Writer:
         bw = np.where(dur[comm] > 0, nbytes[comm] / pos[comm], 0.0)
         t, vs = _rate_samples(start[comm], end[comm], bw)
         self._counter(pid, "comm bandwidth in use (B/s)", "bytes_per_s", t,
-                      _rounded_array(np.asarray(vs, np.float64), 3))
+                      py_round(np.asarray(vs, np.float64), 3))
 
     def _counter(self, pid: int, name: str, key: str, t: np.ndarray, v: np.ndarray) -> None:
         """One counter track's samples, ``{"ph": "C", "name": name, "pid": pid, "ts": _us(t), "args": {key: v}}``
