@@ -353,7 +353,10 @@ class RankColumns(Mapping[int, RankMetrics]):
         """rank → :meth:`RankMetrics.to_dict` of each, in the ranks' order."""
         lists = [self.cols[f].tolist() for f in _RANK_FIELDS]
         lists[-1] = [None if x != x else x for x in lists[-1]]
-        return {r: dict(zip(_RANK_FIELDS, v, strict=True)) for r, *v in zip(self.ranks.tolist(), *lists, strict=True)}
+        # a dict display per rank (the fields of _RANK_FIELDS spelled out): twice as fast as dict(zip(...))
+        return {r: {"busy_compute_s": a, "busy_comm_s": b, "busy_copy_s": c, "idle_s": i, "exposed_comm_s": e,
+                    "overlap_ratio": o, "comm_share": s, "comm_share_kernel_view": k, "copy_overlap_ratio": co}
+                for r, a, b, c, i, e, o, s, k, co in zip(self.ranks.tolist(), *lists, strict=True)}
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ same whichever form the metrics hold."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import math
 
@@ -71,3 +72,10 @@ def test_summary_is_the_same_for_columns_and_dict():
         print_summary(timeline(12), metrics, Console(file=buf, width=200))
         out.append(buf.getvalue())
     assert out[0] == out[1] and "mean of 12" in out[0] and "worst" in out[0]
+
+
+def test_to_dict_spells_the_fields_of_rank_metrics():
+    # RankColumns.to_dict writes each rank's dict with its keys spelled out: the fields, in their order
+    rc = RankColumns.of({3: RankMetrics(*[float(k) for k in range(8)], 8.0)})
+    assert rc.to_dict() == {3: RankMetrics(*[float(k) for k in range(8)], 8.0).to_dict()}
+    assert list(rc.to_dict()[3]) == [f.name for f in dataclasses.fields(RankMetrics)]
