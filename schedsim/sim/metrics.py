@@ -293,7 +293,8 @@ class RankColumns(Mapping[int, RankMetrics]):
 
     ``ranks``: the ranks (int64, shape (R,), distinct; iterated in this order); ``cols``: per field of
     :class:`RankMetrics`, float64 values of shape (R,) (``copy_overlap_ratio``: NaN where the rank has none, None
-    in its :class:`RankMetrics`). Equal to any mapping of the same items (a dict of :class:`RankMetrics`, as :meth:`Metrics.from_dict` reads).
+    in its :class:`RankMetrics`). Equal to any mapping of the same items (a dict of :class:`RankMetrics`, as
+    :meth:`Metrics.from_dict` reads).
     """
 
     __slots__ = ("ranks", "cols", "_pos")
