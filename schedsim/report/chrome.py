@@ -291,13 +291,13 @@ def chrome_trace(timelines: list[tuple[str, Timeline]], graph: FlowGraph | None 
     return {"traceEvents": events, **_trace_rest(timelines)}
 
 
-def _trace_rest(timelines: list[tuple[str, Timeline]]) -> dict[str, Any]:
+def _trace_rest(timelines: list[tuple[str, Timeline]]) -> dict[str, object]:
     """The keys of a trace after ``traceEvents``."""
     return {"displayTimeUnit": "ms", "otherData": {"generator": "schedsim", "timelines": [lbl for lbl, _ in timelines]}}
 
 
 def _trace_parts(timelines: list[tuple[str, Timeline]], graph: FlowGraph | None = None
-                 ) -> Iterator[list[dict[str, Any]] | bytes]:
+                 ) -> Iterator[list[dict[str, object]] | bytes]:
     """:func:`chrome_trace`'s events in order, as lists of dicts and blocks of JSON text (events joined by
     commas), the form :func:`write_chrome_trace` streams."""
     w = _Writer()
@@ -353,7 +353,7 @@ class _Writer:
 
     def __init__(self) -> None:
         self.events: list[dict[str, Any]] = []  # the events since the last block of :attr:`blocks`
-        self.blocks: list[list[dict[str, Any]] | bytes] = []  # the events before them: dicts, or JSON text
+        self.blocks: list[list[dict[str, object]] | bytes] = []  # the events before them: dicts, or JSON text
         self.flow_id = 0
         self.pid_of: dict[int, int] = {}
         self.row_of: dict[str, int] = {}
@@ -481,7 +481,7 @@ class _Writer:
             self.blocks += [self.events, _rows_json(pieces, n)]
             self.events = []
 
-    def parts(self) -> Iterator[list[dict[str, Any]] | bytes]:
+    def parts(self) -> Iterator[list[dict[str, object]] | bytes]:
         """The events in order, as lists of dicts and blocks of JSON text (events joined by commas)."""
         yield from self.blocks
         yield self.events

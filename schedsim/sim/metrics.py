@@ -350,7 +350,7 @@ class RankColumns(Mapping[int, RankMetrics]):
     def __len__(self) -> int:
         return len(self.ranks)
 
-    def to_dict(self) -> dict[int, dict[str, Any]]:
+    def to_dict(self) -> dict[int, dict[str, float | None]]:
         """rank → :meth:`RankMetrics.to_dict` of each, in the ranks' order."""
         lists = [self.cols[f].tolist() for f in _RANK_FIELDS]
         lists[-1] = [None if x != x else x for x in lists[-1]]
