@@ -19,6 +19,7 @@ P(per_rank={0: 0.5}, note='x')
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import functools
 import types
@@ -94,7 +95,7 @@ def _read(tp: Any, v: Any) -> Any:
         if missing:
             raise KeyError(f"{tp.__name__}: missing {', '.join(missing)}")
         return tp(**{f.name: _read(hints[f.name], v[f.name]) for f in fields if f.name in v})
-    if origin is dict:
+    if origin is dict or origin is collections.abc.Mapping:
         kt, vt = args or (Any, Any)
         return {(_read(kt, k) if kt is not str else k): _read(vt, x) for k, x in v.items()}
     if origin is list:

@@ -34,6 +34,7 @@ and Perfetto's JSON importer, perfetto.dev/docs/getting-started/other-formats):
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -41,6 +42,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from schedsim.arrays import py_round
 from schedsim.graph.info import GraphInfo
 from schedsim.io import atomic_writer
 from schedsim.kinds import KINDS, P2P_KINDS, TRACE_COLLECTIVE_KINDS
@@ -79,23 +81,76 @@ def _us_list(a: np.ndarray) -> list[float]:
 
 
 def _rounded(a: np.ndarray, nd: int) -> list[float]:
-    """``[round(x, nd) for x in a.tolist()]`` (float64 ``a``, shape (n,); ``nd`` in 0..15), without a call per
-    value where numpy gives the same float.
+    """``[round(x, nd) for x in a.tolist()]`` (float64 ``a``, shape (n,); ``nd`` in 0..15):
+    :func:`schedsim.arrays.py_round` as floats."""
+    return py_round(a, nd).tolist()
 
-    Python's ``round(x, nd)`` is the float nearest to the exact value of ``x`` rounded to ``nd`` decimals, half to
-    even; ``rint(x·10^nd) / 10^nd`` is the float nearest to ``k / 10^nd`` for ``k = rint(fl(x·10^nd))``, the same
-    ``k`` unless the exact product and its float (at most half an ulp apart) lie on two sides of a half-integer or
-    on one. Values whose product is within two ulps of a half-integer, is 2**52 or more, or is not finite go
-    through ``round``."""
-    p = 10.0 ** nd
-    f = a * p
-    out = (np.rint(f) / p).tolist()
-    with np.errstate(invalid="ignore"):  # inf - inf: not finite, through round
-        odd = ~((np.abs(f - np.floor(f) - 0.5) > 2 * np.abs(np.spacing(f))) & (np.abs(f) < 2.0 ** 52))
-    if odd.any():
-        for i, x in zip(np.flatnonzero(odd).tolist(), a[odd].tolist(), strict=True):
-            out[i] = round(x, nd)
-    return out
+
+def _us_array(a: np.ndarray) -> np.ndarray:
+    """:func:`_us_list` as a float64 array (shape (n,))."""
+    return py_round(np.asarray(a, np.float64) * 1e6, 4)
+
+
+def _json_values(a: np.ndarray) -> np.ndarray:
+    """The JSON text of each value of the numeric array ``a`` (shape (n,)) as :func:`dumps_json` writes it
+    (NaN and inf as ``null``), as a bytes array (numpy ``S``; shape (n,))."""
+    if not len(a):
+        return np.zeros(0, "S1")
+    raw = np.frombuffer(dumps_json(np.ascontiguousarray(a)), np.uint8)  # [v,v,...,v]
+    ends = np.flatnonzero((raw == ord(",")) | (raw == ord("]")))
+    starts = np.empty_like(ends)
+    starts[0], starts[1:] = 1, ends[:-1] + 1
+    return _cut(raw, starts, ends)
+
+
+def _json_strs(xs: list[str]) -> np.ndarray:
+    """The JSON text of each string of ``xs`` (quotes included) as a bytes array (numpy ``S``; shape (n,)), from
+    one :func:`dumps_json` of the list: the strings are between its quotes that do not follow an odd number of
+    backslashes (those that do are escaped, inside a string), the first of each pair opening one."""
+    if not xs:
+        return np.zeros(0, "S1")
+    raw = np.frombuffer(dumps_json(list(xs)), np.uint8)
+    pos = np.arange(len(raw))
+    last_other = np.maximum.accumulate(np.where(raw != ord("\\"), pos, -1))  # last byte not a backslash, to each
+    q = np.flatnonzero(raw == ord('"'))
+    q = q[(q - 1 - last_other[q - 1]) % 2 == 0]  # the raw[0] == "[": q >= 1
+    return _cut(raw, q[0::2], q[1::2] + 1)
+
+
+def _cut(raw: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """The pieces ``raw[starts[i]:ends[i]]`` of ``raw`` (uint8) as a bytes array (numpy ``S``; shape (n,))."""
+    lens = ends - starts
+    w = max(int(lens.max()), 1)
+    m = np.lib.stride_tricks.sliding_window_view(np.concatenate([raw, np.zeros(w, np.uint8)]), w)[starts]
+    m *= np.arange(w, dtype=np.int32) < lens[:, None]  # the bytes past each piece's end: NUL
+    return m.view(f"S{w}").reshape(-1)
+
+
+_Piece = bytes | np.ndarray
+_ROWS = 32_768  # rows of a columnar block joined at once: bounds the bytes held while joining
+
+
+def _rows_json(pieces: list[_Piece], n: int) -> bytes:
+    """``n`` JSON texts joined by commas, row ``i`` the concatenation of each piece's: a ``bytes`` piece is the
+    same in every row, an array piece (numpy ``S``, shape (n,)) gives each row its own (``b""``: nothing).
+    The pieces are laid side by side as the bytes of one matrix per ``_ROWS`` rows, whose NUL padding is then
+    dropped (JSON text holds no NUL byte: orjson writes it ``\u0000``)."""
+    out = []
+    for lo in range(0, n, _ROWS):
+        hi = min(n, lo + _ROWS)
+        cols = []
+        for p in [*pieces, b","]:
+            if isinstance(p, bytes):
+                cols.append(np.broadcast_to(np.frombuffer(p, np.uint8), (hi - lo, len(p))))
+            else:
+                cols.append(np.ascontiguousarray(p[lo:hi]).view(np.uint8).reshape(hi - lo, p.dtype.itemsize))
+        out.append(np.concatenate(cols, axis=1).tobytes().replace(b"\0", b""))
+    return b"".join(out)[:-1]
+
+
+def _where(mask: np.ndarray, text: np.ndarray | bytes) -> np.ndarray:
+    """``text`` (a bytes array or one bytes value) where ``mask`` (bool, shape (n,)), else ``b""``."""
+    return np.where(mask, text, b"")
 
 
 def _rate_counter(start: np.ndarray, end: np.ndarray, value: np.ndarray) -> list[tuple[float, float]]:
@@ -227,8 +282,24 @@ def chrome_trace(timelines: list[tuple[str, Timeline]], graph: FlowGraph | None 
     """Trace dict for one or more labelled timelines (e.g. ``[("predicted", a), ("measured", b)]``).
 
     Each (label, rank) becomes a process, each stream a thread. ``graph`` (the networkx DAG of the
-    first timeline, optional) adds dependency and send->recv flows.
+    first timeline, optional) adds dependency and send->recv flows. The events are those
+    :func:`write_chrome_trace` writes, its JSON text read back where it builds them as text.
     """
+    events: list[dict[str, Any]] = []
+    for part in _trace_parts(timelines, graph):
+        events.extend(part if isinstance(part, list) else json.loads(b"[" + part + b"]"))
+    return {"traceEvents": events, **_trace_rest(timelines)}
+
+
+def _trace_rest(timelines: list[tuple[str, Timeline]]) -> dict[str, object]:
+    """The keys of a trace after ``traceEvents``."""
+    return {"displayTimeUnit": "ms", "otherData": {"generator": "schedsim", "timelines": [lbl for lbl, _ in timelines]}}
+
+
+def _trace_parts(timelines: list[tuple[str, Timeline]], graph: FlowGraph | None = None
+                 ) -> Iterator[list[dict[str, object]] | bytes]:
+    """:func:`chrome_trace`'s events in order, as lists of dicts and blocks of JSON text (events joined by
+    commas), the form :func:`write_chrome_trace` streams."""
     w = _Writer()
     multi = len(timelines) > 1
     by_label = {lbl: tl.by_id() for lbl, tl in timelines} if multi else {}
@@ -245,8 +316,7 @@ def chrome_trace(timelines: list[tuple[str, Timeline]], graph: FlowGraph | None 
         w.collective_flows(tl, g)
         w.counters(tl)
         pid_base += w.link_counters(tl, label if multi else None, pid_base)
-    return {"traceEvents": w.events, "displayTimeUnit": "ms",
-            "otherData": {"generator": "schedsim", "timelines": [lbl for lbl, _ in timelines]}}
+    return w.parts()
 
 
 def _slice_args(s: Span, label: str, others: list[tuple[str, dict[str, Span]]], solo_us: float,
@@ -282,7 +352,8 @@ class _Writer:
     run on over all timelines."""
 
     def __init__(self) -> None:
-        self.events: list[dict[str, Any]] = []
+        self.events: list[dict[str, Any]] = []  # the events since the last block of :attr:`blocks`
+        self.blocks: list[list[dict[str, object]] | bytes] = []  # the events before them: dicts, or JSON text
         self.flow_id = 0
         self.pid_of: dict[int, int] = {}
         self.row_of: dict[str, int] = {}
@@ -293,11 +364,13 @@ class _Writer:
         self.out_us: list[float] = []
         self.in_us: list[float] = []
         self._op_row: tuple[ProgramFlows, dict[str, int], np.ndarray] | None = None  # :meth:`_op_rows`
+        self._row_text: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None  # :meth:`row_texts`
 
     def lanes(self, tl: Timeline, label: str | None, pid_base: int) -> None:
         """Process and thread metadata: one process per rank, one thread per stream and nesting row
         (:func:`_nesting_rows`), compute streams first."""
         c = tl.columns
+        self._row_text = None
         lane = c.rank.astype(np.int64) * (len(c.stream[0]) + 1) + c.stream[1]  # (rank, stream) as one number
         _u, first, inv = np.unique(lane, return_index=True, return_inverse=True)
         inv = inv.reshape(-1)
@@ -342,39 +415,86 @@ class _Writer:
     def slices(self, tl: Timeline, label: str, others: list[tuple[str, dict[str, Span]]]) -> None:
         """One complete event (``ph: "X"``) per span."""
         c = tl.columns
-        ts, te = _us_list(c.start_s), _us_list(c.end_s)
-        solo, ready = _us_list(c.solo_s), _us_list(c.ready_s)
-        dur = _rounded(np.asarray(te, np.float64) - np.asarray(ts, np.float64), 4)  # round(b - a, 4) of each
+        ts, te = _us_array(c.start_s), _us_array(c.end_s)
+        dur = py_round(te - ts, 4)  # round(b - a, 4) of each
         if not others:  # from the columns: the same events without a Span per row
-            self._column_slices(c, ts, dur, solo, ready)
+            self._column_slices(c, ts, dur)
             return
-        for s, pid, tid, a, d, so, re in zip(tl.spans, self.pid_row, self.tid_row, ts, dur, solo, ready, strict=True):
+        solo, ready = _us_list(c.solo_s), _us_list(c.ready_s)
+        for s, pid, tid, a, d, so, re in zip(tl.spans, self.pid_row, self.tid_row, ts.tolist(), dur.tolist(), solo,
+                                             ready, strict=True):
             self.events.append({"ph": "X", "name": s.name, "cat": s.resource, "pid": pid, "tid": tid, "ts": a,
                                 "dur": d, "args": _slice_args(s, label, others, so, re)})
 
-    def _column_slices(self, c: SpanColumns, ts: list[float], dur: list[float], solo: list[float],
-                       ready: list[float]) -> None:
+    def _column_slices(self, c: SpanColumns, ts: np.ndarray, dur: np.ndarray) -> None:
         """:meth:`slices` of a timeline alone in its trace, read from its columns ``c`` as its spans hold them
-        (:meth:`~schedsim.sim.timeline.SpanColumns.to_spans`); ``args`` as :func:`_slice_args` makes them."""
-        kinds, ress = _decode(c.kind), _decode(c.resource)
-        nbytes, flops = c.bytes.tolist(), c.flops.tolist()
-        has_solo, has_ready = (~np.isnan(c.solo_s)).tolist(), (~np.isnan(c.ready_s)).tolist()
-        ev = self.events
-        for op, name, kind, res, pid, tid, a, d, so, re, b, f, tags, hs, hr in zip(
-                c.id, c.name, kinds, ress, self.pid_row, self.tid_row, ts, dur, solo, ready, nbytes, flops, c.tags,
-                has_solo, has_ready, strict=True):
-            args: dict[str, Any] = {"op": op, "kind": kind, "resource": res}
-            if b:
-                args["bytes"] = b
-            if f:
-                args["flops"] = f
-            if hs:
-                args["solo_us"] = so
-            if hr:
-                args["ready_us"] = re
-            if tags:
-                args.update({str(k): v for k, v in tags.items() if k not in args})
-            ev.append({"ph": "X", "name": name, "cat": res, "pid": pid, "tid": tid, "ts": a, "dur": d, "args": args})
+        (:meth:`~schedsim.sim.timeline.SpanColumns.to_spans`) and written as JSON text; ``args`` as
+        :func:`_slice_args` makes them: ``bytes``, ``flops`` where not 0, ``solo_us``, ``ready_us`` where known,
+        then the tags (each tagged row's by :func:`dumps_json` of the keys not already there; a row with a key
+        that is not a string, which ``str`` could make equal to one there, as its own event dict)."""
+        n = len(c)
+        pid, tid, _o, _i = self.row_texts()
+        res = _json_strs(list(c.resource[0]))[c.resource[1]]
+        kind = _json_strs(list(c.kind[0]))[c.kind[1]]
+        nbytes, flops = c.bytes, c.flops
+        has_b, has_f = nbytes != 0, flops != 0  # NaN too, as Python's truth
+        has_solo, has_ready = ~np.isnan(c.solo_s), ~np.isnan(c.ready_s)
+        pieces: list[_Piece] = [
+            b'{"ph":"X","name":', _json_strs(c.name), b',"cat":', res, b',"pid":', pid, b',"tid":', tid, b',"ts":',
+            _json_values(ts), b',"dur":', _json_values(dur), b',"args":{"op":', _json_strs(c.id), b',"kind":', kind,
+            b',"resource":', res, _where(has_b, b',"bytes":'), _where(has_b, _json_values(nbytes)),
+            _where(has_f, b',"flops":'), _where(has_f, _json_values(flops)),
+            _where(has_solo, b',"solo_us":'), _where(has_solo, _json_values(_us_array(c.solo_s))),
+            _where(has_ready, b',"ready_us":'), _where(has_ready, _json_values(_us_array(c.ready_s))), b"}}"]
+        tags = c.tags
+        tagged = [i for i, t in enumerate(tags) if t]
+        if tagged:
+            tail, whole = [b""] * n, [b""] * n
+            kinds, ress = _decode(c.kind), _decode(c.resource)
+            for i in tagged:
+                args: dict[str, Any] = {"op": c.id[i], "kind": kinds[i], "resource": ress[i]}
+                for key, on, v in (("bytes", has_b, nbytes), ("flops", has_f, flops)):
+                    if on[i]:
+                        args[key] = float(v[i])
+                for key, on, v in (("solo_us", has_solo, c.solo_s), ("ready_us", has_ready, c.ready_s)):
+                    if on[i]:
+                        args[key] = _us(float(v[i]))
+                t = tags[i]
+                if all(isinstance(k, str) for k in t):
+                    extra = {k: v for k, v in t.items() if k not in args}
+                    if extra:
+                        tail[i] = b"," + dumps_json(extra)[1:-1]
+                    continue
+                args.update({str(k): v for k, v in t.items() if k not in args})
+                whole[i] = dumps_json({"ph": "X", "name": c.name[i], "cat": ress[i], "pid": self.pid_row[i],
+                                       "tid": self.tid_row[i], "ts": float(ts[i]), "dur": float(dur[i]),
+                                       "args": args})
+            pieces[-1:] = [np.array(tail, "S"), b"}}"]
+            if any(whole):
+                drop = np.asarray([bool(w) for w in whole])
+                pieces = [*(np.where(drop, b"", p) for p in pieces), np.array(whole, "S")]
+        self.text(pieces, n)
+
+    def text(self, pieces: list[_Piece], n: int) -> None:
+        """``n`` events as JSON text (:func:`_rows_json` of ``pieces``), after the events so far."""
+        if n:
+            self.blocks += [self.events, _rows_json(pieces, n)]
+            self.events = []
+
+    def parts(self) -> Iterator[list[dict[str, object]] | bytes]:
+        """The events in order, as lists of dicts and blocks of JSON text (events joined by commas)."""
+        yield from self.blocks
+        yield self.events
+
+    def row_texts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Per row of the current timeline, the JSON text (:func:`_json_values`) of its process, thread, and
+        its flows' out and in times (made once per timeline)."""
+        if self._row_text is None:
+            self._row_text = (_json_values(np.asarray(self.pid_row, np.int64)),
+                              _json_values(np.asarray(self.tid_row, np.int64)),
+                              _json_values(np.asarray(self.out_us, np.float64)),
+                              _json_values(np.asarray(self.in_us, np.float64)))
+        return self._row_text
 
     def flow(self, a: int, b: int, cat: str) -> None:
         """An arrow from 5 % into row ``a`` to 5 % before the end of row ``b``; none when ``b`` ended before
@@ -435,14 +555,14 @@ class _Writer:
         """:meth:`flow` of each pair of rows ``(a[k], b[k])`` (int arrays) in order: the same events."""
         out_us, in_us = np.asarray(self.out_us, np.float64), np.asarray(self.in_us, np.float64)
         keep = ~(out_us[a] > in_us[b])  # as flow(): none when b ended before a began
-        ev, pid, tid, o, i = self.events, self.pid_row, self.tid_row, self.out_us, self.in_us
-        fid = self.flow_id
-        for x, y in zip(a[keep].tolist(), b[keep].tolist(), strict=True):
-            fid += 1
-            ev.append({"ph": "s", "name": cat, "cat": cat, "id": fid, "pid": pid[x], "tid": tid[x], "ts": o[x]})
-            ev.append({"ph": "f", "bp": "e", "name": cat, "cat": cat, "id": fid, "pid": pid[y], "tid": tid[y],
-                       "ts": i[y]})
-        self.flow_id = fid
+        a, b = a[keep], b[keep]
+        pid, tid, o, i = self.row_texts()
+        fid = _json_values(np.arange(self.flow_id + 1, self.flow_id + 1 + len(a), dtype=np.int64))
+        c = dumps_json(cat)
+        self.text([b'{"ph":"s","name":' + c + b',"cat":' + c + b',"id":', fid, b',"pid":', pid[a], b',"tid":',
+                   tid[a], b',"ts":', o[a], b'},{"ph":"f","bp":"e","name":' + c + b',"cat":' + c + b',"id":', fid,
+                   b',"pid":', pid[b], b',"tid":', tid[b], b',"ts":', i[b], b"}"], len(a))
+        self.flow_id += len(a)
 
     def _program_collective_flows(self, graph: ProgramFlows, rank: np.ndarray) -> None:
         """:meth:`collective_flows` of a :class:`ProgramFlows` (collectives keyed once each) from the Program's
@@ -550,23 +670,25 @@ class _Writer:
         pos = np.where(dur > 0, dur, 1.0)  # the values of zero-length intervals are never read
         compute, solo = res == "compute", c.solo_s[rows]
         comp = compute & ~np.isnan(solo)
-        ev = self.events
         if comp.any():
             share = np.where(dur[comp] > 0, solo[comp] / pos[comp], 0.0)
             t, vs = _rate_samples(start[comp], end[comp], share)
-            ev.extend([{"ph": "C", "name": "GPU share in use", "pid": pid, "ts": a, "args": {"share": v}}
-                       for a, v in zip(_us_list(t), _rounded(np.asarray(vs, np.float64), 6), strict=True)])
+            self._counter(pid, "GPU share in use", "share", t, py_round(np.asarray(vs, np.float64), 6))
         else:  # measured: no solo durations to weigh by, so count the compute ops in flight
             t, vs = _rate_samples(start[compute], end[compute], np.ones(int(compute.sum())))
-            ev.extend([{"ph": "C", "name": "compute ops running", "pid": pid, "ts": a, "args": {"ops": round(v)}}
-                       for a, v in zip(_us_list(t), vs, strict=True)])
+            self._counter(pid, "compute ops running", "ops", t, np.rint(np.asarray(vs, np.float64)).astype(np.int64))
         nbytes = c.bytes[rows]
         comm = (res == "comm") & (nbytes != 0)
         bw = np.where(dur[comm] > 0, nbytes[comm] / pos[comm], 0.0)
         t, vs = _rate_samples(start[comm], end[comm], bw)
-        ev.extend([{"ph": "C", "name": "comm bandwidth in use (B/s)", "pid": pid, "ts": a,
-                    "args": {"bytes_per_s": v}} for a, v in zip(_us_list(t), _rounded(np.asarray(vs, np.float64), 3),
-                                                                strict=True)])
+        self._counter(pid, "comm bandwidth in use (B/s)", "bytes_per_s", t,
+                      py_round(np.asarray(vs, np.float64), 3))
+
+    def _counter(self, pid: int, name: str, key: str, t: np.ndarray, v: np.ndarray) -> None:
+        """One counter track's samples, ``{"ph": "C", "name": name, "pid": pid, "ts": _us(t), "args": {key: v}}``
+        per time ``t`` (float64 seconds, shape (k,)) and value ``v`` (shape (k,)), as JSON text."""
+        self.text([b'{"ph":"C","name":' + dumps_json(name) + b',"pid":' + dumps_json(pid) + b',"ts":',
+                   _json_values(_us_array(t)), b',"args":{' + dumps_json(key) + b":", _json_values(v), b"}}"], len(t))
 
 
 _CHUNK = 20_000  # events serialised per orjson call: bounds the bytes held at once while writing
@@ -576,16 +698,20 @@ def write_chrome_trace(path: str | Path, timelines: list[tuple[str, Timeline]], 
                        ) -> None:
     """Write :func:`chrome_trace` atomically; open the file in ui.perfetto.dev or chrome://tracing.
 
-    The events are serialised with :func:`~schedsim.sim.timeline.dumps_json` (orjson) in chunks of
-    ``_CHUNK`` and streamed into the temporary file, so no single JSON string of the whole trace is built.
+    The events built as JSON text from the timeline's columns (slices, flows of a Program, rate counters) are
+    written as they are; the others are serialised with :func:`~schedsim.io.dumps_json` (orjson) in chunks of
+    ``_CHUNK``; all are streamed into the temporary file, so no single JSON string of the whole trace is built.
     """
-    trace = chrome_trace(timelines, graph)
-    events = trace.pop("traceEvents")
     with atomic_writer(path, "wb") as f:
         f.write(b'{"traceEvents":[')
-        for i in range(0, len(events), _CHUNK):
-            if i:
-                f.write(b",")
-            f.write(dumps_json(events[i:i + _CHUNK])[1:-1])
+        sep = b""
+        for part in _trace_parts(timelines, graph):
+            if isinstance(part, bytes):
+                f.write(sep + part)
+                sep = b","
+                continue
+            for i in range(0, len(part), _CHUNK):
+                f.write(sep + dumps_json(part[i:i + _CHUNK])[1:-1])
+                sep = b","
         f.write(b"],")
-        f.write(dumps_json(trace)[1:])
+        f.write(dumps_json(_trace_rest(timelines))[1:])

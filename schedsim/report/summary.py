@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from schedsim.sim.timeline import Timeline
 
 if TYPE_CHECKING:
+    import numpy as np
     from rich.console import Console
 
     from schedsim.sim.metrics import Metrics, RankMetrics
     from schedsim.sim.pipeline_metrics import PipelineMetrics
 
-__all__ = ["print_summary", "print_pipeline", "fmt_time", "fmt_bytes", "pick_ranks", "make_console",
+__all__ = ["print_summary", "print_pipeline", "fmt_time", "fmt_bytes", "pick_ranks", "pick_rank_rows", "make_console",
            "critical_path_parts"]
 
 
@@ -74,11 +74,29 @@ def pick_ranks(ranks: list[int], score: dict[int, float], all_ranks: bool, k: in
     """
     if all_ranks or len(ranks) <= MAX_RANK_ROWS:
         return list(ranks), 0
+    import numpy as np
+
     tie = tie or {}
-    keys = [(-round(score[r], 9), -round(tie.get(r, 0.0), 9), r) for r in ranks]  # distinct: they end in the rank
-    # the k first and k last of the sorted keys without sorting them all (100,000 ranks: one pass)
-    worst = [key[2] for key in heapq.nsmallest(k, keys)]
-    best = [key[2] for key in reversed(heapq.nlargest(k, keys))]
+    return pick_rank_rows(np.asarray(ranks, np.int64), np.array([score[r] for r in ranks], np.float64), all_ranks, k,
+                          np.array([tie.get(r, 0.0) for r in ranks], np.float64))
+
+
+def pick_rank_rows(ranks: np.ndarray, score: np.ndarray, all_ranks: bool, k: int = 3,
+                   tie: np.ndarray | None = None) -> tuple[list[int], int]:
+    """:func:`pick_ranks` of columns: ``ranks`` (int, shape (R,)), each one's ``score`` and ``tie`` (float64,
+    shape (R,); ``tie`` default 0). The ranks sorted by (−score, −tie, rank), scores and ties rounded to 9 decimals
+    as Python's ``round`` does (:func:`schedsim.arrays.py_round`): the first ``k`` are the worst, the last ``k``
+    the best."""
+    if all_ranks or len(ranks) <= MAX_RANK_ROWS:
+        return ranks.tolist(), 0
+    import numpy as np
+
+    from schedsim.arrays import py_round
+
+    t = py_round(tie, 9) if tie is not None else np.zeros(len(ranks))
+    order = np.lexsort((ranks, -t, -py_round(score, 9)))  # distinct keys: they end in the rank
+    worst = ranks[order[:k]].tolist()
+    best = ranks[order[-k:]].tolist()
     rows = worst + [r for r in best if r not in worst]
     return rows, len(ranks) - len(rows)
 
@@ -107,10 +125,13 @@ def print_summary(tl: Timeline, metrics: Metrics, console: Console | None = None
     cols = ["rank", "busy compute", "busy comm", "busy copy", "idle", "compute idle", "exposed comm", "overlap"]
     for col in cols + (["copy overlap"] if copies else []) + ["comm share"]:
         t.add_column(col, justify="right")
+    from schedsim.sim.metrics import RankColumns
+
     ranks = metrics.ranks
+    rc = RankColumns.of(ranks)
     ms = metrics.makespan_s
-    score = {r: d.idle_s + d.exposed_comm_s for r, d in ranks.items()}
-    rows, left = pick_ranks(list(ranks), score, all_ranks, tie={r: d.exposed_comm_s for r, d in ranks.items()})
+    ex = rc.cols["exposed_comm_s"]
+    rows, left = pick_rank_rows(rc.ranks, rc.cols["idle_s"] + ex, all_ranks, tie=ex)
     keys = ("busy_compute_s", "busy_comm_s", "busy_copy_s", "idle_s", "compute_idle_s", "exposed_comm_s")
 
     def val(d: RankMetrics, k: str) -> float:
@@ -118,9 +139,9 @@ def print_summary(tl: Timeline, metrics: Metrics, console: Console | None = None
 
     if left:
         n = len(ranks)
-        vals = list(ranks.values())  # summed in rank order, as floats add one by one
-        tot = {k: sum([ms - d.busy_compute_s for d in vals] if k == "compute_idle_s" else
-                      [getattr(d, k) for d in vals]) for k in keys}
+        # summed in rank order, as floats add one by one
+        tot = {k: sum((ms - rc.cols["busy_compute_s"] if k == "compute_idle_s" else rc.cols[k]).tolist())
+               for k in keys}
         t.add_row(f"mean of {n}", *[fmt_time(tot[k] / n) for k in keys],
                   _ratio(metrics.overlap_ratio, metrics.busy_comm_s),
                   *([_ratio(metrics.copy_overlap_ratio, 1.0)] if copies else []), "", end_section=True)

@@ -31,3 +31,14 @@ def test_few_ranks_or_all_ranks_print_every_rank():
     assert pick_ranks(ranks, dict.fromkeys(ranks, 0.0), True) == (ranks, 0)
     # 20 equal scores: worst are the lowest ranks, best the highest, in sorted order
     assert pick_ranks(ranks, dict.fromkeys(ranks, 0.0), False) == ([0, 1, 2, 17, 18, 19], 14)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_scores_on_nanosecond_halves_round_as_python_does(seed):
+    # scores on and beside x.5 ns, where rounding by numpy (x·10^9, rint, /10^9) and by round() can part
+    rng = random.Random(seed)
+    ranks = list(range(200))
+    score = {r: (rng.randint(0, 6) + 0.5) * 1e-9 * rng.choice([1, 3, 7]) + rng.choice([0.0, 1e-18, -1e-18])
+             for r in ranks}
+    rows, left = pick_ranks(ranks, score, False)
+    assert rows == by_sort(ranks, score, {}) and left == 194

@@ -1,0 +1,81 @@
+"""Per-rank metrics held as columns (:class:`schedsim.sim.metrics.RankColumns`): each rank's
+:class:`RankMetrics` the one computed rank by rank, a mapping equal to the dict of them, and the summary the
+same whichever form the metrics hold."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import math
+
+import numpy as np
+import pytest
+from rich.console import Console
+
+from schedsim.report.summary import print_summary
+from schedsim.sim.metrics import Metrics, RankColumns, RankMetrics
+from schedsim.sim.timeline import Span, Timeline
+
+
+def timeline(n_ranks: int) -> Timeline:
+    spans = []
+    for r in range(n_ranks):
+        t = r * 1e-6
+        spans += [Span(f"mm@r{r}", "mm", r, "c", "matmul", "compute", t, t + 4e-6),
+                  Span(f"ar@r{r}", "ar", r, "n", "all_reduce", "comm", t + 2e-6, t + 7e-6, ready_s=t + 1e-6)]
+        if r % 2:
+            spans.append(Span(f"cp@r{r}", "cp", r, "x", "copy", "copy", t + 3e-6, t + 9e-6))
+    return Timeline("t", "predict", n_ranks, spans=spans)
+
+
+def test_each_rank_is_its_hand_computed_metrics():
+    m = Metrics.of(timeline(12))
+    assert isinstance(m.ranks, RankColumns) and len(m.ranks) == 12 and list(m.ranks) == list(range(12))
+    # rank 1: compute [1, 5) µs, comm [3, 8) (kernel view from 2), copy [4, 10); makespan 11 + 9 - ... = 20 µs
+    d = m.ranks[1]
+    ms = m.makespan_s
+    assert ms == pytest.approx(20e-6)
+    assert d.busy_compute_s == pytest.approx(4e-6) and d.busy_comm_s == pytest.approx(5e-6)
+    assert d.busy_copy_s == pytest.approx(6e-6) and d.idle_s == pytest.approx(ms - 9e-6)
+    assert d.exposed_comm_s == pytest.approx(3e-6) and d.overlap_ratio == pytest.approx(2 / 5)
+    assert d.comm_share_kernel_view == pytest.approx(6e-6 / ms) and d.copy_overlap_ratio == pytest.approx(1 / 6)
+    assert m.ranks[0].copy_overlap_ratio is None  # no copies on rank 0
+    assert 12 not in m.ranks and -1 not in m.ranks and "1" not in m.ranks
+    with pytest.raises(KeyError):
+        m.ranks[12]
+
+
+def test_columns_equal_the_dict_of_their_ranks_and_read_back():
+    m = Metrics.of(timeline(10))
+    as_dict = {r: m.ranks[r] for r in m.ranks}
+    assert m.ranks == as_dict and as_dict == m.ranks
+    assert m.to_dict()["ranks"] == {r: d.to_dict() for r, d in as_dict.items()}
+    back = Metrics.from_dict(m.to_dict())
+    assert back == m and back.ranks == m.ranks
+
+
+def test_columns_of_a_mapping_keep_its_order():
+    a = RankMetrics(1.0, 2.0, 0.0, 3.0, 1.5, 0.25, 0.5, 0.6)
+    b = RankMetrics(4.0, 1.0, 2.0, 0.0, 0.5, 0.5, 0.1, 0.2, 0.75)
+    rc = RankColumns.of({7: a, 2: b})
+    assert list(rc) == [7, 2] and rc[2] == b and rc[7] == a and math.isnan(rc.cols["copy_overlap_ratio"][0])
+    assert rc.to_dict() == {7: a.to_dict(), 2: b.to_dict()} and list(rc.to_dict()) == [7, 2]
+    assert RankColumns.of(rc) is rc
+    assert np.array_equal(rc.cols["idle_s"], [3.0, 0.0])
+
+
+def test_summary_is_the_same_for_columns_and_dict():
+    m = Metrics.of(timeline(12))  # past the 8 ranks of a full table: totals row, 3 worst and 3 best
+    out = []
+    for metrics in (m, Metrics.from_dict(m.to_dict())):
+        buf = io.StringIO()
+        print_summary(timeline(12), metrics, Console(file=buf, width=200))
+        out.append(buf.getvalue())
+    assert out[0] == out[1] and "mean of 12" in out[0] and "worst" in out[0]
+
+
+def test_to_dict_spells_the_fields_of_rank_metrics():
+    # RankColumns.to_dict writes each rank's dict with its keys spelled out: the fields, in their order
+    rc = RankColumns.of({3: RankMetrics(*[float(k) for k in range(8)], 8.0)})
+    assert rc.to_dict() == {3: RankMetrics(*[float(k) for k in range(8)], 8.0).to_dict()}
+    assert list(rc.to_dict()[3]) == [f.name for f in dataclasses.fields(RankMetrics)]
