@@ -157,6 +157,18 @@ def test_nccl_max_ctas_runs_a_ring_on_that_share_of_its_channels_2x2():
         assert got is not None and us(got) == pytest.approx(70.0 + 16 * MiB / (1000 * bw), rel=1e-9)
 
 
+def test_ring_plateau_divides_by_the_communicators_channels_2x2():
+    # ncclTopoGetAlgoTime (tuning.cc, 2.30.7): the ring plateau (lat x 1.4) from nBytes / (comm->nChannels x
+    # nRanks) >= 64, comm->nChannels = 2 x the graph's 4 = 8. 1536 B / (8 x 4) = 48: no plateau, lat 50.0 (the
+    # graph's 4 channels would give 96 and 70.0). Bandwidth: 1536 B < 2 x 32 KiB -> 1 channel, 24 x 4/6 = 16 GB/s
+    got = forced(TOPO22, "ring", "Simple").collective("all_reduce", 1536, R4)
+    assert got is not None and us(got) == pytest.approx(50.0 + 1536 / (1000 * 16.0), rel=1e-9)
+    # NCCL_MAX_CTAS=4: comm->nChannels 4, 1536 / (4 x 4) = 96 >= 64: the plateau, 70.0
+    got = NcclNetwork(profile(TOPO22, {"algo": "ring", "proto": "Simple", "max_ctas": 4})).collective(
+        "all_reduce", 1536, R4)
+    assert got is not None and us(got) == pytest.approx(70.0 + 1536 / (1000 * 16.0), rel=1e-9)
+
+
 def test_nccl_ctas_clamp_nvls_channels_2x2():
     # ncclNvlsTuning (src/transport/nvls.cc, 2.30.7): 16 CTAs on Hopper (NVLS_NCHANNELS_SM90), clamped to
     # [minCTAs, maxCTAs]. NCCL_MAX_CTAS=4: 4 of 16 -> a quarter of NVLS-tree's 54.4 GB/s (test below) = 13.6;
