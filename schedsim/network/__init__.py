@@ -319,8 +319,8 @@ class NcclNetwork:
         lat, bw = tune(func, replace(t, hw_intra=intra, hw_inter=inter, bw_factor=bus))[(algo, proto)]
         nc = runtime_channels(algo, proto, nbytes, shape.ranks, t.ring, channel_ceiling(t))
         bw *= runtime_bw_scale(func, algo, proto, nc, t) * cta_bw_scale(algo, t)
-        return algo_time(func, algo, proto, lat, bw, nbytes, shape.nodes, shape.ranks, self._comm_channels(t), self.arch,
-                         timed=True, consts=self.consts)
+        return algo_time(func, algo, proto, lat, bw, nbytes, shape.nodes, shape.ranks, self._comm_channels(t),
+                         self.arch, timed=True, consts=self.consts)
 
     def _comm_channels(self, t: TuneInput) -> int:
         """``comm->nChannels`` of a group NCCL sees as ``t`` (:func:`schedsim.network.tuning.comm_channels`), which
