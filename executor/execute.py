@@ -117,9 +117,12 @@ def cpu_profile_note(prof: Any, profile: str, cuda: bool) -> str | None:
 
 
 def _nccl_env(env: Any) -> None:
-    """Export the schedule's ``NCCL_ALGO`` / ``NCCL_PROTO`` (its ``env``, as the prediction takes it) before NCCL
+    """Export the schedule's ``NCCL_ALGO`` / ``NCCL_PROTO`` / ``NCCL_MIN_CTAS`` and the other NCCL settings of
+    :data:`schedsim.hardware.profile.NCCL_ENV_FIELDS` (its ``env``, as the prediction takes it) before NCCL
     initialises, unless the environment already sets them (NCCL reads the process environment at init)."""
-    for key in ("NCCL_ALGO", "NCCL_PROTO"):
+    from schedsim.hardware.profile import NCCL_ENV_FIELDS
+
+    for key, _field in NCCL_ENV_FIELDS:
         if key in env and key not in os.environ:
             os.environ[key] = str(env[key])
 

@@ -103,8 +103,9 @@ ROWS = [
         "issue 35 of this project gave 41.1 ms (391 GB/s busbw) without a source; the published run it matches is "
         "NVIDIA/nccl-tests#309 (gj-aion, 2025-06-18): 2 nodes x 8 H100, 8x 400G IB, NCCL_ALGO=Ring "
         "NCCL_MIN_CTAS=24 NCCL_IB_QPS_PER_CONNECTION=2, 8 GiB 41015 us (392.69 GB/s); the default NCCL_ALGO on "
-        "that hardware reaches 466-468 GB/s (rows below). NCCL_MIN_CTAS is not modelled",
-        nccl={"algo": "ring"}),
+        "that hardware reaches 466-468 GB/s (rows below). NCCL_MIN_CTAS=24 is the row's nccl.min_ctas (copied ring "
+        "channels: no bandwidth in NCCL's model); NCCL_IB_QPS_PER_CONNECTION is not in NCCL's tuning model",
+        nccl={"algo": "ring", "min_ctas": 24}),
     Row("16xH100 2 nodes, 8x400G IB", "dgx_h100", "all_to_all", 2, 8, 8 * GiB,
         from_busbw("all_to_all", 16, 8 * GiB, 2 * 48.0),
         "NVIDIA/nccl-tests#130 (NCCL maintainer): alltoall busbw on 2 nodes = 2x the network bandwidth per GPU; "

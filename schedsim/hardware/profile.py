@@ -613,6 +613,17 @@ class Nccl(_B):
                                 "collectives (NCCL's model changed between releases: e.g. NVLS-tree's network step "
                                 "14 µs up to 2.28.7, 20.9 from 2.28.9), as nccl-tests prints it ('2.26.2'); 2.20.0 "
                                 "or later; None: the newest modelled, 2.30.7 (schedsim.network.tuning.constants_for).")
+    min_ctas: int | None = Field(default=None, ge=1, description="NCCL_MIN_CTAS: at least this many channels "
+                                 "(CTAs) per collective (src/graph/connect.cc, src/transport/nvls.cc); extra ring "
+                                 "channels are copies of the same rings and add no bandwidth "
+                                 "(schedsim.network.tuning.channel_ceiling). None: NCCL's default (1).")
+    max_ctas: int | None = Field(default=None, ge=1, description="NCCL_MAX_CTAS: at most this many channels (CTAs) "
+                                 "per collective; fewer than NCCL's default run at that fraction of its bandwidth "
+                                 "(schedsim.network.tuning.channel_ceiling, cta_bw_scale). None: 64 (MAXCHANNELS).")
+    min_nchannels: int | None = Field(default=None, ge=1, description="NCCL_MIN_NCHANNELS: at least this many ring "
+                                      "and tree channels (not NVLS's). None: unset.")
+    max_nchannels: int | None = Field(default=None, ge=1, description="NCCL_MAX_NCHANNELS: at most this many ring "
+                                      "and tree channels (not NVLS's). None: unset.")
     source: str = "defaults (not measured)"
 
     @field_validator("version")
@@ -746,13 +757,14 @@ class HardwareProfile(_B):
 
     def with_nccl_env(self, env: Mapping[Any, Any], where: Mapping[str, str] | None = None) -> HardwareProfile:
         """This profile with a schedule's ``NCCL_ALGO`` / ``NCCL_PROTO`` (its ``env``) in place of ``nccl.algo`` /
-        ``nccl.proto``, as NCCL reads the environment over its defaults; ``self`` when ``env`` sets neither.
+        ``nccl.proto``, and ``NCCL_MIN_CTAS`` and the other keys of :data:`NCCL_ENV_FIELDS` in place of their
+        fields, as NCCL reads the environment over its defaults; ``self`` when ``env`` sets none.
         ``where``: each key's place in the schedule (``file:line: env.NCCL_ALGO``), kept in ``nccl.source`` after
         :data:`SCHEDULE_ENV_SOURCE` so errors about these settings name the schedule, not the profile."""
-        upd: dict[str, Any] = {f: env[k] for k, f in (("NCCL_ALGO", "algo"), ("NCCL_PROTO", "proto")) if k in env}
+        upd: dict[str, Any] = {f: env[k] for k, f in NCCL_ENV_FIELDS if k in env}
         if not upd:
             return self
-        places = [(where or {}).get(k, f"env.{k}") for k in ("NCCL_ALGO", "NCCL_PROTO") if k in env]
+        places = [(where or {}).get(k, f"env.{k}") for k, _f in NCCL_ENV_FIELDS if k in env]
         upd["source"] = SCHEDULE_ENV_SOURCE + " and ".join(places)
         return self.model_copy(update={"nccl": self.nccl.model_copy(update=upd)})
 
@@ -823,6 +835,10 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 #: How ``nccl.source`` begins when a schedule's ``env`` set ``nccl.algo`` / ``nccl.proto``
 #: (:meth:`HardwareProfile.with_nccl_env`); the places in the schedule follow it.
 SCHEDULE_ENV_SOURCE = "the schedule's "
+#: The NCCL environment variables a schedule's ``env`` may set, and the ``nccl:`` field each replaces
+NCCL_ENV_FIELDS: tuple[tuple[str, str], ...] = (
+    ("NCCL_ALGO", "algo"), ("NCCL_PROTO", "proto"), ("NCCL_MIN_CTAS", "min_ctas"), ("NCCL_MAX_CTAS", "max_ctas"),
+    ("NCCL_MIN_NCHANNELS", "min_nchannels"), ("NCCL_MAX_NCHANNELS", "max_nchannels"))
 
 #: How many ``base:`` links a profile may chain (a profile, its base, that one's base ...).
 MAX_BASE_DEPTH = 8

@@ -35,12 +35,17 @@ from schedsim.arrays import unique
 from schedsim.errors import ProfileError
 from schedsim.kinds import KINDS
 from schedsim.network.tuning import (
+    NO_CHANNEL_ENV,
+    ChannelEnv,
     TuneInput,
     algo_time,
+    channel_ceiling,
     channel_steps,
     collnet_direct_graph,
+    comm_channels,
     constants_for,
     correction_steps,
+    cta_bw_scale,
     nvls_graph,
     p2p_step,
     parse_nccl_list,
@@ -111,6 +116,8 @@ class NcclNetwork:
         self.algos = parse_nccl_list(profile.nccl.algo, "algo") if profile.nccl.algo else None
         self.protos = parse_nccl_list(profile.nccl.proto, "proto") if profile.nccl.proto else None
         self.consts = constants_for(profile.nccl.version)
+        nc = profile.nccl
+        self.channel_env = ChannelEnv(nc.min_ctas, nc.max_ctas, nc.min_nchannels, nc.max_nchannels)
         self._shapes: dict[tuple[int, ...], GroupShape] = {}
         self._tune: dict[tuple[GroupShape, str], tuple[_Table, _Table, TuneInput]] = {}
         self._scales: dict[tuple[GroupShape, str, str, str, int], float] = {}
@@ -277,7 +284,7 @@ class NcclNetwork:
         return TuneInput(shape.ranks, shape.nodes, self.arch, hw, self.topo.cpu_vendor, ring, nvls,
                          self._lat_inter(shape), ll128=hw == "nvlink", lat_intra=self.up.latency_us,
                          collnet=collnet, nvswitch=self.up.kind == "nvswitch", collnet_direct=direct,
-                         consts=self.consts)
+                         consts=self.consts, channel_env=self.channel_env)
 
     def _tune_for(self, shape: GroupShape, func: str) -> tuple[_Table, _Table, TuneInput]:
         t = self.tune_input(shape)
@@ -310,20 +317,26 @@ class NcclNetwork:
         t = self.tune_input(shape)
         intra, inter, bus = self.timing_figures(shape.nodes > 1, over)
         lat, bw = tune(func, replace(t, hw_intra=intra, hw_inter=inter, bw_factor=bus))[(algo, proto)]
-        bw *= runtime_bw_scale(func, algo, proto, runtime_channels(algo, proto, nbytes, shape.ranks, t.ring), t)
-        return algo_time(func, algo, proto, lat, bw, nbytes, shape.nodes, shape.ranks, t.ring.channels, self.arch,
-                         timed=True, consts=self.consts)
+        nc = runtime_channels(algo, proto, nbytes, shape.ranks, t.ring, channel_ceiling(t))
+        bw *= runtime_bw_scale(func, algo, proto, nc, t) * cta_bw_scale(algo, t)
+        return algo_time(func, algo, proto, lat, bw, nbytes, shape.nodes, shape.ranks, self._comm_channels(t),
+                         self.arch, timed=True, consts=self.consts)
+
+    def _comm_channels(self, t: TuneInput) -> int:
+        """``comm->nChannels`` of a group NCCL sees as ``t`` (:func:`schedsim.network.tuning.comm_channels`), which
+        ``ncclTopoGetAlgoTime`` (src/graph/tuning.cc) divides the bytes by for the ring plateau."""
+        return comm_channels(t.ring, self.arch, t.nodes > 1, t.channel_env)
 
     def _bw_scale(self, shape: GroupShape, func: str, algo: str, proto: str, nbytes: float, t: TuneInput) -> float:
         """:func:`schedsim.network.tuning.runtime_bw_scale` on the channels NCCL runs ``nbytes`` on, cached by
-        channel count."""
-        nc = runtime_channels(algo, proto, nbytes, shape.ranks, t.ring)
-        if nc == t.ring.channels:
+        channel count; times :func:`schedsim.network.tuning.cta_bw_scale` (NCCL_MAX_CTAS on NVLS)."""
+        nc = runtime_channels(algo, proto, nbytes, shape.ranks, t.ring, channel_ceiling(t))
+        if nc == t.ring.channels and t.channel_env == NO_CHANNEL_ENV:
             return 1.0
         key = (shape, func, algo, proto, nc)
         got = self._scales.get(key)
         if got is None:
-            got = self._scales[key] = runtime_bw_scale(func, algo, proto, nc, t)
+            got = self._scales[key] = runtime_bw_scale(func, algo, proto, nc, t) * cta_bw_scale(algo, t)
         return got
 
     # -- the interface -------------------------------------------------------------------------------------------
@@ -369,7 +382,7 @@ class NcclNetwork:
         table, _timed, t_in = self._tables(shape, func)
         best: tuple[float, str, str] | None = None
         for (a, p), (lat, bw) in table.items():
-            t = algo_time(func, a, p, lat, bw, nbytes, shape.nodes, shape.ranks, t_in.ring.channels, self.arch,
+            t = algo_time(func, a, p, lat, bw, nbytes, shape.nodes, shape.ranks, self._comm_channels(t_in), self.arch,
                           x86=self.topo.cpu_vendor != "arm", consts=self.consts)
             if best is None or t < best[0]:
                 best = (t, a, p)
@@ -389,9 +402,10 @@ class NcclNetwork:
 
         def timed_at(nb: float) -> float:
             return algo_time(func, a, p, lat, bw * self._bw_scale(shape, func, a, p, nb, t_in), nb, shape.nodes,
-                             shape.ranks, ring.channels, self.arch, timed=True, consts=self.consts)
+                             shape.ranks, self._comm_channels(t_in), self.arch, timed=True, consts=self.consts)
 
-        steps = channel_steps(a, p, nbytes, shape.ranks, ring) + correction_steps(func, a, nbytes)
+        steps = channel_steps(a, p, nbytes, shape.ranks, ring, channel_ceiling(t_in))
+        steps += correction_steps(func, a, nbytes)
         return min([timed_at(nbytes)] + [timed_at(m) for m in steps]), a, p
 
     def _later_min(self, shape: GroupShape, func: str, nbytes: float) -> float:
@@ -416,9 +430,9 @@ class NcclNetwork:
         inside a grid step, which ends a byte before the next grid size, is found by bisection to the byte, one
         after the other until the step's end, and a change at a grid size itself by comparing it with the byte
         before."""
-        ring = self._tables(shape, func)[2].ring
+        n_ch = self._comm_channels(self._tables(shape, func)[2])
         grid = sorted({float(math.ceil(2.0 ** (k / 4))) for k in range(4 * 44 + 1)}
-                      | {float(64 << k) for k in range(38)} | {64.0 * ring.channels * shape.ranks})
+                      | {float(64 << k) for k in range(38)} | {64.0 * n_ch * shape.ranks})
         choice = [self._choice(shape, func, s) for s in grid]
         sizes: list[float] = []
         for lo, hi, c_lo, c_hi in zip(grid, grid[1:], choice, choice[1:], strict=False):

@@ -253,6 +253,44 @@ def _with_logs_version(profile: HardwareProfile, logs: list[NcclTestsLog], notes
     return HardwareProfile.model_validate(d)
 
 
+def _with_logs_env(profile: HardwareProfile, logs: list[NcclTestsLog], notes: list[str]) -> HardwareProfile:
+    """``profile`` with the NCCL settings every one of ``logs`` prints (:attr:`NcclTestsLog.nccl_env`:
+    ``NCCL_MIN_CTAS`` and the others of :data:`schedsim.hardware.profile.NCCL_ENV_FIELDS`) in its ``nccl:``
+    fields the profile leaves unset, so the fit times the run as it ran (a note says which); settings the logs
+    disagree on, that the profile states otherwise, or that are no valid value are left, with a note."""
+    from pydantic import ValidationError
+
+    from schedsim.hardware.profile import NCCL_ENV_FIELDS
+
+    upd: dict[str, object] = {}
+    for key, fld in NCCL_ENV_FIELDS:
+        values = {log.nccl_env.get(key) for log in logs}
+        given = sorted(v for v in values if v is not None)
+        if not given:
+            continue
+        if len(values) > 1:
+            notes.append(f"{key}: the logs set {', '.join(given)}" + (" and some leave it unset" if None in values
+                         else "") + f"; not applied (fit logs of one setting at a time, or set nccl.{fld})")
+            continue
+        have = getattr(profile.nccl, fld)
+        value: object = given[0] if fld in ("algo", "proto") else (int(given[0]) if given[0].isdigit() else given[0])
+        if have is not None:
+            if str(have) != given[0]:
+                notes.append(f"{key}: the logs ran {given[0]}, the base profile states nccl.{fld} {have}: fitted "
+                             f"with the profile's")
+            continue
+        try:
+            profile.nccl.model_validate({**profile.nccl.model_dump(), fld: value})
+        except ValidationError:
+            notes.append(f"{key}={given[0]} in the logs is no value NCCL takes for nccl.{fld}: not applied")
+            continue
+        upd[fld] = value
+        notes.append(f"the logs ran {key}={given[0]}: nccl.{fld} set")
+    if not upd:
+        return profile
+    return profile.model_copy(update={"nccl": profile.nccl.model_copy(update=upd)})
+
+
 def fit_profile(profile: HardwareProfile, logs: list[NcclTestsLog], source: str
                 ) -> tuple[HardwareProfile, list[FittedFigure], list[str]]:
     """Fit the scale-up tier to the one-node logs, then the NICs' tier to the logs across nodes given it.
@@ -261,7 +299,8 @@ def fit_profile(profile: HardwareProfile, logs: list[NcclTestsLog], source: str
     (:attr:`NcclTestsLog.nccl_version`) and ``profile`` has no ``nccl.version``, the fit and the returned
     profile take that version (:func:`schedsim.network.tuning.constants_for`); logs of several versions, or one
     not modelled, leave the profile's and say so in a note, as does a profile that states another release; a
-    release newer than the newest modelled is set, and a note says whose constants stand in for it.
+    release newer than the newest modelled is set, and a note says whose constants stand in for it. The NCCL
+    settings the logs print (``NCCL_MIN_CTAS``, ``NCCL_ALGO``, ...) are set the same way (:func:`_with_logs_env`).
 
     Returns
     -------
@@ -282,6 +321,7 @@ def fit_profile(profile: HardwareProfile, logs: list[NcclTestsLog], source: str
     figs: list[FittedFigure] = []
     notes: list[str] = []
     profile = _with_logs_version(profile, logs, notes)
+    profile = _with_logs_env(profile, logs, notes)
     for tier in ("scale_up", "nics"):
         if tier == "nics" and not any((log.nodes or 1) > 1 for log in logs):
             continue

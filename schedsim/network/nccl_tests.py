@@ -51,7 +51,10 @@ Which collective a log holds comes from the binary name in the text (``all_reduc
 ``nThread × nGpus`` of the header, else the ``nranks`` argument; the number of nodes from the hosts those lines
 name (``... on HOST device ...``); the NCCL release from NCCL's own ``NCCL version 2.27.5+cuda12.8`` line (rank 0
 prints it, also inside ``NCCL INFO`` lines; still listed as skipped) or nccl-tests' ``# nccl-tests version ...
-nccl-library=23004`` header (``NCCL_VERSION_CODE`` = major · 10000 + minor · 100 + patch), else None.
+nccl-library=23004`` header (``NCCL_VERSION_CODE`` = major · 10000 + minor · 100 + patch), else None. The NCCL
+settings that change NCCL's choice or its channels (``NCCL_ALGO``, ``NCCL_PROTO``, ``NCCL_MIN_CTAS``,
+``NCCL_MAX_CTAS``, ``NCCL_MIN_NCHANNELS``, ``NCCL_MAX_NCHANNELS``) from any line that sets them (``mpirun -x
+NCCL_MIN_CTAS=24``, ``export ...``) or from NCCL's ``NCCL_MIN_CTAS set by environment to 24`` (``NCCL_DEBUG=INFO``).
 """
 
 from __future__ import annotations
@@ -91,6 +94,12 @@ COLLECTIVE_OF_BINARY: dict[str, str] = {
 }
 _NCCL_VERSION_RE = re.compile(r"\bNCCL version ([0-9]+\.[0-9]+\.[0-9]+)")  # ASCII digits, as NCCL prints
 _NCCL_LIBRARY_RE = re.compile(r"\bnccl-library=([0-9]{5,})\b")
+#: an NCCL setting of the run: ``NCCL_MIN_CTAS=24`` (``mpirun -x``, ``export``, ``env``) or NCCL's own
+#: ``NCCL INFO NCCL_MIN_CTAS set by environment to 24`` (ncclLoadParam, src/misc/param.cc)
+_NCCL_ENV_RE = re.compile(r"\b(NCCL_(?:ALGO|PROTO|MIN_CTAS|MAX_CTAS|MIN_NCHANNELS|MAX_NCHANNELS|MIN_NRINGS|"
+                          r"MAX_NRINGS))(?:=|\s+set by environment to\s+)([A-Za-z0-9^,;:_-]+)")
+#: the legacy names NCCL still reads (``ncclMinNchannels``, src/graph/connect.cc); the new names win
+_NCCL_ENV_ALIAS = {"NCCL_MIN_NRINGS": "NCCL_MIN_NCHANNELS", "NCCL_MAX_NRINGS": "NCCL_MAX_NCHANNELS"}
 _BIN_RE = re.compile(r"\b(" + "|".join(COLLECTIVE_OF_BINARY) + r")\b")
 _CALIBRATE_RE = re.compile(r"#\s*(all_reduce|all_gather|reduce_scatter|all_to_all|broadcast|reduce|sendrecv|scatter|"
                            r"gather)\s+over\s+(\d+)\s+ranks?\b")
@@ -184,6 +193,9 @@ class NcclTestsLog:
     skipped: list[tuple[int, str]] = field(default_factory=list)
     nodes: int | None = None  # hosts named in the '# Rank N ... on HOST device' lines; None without them
     nccl_version: str | None = None  # the NCCL release that ran ("2.27.5"; module docstring); None if not printed
+    #: NCCL settings the log prints (``NCCL_ALGO``, ``NCCL_PROTO``, ``NCCL_MIN_CTAS``, ``NCCL_MAX_CTAS``,
+    #: ``NCCL_MIN_NCHANNELS``, ``NCCL_MAX_NCHANNELS``; the legacy ``NCCL_*_NRINGS`` under the new names): name -> value
+    nccl_env: dict[str, str] = field(default_factory=dict)
 
     def table(self) -> list[tuple[int, float]]:
         """``[[size_bytes, busbw_GBps], ...]`` rows for a profile's ``collectives.tables``.
@@ -389,6 +401,7 @@ class _Run:
     avg: float | None = None
     skipped: list[tuple[int, str]] = field(default_factory=list)
     nccl_version: str | None = None
+    nccl_env: dict[str, str] = field(default_factory=dict)
 
     @property
     def started(self) -> bool:
@@ -415,6 +428,10 @@ def _scan(text: str, src: str) -> list[_Run]:
         mv = _NCCL_VERSION_RE.search(s)
         if mv and run.nccl_version is None:
             run.nccl_version = mv.group(1)
+        for name, value in _NCCL_ENV_RE.findall(s):
+            key = _NCCL_ENV_ALIAS.get(name, name)
+            if name == key or key not in run.nccl_env:  # NCCL_MIN_NCHANNELS over NCCL_MIN_NRINGS
+                run.nccl_env[key] = value.rstrip(".")
         if not s.startswith("#"):
             if _NUMLIKE.match(s):
                 run.rows.extend(_read_rows(s.split(), _layout_for(run, s.split(), src, ln), src, ln))
@@ -521,7 +538,8 @@ def _finish(run: _Run, src: str, collective: str | None, nranks: int | None, by_
         _check_count(run, coll, n, src)
     _check_algbw(run, coll, src)
     return NcclTestsLog(collective=coll, nranks=n, rows=rows, avg_busbw_GBps=run.avg, source=src,
-                        skipped=run.skipped, nodes=len(run.hosts) or None, nccl_version=run.nccl_version)
+                        skipped=run.skipped, nodes=len(run.hosts) or None, nccl_version=run.nccl_version,
+                        nccl_env=dict(run.nccl_env))
 
 
 def _check_bus_factor(run: _Run, coll: str, n: int, src: str) -> None:

@@ -43,7 +43,7 @@ from typing import Literal
 
 __all__ = ["ALGOS", "PROTOS", "Graph", "TuneInput", "parse_nccl_list", "tune", "algo_time", "ring_graph",
            "nvls_graph", "collnet_direct_graph", "p2p_step", "runtime_channels", "runtime_bw_scale",
-           "newer_than_modelled"]
+           "newer_than_modelled", "ChannelEnv", "comm_channels", "nvls_ctas", "channel_ceiling", "cta_bw_scale"]
 
 Algo = Literal["tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat"]
 Proto = Literal["LL", "LL128", "Simple"]
@@ -429,6 +429,68 @@ def collnet_direct_graph(arch: str, up_bw: float, local_gpus: int, nics: int, ni
     return Graph(heads, ok[0], ok[0]) if ok else None
 
 
+#: ``MAXCHANNELS`` (src/include/device.h, NCCL 2.30.7): the most channels (CTAs) a communicator has
+MAXCHANNELS = 64
+
+
+@dataclass(frozen=True)
+class ChannelEnv:
+    """The channel-count settings NCCL reads from the environment (None: unset): ``NCCL_MIN_CTAS`` /
+    ``NCCL_MAX_CTAS`` (``ncclConfig_t.minCTAs`` / ``maxCTAs``, src/init.cc: capped at ``MAXCHANNELS``, and a
+    minimum above the maximum is lowered to it) and ``NCCL_MIN_NCHANNELS`` / ``NCCL_MAX_NCHANNELS`` (or their
+    legacy names ``NCCL_MIN_NRINGS`` / ``NCCL_MAX_NRINGS``; ``ncclMinNchannels`` / ``ncclMaxNchannels``,
+    src/graph/connect.cc). Counts of channels, each one CTA of the collective kernel."""
+
+    min_ctas: int | None = None
+    max_ctas: int | None = None
+    min_nchannels: int | None = None
+    max_nchannels: int | None = None
+
+    def ctas(self) -> tuple[int, int]:
+        """``(minCTAs, maxCTAs)`` as src/init.cc leaves them (defaults 1 and ``MAXCHANNELS``)."""
+        hi = min(MAXCHANNELS, self.max_ctas or MAXCHANNELS)
+        return min(hi, self.min_ctas or 1), hi
+
+
+NO_CHANNEL_ENV = ChannelEnv()
+
+
+def comm_channels(ring: Graph, arch: str, multi_node: bool, env: ChannelEnv = NO_CHANNEL_ENV) -> int:
+    """``comm->nChannels``, the ring and tree channels a communicator runs collectives on, as
+    ``ncclTopoPostset`` (src/graph/connect.cc, NCCL 2.30.7) leaves it: twice the ring graph's channels
+    (``connectRings`` duplicates each), twice again on Hopper and later across nodes when the ring graph's
+    ``bwIntra > 45`` and fewer than 16, then ``min(NCCL_MAX_NCHANNELS, ·, maxCTAs)`` and raised (by copying
+    channels) to ``max(NCCL_MIN_NCHANNELS, minCTAs)``; at most ``MAXCHANNELS``.
+
+    >>> comm_channels(Graph(16, 22.5, 22.5), "hopper", True)                         # 2-node DGX H100
+    32
+    >>> comm_channels(Graph(16, 22.5, 22.5), "hopper", True, ChannelEnv(max_ctas=8))
+    8
+    >>> comm_channels(Graph(8, 45.0, 45.0), "hopper", True, ChannelEnv(min_ctas=24))  # 16 channels, raised to 24
+    24
+    """
+    n = min(MAXCHANNELS, 2 * ring.channels)
+    if arch in ("hopper", "blackwell") and multi_node and ring.bw_intra > 45.0 and n < 16:
+        n = min(MAXCHANNELS, 2 * n)
+    lo, hi = env.ctas()
+    n = min(n, env.max_nchannels or MAXCHANNELS, hi)
+    return min(MAXCHANNELS, max(n, env.min_nchannels or 0, lo))
+
+
+def nvls_ctas(arch: str, multi_node: bool, env: ChannelEnv = NO_CHANNEL_ENV) -> int:
+    """``comm->nvlsChannels``, the CTAs NVLS and NVLS-tree run on (``ncclNvlsTuning``, src/transport/nvls.cc,
+    NCCL 2.30.7): ``NVLS_NCHANNELS_SM90`` 16 on Hopper, on Blackwell ``NVLS_NCHANNELS_SM100`` 32 across nodes and
+    ``NVLS_NCHANNELS_SM100_NVL`` 24 within one, clamped to ``[minCTAs, maxCTAs]`` (``NCCL_NVLS_NCHANNELS`` and
+    the Blackwell NVLS-tree retuning are not modelled).
+
+    >>> nvls_ctas("hopper", True), nvls_ctas("hopper", True, ChannelEnv(min_ctas=24))
+    (16, 24)
+    """
+    n = (32 if multi_node else 24) if arch == "blackwell" else 16
+    lo, hi = env.ctas()
+    return max(lo, min(hi, n))
+
+
 @dataclass(frozen=True)
 class TuneInput:
     """What ``ncclTopoTuneModel`` reads of a communicator: ``ranks`` over ``nodes`` (``ppn = ranks / nodes``),
@@ -439,6 +501,9 @@ class TuneInput:
     runs its CollNet plugin (``config.collnetEnable``); ``nvswitch``: the node has an NVSwitch (NCCL's
     ``nvsCount``, which CollNet Direct needs); ``collnet_direct``: that graph (:func:`collnet_direct_graph`);
     ``consts``: the tuning.cc constants of the NCCL release that runs (:func:`constants_for`).
+    ``channel_env``: ``NCCL_MIN_CTAS`` and the other channel-count settings (:class:`ChannelEnv`); NCCL's
+    estimate (``ncclTopoTuneModel``) reads the graphs' channels and does not see them, the time does
+    (:func:`channel_ceiling`, :func:`cta_bw_scale`).
 
     ``hw_intra`` / ``hw_inter`` replace NCCL's ``hwLatencies`` of the intra-node / network tier for the
     (algorithm, protocol) keys they hold, and ``bw_factor`` multiplies its bus bandwidth (before the conversion
@@ -462,6 +527,7 @@ class TuneInput:
     nvswitch: bool = False
     collnet_direct: Graph | None = None
     consts: TunerConstants = LATEST
+    channel_env: ChannelEnv = NO_CHANNEL_ENV
 
 
 def _p(proto: str) -> int:
@@ -637,14 +703,16 @@ def tune(coll: str, t: TuneInput) -> dict[tuple[str, str], tuple[float, float]]:
     return out
 
 
-def runtime_channels(algo: str, proto: str, nbytes: float, ranks: int, ring: Graph) -> int:
+def runtime_channels(algo: str, proto: str, nbytes: float, ranks: int, ring: Graph,
+                     ceiling: int | None = None) -> int:
     """Channels a ring or tree collective of ``nbytes`` (nccl-tests size, NCCL's ``nBytes``) runs on, as
     ``topoGetAlgoInfo`` of src/enqueue.cc sets ``nMaxChannels``: from ``comm->nChannels`` (``ring.channels``) it
     drops one channel while ``nBytes < nc · nt · threadThreshold`` (down to 1), with ``nt`` =
     ``comm->maxThreads[algo][proto]`` (LL 512, LL128 640, Simple 512; ring Simple 256 where the ring graph's
     ``bwIntra · nChannels <= PCI_BW`` (12 GB/s), ``ncclTopoTuneModel``) and ``threadThreshold`` =
     ``NCCL_*_THREAD_THRESHOLD`` (LL 8, LL128 8, Simple 64; ring LL × ``nRanks``). Other algorithms keep their graph's
-    channels (NVLS, NVLS-tree and CollNet channel counts are not reduced here).
+    channels (NVLS, NVLS-tree and CollNet channel counts are not reduced here). ``ceiling``: at most this many
+    (:func:`channel_ceiling`: NCCL_MAX_CTAS and the like), None: ``ring.channels``.
 
     >>> runtime_channels("ring", "Simple", 128 * 1024, 16, Graph(16, 45.0, 45.0))   # 128 KiB / (512 · 64) = 4
     4
@@ -654,9 +722,10 @@ def runtime_channels(algo: str, proto: str, nbytes: float, ranks: int, ring: Gra
     unit = _channel_bytes(algo, proto, ranks, ring)
     if unit is None:
         return ring.channels
+    top = ring.channels if ceiling is None else min(ring.channels, ceiling)
     # NCCL's loop drops a channel while nBytes < nc * nt * threshold: it stops at the largest nc not above
     # nBytes / (nt * threshold), or at 1
-    return max(1, min(ring.channels, int(nbytes // unit)))
+    return max(1, min(top, int(nbytes // unit)))
 
 
 def _channel_bytes(algo: str, proto: str, ranks: int, ring: Graph) -> float | None:
@@ -670,9 +739,11 @@ def _channel_bytes(algo: str, proto: str, ranks: int, ring: Graph) -> float | No
     return float(nt * _THREAD_THRESHOLD[proto] * (ranks if algo == "ring" and proto == "LL" else 1))
 
 
-def channel_steps(algo: str, proto: str, nbytes: float, ranks: int, ring: Graph) -> list[float]:
+def channel_steps(algo: str, proto: str, nbytes: float, ranks: int, ring: Graph,
+                  ceiling: int | None = None) -> list[float]:
     """The sizes above ``nbytes`` at which :func:`runtime_channels` gives the collective one more channel
-    (``k · nt · threadThreshold`` up to ``ring.channels``), in bytes, ascending; empty once it has them all.
+    (``k · nt · threadThreshold`` up to ``ring.channels`` or ``ceiling``), in bytes, ascending; empty once it has
+    them all.
     Timing a collective no slower than at these sizes keeps its time from falling as ``nbytes`` grows across a
     step (a smaller message does not take longer than a larger one: issue 33's rule for every cost).
 
@@ -684,8 +755,9 @@ def channel_steps(algo: str, proto: str, nbytes: float, ranks: int, ring: Graph)
     unit = _channel_bytes(algo, proto, ranks, ring)
     if unit is None:
         return []
-    nc = runtime_channels(algo, proto, nbytes, ranks, ring)
-    return [k * unit for k in range(nc + 1, ring.channels + 1) if k * unit > nbytes]
+    nc = runtime_channels(algo, proto, nbytes, ranks, ring, ceiling)
+    top = ring.channels if ceiling is None else min(ring.channels, ceiling)
+    return [k * unit for k in range(nc + 1, top + 1) if k * unit > nbytes]
 
 
 def runtime_bw_scale(coll: str, algo: str, proto: str, nc: int, t: TuneInput) -> float:
@@ -703,6 +775,44 @@ def runtime_bw_scale(coll: str, algo: str, proto: str, nc: int, t: TuneInput) ->
     full = _bandwidth(coll, algo, proto, t)
     few = _bandwidth(coll, algo, proto, replace(t, ring=replace(t.ring, channels=nc)))
     return few / full if full > 0 else 1.0
+
+
+def channel_ceiling(t: TuneInput) -> int:
+    """The most ring-graph channels a ring or tree collective runs on under ``t.channel_env``: the graph's
+    channels × :func:`comm_channels` with the settings / without them (floor, at least 1), no more than the
+    graph's. NCCL's bandwidth (``comm->bandwidths``) is the graph's channels × their speed, so a communicator
+    with fewer channels than NCCL's default (``NCCL_MAX_CTAS``, ``NCCL_MAX_NCHANNELS``) runs at that fraction of
+    it (:func:`runtime_bw_scale` on the ceiling); more (``NCCL_MIN_CTAS``, ``NCCL_MIN_NCHANNELS``) are copies of
+    the same rings over the same links (``copyChannels``, src/graph/connect.cc), which NCCL's model gives no
+    more bandwidth.
+
+    >>> t = TuneInput(16, 2, "hopper", "nvlink", "intel", Graph(16, 22.5, 22.5), None)
+    >>> channel_ceiling(t), channel_ceiling(replace(t, channel_env=ChannelEnv(max_ctas=8)))   # 8 of 32: 1/4
+    (16, 4)
+    """
+    if t.channel_env == NO_CHANNEL_ENV:
+        return t.ring.channels
+    multi = t.nodes > 1
+    full = comm_channels(t.ring, t.arch, multi)
+    got = comm_channels(t.ring, t.arch, multi, t.channel_env)
+    return max(1, min(t.ring.channels, t.ring.channels * got // full))
+
+
+def cta_bw_scale(algo: str, t: TuneInput) -> float:
+    """Fraction of NCCL's NVLS / NVLS-tree bandwidth a collective gets on :func:`nvls_ctas` under
+    ``t.channel_env``: ``min(1, CTAs / default CTAs)`` (an assumption: each of the default CTAs drives an equal
+    share of the NVLS graph's bandwidth, which NCCL's estimate, on the graph's heads, does not split; more CTAs
+    than the default are not given more bandwidth, as for rings). 1 for the other algorithms
+    (:func:`channel_ceiling` times those).
+
+    >>> t = TuneInput(16, 2, "hopper", "nvlink", "intel", Graph(16, 22.5, 22.5), None)
+    >>> cta_bw_scale("nvls_tree", replace(t, channel_env=ChannelEnv(max_ctas=4)))   # 4 of 16 CTAs
+    0.25
+    """
+    if algo not in ("nvls", "nvls_tree") or t.channel_env == NO_CHANNEL_ENV:
+        return 1.0
+    multi = t.nodes > 1
+    return min(1.0, nvls_ctas(t.arch, multi, t.channel_env) / nvls_ctas(t.arch, multi))
 
 
 def p2p_step(tier: Literal["nvlink", "pci", "net"], proto: str, arch: str,

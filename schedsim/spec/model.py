@@ -297,13 +297,16 @@ class ScheduleSpec(_Base):
         "that only some ranks reach hangs (pytorch/pytorch#74701, the batch_isend_irecv docs). 'eager' "
         "(init_process_group(device_id=...)): created at init.",
     )
-    env: dict[Literal["CUDA_DEVICE_MAX_CONNECTIONS", "NCCL_ALGO", "NCCL_PROTO"], int | str] = Field(
+    env: dict[Literal["CUDA_DEVICE_MAX_CONNECTIONS", "NCCL_ALGO", "NCCL_PROTO", "NCCL_MIN_CTAS", "NCCL_MAX_CTAS",
+                      "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS"], int | str] = Field(
         default_factory=lambda: {},
         description="Environment the program runs with. CUDA_DEVICE_MAX_CONNECTIONS (1-32, CUDA default 8): "
         "hardware work queues; with 1 (Megatron-LM sets it) kernels start in host issue order whatever their "
         "stream. Overrides the profile's gpu.max_connections; `predict --max-connections` overrides both. "
         "NCCL_ALGO, NCCL_PROTO (NCCL's syntax, e.g. 'ring', '^LL128'): the algorithms and protocols NCCL may "
-        "choose; override the profile's nccl.algo / nccl.proto (profiles with topology.scale_up).",
+        "choose; override the profile's nccl.algo / nccl.proto (profiles with topology.scale_up). "
+        "NCCL_MIN_CTAS, NCCL_MAX_CTAS, NCCL_MIN_NCHANNELS, NCCL_MAX_NCHANNELS (integers >= 1): the channels NCCL "
+        "runs a collective on; override nccl.min_ctas and the like.",
     )
     streams: list[str] | None = Field(
         default=None,
@@ -324,6 +327,10 @@ class ScheduleSpec(_Base):
                 from schedsim.network.tuning import parse_nccl_list
 
                 parse_nccl_list(str(v[key]), "algo" if what == "algo" else "proto")  # ValueError names the token
+        for key in ("NCCL_MIN_CTAS", "NCCL_MAX_CTAS", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS"):
+            n = v.get(key)
+            if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 1):
+                raise ValueError(f"{key} must be an integer >= 1, a channel count (got {n!r})")
         return v
     params: dict[str, Any] = Field(
         default_factory=lambda: {},

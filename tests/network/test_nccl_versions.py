@@ -267,3 +267,48 @@ def test_a_version_is_written_in_ascii_digits():
         with pytest.raises(ValueError, match="is not major.minor.patch"):
             parse_nccl_version(text)
     assert parse_nccl_version("2.27.5") == (2, 27, 5)
+
+
+def test_a_log_names_its_nccl_settings_and_calibrate_fits_with_them():
+    from schedsim.hardware.profile import load_profile
+    from schedsim.network.fit import fit_profile
+    from schedsim.network.nccl_tests import parse_nccl_tests
+    from tests.core.test_network_fit import synth
+
+    row = " 1024 256 float sum -1 10.0 0.10 0.10 0 9.0 0.11 0.11 0"
+    # mpirun -x / export lines and NCCL's own "set by environment" INFO line; the legacy NCCL_MAX_NRINGS under
+    # its new name, which wins where both are set
+    head = ("mpirun -np 16 -x NCCL_ALGO=Ring -x NCCL_MIN_CTAS=24 -x NCCL_IB_QPS_PER_CONNECTION=2 ./all_reduce_perf\n"
+            "host:1:1 [0] NCCL INFO NCCL_MAX_CTAS set by environment to 32.\n"
+            "export NCCL_MAX_NRINGS=8\nexport NCCL_MAX_NCHANNELS=16\n")
+    log = parse_nccl_tests(f"{head}# nThread 1 nGpus 2\n{row}", collective="all_reduce")
+    assert log.nccl_env == {"NCCL_ALGO": "Ring", "NCCL_MIN_CTAS": "24", "NCCL_MAX_CTAS": "32",
+                            "NCCL_MAX_NCHANNELS": "16"}
+    assert parse_nccl_tests(f"# nThread 1 nGpus 2\n{row}", collective="all_reduce").nccl_env == {}
+    # a 2-node log timed with NCCL_MAX_CTAS=8 (half of dgx_h100's 16 ring channels) and NCCL_ALGO=Ring: the fit
+    # takes both settings, so with NCCL's own figures it finds them again (hwLat 0.0 = NCCL's, x 1.0 bandwidth)
+    d = load_profile("dgx_h100").model_dump()
+    d["nccl"].update(algo="ring", max_ctas=8)
+    text = synth(HardwareProfile.model_validate(d), "all_reduce", 2, 8, [2 ** k for k in range(20, 28)])
+    text = text.replace("# Using devices", "mpirun -x NCCL_ALGO=ring -x NCCL_MAX_CTAS=8\n# Using devices")
+    fitted, figs, notes = fit_profile(load_profile("dgx_h100"), [parse_nccl_tests(text, collective="all_reduce")],
+                                      "synthetic")
+    assert (fitted.nccl.algo, fitted.nccl.max_ctas) == ("ring", 8)
+    assert notes == ["the logs ran NCCL_ALGO=ring: nccl.algo set", "the logs ran NCCL_MAX_CTAS=8: nccl.max_ctas set"]
+    (f,) = [f for f in figs if f.key == "ring/LL128"]  # 1 MiB .. 64 MiB: ring/LL128 (NCCL's net hwLat 4.0 us)
+    assert f.hw_latency_us == pytest.approx(4.0, abs=0.01) and f.bw_factor == pytest.approx(1.0, rel=1e-3)
+    # read without the setting, half the channels would be fitted as half of NCCL's bandwidth
+    blind = parse_nccl_tests(text.replace(" -x NCCL_MAX_CTAS=8", ""), collective="all_reduce")
+    (f,) = [f for f in fit_profile(load_profile("dgx_h100"), [blind], "synthetic")[1] if f.key == "ring/LL128"]
+    assert f.bw_factor == pytest.approx(0.5, rel=1e-3)
+    # a base that states another value keeps it and says so; a value NCCL does not take is left, with a note
+    d = load_profile("dgx_h100").model_dump()
+    d["nccl"]["max_ctas"] = 4
+    kept, _, notes = fit_profile(HardwareProfile.model_validate(d), [parse_nccl_tests(text, collective="all_reduce")],
+                                 "synthetic")
+    assert kept.nccl.max_ctas == 4
+    assert "NCCL_MAX_CTAS: the logs ran 8, the base profile states nccl.max_ctas 4: fitted with the profile's" in notes
+    bad = parse_nccl_tests(text.replace("NCCL_MAX_CTAS=8", "NCCL_MAX_CTAS=0"), collective="all_reduce")
+    kept, _, notes = fit_profile(load_profile("dgx_h100"), [bad], "synthetic")
+    assert kept.nccl.max_ctas is None
+    assert "NCCL_MAX_CTAS=0 in the logs is no value NCCL takes for nccl.max_ctas: not applied" in notes

@@ -137,6 +137,48 @@ def test_runtime_channels_follow_nccls_thread_counts():
     assert runtime_channels("nvls", "Simple", 8, 8, Graph(8, 40.0, 60.0)) == 8
 
 
+def test_nccl_max_ctas_runs_a_ring_on_that_share_of_its_channels_2x2():
+    # NCCL 2.30.7 ncclTopoPostset (src/graph/connect.cc): comm->nChannels = 2 x the ring graph's 4 = 8 (no
+    # Hopper doubling: bwIntra 24 <= 45), then min(., maxCTAs). NCCL_MAX_CTAS=4: 4 of 8, so the ring runs on half
+    # of the graph's channels: bus 2 x 24 = 48, x 4/6 = 32 GB/s; lat 70.0 as in the test above (16 MiB ring plateau)
+    for env in ({"max_ctas": 4}, {"max_nchannels": 4}):
+        got = NcclNetwork(profile(TOPO22, {"algo": "ring", "proto": "Simple", **env})).collective(
+            "all_reduce", 16 * MiB, R4)
+        assert got is not None and us(got) == pytest.approx(70.0 + 16 * MiB / (1000 * 32.0), rel=1e-9)
+    # NCCL_MAX_CTAS=6: 6 of 8 -> 4 x 6 // 8 = 3 graph channels: 72 x 4/6 = 48 GB/s
+    got = NcclNetwork(profile(TOPO22, {"algo": "ring", "proto": "Simple", "max_ctas": 6})).collective(
+        "all_reduce", 16 * MiB, R4)
+    assert got is not None and us(got) == pytest.approx(70.0 + 16 * MiB / (1000 * 48.0), rel=1e-9)
+    # NCCL_MIN_CTAS=16: 16 channels, the 8 copied (copyChannels): the same rings over the same links, NCCL's
+    # 64 GB/s; and a minimum above the maximum is lowered to it (src/init.cc): min 16, max 4 -> 4, 32 GB/s
+    for env, bw in (({"min_ctas": 16}, 64.0), ({"min_ctas": 16, "max_ctas": 4}, 32.0)):
+        got = NcclNetwork(profile(TOPO22, {"algo": "ring", "proto": "Simple", **env})).collective(
+            "all_reduce", 16 * MiB, R4)
+        assert got is not None and us(got) == pytest.approx(70.0 + 16 * MiB / (1000 * bw), rel=1e-9)
+
+
+def test_ring_plateau_divides_by_the_communicators_channels_2x2():
+    # ncclTopoGetAlgoTime (tuning.cc, 2.30.7): the ring plateau (lat x 1.4) from nBytes / (comm->nChannels x
+    # nRanks) >= 64, comm->nChannels = 2 x the graph's 4 = 8. 1536 B / (8 x 4) = 48: no plateau, lat 50.0 (the
+    # graph's 4 channels would give 96 and 70.0). Bandwidth: 1536 B < 2 x 32 KiB -> 1 channel, 24 x 4/6 = 16 GB/s
+    got = forced(TOPO22, "ring", "Simple").collective("all_reduce", 1536, R4)
+    assert got is not None and us(got) == pytest.approx(50.0 + 1536 / (1000 * 16.0), rel=1e-9)
+    # NCCL_MAX_CTAS=4: comm->nChannels 4, 1536 / (4 x 4) = 96 >= 64: the plateau, 70.0
+    got = NcclNetwork(profile(TOPO22, {"algo": "ring", "proto": "Simple", "max_ctas": 4})).collective(
+        "all_reduce", 1536, R4)
+    assert got is not None and us(got) == pytest.approx(70.0 + 1536 / (1000 * 16.0), rel=1e-9)
+
+
+def test_nccl_ctas_clamp_nvls_channels_2x2():
+    # ncclNvlsTuning (src/transport/nvls.cc, 2.30.7): 16 CTAs on Hopper (NVLS_NCHANNELS_SM90), clamped to
+    # [minCTAs, maxCTAs]. NCCL_MAX_CTAS=4: 4 of 16 -> a quarter of NVLS-tree's 54.4 GB/s (test below) = 13.6;
+    # NCCL_MIN_CTAS=24: more CTAs than the default, no more bandwidth
+    for env, bw in (({"max_ctas": 4}, 54.4 / 4), ({"min_ctas": 24}, 54.4)):
+        got = NcclNetwork(profile(TOPO22, {"algo": "nvlstree", "proto": "Simple", **env})).collective(
+            "all_reduce", 16 * MiB, R4)
+        assert got is not None and us(got) == pytest.approx(66.8 + 16 * MiB / (1000 * bw * .7), rel=1e-9)
+
+
 def test_tree_ll_all_reduce_2x2():
     # lat = 6.8 + 2 x ((2 - 1) x .6 + log2(2) x 5.0) = 18.0; correction log2(4096 / 64) = 6 -> LL .7. Channels:
     # tree LL 8 B/thread x 512 threads = 4 KiB a channel; 4096 < 2 x 4096 -> 1 channel: bus = min(24 x .92,
@@ -477,6 +519,28 @@ def test_schedule_env_nccl_algo_proto_override_the_profile():
     assert _ar_span_us("") == pytest.approx(free_us + max(0.0, extra), rel=1e-6)
 
 
+def test_schedule_env_nccl_max_ctas_overrides_the_profile():
+    # the schedule's NCCL_MAX_CTAS times the collective as the profile's nccl.max_ctas does (a 2-node ring of
+    # dgx_h100: 8 ring-graph channels of 45 GB/s, comm->nChannels 16; NCCL_MAX_CTAS=8 -> half of the channels)
+    d = load_profile("dgx_h100").model_dump()
+    d["nccl"].update(algo="ring", proto="Simple", max_ctas=8)
+    few_us = us(NcclNetwork(HardwareProfile.model_validate(d)).collective("all_reduce", 16 * MiB, tuple(range(16))))
+    forced_us = us(forced(hopper(8, 8), "ring", "Simple").collective("all_reduce", 16 * MiB, tuple(range(16))))
+    assert few_us > forced_us
+    extra = max(0.0, load_profile("dgx_h100").launch.graph_per_op_us)
+    got = _ar_span_us("env: {NCCL_ALGO: ring, NCCL_PROTO: Simple, NCCL_MAX_CTAS: 8}")
+    assert got == pytest.approx(few_us + extra, rel=1e-6)
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "many"])
+def test_schedule_env_bad_nccl_ctas_is_a_spec_error(value: str):
+    from schedsim.errors import SpecError
+    from schedsim.spec.loader import load_text
+
+    with pytest.raises(SpecError, match="NCCL_MIN_CTAS must be an integer >= 1"):
+        load_text(SCHED.format(env=f"env: {{NCCL_MIN_CTAS: {value}}}"), "env.yaml")
+
+
 def test_schedule_env_bad_nccl_algo_is_a_spec_error():
     from schedsim.errors import SpecError
     from schedsim.spec.loader import load_text
@@ -678,6 +742,9 @@ def test_execute_exports_the_schedules_nccl_env(monkeypatch):
     import os
 
     assert (os.environ["NCCL_ALGO"], os.environ["NCCL_PROTO"]) == ("ring", "LL")
+    monkeypatch.delenv("NCCL_MIN_CTAS", raising=False)
+    _nccl_env({"NCCL_MIN_CTAS": 24})
+    assert os.environ["NCCL_MIN_CTAS"] == "24"
 
 
 TWO_HOST_LOG = """# nThread 1 nGpus 1 minBytes 1048576 maxBytes 2097152 step: 2(factor) warmup iters: 5 iters: 20
