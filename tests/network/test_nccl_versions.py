@@ -273,7 +273,7 @@ def test_a_log_names_its_nccl_settings_and_calibrate_fits_with_them():
     from schedsim.hardware.profile import load_profile
     from schedsim.network.fit import fit_profile
     from schedsim.network.nccl_tests import parse_nccl_tests
-    from tests.core.test_network_fit import synth
+    from tests.network.test_network_fit import synth
 
     row = " 1024 256 float sum -1 10.0 0.10 0.10 0 9.0 0.11 0.11 0"
     # mpirun -x / export lines and NCCL's own "set by environment" INFO line; the legacy NCCL_MAX_NRINGS under
