@@ -447,7 +447,10 @@ def draw_pipeline(tl: Timeline, title: str = "", mode: str = "steps", max_lanes:
     unit_px = width_in * _DPI * 0.78 / max(xmax * 1.02, 1e-9)
     # one style per (action, chunk), in order of first use (the legend's entries and the draw order)
     chunk = acts.chunk_numbers()
-    _u, first, combo = np.unique(np.stack([acts.op, chunk]), axis=1, return_index=True, return_inverse=True)
+    # (action, chunk) pairs as one int64 key in the same (action, chunk) order: a 1-D unique, not one over axis 1
+    ch0 = chunk - (int(chunk.min()) if n_act else 0)
+    _u, first, combo = np.unique(acts.op * (int(ch0.max()) + 1 if n_act else 1) + ch0, return_index=True,
+                                 return_inverse=True)
     combo = combo.reshape(-1)
     used: dict[str, str] = {}
     colour_id: dict[str, int] = {}

@@ -142,3 +142,32 @@ def test_pipeline_steps_of_an_unexplained_order_come_from_the_loop():
     assert steps == {"B0.0@r0": (0, 2), "F0.0@r0": (2, 3), "F1.0@r1": (3, 4), "B1.0@r1": (4, 6)}
     fig = P.draw_pipeline(tl, "t", mode="steps", lanes=lanes)
     assert fig.axes[0].get_xlabel().endswith("; 6 steps")
+
+
+# (rank, action, stage, microbatch, start ms, chunk): interleaved, 2 ranks × 2 chunks (stages 2 and 3 are chunk 1);
+# rank 0 runs F chunk 0, F chunk 1, then B chunk 1 before B chunk 0 (backward runs the stages in reverse), so the
+# pairs' first uses (B chunk 1 before B) are not in the legend's order
+CHUNKED = [(0, "F", 0, 0, 5.0, 0), (0, "F", 2, 0, 20.0, 1), (1, "F", 1, 0, 100.0, 0), (1, "F", 3, 0, 150.0, 1),
+           (1, "B", 3, 0, 200.0, 1), (0, "B", 2, 0, 250.0, 1), (1, "B", 1, 0, 300.0, 0), (0, "B", 0, 0, 350.0, 0)]
+
+
+def test_pipeline_styles_per_action_and_chunk(monkeypatch):
+    """Each (action, chunk) pair gets its own legend entry (by action F, B, I, W, then label, whatever order the
+    boxes use them in) and its boxes its colour: the action's for chunk 0, lightened by 0.22 per chunk after it."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    monkeypatch.setattr(P, "RASTER_MIN_BOXES", 0)
+    spans = [Span(f"{op}{st}.{mb}@r{r}", f"{op}{st}.{mb}", r, "s0", "matmul", "compute", t / 1e3, (t + 0.5) / 1e3,
+                  tags={"pp_op": op, "stage": st, "mb": mb, "chunk": ch}) for r, op, st, mb, t, ch in CHUNKED]
+    spans.append(Span("tail@r0", "tail", 0, "s1", "matmul", "compute", 0.9, 1.0))
+    fig = P.draw_pipeline(Timeline("pp", "predict", 2, spans=spans), "t", mode="time")
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert [x for x in labels if x[0] in "FB"] == ["F", "F (chunk 1)", "B", "B (chunk 1)"]
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    px = np.asarray(canvas.buffer_rgba())
+    for r, op, _st, _mb, t, ch in CHUNKED:
+        x, y = ax.transData.transform((t + 0.25, r))
+        want = B.KIND_COLORS[op] if ch == 0 else P._lighten(B.KIND_COLORS[op], 0.22 * ch)
+        assert px[px.shape[0] - 1 - int(np.floor(y)), int(np.floor(x)), :3].tolist() == _rgb(want), (r, op, t)
