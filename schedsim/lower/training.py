@@ -818,7 +818,10 @@ def _emit_rank(ranks: _Ranks, g: int, pplan: Any, steps: dict[int, list[tuple[An
 
         def bucket(s: int, j: int, phase: str, name: str, nid: int) -> None:
             b = bounds[s].get(name) if phase == "W" and j == last_mb else None
-            if b is not None:
+            if b is not None:  # Megatron Core's start_grad_sync first scales the bucket by 1/(dp·cp) (read and
+                # write, on the compute stream), as the tail's grad_buffer_scale does without overlap
+                nid = ranks.one("compute", f"grad_buffer_scale_s{s}_b{b[0]}", g, (), 2 * b[1] * grad_e,
+                                plan.grad_dtype, (nid,), stream="compute", tags=OPT_STEP_TAG)
                 grads.append(ranks.one(reduce, f"dp_grad_{reduce}_s{s}_b{b[0]}", g, dp_group, b[1] * grad_e,
                                        plan.grad_dtype, (nid,)))
 
@@ -833,7 +836,7 @@ def _emit_rank(ranks: _Ranks, g: int, pplan: Any, steps: dict[int, list[tuple[An
         # the gradient buffer divided by the data-parallel size before it is reduced (Megatron's DDP:
         # ``buffer_.data /= data_parallel_world_size`` in ``allreduce_gradients``, 2020-23; Megatron Core's
         # ``gradient_scaling_factor``): one read and one write of the rank's gradients (with
-        # ``overlap_grad_reduce`` Megatron Core scales each bucket before its reduction: not written)
+        # ``overlap_grad_reduce`` each bucket is scaled before its reduction: ``bucket`` above)
         last = (ranks.one("compute", "grad_buffer_scale", g, (), 2 * grad_e * mine, plan.grad_dtype, last,
                           stream="compute", tags=OPT_STEP_TAG),)
     if multi and not t.overlap_grad_reduce:

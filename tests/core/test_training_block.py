@@ -237,7 +237,7 @@ def test_step_passes_over_the_parameters_by_hand() -> None:
     the three: 28), the main-to-model parameter copy (read 4, write 2) and the gradient buffer's memset (4).
     fp16 (16-bit gradients): 4, 28, 6, 2. fp32: no parameter copy, memset 4. With the distributed optimizer
     (dp 2) Adam and the copy run on half, the memset on the whole buffer; with overlapped reduction there is no
-    tail scaling (Megatron Core scales each bucket: not written)."""
+    tail scaling (each bucket is scaled before its reduction: the bucket test)."""
     n = 58_784
 
     def tail(text: str) -> dict[str, float]:
@@ -404,9 +404,14 @@ def test_gradient_buckets_follow_megatrons_ddp() -> None:
     r0 = [o for o in _ops(text) if o.rank == 0]
     names = [o.name for o in r0]
     b0, b1 = names.index("dp_grad_all_reduce_s0_b0"), names.index("dp_grad_all_reduce_s0_b1")
-    assert names[b0 - 1] == "B0.0.W.l2.qkv_bias_grad" and names[b1 - 1] == "B0.0.W.embedding_wgrad"
+    assert names[b0 - 2] == "B0.0.W.l2.qkv_bias_grad" and names[b1 - 2] == "B0.0.W.embedding_wgrad"
     assert r0[b0].nbytes == 40_668_160 * 4 and r0[b1].nbytes == 40_706_560 * 4
     assert r0[b0].group == (0, 1) and r0[b0].stream == "dp_comm"
+    # each bucket scaled by 1/dp on the compute stream before its reduction (Megatron Core's start_grad_sync:
+    # bucket.grad_data *= gradient_scaling_factor): read and write 4 bytes a parameter of the bucket; no tail pass
+    assert [(names[b - 1], r0[b - 1].stream, r0[b - 1].nbytes) for b in (b0, b1)] == \
+        [("grad_buffer_scale_s0_b0", "compute", 8 * 40_668_160), ("grad_buffer_scale_s0_b1", "compute", 8 * 40_706_560)]
+    assert "grad_buffer_scale" not in names
 
 
 def test_interleaving_with_too_few_microbatches_names_the_global_batch(tmp_path: Path) -> None:
