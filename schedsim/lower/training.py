@@ -808,9 +808,15 @@ def _emit_rank(ranks: _Ranks, g: int, pplan: Any, steps: dict[int, list[tuple[An
     mine = sum(params[s] for s in rank_stages[p_])
     reduce = "reduce_scatter" if t.use_distributed_optimizer else "all_reduce"
     multi = len(dp_group) > 1
+    edp_group = groups["edp"]
     if multi and t.overlap_param_gather:  # the next step's forward dispatches them; here at the step's start
         for s in rank_stages[p_]:
-            ranks.one("all_gather", f"dp_param_allgather_s{s}", g, dp_group, params[s] * param_e, plan.dtype, ())
+            ex = ranks.held[s]["experts"] / plan.tp  # the experts' over their own group (see ``stepped``)
+            ranks.one("all_gather", f"dp_param_allgather_s{s}", g, dp_group, (params[s] - ex) * param_e,
+                      plan.dtype, ())
+            if ex and len(edp_group) > 1:
+                ranks.one("all_gather", f"dp_expert_param_allgather_s{s}", g, edp_group, ex * param_e, plan.dtype,
+                          ())
     grads: list[int] = []
     if multi and t.overlap_grad_reduce:
         bounds = {s: ranks.buckets(s, chunk_of[s] == 0) for s in rank_stages[p_]}
@@ -831,7 +837,10 @@ def _emit_rank(ranks: _Ranks, g: int, pplan: Any, steps: dict[int, list[tuple[An
         em.action(act, bid)
     last = () if em.last_compute is None else (em.last_compute,)
     experts = sum(ranks.held[s]["experts"] for s in rank_stages[p_]) / plan.tp
-    edp_group = groups["edp"]
+    # the parameters the rank's optimizer steps: the distributed optimizer shards the dense state over the dp·cp
+    # ranks and the experts' over their own data-parallel group (Megatron Core's DDP builds the expert buffers on
+    # ``intra_expt_dp_group``; distrib_optimizer.py shards each buffer over its group)
+    stepped = (mine - experts) / shard + experts / (len(edp_group) if t.use_distributed_optimizer else 1)
     if multi and not t.overlap_grad_reduce:
         # the gradient buffer divided by the data-parallel size before it is reduced (Megatron's DDP:
         # ``buffer_.data /= data_parallel_world_size`` in ``allreduce_gradients``, 2020-23; Megatron Core's
@@ -862,7 +871,7 @@ def _emit_rank(ranks: _Ranks, g: int, pplan: Any, steps: dict[int, list[tuple[An
     # fp16 the loss scaler's unscale-and-check (torch._amp_foreach_non_finite_check_and_unscale_: read and write
     # 4), then the gradient norm's multi_tensor_l2norm (read 4); clipping's rescale is data-dependent (only when
     # the norm exceeds --clip-grad) and left out
-    n = mine / shard
+    n = stepped
     passes: list[tuple[str, float, str | None]] = [("optimizer_grad_copy", (grad_e + 4) * n, None)] \
         if grad_e != 4 else []
     if plan.dtype == "fp16":
@@ -875,25 +884,26 @@ def _emit_rank(ranks: _Ranks, g: int, pplan: Any, steps: dict[int, list[tuple[An
             wait = (ranks.one("all_reduce", name, g, stats, nbytes, "fp32", wait, stream="compute", tags=OPT_TAG),)
     # fused Adam on the rank's shard, on fp32 main parameters and gradients (the 16-bit gradients were copied to
     # fp32 above): reads the gradient, the master weight and two moments, writes those three (4 bytes each)
-    moved = (4 + 3 * 4 + 3 * 4) * mine / shard
+    moved = (4 + 3 * 4 + 3 * 4) * stepped
     opt = ranks.one("compute", "optimizer_step", g, (), moved, "fp32", wait, stream="compute", tags=OPT_STEP_TAG)
-    _after_step(ranks, g, opt, mine, shard, dp_group if multi and t.use_distributed_optimizer
-                and not t.overlap_param_gather else ())
+    gathers = [("dp_param_allgather", dp_group, mine - experts), ("dp_expert_param_allgather", edp_group, experts)] \
+        if multi and t.use_distributed_optimizer and not t.overlap_param_gather else []
+    _after_step(ranks, g, opt, mine, stepped, [x for x in gathers if x[2] and len(x[1]) > 1])
 
 
-def _after_step(ranks: _Ranks, g: int, opt: int, mine: float, shard: int, gather: tuple[int, ...]) -> None:
-    """Rank ``g``'s ops after its optimizer step (name id ``opt``) over its ``mine`` parameters (``1/shard`` of them
-    stepped): the 16-bit model weights from the fp32 main ones, the parameter all-gather over ``gather`` (the
-    distributed optimizer's, when not overlapped; ``()``: none), and the memset of the gradient buffer."""
+def _after_step(ranks: _Ranks, g: int, opt: int, mine: float, stepped: float,
+                gathers: list[tuple[str, tuple[int, ...], float]]) -> None:
+    """Rank ``g``'s ops after its optimizer step (name id ``opt``) over ``stepped`` of its ``mine`` parameters:
+    the 16-bit model weights from the fp32 main ones, the parameter all-gathers ``gathers`` (name, group,
+    parameters: the distributed optimizer's, when not overlapped), and the memset of the gradient buffer."""
     plan = ranks.plan
     grad_e, param_e = DTYPE_BYTES[plan.grad_dtype], DTYPE_BYTES[plan.dtype]
     if param_e != 4:  # MixedPrecisionOptimizer.step's _copy_main_params_to_model_params (multi_tensor_scale):
         # read 4, write param_e, on the rank's shard
-        opt = ranks.one("compute", "optimizer_param_copy", g, (), (4 + param_e) * mine / shard, "fp32", (opt,),
+        opt = ranks.one("compute", "optimizer_param_copy", g, (), (4 + param_e) * stepped, "fp32", (opt,),
                         stream="compute", tags=OPT_STEP_TAG)
-    if gather:
-        opt = ranks.one("all_gather", "dp_param_allgather", g, gather, mine * param_e, plan.dtype, (opt,),
-                        stream="compute")
+    for name, group, count in gathers:
+        opt = ranks.one("all_gather", name, g, group, count * param_e, plan.dtype, (opt,), stream="compute")
     # the gradient buffer zeroed for the next step (train_step's zero_grad_buffer, a memset of the rank's whole
     # buffer, distributed optimizer or not): issued at the next step's start, written here, where it costs the
     # same compute-stream time
