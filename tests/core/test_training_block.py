@@ -68,6 +68,8 @@ def _edit(old: str, new: str) -> str:
      "number of layers per pipeline stage (2) must be divisible by number of layers per virtual pipeline stage (3)"),
     ("pp: 2", "pp: 2\n  overlap_param_gather: true\n  overlap_grad_reduce: true", 14, "training.overlap_param_gather",
      "--overlap-param-gather only supported with distributed optimizer"),
+    ("pp: 2", "pp: 2\n  ffn_hidden_size: 255", 14, "training.ffn_hidden_size",
+     "ffn_hidden_size (255) is not divisible by tensor_model_parallel_size (2)"),
 ])
 def test_megatron_refusals(tmp_path: Path, old: str, new: str, line: int | None, field: str, words: str) -> None:
     """A configuration Megatron refuses exits 2 with Megatron's reason, the key's line and a fix."""
@@ -88,6 +90,19 @@ def test_unknown_key_suggests_megatron_name(tmp_path: Path) -> None:
     assert code == 2
     assert "training.tensor_model_paralel_size: unknown key" in err
     assert "did you mean 'tensor_model_parallel_size'?" in err
+
+
+def test_an_alias_beside_its_megatron_name_is_named_twice(tmp_path: Path) -> None:
+    """``tp`` and ``tensor_model_parallel_size`` both written set one argument: the error names both (was "unknown
+    key 'tp'", fix "did you mean 'tp'?")."""
+    for extra in ("tensor_model_parallel_size: 2", "tensor_model_parallel_size: 4"):
+        code, err = _check(tmp_path, _edit("pp: 2", f"pp: 2\n  {extra}"))
+        assert code == 2 and "Traceback" not in err
+        first, fix = err.splitlines()[:2]
+        assert first.startswith(f"error: {tmp_path / 's.yaml'}:12:") and first.endswith(
+            ": training.tp: 'tp' and 'tensor_model_parallel_size' are both written: the alias and its Megatron "
+            "name set the same argument"), first
+        assert fix == "  fix: keep one of them"
 
 
 def test_a_megatron_no_flag_is_its_key_set_false(tmp_path: Path) -> None:
