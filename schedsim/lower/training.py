@@ -841,12 +841,14 @@ def _emit_rank(ranks: _Ranks, g: int, pplan: Any, steps: dict[int, list[tuple[An
     # ranks and the experts' over their own data-parallel group (Megatron Core's DDP builds the expert buffers on
     # ``intra_expt_dp_group``; distrib_optimizer.py shards each buffer over its group)
     stepped = (mine - experts) / shard + experts / (len(edp_group) if t.use_distributed_optimizer else 1)
-    if multi and not t.overlap_grad_reduce:
-        # the gradient buffer divided by the data-parallel size before it is reduced (Megatron's DDP:
-        # ``buffer_.data /= data_parallel_world_size`` in ``allreduce_gradients``, 2020-23; Megatron Core's
-        # ``gradient_scaling_factor``): one read and one write of the rank's gradients (with
-        # ``overlap_grad_reduce`` each bucket is scaled before its reduction: ``bucket`` above)
-        last = (ranks.one("compute", "grad_buffer_scale", g, (), 2 * grad_e * mine, plan.grad_dtype, last,
+    # the gradient buffer divided by the data-parallel size before it is reduced (Megatron's DDP:
+    # ``buffer_.data /= data_parallel_world_size`` in ``allreduce_gradients``, 2020-23; Megatron Core's
+    # ``gradient_scaling_factor``, 1/(dp·cp) for the experts' buffers too): one read and one write of the rank's
+    # gradients (with ``overlap_grad_reduce`` each dense bucket is scaled before its reduction, ``bucket`` above;
+    # the experts' here)
+    scaled = experts if t.overlap_grad_reduce else mine
+    if multi and scaled:
+        last = (ranks.one("compute", "grad_buffer_scale", g, (), 2 * grad_e * scaled, plan.grad_dtype, last,
                           stream="compute", tags=OPT_STEP_TAG),)
     if multi and not t.overlap_grad_reduce:
         grads.append(ranks.one(reduce, f"dp_grad_{reduce}", g, dp_group, (mine - experts) * grad_e,

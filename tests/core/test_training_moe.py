@@ -142,3 +142,14 @@ def test_distributed_optimizer_shards_the_experts_over_their_own_group() -> None
     gather, expert = dist["dp_param_allgather"], dist["dp_expert_param_allgather"]
     assert (gather.group, gather.nbytes) == ((0, 2, 4, 6), pytest.approx((n - e) * 2))  # type: ignore[attr-defined]
     assert (expert.group, expert.nbytes) == ((0, 4), pytest.approx(e * 2))  # type: ignore[attr-defined]
+
+
+def test_overlapped_reduction_still_scales_the_experts_gradients() -> None:
+    """With overlap_grad_reduce the dense buckets are scaled before their reductions; the experts' gradients
+    (E = 65,536 fp32 on rank 0, reduced at the step's end over their own group) are scaled by 1/(dp·cp) there too
+    (Megatron Core's start_grad_sync for the expert bucket groups): one pass of 2·4·E bytes before their
+    all-reduce."""
+    ops = [o for o in _ops(MOE.replace("bf16: true", "bf16: true\n  overlap_grad_reduce: true")) if o.rank == 0]
+    names = [o.name for o in ops]
+    at = names.index("dp_expert_grad_all_reduce")
+    assert (names[at - 1], ops[at - 1].nbytes) == ("grad_buffer_scale", 8 * 65_536)
