@@ -50,9 +50,11 @@ One Megatron-LM training step, per global rank (Megatron's rank order ``tp-cp-ep
   parameters (``/tp``), in fp32 under bf16, all-reduced over the data-parallel group (dp × cp ranks with the
   same tp and pp coordinates) or, with ``use_distributed_optimizer``, reduce-scattered. With
   ``overlap_grad_reduce`` they are reduced in Megatron's buckets (:meth:`_Ranks.buckets`: 40 M parameters or
-  more in the first model chunk, one bucket per later chunk), each issued on stream ``dp_comm`` right after the
-  last microbatch's weight gradient that completes it, so the rest of the backward overlaps it; without, one
-  reduction after the rank's last compute, preceded by the gradient buffer's division by dp (one pass). Then the
+  more in the first model chunk, one bucket per later chunk), each scaled by 1/(dp·cp) on the compute stream
+  (one pass) and issued on stream ``dp_comm`` right after the last microbatch's weight gradient that completes
+  it, so the rest of the backward overlaps it; without, one reduction after the rank's last compute, preceded by
+  the gradient buffer's division by dp·cp (one pass). The experts' gradients are reduced over their own
+  data-parallel group (dp·cp/ep ranks), which also shards their optimizer state and all-gathers them. Then the
   word-embedding gradient all-reduce between the first and last pipeline stage (tied embeddings, ``pp > 1``), the
   optimizer's synchronisations, the optimizer step (fused Adam on fp32 main weights and gradients: reads the
   gradient, the master weight and two moments, writes the three, on the rank's shard with the distributed
