@@ -806,19 +806,13 @@ def _emit_rank(ranks: _Ranks, g: int, pplan: Any, steps: dict[int, list[tuple[An
     em = _Emitter(ranks.table, pplan, protos, p2p_tmpl, chunk_of, g, 0, ranks=pp_ranks, name_ids=ranks.name_ids,
                   placed_ids=ranks.placed_ids, shared_p2p_tags=True)
     shard = plan.dp * plan.cp if t.use_distributed_optimizer else 1
-    grad_e, param_e = DTYPE_BYTES[plan.grad_dtype], DTYPE_BYTES[plan.dtype]
+    grad_e = DTYPE_BYTES[plan.grad_dtype]
     mine = sum(params[s] for s in rank_stages[p_])
     reduce = "reduce_scatter" if t.use_distributed_optimizer else "all_reduce"
     multi = len(dp_group) > 1
     edp_group = groups["edp"]
     if multi and t.overlap_param_gather:  # the next step's forward dispatches them; here at the step's start
-        for s in rank_stages[p_]:
-            ex = ranks.held[s]["experts"] / plan.tp  # the experts' over their own group (see ``stepped``)
-            ranks.one("all_gather", f"dp_param_allgather_s{s}", g, dp_group, (params[s] - ex) * param_e,
-                      plan.dtype, ())
-            if ex and len(edp_group) > 1:
-                ranks.one("all_gather", f"dp_expert_param_allgather_s{s}", g, edp_group, ex * param_e, plan.dtype,
-                          ())
+        _param_gathers_at_start(ranks, g, rank_stages[p_], params, dp_group, edp_group)
     grads: list[int] = []
     if multi and t.overlap_grad_reduce:
         bounds = {s: ranks.buckets(s, chunk_of[s] == 0) for s in rank_stages[p_]}
@@ -893,6 +887,20 @@ def _emit_rank(ranks: _Ranks, g: int, pplan: Any, steps: dict[int, list[tuple[An
     gathers = [("dp_param_allgather", dp_group, mine - experts), ("dp_expert_param_allgather", edp_group, experts)] \
         if multi and t.use_distributed_optimizer and not t.overlap_param_gather else []
     _after_step(ranks, g, opt, mine, stepped, [x for x in gathers if x[2] and len(x[1]) > 1])
+
+
+def _param_gathers_at_start(ranks: _Ranks, g: int, stages: list[int], params: dict[int, float],
+                            dp_group: tuple[int, ...], edp_group: tuple[int, ...]) -> None:
+    """Rank ``g``'s ``overlap_param_gather`` all-gathers of its stage chunks' parameters (``params``, per TP rank):
+    the dense ones over ``dp_group``, the experts' over their own ``edp_group`` (where it has more than one rank),
+    each chunk's on ``dp_comm`` with no dependence."""
+    plan = ranks.plan
+    param_e = DTYPE_BYTES[plan.dtype]
+    for s in stages:
+        ex = ranks.held[s]["experts"] / plan.tp
+        ranks.one("all_gather", f"dp_param_allgather_s{s}", g, dp_group, (params[s] - ex) * param_e, plan.dtype, ())
+        if ex and len(edp_group) > 1:
+            ranks.one("all_gather", f"dp_expert_param_allgather_s{s}", g, edp_group, ex * param_e, plan.dtype, ())
 
 
 def _after_step(ranks: _Ranks, g: int, opt: int, mine: float, stepped: float,
