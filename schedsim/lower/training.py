@@ -50,9 +50,11 @@ One Megatron-LM training step, per global rank (Megatron's rank order ``tp-cp-ep
   parameters (``/tp``), in fp32 under bf16, all-reduced over the data-parallel group (dp × cp ranks with the
   same tp and pp coordinates) or, with ``use_distributed_optimizer``, reduce-scattered. With
   ``overlap_grad_reduce`` they are reduced in Megatron's buckets (:meth:`_Ranks.buckets`: 40 M parameters or
-  more in the first model chunk, one bucket per later chunk), each issued on stream ``dp_comm`` right after the
-  last microbatch's weight gradient that completes it, so the rest of the backward overlaps it; without, one
-  reduction after the rank's last compute, preceded by the gradient buffer's division by dp (one pass). Then the
+  more in the first model chunk, one bucket per later chunk), each scaled by 1/(dp·cp) on the compute stream
+  (one pass) and issued on stream ``dp_comm`` right after the last microbatch's weight gradient that completes
+  it, so the rest of the backward overlaps it; without, one reduction after the rank's last compute, preceded by
+  the gradient buffer's division by dp·cp (one pass). The experts' gradients are reduced over their own
+  data-parallel group (dp·cp/ep ranks), which also shards their optimizer state and all-gathers them. Then the
   word-embedding gradient all-reduce between the first and last pipeline stage (tied embeddings, ``pp > 1``), the
   optimizer's synchronisations, the optimizer step (fused Adam on fp32 main weights and gradients: reads the
   gradient, the master weight and two moments, writes the three, on the rank's shard with the distributed
@@ -829,13 +831,13 @@ def _emit_rank(ranks: _Ranks, g: int, pplan: Any, steps: dict[int, list[tuple[An
     em = _Emitter(ranks.table, pplan, protos, p2p_tmpl, chunk_of, g, 0, ranks=pp_ranks, name_ids=ranks.name_ids,
                   placed_ids=ranks.placed_ids, shared_p2p_tags=True)
     shard = plan.dp * plan.cp if t.use_distributed_optimizer else 1
-    grad_e, param_e = DTYPE_BYTES[plan.grad_dtype], DTYPE_BYTES[plan.dtype]
+    grad_e = DTYPE_BYTES[plan.grad_dtype]
     mine = sum(params[s] for s in rank_stages[p_])
     reduce = "reduce_scatter" if t.use_distributed_optimizer else "all_reduce"
     multi = len(dp_group) > 1
+    edp_group = groups["edp"]
     if multi and t.overlap_param_gather:  # the next step's forward dispatches them; here at the step's start
-        for s in rank_stages[p_]:
-            ranks.one("all_gather", f"dp_param_allgather_s{s}", g, dp_group, params[s] * param_e, plan.dtype, ())
+        _param_gathers_at_start(ranks, g, rank_stages[p_], params, dp_group, edp_group)
     grads: list[int] = []
     if multi and t.overlap_grad_reduce:
         bounds = {s: ranks.buckets(s, chunk_of[s] == 0) for s in rank_stages[p_]}
@@ -843,7 +845,10 @@ def _emit_rank(ranks: _Ranks, g: int, pplan: Any, steps: dict[int, list[tuple[An
 
         def bucket(s: int, j: int, phase: str, name: str, nid: int) -> None:
             b = bounds[s].get(name) if phase == "W" and j == last_mb else None
-            if b is not None:
+            if b is not None:  # Megatron Core's start_grad_sync first scales the bucket by 1/(dp·cp) (read and
+                # write, on the compute stream), as the tail's grad_buffer_scale does without overlap
+                nid = ranks.one("compute", f"grad_buffer_scale_s{s}_b{b[0]}", g, (), 2 * b[1] * grad_e,
+                                plan.grad_dtype, (nid,), stream="compute", tags=OPT_STEP_TAG)
                 grads.append(ranks.one(reduce, f"dp_grad_{reduce}_s{s}_b{b[0]}", g, dp_group, b[1] * grad_e,
                                        plan.grad_dtype, (nid,)))
 
@@ -853,13 +858,18 @@ def _emit_rank(ranks: _Ranks, g: int, pplan: Any, steps: dict[int, list[tuple[An
         em.action(act, bid)
     last = () if em.last_compute is None else (em.last_compute,)
     experts = sum(ranks.held[s]["experts"] for s in rank_stages[p_]) / plan.tp
-    edp_group = groups["edp"]
-    if multi and not t.overlap_grad_reduce:
-        # the gradient buffer divided by the data-parallel size before it is reduced (Megatron's DDP:
-        # ``buffer_.data /= data_parallel_world_size`` in ``allreduce_gradients``, 2020-23; Megatron Core's
-        # ``gradient_scaling_factor``): one read and one write of the rank's gradients (with
-        # ``overlap_grad_reduce`` Megatron Core scales each bucket before its reduction: not written)
-        last = (ranks.one("compute", "grad_buffer_scale", g, (), 2 * grad_e * mine, plan.grad_dtype, last,
+    # the parameters the rank's optimizer steps: the distributed optimizer shards the dense state over the dp·cp
+    # ranks and the experts' over their own data-parallel group (Megatron Core's DDP builds the expert buffers on
+    # ``intra_expt_dp_group``; distrib_optimizer.py shards each buffer over its group)
+    stepped = (mine - experts) / shard + experts / (len(edp_group) if t.use_distributed_optimizer else 1)
+    # the gradient buffer divided by the data-parallel size before it is reduced (Megatron's DDP:
+    # ``buffer_.data /= data_parallel_world_size`` in ``allreduce_gradients``, 2020-23; Megatron Core's
+    # ``gradient_scaling_factor``, 1/(dp·cp) for the experts' buffers too): one read and one write of the rank's
+    # gradients (with ``overlap_grad_reduce`` each dense bucket is scaled before its reduction, ``bucket`` above;
+    # the experts' here)
+    scaled = experts if t.overlap_grad_reduce else mine
+    if multi and scaled:
+        last = (ranks.one("compute", "grad_buffer_scale", g, (), 2 * grad_e * scaled, plan.grad_dtype, last,
                           stream="compute", tags=OPT_STEP_TAG),)
     if multi and not t.overlap_grad_reduce:
         grads.append(ranks.one(reduce, f"dp_grad_{reduce}", g, dp_group, (mine - experts) * grad_e,
@@ -884,7 +894,7 @@ def _emit_rank(ranks: _Ranks, g: int, pplan: Any, steps: dict[int, list[tuple[An
     # fp16 the loss scaler's unscale-and-check (torch._amp_foreach_non_finite_check_and_unscale_: read and write
     # 4), then the gradient norm's multi_tensor_l2norm (read 4); clipping's rescale is data-dependent (only when
     # the norm exceeds --clip-grad) and left out
-    n = mine / shard
+    n = stepped
     passes: list[tuple[str, float, str | None]] = [("optimizer_grad_copy", (grad_e + 4) * n, None)] \
         if grad_e != 4 else []
     if plan.dtype == "fp16":
@@ -897,25 +907,40 @@ def _emit_rank(ranks: _Ranks, g: int, pplan: Any, steps: dict[int, list[tuple[An
             wait = (ranks.one("all_reduce", name, g, stats, nbytes, "fp32", wait, stream="compute", tags=OPT_TAG),)
     # fused Adam on the rank's shard, on fp32 main parameters and gradients (the 16-bit gradients were copied to
     # fp32 above): reads the gradient, the master weight and two moments, writes those three (4 bytes each)
-    moved = (4 + 3 * 4 + 3 * 4) * mine / shard
+    moved = (4 + 3 * 4 + 3 * 4) * stepped
     opt = ranks.one("compute", "optimizer_step", g, (), moved, "fp32", wait, stream="compute", tags=OPT_STEP_TAG)
-    _after_step(ranks, g, opt, mine, shard, dp_group if multi and t.use_distributed_optimizer
-                and not t.overlap_param_gather else ())
+    gathers = [("dp_param_allgather", dp_group, mine - experts), ("dp_expert_param_allgather", edp_group, experts)] \
+        if multi and t.use_distributed_optimizer and not t.overlap_param_gather else []
+    _after_step(ranks, g, opt, mine, stepped, [x for x in gathers if x[2] and len(x[1]) > 1])
 
 
-def _after_step(ranks: _Ranks, g: int, opt: int, mine: float, shard: int, gather: tuple[int, ...]) -> None:
-    """Rank ``g``'s ops after its optimizer step (name id ``opt``) over its ``mine`` parameters (``1/shard`` of them
-    stepped): the 16-bit model weights from the fp32 main ones, the parameter all-gather over ``gather`` (the
-    distributed optimizer's, when not overlapped; ``()``: none), and the memset of the gradient buffer."""
+def _param_gathers_at_start(ranks: _Ranks, g: int, stages: list[int], params: dict[int, float],
+                            dp_group: tuple[int, ...], edp_group: tuple[int, ...]) -> None:
+    """Rank ``g``'s ``overlap_param_gather`` all-gathers of its stage chunks' parameters (``params``, per TP rank):
+    the dense ones over ``dp_group``, the experts' over their own ``edp_group`` (where it has more than one rank),
+    each chunk's on ``dp_comm`` with no dependence."""
+    plan = ranks.plan
+    param_e = DTYPE_BYTES[plan.dtype]
+    for s in stages:
+        ex = ranks.held[s]["experts"] / plan.tp
+        ranks.one("all_gather", f"dp_param_allgather_s{s}", g, dp_group, (params[s] - ex) * param_e, plan.dtype, ())
+        if ex and len(edp_group) > 1:
+            ranks.one("all_gather", f"dp_expert_param_allgather_s{s}", g, edp_group, ex * param_e, plan.dtype, ())
+
+
+def _after_step(ranks: _Ranks, g: int, opt: int, mine: float, stepped: float,
+                gathers: list[tuple[str, tuple[int, ...], float]]) -> None:
+    """Rank ``g``'s ops after its optimizer step (name id ``opt``) over ``stepped`` of its ``mine`` parameters:
+    the 16-bit model weights from the fp32 main ones, the parameter all-gathers ``gathers`` (name, group,
+    parameters: the distributed optimizer's, when not overlapped), and the memset of the gradient buffer."""
     plan = ranks.plan
     grad_e, param_e = DTYPE_BYTES[plan.grad_dtype], DTYPE_BYTES[plan.dtype]
     if param_e != 4:  # MixedPrecisionOptimizer.step's _copy_main_params_to_model_params (multi_tensor_scale):
         # read 4, write param_e, on the rank's shard
-        opt = ranks.one("compute", "optimizer_param_copy", g, (), (4 + param_e) * mine / shard, "fp32", (opt,),
+        opt = ranks.one("compute", "optimizer_param_copy", g, (), (4 + param_e) * stepped, "fp32", (opt,),
                         stream="compute", tags=OPT_STEP_TAG)
-    if gather:
-        opt = ranks.one("all_gather", "dp_param_allgather", g, gather, mine * param_e, plan.dtype, (opt,),
-                        stream="compute")
+    for name, group, count in gathers:
+        opt = ranks.one("all_gather", name, g, group, count * param_e, plan.dtype, (opt,), stream="compute")
     # the gradient buffer zeroed for the next step (train_step's zero_grad_buffer, a memset of the rank's whole
     # buffer, distributed optimizer or not): issued at the next step's start, written here, where it costs the
     # same compute-stream time

@@ -250,8 +250,8 @@ def _training_ops(tb: Mapping[str, Any], world: int, represented: bool = False) 
     microbatch, every one of the ``num_layers`` layers forward (F), input gradient (I) and weight gradient (W),
     the recomputed forwards, the p2p between its ``v·pp`` stage chunks (4 a microbatch and boundary) and the
     embedding and head (11 ops; tp > 1: 5 TP collectives more, 7 with sequence parallelism), plus per rank the
-    step's tail (gradient buckets, at most one a layer of its chunks, the optimizer and its passes over the
-    parameters).
+    step's tail (gradient buckets, at most one a layer of its chunks, each with its scaling pass, the optimizer and
+    its passes over the parameters, and with experts their parameter all-gathers).
     ``scatter_gather_tensors_in_pipeline``: 2 ops more a microbatch and boundary (the receivers' all-gathers).
 
     Ops a layer, a microbatch and a rank (the kernel lists of
@@ -310,7 +310,10 @@ def _training_ops(tb: Mapping[str, Any], world: int, represented: bool = False) 
     if represented:
         ranks = pp * cp * (tp if on("tp_comm_overlap") else 1) * \
             (dp if "num_experts" in tb and tb.get("moe_expert_capacity_factor") is not None else 1)
-    return ranks // pp * m * per_mb + ranks * (13 + 3 * v + layers // pp + v)
+    buckets = (layers // pp + v) * (1 + on("overlap_grad_reduce"))  # with overlap each bucket is scaled too
+    # the distributed optimizer's expert all-gathers: one, or one a chunk with overlap_param_gather
+    moe = "num_experts" in tb and on("use_distributed_optimizer")
+    return ranks // pp * m * per_mb + ranks * (13 + 3 * v + buckets + moe * (1 + v))
 
 
 def check_training_ops(tb: Mapping[str, Any], world: int, file: str, represented: bool) -> None:

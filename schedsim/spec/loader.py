@@ -265,6 +265,20 @@ def _valid_keys(parent: Any, loc: tuple[Any, ...] = ()) -> list[str]:
     return list(ScheduleSpec.model_fields)
 
 
+def _alias_twice(key: str, parent: Any, loc: tuple[Any, ...]) -> str | None:
+    """The message for a ``training:`` key written beside its short alias or Megatron name (``tp`` and
+    ``tensor_model_parallel_size``): the model takes one and reports the other as extra; None otherwise."""
+    from schedsim.spec.training_block import ALIASES
+
+    if loc[:1] != ("training",) or len(loc) != 2 or not isinstance(parent, dict):
+        return None
+    other = ALIASES.get(key) or next((k for k, v in ALIASES.items() if v == key), None)
+    if other is None or other not in parent:
+        return None
+    short, name = (key, other) if key in ALIASES else (other, key)
+    return f"{short!r} and {name!r} are both written: the alias and its Megatron name set the same argument"
+
+
 def _negated_flag(key: str, loc: tuple[Any, ...]) -> str | None:
     """The fix for ``no_<flag>`` in a ``training:`` block, where ``<flag>`` is a boolean field: Megatron's
     ``--no-<flag>`` argument is that field set false (a plain "did you mean '<flag>'?" would invert the value
@@ -303,8 +317,10 @@ def _to_spec_error(e: ValidationError, doc: Any, file: str) -> SpecError:
     if typ == "extra_forbidden":
         valid = [k for k in _valid_keys(parent if isinstance(parent, dict) else None, loc) if k != "kind"]
         s = _suggest(str(last), valid)
-        msg = f"unknown key {last!r}"
-        fix = _negated_flag(str(last), loc) or (f"did you mean {s!r}?" if s else "valid keys: " + ", ".join(valid))
+        twice = _alias_twice(str(last), parent, loc)
+        msg = twice or f"unknown key {last!r}"
+        fix = "keep one of them" if twice else _negated_flag(str(last), loc) or \
+            (f"did you mean {s!r}?" if s else "valid keys: " + ", ".join(valid))
     elif typ == "union_tag_invalid":
         kind = parent.get("kind") if isinstance(parent, dict) else None
         cur = doc

@@ -301,7 +301,8 @@ def _size_rules(t: TrainingSpec, world_size: int, dp: int) -> list[tuple[str, st
 
 
 def _model_rules(t: TrainingSpec) -> list[tuple[str, str, str]]:
-    """Heads and query groups over tp (Megatron's ``transformer_config.py``, ``arguments.py``)."""
+    """Heads, query groups and the MLP width over tp (Megatron's ``transformer_config.py``, ``arguments.py``,
+    ``tensor_parallel/layers.py``)."""
     out = []
     tp = t.tensor_model_parallel_size
     h, a = t.hidden_size, t.num_attention_heads
@@ -320,6 +321,12 @@ def _model_rules(t: TrainingSpec) -> list[tuple[str, str, str]]:
     if a % g:
         out.append(("num_query_groups", f"num_attention_heads ({a}) is not a multiple of num_query_groups ({g})",
                     "give query groups that divide the heads"))
+    f = t.ffn_hidden_size
+    if f is not None and f % tp:  # 4h otherwise, whole over tp since the heads are
+        out.append(("ffn_hidden_size", f"ffn_hidden_size ({f}) is not divisible by tensor_model_parallel_size "
+                    f"({tp}) (Megatron Core tensor_parallel/layers.py: fc1's ColumnParallelLinear and fc2's "
+                    f"RowParallelLinear split it with divide(): '{f} is not divisible by {tp}')",
+                    f"use a multiple of {tp}, e.g. {-(-f // tp) * tp}"))
     return out
 
 

@@ -122,3 +122,35 @@ def test_expert_optimizer_state_is_sharded_over_the_expert_data_parallel_group()
     mem = memory_per_rank(t, training_plan(t, 8))
     n, n_exp = mem["params"] / 2, 65_536  # bf16 weights: 2 bytes a parameter
     assert mem["optimizer"] == pytest.approx((n - n_exp) * 12 / 4 + n_exp * 12 / 2)
+
+
+def test_distributed_optimizer_shards_the_experts_over_their_own_group() -> None:
+    """With the distributed optimizer the experts' state is sharded over their data-parallel group (dp·cp/ep = 2
+    ranks: Megatron Core's DDP builds the expert buffers on ``intra_expt_dp_group``, and the distributed
+    optimizer shards each buffer over its group), the dense state over dp = 4. Rank 0 holds n parameters (the
+    plain optimizer's step moves 28 bytes a parameter), E = 65,536 of them experts' (the test above): the passes
+    run on (n − E)/4 + E/2 parameters (norm 4, Adam 28, main-to-model copy 6 bytes each), the dense parameters
+    all-gather (n − E)·2 bytes over (0, 2, 4, 6), the experts' E·2 bytes over (0, 4)."""
+    def tail(text: str) -> dict[str, object]:
+        return {o.name: o for o in _ops(text) if o.rank == 0 and "." not in o.name}
+
+    n = tail(MOE)["optimizer_step"].nbytes / 28  # type: ignore[attr-defined]
+    dist = tail(MOE.replace("bf16: true", "bf16: true\n  use_distributed_optimizer: true"))
+    e = 65_536
+    k = (n - e) / 4 + e / 2
+    assert [dist[x].nbytes for x in ("optimizer_grad_norm_local", "optimizer_step",  # type: ignore[attr-defined]
+                                     "optimizer_param_copy")] == pytest.approx([4 * k, 28 * k, 6 * k])
+    gather, expert = dist["dp_param_allgather"], dist["dp_expert_param_allgather"]
+    assert (gather.group, gather.nbytes) == ((0, 2, 4, 6), pytest.approx((n - e) * 2))  # type: ignore[attr-defined]
+    assert (expert.group, expert.nbytes) == ((0, 4), pytest.approx(e * 2))  # type: ignore[attr-defined]
+
+
+def test_overlapped_reduction_still_scales_the_experts_gradients() -> None:
+    """With overlap_grad_reduce the dense buckets are scaled before their reductions; the experts' gradients
+    (E = 65,536 fp32 on rank 0, reduced at the step's end over their own group) are scaled by 1/(dp·cp) there too
+    (Megatron Core's start_grad_sync for the expert bucket groups): one pass of 2·4·E bytes before their
+    all-reduce."""
+    ops = [o for o in _ops(MOE.replace("bf16: true", "bf16: true\n  overlap_grad_reduce: true")) if o.rank == 0]
+    names = [o.name for o in ops]
+    at = names.index("dp_expert_grad_all_reduce")
+    assert (names[at - 1], ops[at - 1].nbytes) == ("grad_buffer_scale", 8 * 65_536)

@@ -68,6 +68,8 @@ def _edit(old: str, new: str) -> str:
      "number of layers per pipeline stage (2) must be divisible by number of layers per virtual pipeline stage (3)"),
     ("pp: 2", "pp: 2\n  overlap_param_gather: true\n  overlap_grad_reduce: true", 14, "training.overlap_param_gather",
      "--overlap-param-gather only supported with distributed optimizer"),
+    ("pp: 2", "pp: 2\n  ffn_hidden_size: 255", 14, "training.ffn_hidden_size",
+     "ffn_hidden_size (255) is not divisible by tensor_model_parallel_size (2)"),
 ])
 def test_megatron_refusals(tmp_path: Path, old: str, new: str, line: int | None, field: str, words: str) -> None:
     """A configuration Megatron refuses exits 2 with Megatron's reason, the key's line and a fix."""
@@ -88,6 +90,19 @@ def test_unknown_key_suggests_megatron_name(tmp_path: Path) -> None:
     assert code == 2
     assert "training.tensor_model_paralel_size: unknown key" in err
     assert "did you mean 'tensor_model_parallel_size'?" in err
+
+
+def test_an_alias_beside_its_megatron_name_is_named_twice(tmp_path: Path) -> None:
+    """``tp`` and ``tensor_model_parallel_size`` both written set one argument: the error names both (was "unknown
+    key 'tp'", fix "did you mean 'tp'?")."""
+    for extra in ("tensor_model_parallel_size: 2", "tensor_model_parallel_size: 4"):
+        code, err = _check(tmp_path, _edit("pp: 2", f"pp: 2\n  {extra}"))
+        assert code == 2 and "Traceback" not in err
+        first, fix = err.splitlines()[:2]
+        assert first.startswith(f"error: {tmp_path / 's.yaml'}:12:") and first.endswith(
+            ": training.tp: 'tp' and 'tensor_model_parallel_size' are both written: the alias and its Megatron "
+            "name set the same argument"), first
+        assert fix == "  fix: keep one of them"
 
 
 def test_a_megatron_no_flag_is_its_key_set_false(tmp_path: Path) -> None:
@@ -237,7 +252,7 @@ def test_step_passes_over_the_parameters_by_hand() -> None:
     the three: 28), the main-to-model parameter copy (read 4, write 2) and the gradient buffer's memset (4).
     fp16 (16-bit gradients): 4, 28, 6, 2. fp32: no parameter copy, memset 4. With the distributed optimizer
     (dp 2) Adam and the copy run on half, the memset on the whole buffer; with overlapped reduction there is no
-    tail scaling (Megatron Core scales each bucket: not written)."""
+    tail scaling (each bucket is scaled before its reduction: the bucket test)."""
     n = 58_784
 
     def tail(text: str) -> dict[str, float]:
@@ -404,9 +419,14 @@ def test_gradient_buckets_follow_megatrons_ddp() -> None:
     r0 = [o for o in _ops(text) if o.rank == 0]
     names = [o.name for o in r0]
     b0, b1 = names.index("dp_grad_all_reduce_s0_b0"), names.index("dp_grad_all_reduce_s0_b1")
-    assert names[b0 - 1] == "B0.0.W.l2.qkv_bias_grad" and names[b1 - 1] == "B0.0.W.embedding_wgrad"
+    assert names[b0 - 2] == "B0.0.W.l2.qkv_bias_grad" and names[b1 - 2] == "B0.0.W.embedding_wgrad"
     assert r0[b0].nbytes == 40_668_160 * 4 and r0[b1].nbytes == 40_706_560 * 4
     assert r0[b0].group == (0, 1) and r0[b0].stream == "dp_comm"
+    # each bucket scaled by 1/dp on the compute stream before its reduction (Megatron Core's start_grad_sync:
+    # bucket.grad_data *= gradient_scaling_factor): read and write 4 bytes a parameter of the bucket; no tail pass
+    assert [(names[b - 1], r0[b - 1].stream, r0[b - 1].nbytes) for b in (b0, b1)] == \
+        [("grad_buffer_scale_s0_b0", "compute", 8 * 40_668_160), ("grad_buffer_scale_s0_b1", "compute", 8 * 40_706_560)]
+    assert "grad_buffer_scale" not in names
 
 
 def test_interleaving_with_too_few_microbatches_names_the_global_batch(tmp_path: Path) -> None:
