@@ -350,6 +350,10 @@ class RankColumns(Mapping[int, RankMetrics]):
     def __len__(self) -> int:
         return len(self.ranks)
 
+    def __repr__(self) -> str:
+        """The repr of the dict of the same items (what ``Metrics.ranks`` printed when it was one)."""
+        return repr(dict(self.items()))
+
     def to_dict(self) -> dict[int, dict[str, float | None]]:
         """rank → :meth:`RankMetrics.to_dict` of each, in the ranks' order."""
         lists = [self.cols[f].tolist() for f in _RANK_FIELDS]

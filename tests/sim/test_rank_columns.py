@@ -79,3 +79,14 @@ def test_to_dict_spells_the_fields_of_rank_metrics():
     rc = RankColumns.of({3: RankMetrics(*[float(k) for k in range(8)], 8.0)})
     assert rc.to_dict() == {3: RankMetrics(*[float(k) for k in range(8)], 8.0).to_dict()}
     assert list(rc.to_dict()[3]) == [f.name for f in dataclasses.fields(RankMetrics)]
+
+
+def test_repr_is_that_of_the_dict_of_its_ranks() -> None:
+    """A Metrics' repr names its values, not an address: two runs of one schedule print the same."""
+    from schedsim.sim.metrics import RankColumns, RankMetrics
+
+    rm = RankMetrics(busy_compute_s=1.0, busy_comm_s=0.5, busy_copy_s=0.0, idle_s=0.25, exposed_comm_s=0.125,
+                     overlap_ratio=0.75, comm_share=0.5, comm_share_kernel_view=0.5, copy_overlap_ratio=None)
+    cols = RankColumns.of({3: rm})
+    assert repr(cols) == repr({3: rm})
+    assert "0x" not in repr(cols)
