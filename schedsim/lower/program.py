@@ -49,30 +49,13 @@ if TYPE_CHECKING:  # an annotation only: graph.info's three dataclasses cost ~1%
     from schedsim.graph.info import PipelineInfo
     from schedsim.lower.table import _Interner
 
-__all__ = ["Program", "DagView", "batch_heads", "compiled", "group_sizes", "rendezvous_groups", "required",
+__all__ = ["Program", "DagView", "batch_heads", "group_sizes", "rendezvous_groups", "required",
            "split_one_rank", "stable_order", "unique"]
-
-
-def compiled(name: str) -> Callable[..., Any] | None:
-    """The function ``name`` of the compiled module :mod:`schedsim.sim._cwaves`; None when it is not built (the
-    simulator then stops with one error line, :func:`schedsim.sim.loop.compiled_loop`), lacks it (built from an
-    older ``_cwaves.c``) or ``SCHEDSIM_NO_EXT=1``: the caller's numpy path then runs (``gpu.host``'s
-    ``issue_times``, whose numpy form also takes the inputs the C declines)."""
-    import os
-
-    if os.environ.get("SCHEDSIM_NO_EXT", "") not in ("", "0"):
-        return None
-    try:
-        from schedsim.sim import _cwaves  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    return getattr(_cwaves, name, None)
 
 
 def required(name: str) -> Callable[..., Any]:
     """The function ``name`` of the compiled module :mod:`schedsim.sim._cwaves` that the package has no other form of
-    (its numpy or Python form is a test oracle, ``tests/oracle/numpy_helpers.py``); ``SCHEDSIM_NO_EXT`` does not
-    turn it off.
+    (its numpy or Python form is a test oracle, ``tests/oracle/numpy_helpers.py``).
 
     Raises
     ------
