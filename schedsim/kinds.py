@@ -140,16 +140,35 @@ def _collective(name: str, one_rank: OneRank, nccl: str, bus: BusFactor, rooted:
 
 
 class _Registry(dict[str, KindInfo]):
-    """A dict that counts its changes (``version``), so that each :class:`KindList` reads it again only after one."""
+    """A dict that counts its changes (``version``), so that each :class:`KindList` reads it again only after one,
+    and calls each of ``on_change`` after every change (:mod:`schedsim.spec.model` puts its
+    :func:`~schedsim.spec.model.build_op_models` there: registering a kind is enough for schedules to name it).
+    What a callback raises (an entry naming no spec model: KeyError) comes out of the change, and an addition it
+    refuses is undone (the registry as it was, the callbacks run again)."""
 
     version = 0
 
-    def _changed(self) -> None:
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.on_change: list[Callable[[], None]] = []
+
+    def _changed(self, before: dict[str, KindInfo] | None = None) -> None:
         self.version += 1
+        try:
+            for f in self.on_change:
+                f()
+        except Exception:
+            if before is None:
+                raise
+            super().clear()  # refused: the registry as it was
+            super().update(before)
+            self._changed()
+            raise
 
     def __setitem__(self, key: str, value: KindInfo) -> None:
+        before = dict(self)
         super().__setitem__(key, value)
-        self._changed()
+        self._changed(before)
 
     def __delitem__(self, key: str) -> None:
         super().__delitem__(key)
@@ -166,13 +185,15 @@ class _Registry(dict[str, KindInfo]):
         return got
 
     def setdefault(self, key: str, default: Any = None) -> Any:
+        before = dict(self)
         got = super().setdefault(key, default)
-        self._changed()
+        self._changed(before)
         return got
 
     def update(self, *args: Any, **kw: Any) -> None:
+        before = dict(self)
         super().update(*args, **kw)
-        self._changed()
+        self._changed(before)
 
     def clear(self) -> None:
         super().clear()

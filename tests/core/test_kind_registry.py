@@ -41,17 +41,15 @@ TOY_PREFETCH = KindInfo("toy_prefetch2", "MemcpyOp", ("direction",), "copy", "co
 
 @pytest.fixture
 def registered(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., None]]:
-    """``register(*entries)``: add registry entries and build the spec models afresh from the registry
-    (:func:`schedsim.spec.model.build_op_models`); both undone after the test."""
+    """``register(*entries)``: add registry entries (the registry builds the spec models afresh,
+    :func:`schedsim.spec.model.build_op_models`); undone after the test."""
 
     def register(*infos: KindInfo) -> None:
         for info in infos:
             monkeypatch.setitem(KINDS, info.name, info)
-        spec_model.build_op_models()
 
     yield register
     monkeypatch.undo()
-    spec_model.build_op_models()
 
 
 @pytest.fixture
@@ -186,10 +184,29 @@ def test_the_spec_models_are_built_back_without_the_toy_kinds(registered: Callab
     assert spec_model.OP_MODELS["toy_kernel"] is spec_model.ComputeOp
     api.load_text(text, "toy.yaml")
     del KINDS["toy_kernel"]
-    spec_model.build_op_models()
     assert "toy_kernel" not in spec_model.OP_MODELS
     with pytest.raises(SpecError, match="unknown op kind 'toy_kernel'"):
         api.load_text(text, "toy.yaml")
+
+
+def test_registering_a_kind_is_enough_for_schedules_to_name_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The registry rebuilds the spec models after each change (``KINDS.on_change``): a kind set in the registry,
+    and nothing else, validates; removed (the undo), it is unknown again; an entry naming no spec model is refused
+    at registration."""
+    from schedsim import api
+    from schedsim.errors import SpecError
+
+    text = SHIPPED_KINDS.replace("kind: compute,", "kind: toy_kernel,")
+    with monkeypatch.context() as m:
+        m.setitem(KINDS, "toy_kernel", TOY_KERNEL)
+        assert get_args(spec_model.ComputeOp.model_fields["kind"].annotation) == ("compute", "toy_kernel")
+        assert [op.kind for op in api.load_text(text, "toy.yaml").ops].count("toy_kernel") == 1
+    assert "toy_kernel" not in spec_model.OP_MODELS
+    with pytest.raises(SpecError, match="unknown op kind 'toy_kernel'"):
+        api.load_text(text, "toy.yaml")
+    with monkeypatch.context() as m, pytest.raises(KeyError, match="NoSuchOp"):
+        m.setitem(KINDS, "toy_bad", replace(TOY_KERNEL, name="toy_bad", spec="NoSuchOp"))
+    assert "toy_bad" not in KINDS and "toy_bad" not in spec_model.OP_MODELS
 
 
 #: Communication kinds that are an existing entry under another name: a sum over the group (all_reduce's rules:
