@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, get_args, overload
+from typing import Any, Literal, get_args, overload
 
 __all__ = [
     "COLLECTIVE_KINDS",
@@ -226,11 +226,14 @@ class KindList(Sequence[str]):
     """The kinds of :data:`KINDS` whose entry passes the first of ``tests``, in the registry's order, then those
     passing the second..., then ``extra``; read from the registry at each use: a kind registered after import (a
     plugin, a test) is in every list that modules imported before (each read is kept until the registry next
-    changes). Compares equal to a tuple of the same names; ``+`` gives a tuple."""
+    changes). Compares equal to a tuple of the same names; ``+`` gives a tuple. ``of``: list a field of the
+    entries instead of their kind names (each value once, where not empty)."""
 
-    def __init__(self, *tests: Callable[[KindInfo], bool], extra: tuple[str, ...] = ()) -> None:
+    def __init__(self, *tests: Callable[[KindInfo], bool], extra: tuple[str, ...] = (),
+                 of: Callable[[KindInfo], str] | None = None) -> None:
         self._tests = tests
         self._extra = extra
+        self._of = of
         self._version = -1
         self._tuple: tuple[str, ...] = ()
         self._set: frozenset[str] = frozenset()
@@ -238,7 +241,9 @@ class KindList(Sequence[str]):
     def _names(self) -> tuple[str, ...]:
         version = KINDS.version
         if version != self._version:  # the registry changed since the last read: read it again
-            self._tuple = tuple(k for t in self._tests for k, i in KINDS.items() if t(i)) + self._extra
+            of = self._of
+            names = (k if of is None else of(i) for t in self._tests for k, i in KINDS.items() if t(i))
+            self._tuple = tuple(dict.fromkeys(n for n in names if n)) + self._extra
             self._set = frozenset(self._tuple)
             self._version = version
         return self._tuple
@@ -290,17 +295,16 @@ COLLECTIVE_KINDS = KindList(lambda i: i.host == "collective")
 COMM_KINDS = KindList(lambda i: i.host == "collective", lambda i: i.host == "p2p")
 #: Collectives whose members may each have a size of their own (:attr:`KindInfo.per_rank_size`).
 PER_RANK_SIZE = KindList(lambda i: i.per_rank_size)
-#: Kinds a hardware profile has a measured-time table for: the collectives and the p2p exchange (read once, at
-#: import: a profile's schema is built from it).
-TABLE_KINDS: tuple[str, ...] = tuple(dict.fromkeys(KINDS[k].table for k in COMM_KINDS if KINDS[k].table))
+#: Kinds a hardware profile has a measured-time table for: the collectives' and the p2p exchange's
+#: (:attr:`KindInfo.table`), read from the registry at each use like the lists above (a profile validates its table
+#: keys against it when loaded).
+TABLE_KINDS = KindList(lambda i: i.host == "collective", lambda i: i.host == "p2p", of=lambda i: i.table)
 #: Collectives as imported traces name them: the schedule's, plus NCCL's barrier.
 TRACE_COLLECTIVE_KINDS = KindList(lambda i: i.host == "collective", extra=("barrier",))
 
-if TYPE_CHECKING:
-    TableKind = str
-else:
-    #: A key of a profile's measured tables (pydantic validates against it): one of :data:`TABLE_KINDS`.
-    TableKind = Literal[TABLE_KINDS]
+#: A key of a profile's measured tables: one of :data:`TABLE_KINDS` (:mod:`schedsim.hardware.profile` checks it
+#: against the registry when a profile loads).
+TableKind = str
 
 
 def kind_info(kind: str) -> KindInfo:

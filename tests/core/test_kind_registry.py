@@ -209,6 +209,29 @@ def test_registering_a_kind_is_enough_for_schedules_to_name_it(monkeypatch: pyte
     assert "toy_bad" not in KINDS and "toy_bad" not in spec_model.OP_MODELS
 
 
+def test_a_registered_kind_s_table_is_a_profile_table_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A profile's measured-table keys are the registry's table kinds when it loads (``TABLE_KINDS`` read at each
+    use, not at import): a table for a kind's own ``table`` is refused until the kind is registered, loads while
+    it is, and is refused again once it is removed, with pydantic's message for the keys."""
+    from pydantic import ValidationError
+
+    from schedsim.kinds import TABLE_KINDS
+
+    d = toy_profile_dict()
+    d["collectives"] = {"source": "test", "tables": {"toy_table": {2: [[1024, 1.0]]}}}
+    refused = "Input should be 'all_reduce', 'all_gather', .* or 'sendrecv'"
+    with pytest.raises(ValidationError, match=refused):
+        HardwareProfile.model_validate(d)
+    with monkeypatch.context() as m:
+        m.setitem(KINDS, "toy_tabled", KindInfo("toy_tabled", "CollectiveOp", (), "comm", "network", "collective",
+                                                 "_all_reduce", "toy_table", "nop", nccl="allreduce", bus="2(n-1)/n"))
+        assert TABLE_KINDS[-2:] == ("toy_table", "sendrecv")  # the collectives' tables, then the p2p one
+        assert HardwareProfile.model_validate(d).collectives.tables == {"toy_table": {2: [(1024.0, 1.0)]}}
+    assert "toy_table" not in TABLE_KINDS
+    with pytest.raises(ValidationError, match=refused):
+        HardwareProfile.model_validate(d)
+
+
 #: Communication kinds that are an existing entry under another name: a sum over the group (all_reduce's rules:
 #: NCCL's allreduce, bus factor 2(n-1)/n), an exchange of a size per member (all_to_all's: grouped send/recv, no
 #: root), and a message each way of a send/recv pair.
