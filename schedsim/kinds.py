@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, get_args, overload
+from typing import Any, Literal, get_args, overload
 
 __all__ = [
     "COLLECTIVE_KINDS",
@@ -140,16 +140,35 @@ def _collective(name: str, one_rank: OneRank, nccl: str, bus: BusFactor, rooted:
 
 
 class _Registry(dict[str, KindInfo]):
-    """A dict that counts its changes (``version``), so that each :class:`KindList` reads it again only after one."""
+    """A dict that counts its changes (``version``), so that each :class:`KindList` reads it again only after one,
+    and calls each of ``on_change`` after every change (:mod:`schedsim.spec.model` puts its
+    :func:`~schedsim.spec.model.build_op_models` there: registering a kind is enough for schedules to name it).
+    What a callback raises (an entry naming no spec model: KeyError) comes out of the change, and an addition it
+    refuses is undone (the registry as it was, the callbacks run again)."""
 
     version = 0
 
-    def _changed(self) -> None:
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.on_change: list[Callable[[], None]] = []
+
+    def _changed(self, before: dict[str, KindInfo] | None = None) -> None:
         self.version += 1
+        try:
+            for f in self.on_change:
+                f()
+        except Exception:
+            if before is None:
+                raise
+            super().clear()  # refused: the registry as it was
+            super().update(before)
+            self._changed()
+            raise
 
     def __setitem__(self, key: str, value: KindInfo) -> None:
+        before = dict(self)
         super().__setitem__(key, value)
-        self._changed()
+        self._changed(before)
 
     def __delitem__(self, key: str) -> None:
         super().__delitem__(key)
@@ -166,13 +185,15 @@ class _Registry(dict[str, KindInfo]):
         return got
 
     def setdefault(self, key: str, default: Any = None) -> Any:
+        before = dict(self)
         got = super().setdefault(key, default)
-        self._changed()
+        self._changed(before)
         return got
 
     def update(self, *args: Any, **kw: Any) -> None:
+        before = dict(self)
         super().update(*args, **kw)
-        self._changed()
+        self._changed(before)
 
     def clear(self) -> None:
         super().clear()
@@ -205,11 +226,14 @@ class KindList(Sequence[str]):
     """The kinds of :data:`KINDS` whose entry passes the first of ``tests``, in the registry's order, then those
     passing the second..., then ``extra``; read from the registry at each use: a kind registered after import (a
     plugin, a test) is in every list that modules imported before (each read is kept until the registry next
-    changes). Compares equal to a tuple of the same names; ``+`` gives a tuple."""
+    changes). Compares equal to a tuple of the same names; ``+`` gives a tuple. ``of``: list a field of the
+    entries instead of their kind names (each value once, where not empty)."""
 
-    def __init__(self, *tests: Callable[[KindInfo], bool], extra: tuple[str, ...] = ()) -> None:
+    def __init__(self, *tests: Callable[[KindInfo], bool], extra: tuple[str, ...] = (),
+                 of: Callable[[KindInfo], str] | None = None) -> None:
         self._tests = tests
         self._extra = extra
+        self._of = of
         self._version = -1
         self._tuple: tuple[str, ...] = ()
         self._set: frozenset[str] = frozenset()
@@ -217,7 +241,9 @@ class KindList(Sequence[str]):
     def _names(self) -> tuple[str, ...]:
         version = KINDS.version
         if version != self._version:  # the registry changed since the last read: read it again
-            self._tuple = tuple(k for t in self._tests for k, i in KINDS.items() if t(i)) + self._extra
+            of = self._of
+            names = (k if of is None else of(i) for t in self._tests for k, i in KINDS.items() if t(i))
+            self._tuple = tuple(dict.fromkeys(n for n in names if n)) + self._extra
             self._set = frozenset(self._tuple)
             self._version = version
         return self._tuple
@@ -269,17 +295,16 @@ COLLECTIVE_KINDS = KindList(lambda i: i.host == "collective")
 COMM_KINDS = KindList(lambda i: i.host == "collective", lambda i: i.host == "p2p")
 #: Collectives whose members may each have a size of their own (:attr:`KindInfo.per_rank_size`).
 PER_RANK_SIZE = KindList(lambda i: i.per_rank_size)
-#: Kinds a hardware profile has a measured-time table for: the collectives and the p2p exchange (read once, at
-#: import: a profile's schema is built from it).
-TABLE_KINDS: tuple[str, ...] = tuple(dict.fromkeys(KINDS[k].table for k in COMM_KINDS if KINDS[k].table))
+#: Kinds a hardware profile has a measured-time table for: the collectives' and the p2p exchange's
+#: (:attr:`KindInfo.table`), read from the registry at each use like the lists above (a profile validates its table
+#: keys against it when loaded).
+TABLE_KINDS = KindList(lambda i: i.host == "collective", lambda i: i.host == "p2p", of=lambda i: i.table)
 #: Collectives as imported traces name them: the schedule's, plus NCCL's barrier.
 TRACE_COLLECTIVE_KINDS = KindList(lambda i: i.host == "collective", extra=("barrier",))
 
-if TYPE_CHECKING:
-    TableKind = str
-else:
-    #: A key of a profile's measured tables (pydantic validates against it): one of :data:`TABLE_KINDS`.
-    TableKind = Literal[TABLE_KINDS]
+#: A key of a profile's measured tables: one of :data:`TABLE_KINDS` (:mod:`schedsim.hardware.profile` checks it
+#: against the registry when a profile loads).
+TableKind = str
 
 
 def kind_info(kind: str) -> KindInfo:

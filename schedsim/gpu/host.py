@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from schedsim.gpu.rules import _compiled, _first_per_key
 from schedsim.graph.ops import Op
 from schedsim.hardware.profile import HardwareProfile
 from schedsim.kinds import KINDS
@@ -66,7 +65,7 @@ def host_issue_columns(rank: np.ndarray, stream: np.ndarray, hclass: np.ndarray,
     add_s = lp.elementwise_call_s
     extra = lp.executor_extra_per_op_us * 1e-6 if model_executor else 0.0
     first_op, first_comm = lp.first_op_extra_us * 1e-6, lp.first_collective_extra_us * 1e-6
-    # the rules as per-class tables, read by the compiled pass and the numpy one alike: per host class (H_KERNEL ..
+    # the rules as per-class tables, read by the compiled pass (and its numpy oracle): per host class (H_KERNEL ..
     # H_COLL; a class past H_COLL calls nothing) its call, whether a kernel's is per repeat, and the group whose
     # first op on a rank pays a first-call extra (0: kernels, 1: communication); a batch's call is below
     H = max(6, int(hclass.max()) + 1 if n else 0)
@@ -81,61 +80,29 @@ def host_issue_columns(rank: np.ndarray, stream: np.ndarray, hclass: np.ndarray,
                            cf.get("elementwise", 0.0) * 1e-6])
     if call_extra is not None and not np.any(call_extra):
         call_extra = None
-    ext = _compiled("issue_times") if call_extra is None else None
-    if ext is not None and n:  # one compiled pass when the ranks ascend (a Program's do)
-        issue, call0 = np.empty(n), np.empty(n)
-        ints = (rank, stream, hclass, repeat[:1] if repeat.strides == (0,) else repeat, batch, cross_stream_deps)
-        if ext(*(np.ascontiguousarray(a, np.int64) for a in ints),
-               np.ascontiguousarray(host_s[:1] if host_s.strides == (0,) else host_s, np.float64), by_class,
-               per_repeat, first_group, first_cost, H_BATCH_P2P, (ev_s, extra, sw_s, batch_s), issue, call0):
-            return issue, call0
+    if not n:
+        return np.zeros(0), np.zeros(0)
     rank = rank.astype(np.int64)
     order = None if n < 2 or bool(np.all(rank[1:] >= rank[:-1])) else np.argsort(rank, kind="stable")
-    if order is not None:  # the prefix sums run per rank in program order
+    if order is not None:  # the sums run per rank in program order (a Program's ranks ascend already)
         rank, stream, hclass, repeat, host_s, batch, cross_stream_deps = (
             a[order] for a in (rank, stream, hclass, repeat, host_s, batch, cross_stream_deps))
         if call_extra is not None:
             call_extra = call_extra[order]
-    new_rank = np.ones(n, bool)
-    new_rank[1:] = rank[1:] != rank[:-1]
-    switch = np.zeros(n, bool)
-    switch[1:] = (stream[1:] != stream[:-1]) & ~new_rank[1:]
-    call = _calls(by_class, per_repeat, hclass, repeat, rank, batch, batch_s, call_extra)
-    first = np.zeros(n)
-    fg = first_group[hclass]
-    for g, cost in enumerate(first_cost.tolist()):
-        idx = np.flatnonzero(fg == g)
-        r = rank[idx]  # ascending (ops in rank order): a rank's first is where the rank changes
-        at = np.ones(len(idx), bool)
-        at[1:] = r[1:] != r[:-1]
-        first[idx[at]] = cost
-    ev = cross_stream_deps * ev_s
+    if int(batch.max()) >= 4 * n + 64:  # sparse batch ids: equal ids stay equal, below the compiled pass's table
+        batch = np.where(batch >= 0, np.unique(batch, return_inverse=True)[1].reshape(-1), -1)
     issue, call0 = np.empty(n), np.empty(n)
-    hs = host_s[:1] if n and host_s.strides == (0,) else host_s  # a broadcast: one value for every op
-    # the prefix sums in one compiled pass (the package's only form; numpy's cumsum, the same floats in the same
-    # order, is the test oracle tests/oracle/numpy_helpers.issue_sums)
-    _required("issue_sums")(new_rank, np.ascontiguousarray(hs, np.float64), np.ascontiguousarray(ev, np.float64),
-                            extra, switch, sw_s, np.ascontiguousarray(call), np.ascontiguousarray(first), issue, call0)
+    ints = (rank, stream, hclass, repeat[:1] if repeat.strides == (0,) else repeat, batch, cross_stream_deps)
+    # one compiled pass (the package's only form; its numpy form is the test oracle numpy_helpers.issue_times)
+    if not _required("issue_times")(
+            *(np.ascontiguousarray(a, np.int64) for a in ints),
+            np.ascontiguousarray(host_s[:1] if host_s.strides == (0,) else host_s, np.float64), by_class, per_repeat,
+            first_group, first_cost, H_BATCH_P2P, (ev_s, extra, sw_s, batch_s), issue, call0,
+            None if call_extra is None else np.ascontiguousarray(call_extra, np.float64)):
+        raise AssertionError("issue_times declined ascending ranks with dense batch ids")
     if order is not None:
         issue[order], call0[order] = issue.copy(), call0.copy()
     return issue, call0
-
-
-def _calls(by_class: np.ndarray, per_repeat: np.ndarray, hclass: np.ndarray, repeat: np.ndarray, rank: np.ndarray,
-           batch: np.ndarray, batch_s: float, call_extra: np.ndarray | None) -> np.ndarray:
-    """Each op's own call (s, shape (n,)) in :func:`host_issue_columns`' numpy pass: its class's, times its
-    repeats where per repeat, plus ``call_extra``; a batch's one call at its first member."""
-    n = len(hclass)
-    call = by_class[hclass]
-    if not (repeat.strides == (0,) and n and repeat[0] == 1):  # (a broadcast of 1: every op runs once)
-        m = per_repeat[hclass].astype(bool)
-        call[m] *= repeat[m]
-    if call_extra is not None:
-        call = call + call_extra
-    bm = np.flatnonzero(hclass == H_BATCH_P2P)
-    if len(bm):  # one batch_isend_irecv call per batch, paid at its first member
-        call[bm[_first_per_key(rank[bm] * (int(batch.max()) + 1) + batch[bm])]] = batch_s
-    return call
 
 
 def kernel_release(issue: np.ndarray, call0: np.ndarray, profile: HardwareProfile, mode: str,

@@ -446,17 +446,6 @@ def first_codes(key: np.ndarray) -> np.ndarray:
     return num[key]
 
 
-def _first_per_key(key: np.ndarray) -> np.ndarray:
-    """Mask of the first occurrence of each value of ``key`` (int64)."""
-    out = np.zeros(len(key), bool)
-    if len(key):
-        first = _first_table(key)
-        if first is not None:
-            return first[key] == np.arange(len(key))
-        out[unique_keys(key)[1]] = True
-    return out
-
-
 def graph_node_terms(profile: HardwareProfile, mode: str) -> tuple[float, float]:
     """``(timing_s, empty_s)``: seconds the timing events of a graph timed op by op add to every op that runs a
     kernel (``launch.graph_timing_event_us``, when ``launch.graph_timed``:
@@ -611,16 +600,6 @@ def stream_queues(ops: Sequence[Op], max_connections: int) -> list[int]:
     sid = np.fromiter((codes.setdefault(op.stream, len(codes)) for op in ops), np.int64, len(ops))
     rank = np.fromiter((op.rank for op in ops), np.int64, len(ops))
     return stream_queue_columns(rank, sid, max_connections).tolist()
-
-
-def _compiled(name: str):
-    """The compiled function ``name`` (``_cwaves.issue_times`` of :func:`~schedsim.gpu.host.host_issue_columns`: the
-    whole rule from its tables, for ops with no per-op call extra and ranks in order), or None when
-    the extension is not built, lacks it or ``SCHEDSIM_NO_EXT=1`` (:func:`schedsim.lower.program.compiled`): then
-    the numpy columns run, with the prefix sums in ``issue_sums`` (:func:`schedsim.lower.program.required`)."""
-    from schedsim.lower.program import compiled
-
-    return compiled(name)
 
 
 def communicator(op: Op, world: int, p2p_serialized: bool) -> tuple[int, ...]:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -27,10 +28,11 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from schedsim._pydantic import plugins_off
 from schedsim.errors import ProfileError, printable
-from schedsim.kinds import DType, TableKind
+from schedsim.kinds import TABLE_KINDS, DType, TableKind
 
 __all__ = ["HardwareProfile", "load_profile", "list_profiles", "LinkClass", "GPU_MODELS", "check_gpu_model"]
 
@@ -524,17 +526,32 @@ class GemmTable(_B):
         "operands add, in a graph or eagerly (rule graph-nodes of schedsim.gpu.rules).")
 
 
+def _table_kind(key: str) -> str:
+    """A table key that is one of :data:`schedsim.kinds.TABLE_KINDS` as the registry holds it now (a kind
+    registered after import included); pydantic's ``literal_error`` otherwise, with the message it gives a
+    ``Literal`` of those keys."""
+    if key not in TABLE_KINDS:
+        names = [repr(k) for k in TABLE_KINDS]
+        listed = f"{', '.join(names[:-1])} or {names[-1]}" if len(names) > 1 else "".join(names)
+        raise PydanticCustomError("literal_error", "Input should be {expected}", {"expected": listed})
+    return key
+
+
+#: A key of a profile's measured tables, checked against the registry when the profile loads.
+TableKey = Annotated[TableKind, AfterValidator(_table_kind)]
+
+
 class CollectiveTables(_B):
     """busbw-vs-size tables in the nccl-tests convention (``doc/PERFORMANCE.md``), per collective and group size."""
 
     source: str
-    tables: dict[TableKind, dict[PositiveInt, Annotated[list[tuple[PositiveFloat, PositiveFloat]], Field(min_length=1)]]] = Field(
+    tables: dict[TableKey, dict[PositiveInt, Annotated[list[tuple[PositiveFloat, PositiveFloat]], Field(min_length=1)]]] = Field(
         default_factory=lambda: {},
         description="collective -> group size -> [[size_bytes, busbw_GBps], ...] in the nccl-tests convention "
         "(size = the size column; busbw = algbw * factor). Keys: all_reduce, all_gather, reduce_scatter, "
         "broadcast, reduce, all_to_all, sendrecv, ...",
     )
-    nodes: dict[TableKind, dict[PositiveInt, PositiveInt]] = Field(
+    nodes: dict[TableKey, dict[PositiveInt, PositiveInt]] = Field(
         default_factory=lambda: {},
         description="collective -> group size -> nodes its table was measured over (calibrate --from-nccl-tests "
         "records it from the log's hosts); not listed: 1. A table times only groups that span that many nodes.",

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
 import numpy as np
 
@@ -49,30 +49,13 @@ if TYPE_CHECKING:  # an annotation only: graph.info's three dataclasses cost ~1%
     from schedsim.graph.info import PipelineInfo
     from schedsim.lower.table import _Interner
 
-__all__ = ["Program", "DagView", "batch_heads", "compiled", "group_sizes", "rendezvous_groups", "required",
+__all__ = ["Program", "DagView", "batch_heads", "group_sizes", "rendezvous_groups", "required",
            "split_one_rank", "stable_order", "unique"]
-
-
-def compiled(name: str) -> Callable[..., Any] | None:
-    """The function ``name`` of the compiled module :mod:`schedsim.sim._cwaves`; None when it is not built (the
-    simulator then stops with one error line, :func:`schedsim.sim.loop.compiled_loop`), lacks it (built from an
-    older ``_cwaves.c``) or ``SCHEDSIM_NO_EXT=1``: the caller's numpy path then runs (``gpu.host``'s
-    ``issue_times``, whose numpy form also takes the inputs the C declines)."""
-    import os
-
-    if os.environ.get("SCHEDSIM_NO_EXT", "") not in ("", "0"):
-        return None
-    try:
-        from schedsim.sim import _cwaves  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    return getattr(_cwaves, name, None)
 
 
 def required(name: str) -> Callable[..., Any]:
     """The function ``name`` of the compiled module :mod:`schedsim.sim._cwaves` that the package has no other form of
-    (its numpy or Python form is a test oracle, ``tests/oracle/numpy_helpers.py``); ``SCHEDSIM_NO_EXT`` does not
-    turn it off.
+    (its numpy or Python form is a test oracle, ``tests/oracle/numpy_helpers.py``).
 
     Raises
     ------
@@ -161,7 +144,10 @@ def _narrow(a: NDArray[np.int64], bound: int) -> NDArray[np.int32] | NDArray[np.
     return a
 
 
-def _freeze(v: Any) -> Any:
+_T = TypeVar("_T")
+
+
+def _freeze(v: _T) -> _T:
     """``v`` with its arrays (``v`` itself, or the members of a tuple of arrays) made read-only."""
     for a in v if isinstance(v, tuple) and v and isinstance(v[0], np.ndarray) else (v,):  # not the name tables
         if isinstance(a, np.ndarray):
@@ -197,7 +183,7 @@ class Program:
     pipeline: PipelineInfo | None
     templates: tuple[Op, ...]
     name_table: tuple[str, ...] | _Interner  # the op names: a tuple, or the lowering's interner (``names``)
-    tag_table: tuple[tuple[tuple[str, Any], ...], ...] | _Interner  # the tag sets, likewise (``tagsets``)
+    tag_table: tuple[tuple[tuple[str, object], ...], ...] | _Interner  # the tag sets, likewise (``tagsets``)
     streams: tuple[str, ...]
     str_table: tuple[str, ...] | _Interner  # p2p batch names and message tags, likewise (``strs``)
     tmpl: NDArray[np.int32]
@@ -251,13 +237,13 @@ class Program:
         t = self.str_table
         return t if isinstance(t, tuple) else tuple(t.items)
 
-    def __getstate__(self) -> dict[str, Any]:
+    def __getstate__(self) -> dict[str, object]:
         """The state with the name, tag and string tables as tuples (the lowering's interners hold closures)."""
         state = dict(self.__dict__)
         state["name_table"], state["tag_table"], state["str_table"] = self.names, self.tagsets, self.strs
         return state
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
+    def __setstate__(self, state: dict[str, object]) -> None:
         """Unpickling and :func:`copy.copy`/:func:`copy.deepcopy` restore the arrays (and cached views) writable;
         make them read-only again."""
         self.__dict__.update(state)

@@ -17,7 +17,6 @@
  *
  * Entry: run(ints, floats, arrays) -> number of jobs run; see schedsim.sim.waves_columns.run_waves_program for the order.
  * Also walk(binding, ogrp, i, out), the critical path's walk back (schedsim.sim.engine._timeline_program),
- * issue_sums(...), rule host-issue's prefix sums for schedsim.gpu.host.host_issue_columns (arithmetic only), and
  * acyclic(n, src, dst), Kahn's sweep for the static checks (schedsim.lower.checks._acyclic),
  * first_set(...), the pipeline emitter's input lookups (schedsim.lower.pipeline._FastEmitter._inputs),
  * acyclic_units(n, units, parts), the same sweep over the wait-for graph's edge parts (checks._no_hang),
@@ -27,8 +26,8 @@
  * rule communicator-order's communicator-order edges, issue_times(...), rule host-issue's issue times from gpu_model's per-class tables,
  * rank_codes(...), rule hardware-queues's per-rank stream numbering, and stream_reached(...), when each op's stream reached
  * it (the preparation and post-pass of
- * schedsim.sim.waves_columns.run_waves_program; each has a numpy form: the package's fallback, or for succ_csr,
- * kernels and stream_reached a test oracle, tests/oracle/numpy_helpers.py).
+ * schedsim.sim.waves_columns.run_waves_program). The package has no other form of any of them: their numpy or
+ * Python forms are test oracles (tests/oracle/numpy_helpers.py).
  * Raises MemoryError, or what a Python signal handler raises while it runs (KeyboardInterrupt on Ctrl-C:
  * the handlers run every SIGNAL_EVERY + 1 events).
  */
@@ -812,8 +811,9 @@ static void loop(W *w) {
  * kernels' reductions, ktail and ktail_tau after ktau; 8: kgain after ktail_tau, rule wave-tail; 10: run's optional
  * share argument, the shared links; 11: run's and stream_reached's compact forms: kern, kops_ptr, kops_idx empty for
  * the identity, kmem, ktail, ktail_tau, kgain, kneed of one entry when every kernel has that value; 12: share's
- * optional link CSR, counts and firsts, for flows alone on their links). */
-#define LAYOUT 12
+ * optional link CSR, counts and firsts, for flows alone on their links; 13: issue_times' optional per-op call
+ * extra (issue_sums removed)). */
+#define LAYOUT 13
 /* Entries of the copy rate table: 3 engines x reverse engine busy x compute resident (gpu.rates.rate_tables) */
 #define COPY_TAB 12
 /* Each buffer's type, in argument order: d float64, i int32 (see the struct's fields and run()'s unpacking) */
@@ -1562,60 +1562,6 @@ done:
     return result;
 }
 
-/* ---- issue_sums(...): rule host-issue's per-rank prefix sums of the host's increments ------------------------------ */
-/* issue_sums(new_rank, host_s, ev, extra, switch, sw_s, call, first, issue, call0): for each op in order, the
- * host's running time (reset where new_rank is set: the first op of a rank) plus, in this order, host_s[i]
- * (host_s of length 1: the same for every op), ev[i], extra, sw_s where switch[i], call[i] and first[i];
- * call0[i] is the sum before call[i], issue[i] after first[i]. The same floats added in the same order as
- * schedsim.gpu.host.host_issue_columns' np.cumsum (its fallback), so bit-identical. new_rank and switch
- * are bool arrays, the rest float64, outputs writable; all of one length n (host_s: n or 1). */
-static PyObject *issue_sums(PyObject *self, PyObject *args) {
-    (void)self;
-    PyObject *o[8];
-    double extra, sw_s;
-    if (!PyArg_ParseTuple(args, "OOOdOdOOOO", &o[0], &o[1], &o[2], &extra, &o[3], &sw_s, &o[4], &o[5], &o[6],
-                          &o[7]))
-        return NULL;
-    static const char *const code[8] = {"?", "d", "d", "?", "d", "d", "d", "d"};
-    static const Py_ssize_t size[8] = {1, 8, 8, 1, 8, 8, 8, 8};
-    Py_buffer b[8];
-    int got = 0;
-    for (; got < 8; got++)
-        if (typed_buffer(o[got], &b[got], code[got], size[got], got >= 6,
-                         "issue_sums: bool new_rank and switch, float64 times, writable outputs") < 0)
-            break;
-    PyObject *result = NULL;
-    if (got == 8) {
-        i64 n = b[0].len;
-        i64 nh = b[1].len / 8;
-        if (b[2].len / 8 != n || b[3].len != n || b[4].len / 8 != n || b[5].len / 8 != n || b[6].len / 8 != n ||
-            b[7].len / 8 != n || (nh != n && nh != 1)) {
-            PyErr_SetString(PyExc_ValueError, "issue_sums: arrays of different lengths");
-        } else {
-            const char *nr = b[0].buf, *sw = b[3].buf;
-            const double *hs = b[1].buf, *ev = b[2].buf, *call = b[4].buf, *first = b[5].buf;
-            double *issue = b[6].buf, *call0 = b[7].buf;
-            i64 hstep = nh == n ? 1 : 0;
-            double acc = 0.0;
-            for (i64 i = 0; i < n; i++) {
-                double h = hs[i * hstep];
-                acc = nr[i] ? h : acc + h; /* np.cumsum starts a rank at its first element */
-                acc += ev[i];
-                acc += extra;
-                acc += sw[i] ? sw_s : 0.0;
-                call0[i] = acc;
-                acc += call[i];
-                acc += first[i];
-                issue[i] = acc;
-            }
-            result = Py_NewRef(Py_None);
-        }
-    }
-    for (int a = 0; a < got; a++) PyBuffer_Release(&b[a]);
-    return result;
-}
-
-
 /* ---- succ_csr(n, edges, sid, sptr, sidx, npred, xdeps): the DAG's successor lists ---------------------------- */
 /* The edges (a tuple of int64 or int32 arrays, each of (src, dst) pairs one after another, e.g. an (E, 2) array: ops
  * 0..n-1, any order, repeats allowed) as CSR: row r of sidx (from sptr[r] to sptr[r + 1], int32) holds r's
@@ -1926,7 +1872,7 @@ done:
 }
 
 /* ---- fifo_edges(rank, comm, batch, out): rule communicator-order's communicator-order edges ------------------------------ */
-/* The edges of schedsim.gpu.rules.comm_fifo_columns (its numpy form is the reference and the fallback), in
+/* The edges of tests/oracle/numpy_helpers.comm_fifo_columns (the numpy form: a test oracle), in
  * one pass over ops whose ranks ascend: per (rank, communicator) the ops with comm >= 0 in order, consecutive
  * ops of one batch (batch >= 0, equal) one entry, every op of an entry after every op of the entry before it
  * (out[2e] -> out[2e + 1]: an (E, 2) array of pairs, as succ_csr reads them; in another order than numpy's).
@@ -2009,41 +1955,46 @@ done:
 
 /* ---- issue_times(...): rule host-issue's host issue times from per-class tables ------------------------------------ */
 /* issue_times(rank, stream, hclass, repeat, batch, xdeps, host_s, by_class, per_repeat, first_group, first_cost,
- * batch_class, (ev_s, extra, sw_s, batch_s), issue, call0) -> bool: schedsim.gpu.host.host_issue_columns'
+ * batch_class, (ev_s, extra, sw_s, batch_s), issue, call0[, call_extra]) -> bool: schedsim.gpu.host.host_issue_columns'
  * columns and sums in one pass over ops whose ranks ascend (False, nothing that counts written, when they do
- * not or a batch id is 4n + 64 or more: then its numpy form runs). Every rule is in the tables Python makes from gpu_model: an op of host class h
- * calls by_class[h] seconds, times its repeat when per_repeat[h]; an op of batch_class pays batch_s instead at
+ * not or a batch id is 4n + 64 or more: host_issue_columns sorts and renumbers first). Every rule is in the tables
+ * Python makes from gpu_model: an op of host class h calls by_class[h] seconds, times its repeat when per_repeat[h],
+ * plus call_extra[i] (a GEMM shape's gemm.call extra, s) when given; an op of batch_class pays batch_s instead at
  * the first op of its (rank, batch); the first op of each first_group[h] >= 0 on a rank pays first_cost of that
- * group. The sums are issue_sums' (same floats, same order). Per op: rank, stream, hclass, batch, xdeps int64,
- * repeat int64 and host_s float64 (length n, or 1: one value for all); per class: by_class float64, per_repeat
- * and first_group int32; first_cost float64; issue, call0 writable float64. Raises TypeError for other buffers,
- * ValueError for a class or group outside the tables, or lengths that differ. */
+ * group. Per rank the host adds, op by op and in this order, host_s, the event waits (xdeps * ev_s), extra, sw_s
+ * where the stream changed, the call and the first-call cost: the floats and order of numpy's cumsum over them
+ * (the test oracle tests/oracle/numpy_helpers.host_issue_columns), so bit-identical. Per op: rank, stream, hclass,
+ * batch, xdeps int64, repeat int64 and host_s float64 (length n, or 1: one value for all), call_extra float64
+ * (length n); per class: by_class float64, per_repeat and first_group int32; first_cost float64; issue, call0
+ * writable float64. Raises TypeError for other buffers, ValueError for a class or group outside the tables, or
+ * lengths that differ. */
 static PyObject *issue_times(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *o[13];
+    PyObject *o[14] = {NULL};
     Py_ssize_t batch_class;
     double ev_s, extra, sw_s, batch_s;
-    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOn(dddd)OO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7],
-                          &o[8], &o[9], &o[10], &batch_class, &ev_s, &extra, &sw_s, &batch_s, &o[11], &o[12]))
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOn(dddd)OO|O", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7],
+                          &o[8], &o[9], &o[10], &batch_class, &ev_s, &extra, &sw_s, &batch_s, &o[11], &o[12], &o[13]))
         return NULL;
     /* 'q': int64, 'd': float64, 'i': int32 */
-    static const char kind[13] = {'q', 'q', 'q', 'q', 'q', 'q', 'd', 'd', 'i', 'i', 'd', 'd', 'd'};
-    Py_buffer b[13];
+    static const char kind[14] = {'q', 'q', 'q', 'q', 'q', 'q', 'd', 'd', 'i', 'i', 'd', 'd', 'd', 'd'};
+    int nbuf = o[13] && o[13] != Py_None ? 14 : 13; /* call_extra given */
+    Py_buffer b[14];
     int got = 0;
-    for (; got < 13; got++) {
+    for (; got < nbuf; got++) {
         int r = kind[got] == 'q'
                     ? int64_or_int32(o[got], &b[got], 1, 0, "issue_times: int64 op columns")
-                    : typed_buffer(o[got], &b[got], kind[got] == 'd' ? "d" : "i", kind[got] == 'd' ? 8 : 4, got >= 11,
+                    : typed_buffer(o[got], &b[got], kind[got] == 'd' ? "d" : "i", kind[got] == 'd' ? 8 : 4, got == 11 || got == 12,
                                    "issue_times: float64 times and costs, int32 class tables, writable outputs");
         if (r < 0) break;
     }
     PyObject *result = NULL;
     i64 *bseen = NULL;
-    if (got < 13) goto done;
+    if (got < nbuf) goto done;
     i64 n = b[0].len / 8, nr_ = b[3].len / 8, nh = b[6].len / 8, H = b[7].len / 8, G = b[10].len / 8;
     int bad = b[1].len / 8 != n || b[2].len / 8 != n || b[4].len / 8 != n || b[5].len / 8 != n ||
               (nr_ != n && nr_ != 1) || (nh != n && nh != 1) || b[8].len / 4 != H || b[9].len / 4 != H ||
-              b[11].len / 8 != n || b[12].len / 8 != n || G > 8;
+              b[11].len / 8 != n || b[12].len / 8 != n || G > 8 || (nbuf == 14 && b[13].len / 8 != n);
     if (bad) {
         PyErr_SetString(PyExc_ValueError, "issue_times: arrays of the wrong lengths");
         goto done;
@@ -2053,6 +2004,7 @@ static PyObject *issue_times(PyObject *self, PyObject *args) {
     const double *hs = b[6].buf, *by_class = b[7].buf, *first_cost = b[10].buf;
     const i32 *per_rep = b[8].buf, *fgrp = b[9].buf;
     double *issue = b[11].buf, *call0 = b[12].buf;
+    const double *cx = nbuf == 14 ? b[13].buf : NULL;
     i64 nb = 0;
     for (i64 i = 0; i < n; i++) {
         if (hcls[i] < 0 || hcls[i] >= H || fgrp[hcls[i]] >= G) {
@@ -2080,6 +2032,7 @@ static PyObject *issue_times(PyObject *self, PyObject *args) {
         i64 h = hcls[i];
         double call = by_class[h];
         if (per_rep[h]) call *= (double)rep[i * rstep];
+        if (cx) call += cx[i];
         if (h == batch_class && batch[i] >= 0 && bseen[batch[i]] != rank[i]) { /* ranks ascend: a stamp */
             bseen[batch[i]] = rank[i];
             call = batch_s;
@@ -2091,7 +2044,7 @@ static PyObject *issue_times(PyObject *self, PyObject *args) {
             first = first_cost[g];
         }
         double hv = hs[i * hstep];
-        acc = nr ? hv : acc + hv; /* the sums of issue_sums */
+        acc = nr ? hv : acc + hv; /* np.cumsum starts a rank at its first element */
         acc += (double)xdeps[i] * ev_s;
         acc += extra;
         acc += !nr && stream[i] != stream[i - 1] ? sw_s : 0.0;
@@ -2110,7 +2063,7 @@ done:
 /* ---- rank_codes(rank, key, out): each key numbered by first appearance on its rank ------------------------- */
 /* out[i] = how many distinct keys rank[i]'s ops showed before key[i] first appeared on that rank (0 for the
  * rank's first key, 1 for its second, ...), in one pass over ops whose ranks ascend; the numbering of
- * schedsim.gpu.rules.stream_queue_columns (numpy's, the fallback). rank, key int64 (key >= 0) of one length;
+ * schedsim.gpu.rules.stream_queue_columns (numpy's: the test oracle tests/oracle/numpy_helpers.rank_codes). rank, key int64 (key >= 0) of one length;
  * out writable int64. Returns False (nothing that counts written) when the ranks do not ascend or a key is 4n + 64
  * or more (sparse: its table is not made). Raises TypeError
  * for other buffers, ValueError for a negative key or lengths that differ. */
@@ -2174,7 +2127,6 @@ done:
 
 static PyMethodDef methods[] = {
     {"run", run, METH_VARARGS, "Run the waves event loop on flat arrays (schedsim.sim.waves_columns.run_waves_program)."},
-    {"issue_sums", issue_sums, METH_VARARGS, "Rule host-issue's per-rank prefix sums (gpu.host.host_issue_columns)."},
     {"walk", walk, METH_VARARGS, "walk(binding, ogrp, i, out) -> n: the critical path from op i, last op first."},
     {"acyclic", acyclic, METH_VARARGS, "acyclic(n, src, dst) -> bool: no cycle among n nodes (int32 or int64 edges)."},
     {"acyclic_units", acyclic_units, METH_VARARGS, "acyclic_units(n, units, parts) -> bool: acyclic() of edge parts."},

@@ -482,7 +482,8 @@ def build_op_models() -> None:
     the model that validates its kind, so each model's ``kind`` field is the ``Literal`` of the kinds whose entry
     names it, :data:`OP_MODELS` maps every kind to its model (filled in place: importers keep the same dict),
     and :attr:`ScheduleSpec.ops` is the union of the models named, discriminated by ``kind``. A new kind is then
-    its registry entry alone. Run once at import; run again after the registry changes (a test's kind).
+    its registry entry alone. Run once at import, and by the registry after each change of it
+    (:attr:`schedsim.kinds.KINDS` ``.on_change``).
 
     Raises
     ------
@@ -511,6 +512,7 @@ def build_op_models() -> None:
 
 
 build_op_models()
+KINDS.on_change.append(build_op_models)  # a kind registered (or removed) later: the models follow
 
 
 def _source_text(file: str, source: tuple[int | None, int | None, str]) -> str:

@@ -1,12 +1,14 @@
 """Oracle: numpy forms of the compiled preparation helpers of the ``waves`` loop (``_cwaves.succ_csr``,
-``_cwaves.kernels``, ``_cwaves.stream_reached``, rule host-issue's prefix sums ``_cwaves.issue_sums``, rule
+``_cwaves.kernels``, ``_cwaves.stream_reached``, rule host-issue's issue times ``_cwaves.issue_times`` (with its
+prefix sums :func:`issue_sums`), rule
 communicator-order's edges ``_cwaves.fifo_edges`` as :func:`comm_fifo_columns`, the static checks' Kahn sweep
 ``_cwaves.acyclic``, rule hardware-queues's stream numbering ``_cwaves.rank_codes``, the pipeline emitter's input
 lookups ``_cwaves.first_set``, torch's send/recv rows of a pipeline order ``_cwaves.torch_rows`` as
 :func:`torch_lower_cols`), with the C functions' signatures and output buffers, so a test can put them in place of
 the compiled ones (:func:`with_numpy_helpers`) and hold the timelines equal. The package calls the compiled helpers
-only (:mod:`schedsim.sim.waves_columns`, :mod:`schedsim.gpu.rules`, :mod:`schedsim.lower.pipeline`,
-:mod:`schedsim.lower.pipeline_steps`); these were its fallbacks for a build without them.
+only (:mod:`schedsim.sim.waves_columns`, :mod:`schedsim.gpu.rules`, :mod:`schedsim.gpu.host`,
+:mod:`schedsim.lower.pipeline`, :mod:`schedsim.lower.pipeline_steps`); these were its fallbacks for a build without
+them.
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ from schedsim.gpu import rules as gm
 from schedsim.lower.pipeline_plan import PipelinePlan
 from schedsim.lower.pipeline_steps import StepCols, _torch_producers
 
-__all__ = ["acyclic", "comm_fifo_columns", "fifo_edges", "first_set", "issue_sums", "kernels", "rank_codes",
-           "stream_reached", "succ_csr", "torch_lower_cols", "with_numpy_helpers"]
+__all__ = ["acyclic", "comm_fifo_columns", "fifo_edges", "first_set", "issue_sums", "issue_times", "kernels",
+           "rank_codes", "stream_reached", "succ_csr", "torch_lower_cols", "with_numpy_helpers"]
 
 I32, I64 = np.int32, np.int64
 
@@ -105,10 +107,13 @@ def stream_reached(qptr: np.ndarray, qidx: np.ndarray, khand: np.ndarray, kern: 
 
 def with_numpy_helpers(ext: Any) -> types.SimpleNamespace:
     """The compiled module ``ext`` with these numpy forms in place of its ``succ_csr``, ``kernels``,
-    ``stream_reached`` and ``fifo_edges`` (everything else, the loop included, as built)."""
+    ``stream_reached``, ``fifo_edges`` and ``issue_times`` (everything else, the loop included, as built).
+    ``issue_times`` is read through :func:`schedsim.lower.program.required` (``schedsim.gpu.host._required``),
+    not the loop's module: a test puts this one there too."""
     names = {k: getattr(ext, k) for k in dir(ext) if not k.startswith("_")}
     return types.SimpleNamespace(**{**names, "succ_csr": succ_csr, "kernels": kernels,
-                                    "stream_reached": stream_reached, "fifo_edges": fifo_edges})
+                                    "stream_reached": stream_reached, "fifo_edges": fifo_edges,
+                                    "issue_times": issue_times})
 
 
 #: Ops per chunk of :func:`issue_sums` (a 6 MiB buffer).
@@ -117,12 +122,13 @@ _ISSUE_CHUNK = 1 << 17
 
 def issue_sums(new_rank: np.ndarray, host_s: np.ndarray, ev: np.ndarray, extra: float, switch: np.ndarray,
                sw_s: float, call: np.ndarray, first: np.ndarray, issue: np.ndarray, call0: np.ndarray) -> None:
-    """``_cwaves.issue_sums``: per rank (a run of ops starting where ``new_rank``), the prefix sums of each op's six
-    host increments in this order: ``host_s`` (one value broadcast when of length 1), ``ev``, ``extra``, ``sw_s``
-    where ``switch``, ``call``, ``first``; writes the sum through the fourth (the call's start) to ``call0`` and
-    through the sixth to ``issue`` (rule host-issue of :mod:`schedsim.gpu.host`). The increments of each op are
-    interleaved, (ops, 6), a chunk of whole ranks at a time (a rank larger than :data:`_ISSUE_CHUNK` alone), and
-    summed by ``np.cumsum``: the same floats added in the same order as the C loop."""
+    """The prefix sums of ``_cwaves.issue_times`` (of :func:`issue_times`): per rank (a run of ops starting where
+    ``new_rank``), the prefix sums of each op's six host increments in this order: ``host_s`` (one value broadcast
+    when of length 1), ``ev``, ``extra``, ``sw_s`` where ``switch``, ``call``, ``first``; writes the sum through
+    the fourth (the call's start) to ``call0`` and through the sixth to ``issue`` (rule host-issue of
+    :mod:`schedsim.gpu.host`). The increments of each op are interleaved, (ops, 6), a chunk of whole ranks at a
+    time (a rank larger than :data:`_ISSUE_CHUNK` alone), and summed by ``np.cumsum``: the same floats added in
+    the same order as the C loop."""
     n = len(new_rank)
     if len(host_s) == 1 and n > 1:
         host_s = np.broadcast_to(host_s, (n,))
@@ -149,6 +155,51 @@ def issue_sums(new_rank: np.ndarray, host_s: np.ndarray, ev: np.ndarray, extra: 
             np.cumsum(flat[6 * (x - a):6 * (y - a)], out=flat[6 * (x - a):6 * (y - a)])
         issue[a:b], call0[a:b] = inc[:, 5], inc[:, 3]
         i = j
+
+
+def issue_times(rank: np.ndarray, stream: np.ndarray, hclass: np.ndarray, repeat: np.ndarray, batch: np.ndarray,
+                xdeps: np.ndarray, host_s: np.ndarray, by_class: np.ndarray, per_repeat: np.ndarray,
+                first_group: np.ndarray, first_cost: np.ndarray, batch_class: int,
+                scalars: tuple[float, float, float, float], issue: np.ndarray, call0: np.ndarray,
+                call_extra: np.ndarray | None = None) -> bool:
+    """``_cwaves.issue_times`` in numpy (the numpy pass :func:`schedsim.gpu.host.host_issue_columns` ran before the
+    compiled one took every input): each op's call from the per-class tables (``by_class[h]``, times its repeat
+    where ``per_repeat[h]``, plus ``call_extra``; ``batch_s`` instead at the first op of each (rank, batch) of
+    ``batch_class``), the first-call cost of each ``first_group`` at its first op on a rank, and the per-rank sums
+    of :func:`issue_sums` (``np.cumsum``). Ranks in any order (each rank's ops in program order; the sums run per
+    rank), batch ids of any size; ``repeat`` and ``host_s`` of length n or 1. Always True."""
+    ev_s, extra, sw_s, batch_s = scalars
+    n = len(rank)
+    if not n:
+        return True
+    rep = np.broadcast_to(repeat, (n,)) if len(repeat) == 1 else repeat
+    hs = np.broadcast_to(host_s, (n,)) if len(host_s) == 1 else host_s
+    order = np.argsort(rank, kind="stable")
+    r, st, h, rp, b, xd, hso = (a[order] for a in (rank, stream, hclass, rep, batch, xdeps, hs))
+    new_rank = np.ones(n, bool)
+    new_rank[1:] = r[1:] != r[:-1]
+    switch = np.zeros(n, bool)
+    switch[1:] = (st[1:] != st[:-1]) & ~new_rank[1:]
+    call = by_class[h]
+    m = per_repeat[h].astype(bool)
+    call[m] *= rp[m]
+    if call_extra is not None:
+        call = call + call_extra[order]
+    bm = np.flatnonzero((h == batch_class) & (b >= 0))
+    if len(bm):  # one batch_isend_irecv call per batch, paid at its first member on the rank
+        _u, firsts = np.unique(np.stack([r[bm], b[bm]]), axis=1, return_index=True)
+        call[bm[firsts]] = batch_s
+    first = np.zeros(n)
+    fg = first_group[h]
+    for g, cost in enumerate(first_cost.tolist()):
+        idx = np.flatnonzero(fg == g)
+        at = np.ones(len(idx), bool)
+        at[1:] = r[idx][1:] != r[idx][:-1]  # ranks ascending: a rank's first is where the rank changes
+        first[idx[at]] = cost
+    iss, c0 = np.empty(n), np.empty(n)
+    issue_sums(new_rank, np.ascontiguousarray(hso, np.float64), xd * ev_s, extra, switch, sw_s, call, first, iss, c0)
+    issue[order], call0[order] = iss, c0
+    return True
 
 
 def comm_fifo_columns(rank: np.ndarray, comm: np.ndarray, batch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

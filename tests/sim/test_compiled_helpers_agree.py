@@ -13,7 +13,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schedsim.lower.program import compiled
+try:
+    from schedsim.sim import _cwaves as _ext  # type: ignore[attr-defined]
+except ImportError:  # not built: nothing to compare
+    _ext = None
+
+
+def compiled(name: str) -> object:
+    """The compiled helper ``name``, or None when the extension is not built."""
+    return getattr(_ext, name, None)
 
 
 def _survives(code: str) -> subprocess.CompletedProcess[str]:
@@ -156,7 +164,6 @@ def test_program_runs_equal_with_and_without_the_compiled_helpers(monkeypatch, t
     import types
 
     from schedsim.gpu import host as gh
-    from schedsim.gpu import rules as gm
     from schedsim.graph.build import graph_of
     from schedsim.hardware.profile import load_profile
     from schedsim.lower import lower
@@ -169,18 +176,18 @@ def test_program_runs_equal_with_and_without_the_compiled_helpers(monkeypatch, t
     prog = lower(load_schedule(path))
     from tests.oracle import numpy_helpers as nh
 
-    # the loop with the numpy forms of its helpers: the package's fallbacks, the oracle's for the rest
+    # the loop with the numpy forms of its helpers (the oracle's)
     loop_only = types.SimpleNamespace(**{k: getattr(_cwaves, k) for k in dir(_cwaves)
                                          if not k.startswith("_") and k not in _HELPERS},
                                       succ_csr=nh.succ_csr, kernels=nh.kernels, stream_reached=nh.stream_reached,
-                                      fifo_edges=nh.fifo_edges)
+                                      fifo_edges=nh.fifo_edges, issue_times=nh.issue_times)
     for prof, kw in (("h200", {}), ("h200", {"max_connections": 1}), ("h200x2", {"max_connections": 32}),
                      ("pcie2", {"launch": "cuda_graph"}), ("h200", {"model_executor": True})):
         got = []
         for mod in (_cwaves, loop_only, None):
             monkeypatch.setattr(loop, "_EXT", [mod])
-            for rules in (gh, gm):  # the GPU rules' compiled helpers (issue times, queue codes) follow the loop's
-                monkeypatch.setattr(rules, "_compiled", lambda name, mod=mod: getattr(mod, name, None))
+            # the host's issue times follow the loop's helpers (the oracle's with the Python loop)
+            monkeypatch.setattr(gh, "_required", lambda name, mod=mod: getattr(nh if mod is None else mod, name))
             got.append(outcome(prog if mod is not None else graph_of(prog), load_profile(prof), **kw))
         assert got[0] == got[1] == got[2], (name, prof, kw)
         assert not isinstance(got[0][0], str) and len(got[0][0]) == prog.N  # a timeline, every op in it
@@ -294,8 +301,9 @@ def test_kernels_and_first_set_refuse_sizes_whose_tables_overflow() -> None:
 def test_sparse_codes_run_the_numpy_form_not_past_the_compiled_tables() -> None:
     """rank_codes, fifo_edges and issue_times size a table by the largest key (stream code, communicator code,
     batch id) + 1: a code near 2**62 wrapped the allocation to a few bytes and the key's slot was written past it
-    (heap corruption; stream_queue_columns takes "any code equal for equal names"). Such codes now leave the
-    work to the numpy form (False / -1): stream_queue_columns with sparse codes equals it on dense codes."""
+    (heap corruption; stream_queue_columns takes "any code equal for equal names"). The C now declines such codes
+    (False / -1) and its Python caller renumbers them densely first: stream_queue_columns with sparse codes equals
+    it on dense codes."""
     r = _survives(
         """
         import numpy as np

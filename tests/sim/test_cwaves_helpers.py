@@ -1,6 +1,6 @@
-"""The compiled helpers beside the event loop (schedsim/sim/_cwaves.c): rule host-issue's prefix sums (``issue_sums``)
-against numpy's ``cumsum`` (the oracle ``tests/oracle/numpy_helpers.issue_sums``)
-bit for bit, the critical path's ``walk`` against the Python walk it
+"""The compiled helpers beside the event loop (schedsim/sim/_cwaves.c): rule host-issue's issue times
+(``issue_times``, with a GEMM's per-op ``gemm.call`` extra) against their numpy form (the oracle
+``tests/oracle/numpy_helpers.issue_times``) bit for bit, the critical path's ``walk`` against the Python walk it
 replaced, and the loop refusing buffers of the wrong type instead of reading them as int32.
 """
 
@@ -26,24 +26,27 @@ pytestmark = pytest.mark.skipif(_cwaves is None, reason="schedsim.sim._cwaves is
 PROFILE = load_profile("h200")
 
 
-def _issue(monkeypatch, compiled: tuple[str, ...], cols: tuple, mode: str, executor: bool) -> tuple[bytes, bytes]:  # type: ignore[no-untyped-def,type-arg]
-    """host_issue_columns with only the compiled functions ``compiled`` (issue_times, issue_sums) in use; the prefix
-    sums otherwise from the numpy oracle."""
+def _issue(monkeypatch, oracle: bool, cols: tuple, mode: str, executor: bool,  # type: ignore[no-untyped-def,type-arg]
+           call_extra: np.ndarray | None) -> tuple[bytes, bytes]:
+    """host_issue_columns with the compiled ``issue_times`` (the package's) or its numpy oracle in its place."""
     with monkeypatch.context() as m:
-        m.setattr(gh, "_compiled", lambda name: getattr(_cwaves, name) if name in compiled else None)
-        m.setattr(gh, "_required", lambda name: getattr(_cwaves if name in compiled else numpy_helpers, name))
-        issue, call0 = gh.host_issue_columns(*cols, PROFILE, mode, executor)
+        if oracle:
+            m.setattr(gh, "_required", lambda name: getattr(numpy_helpers, name))
+        issue, call0 = gh.host_issue_columns(*cols, PROFILE, mode, executor, call_extra)
     return issue.tobytes(), call0.tobytes()
 
 
 @settings(max_examples=25, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 2**32 - 1), n=st.integers(0, 60), ranks=st.integers(1, 4), sorted_ranks=st.booleans(),
-       one_host_s=st.booleans(), executor=st.booleans())
-def test_issue_sums_add_the_same_floats_as_numpy(monkeypatch, seed, n, ranks, sorted_ranks, one_host_s, executor):
-    """Any mix of host classes, streams, batches, declared host time (one value broadcast, or per op, with a
-    -0.0 among them), repeats (one value broadcast, or per op) and ranks in or out of order: the compiled pass
-    from the tables (issue_times, ranks in order) and the compiled sums equal numpy's cumsum to the bit."""
+       one_host_s=st.booleans(), executor=st.booleans(), extra=st.sampled_from(["none", "zeros", "some"]),
+       sparse=st.booleans())
+def test_issue_times_equal_the_numpy_oracle(monkeypatch, seed, n, ranks, sorted_ranks, one_host_s, executor, extra,
+                                            sparse):
+    """Any mix of host classes, streams, batches (ids dense, or past the compiled table: 2**40, 2**62), declared
+    host time (one value broadcast, or per op, with a -0.0 among them), repeats (one value broadcast, or per op),
+    ranks in or out of order and a per-op call extra (none, all zero, or on some ops, as a GEMM shape's
+    ``gemm.call`` row gives): the compiled pass equals the numpy oracle's to the bit, in eager and graph mode."""
     rng = np.random.default_rng(seed)
     rank = rng.integers(0, ranks, n)
     if sorted_ranks:
@@ -53,13 +56,15 @@ def test_issue_sums_add_the_same_floats_as_numpy(monkeypatch, seed, n, ranks, so
     repeat = np.broadcast_to(np.int64(2), (n,)) if one_host_s else rng.integers(1, 4, n)
     host_s = np.broadcast_to(np.float64(2.5e-6), (n,)) if one_host_s else \
         np.where(rng.random(n) < 0.2, -0.0, rng.random(n) * 1e-5)
-    batch = np.where(hcls == gh.H_BATCH_P2P, rng.integers(0, 3, n), -1)
+    ids = np.array([0, 2**40, 2**62]) if sparse else np.arange(3)
+    batch = np.where(hcls == gh.H_BATCH_P2P, ids[rng.integers(0, 3, n)], -1)
     xdeps = rng.integers(0, 3, n)
+    call_extra = None if extra == "none" else np.zeros(n) if extra == "zeros" else \
+        np.where((hcls == gh.H_KERNEL) & (rng.random(n) < 0.5), rng.random(n) * 3e-6, 0.0)
     cols = (rank, stream, hcls, repeat, host_s, batch, xdeps)
     for mode in ("eager", "cuda_graph"):
-        want = _issue(monkeypatch, (), cols, mode, executor)
-        assert _issue(monkeypatch, ("issue_sums",), cols, mode, executor) == want
-        assert _issue(monkeypatch, ("issue_times", "issue_sums"), cols, mode, executor) == want
+        want = _issue(monkeypatch, True, cols, mode, executor, call_extra)
+        assert _issue(monkeypatch, False, cols, mode, executor, call_extra) == want
 
 
 @settings(max_examples=25, deadline=None, derandomize=True)
@@ -138,41 +143,30 @@ def test_fifo_edges_and_stream_reached_by_hand():
     assert not _cwaves.rank_codes(np.array([1, 0, 0, 0, 0, 0]), np.zeros(6, np.int64), out)
 
 
-@settings(max_examples=40, deadline=None, derandomize=True)
-@given(seed=st.integers(0, 2**32 - 1), n=st.integers(0, 80), ranks=st.integers(1, 5), one_host_s=st.booleans())
-def test_issue_sums_equal_the_numpy_oracle(seed, n, ranks, one_host_s):
-    """``_cwaves.issue_sums`` on random increments (rank starts anywhere, a -0.0 among the host times, one host
-    time broadcast or one per op) writes the same bits as its numpy form, the oracle's ``cumsum``."""
-    rng = np.random.default_rng(seed)
-    new_rank = np.zeros(n, bool)
-    if n:
-        new_rank[0] = True
-        new_rank[rng.integers(0, n, ranks - 1)] = True
-    host_s = np.array([2.5e-6]) if one_host_s else np.where(rng.random(n) < 0.2, -0.0, rng.random(n) * 1e-5)
-    ev, call, first = rng.random(n) * 1e-5, rng.random(n) * 1e-4, np.where(rng.random(n) < 0.3, 4e-5, 0.0)
-    switch = rng.random(n) < 0.4
-    got, want = (np.empty(n), np.empty(n)), (np.empty(n), np.empty(n))
-    _cwaves.issue_sums(new_rank, host_s, ev, 1.5e-6, switch, 8.7e-6, call, first, *got)
-    numpy_helpers.issue_sums(new_rank, host_s, ev, 1.5e-6, switch, 8.7e-6, call, first, *want)
-    assert got[0].tobytes() == want[0].tobytes() and got[1].tobytes() == want[1].tobytes()
-
-
-def test_issue_sums_by_hand():
-    """Two ranks: each op's call starts after its rank's earlier increments plus its own host time, event
-    waits, executor extra and stream switch; it is issued after its call and first-call extra."""
-    new_rank = np.array([True, False, True])
-    host_s, ev = np.array([1.0]), np.array([0.0, 10.0, 0.0])
-    switch = np.array([False, True, False])
-    call, first = np.array([100.0, 200.0, 300.0]), np.array([1000.0, 0.0, 2000.0])
+def test_issue_times_by_hand():
+    """Two ranks, three ops (a kernel, a kernel of two repeats with a 4 s call extra on another stream after one
+    event wait, a collective on rank 1): each op's call starts after its rank's earlier increments plus its own
+    host time, event waits, executor extra and stream switch; it is issued after its call (class call × repeats
+    + call extra) and its group's first-call cost."""
+    i = lambda *a: np.array(a, np.int64)  # noqa: E731
+    by_class = np.array([100.0, 0.0, 0.0, 0.0, 0.0, 300.0])
+    per_repeat, first_group = np.array([1, 1, 0, 0, 0, 0], np.int32), np.array([0, -1, -1, 1, 1, 1], np.int32)
+    first_cost = np.array([1000.0, 2000.0])
+    args = (i(0, 0, 1), i(0, 1, 0), i(0, 0, 5), i(1, 2, 1), i(-1, -1, -1), i(0, 1, 0), np.array([1.0]), by_class,
+            per_repeat, first_group, first_cost, gh.H_BATCH_P2P, (10.0, 0.5, 0.25, 7.0))
     issue, call0 = np.empty(3), np.empty(3)
-    _cwaves.issue_sums(new_rank, host_s, ev, 0.5, switch, 0.25, call, first, issue, call0)
-    # op 0: 1 + 0 + 0.5 + 0 = 1.5, +100 +1000 = 1101.5; op 1: 1101.5 + 1 + 10 + 0.5 + 0.25 = 1113.25, +200
+    assert _cwaves.issue_times(*args, issue, call0, np.array([0.0, 4.0, 0.0]))
+    # op 0: 1 + 0.5 = 1.5, +100 +1000 = 1101.5; op 1: 1101.5 + 1 + 10 + 0.5 + 0.25 = 1113.25, +2·100 + 4;
+    # op 2 (rank 1): 1 + 0.5 = 1.5, +300 +2000
     assert call0.tolist() == [1.5, 1113.25, 1.5]
+    assert issue.tolist() == [1101.5, 1317.25, 2301.5]
+    assert _cwaves.issue_times(*args, issue, call0)  # no call extra: op 1 issued 4 s earlier
     assert issue.tolist() == [1101.5, 1313.25, 2301.5]
-    with pytest.raises(TypeError, match="bool new_rank"):
-        _cwaves.issue_sums(new_rank.astype(np.int8), host_s, ev, 0.5, switch, 0.25, call, first, issue, call0)
-    with pytest.raises(ValueError, match="different lengths"):
-        _cwaves.issue_sums(new_rank, host_s, ev[:2], 0.5, switch, 0.25, call, first, issue, call0)
+    assert not _cwaves.issue_times(i(1, 0, 0), *args[1:], issue, call0)  # ranks out of order: declined
+    with pytest.raises(TypeError, match="int32 class tables"):
+        _cwaves.issue_times(*args[:8], per_repeat.astype(np.int64), *args[9:], issue, call0)
+    with pytest.raises(ValueError, match="wrong lengths"):
+        _cwaves.issue_times(*args, issue, call0, np.zeros(2))
 
 
 def _walk_python(binding: np.ndarray, ogrp: np.ndarray, i: int) -> list[int]:

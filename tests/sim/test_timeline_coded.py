@@ -13,6 +13,7 @@ import pytest
 
 from schedsim.coded import Parts, TagColumns, coded_of
 from schedsim.errors import TraceError
+from schedsim.gpu import host as gh
 from schedsim.graph.build import graph_of
 from schedsim.hardware.profile import load_profile
 from schedsim.lower import lower
@@ -23,6 +24,7 @@ from schedsim.spec.loader import load_schedule
 from schedsim.spec.model import ScheduleSpec
 from schedsim.spec.overrides import parse_overrides
 from tests.conftest import ROOT
+from tests.oracle import numpy_helpers
 from tests.oracle.engine import simulate_reference
 from tests.oracle.numpy_helpers import with_numpy_helpers
 
@@ -357,16 +359,6 @@ def test_a_version_3_file_with_a_repeated_id_is_refused(tmp_path):
 
 
 # -- the compiled preparation (successor lists, kernels, FIFO edges, issue times, stream times) against numpy ------
-class _Without:
-    """The compiled loop with numpy forms of its preparation: the oracle's for ``succ_csr``, ``kernels``,
-    ``stream_reached`` and ``fifo_edges`` (tests/oracle/numpy_helpers.py), the package's own for ``issue_times``."""
-
-    def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
-        if name == "issue_times":
-            raise AttributeError(name)
-        return getattr(with_numpy_helpers(_cwaves), name)
-
-
 @pytest.mark.skipif(_cwaves is None, reason="schedsim.sim._cwaves is not built")
 @pytest.mark.parametrize("case", ["interleaved_1f1b", "1f1b", "tp_ffn", "allgather_mm8"])
 def test_compiled_succ_and_kernels_equal_the_numpy_paths(monkeypatch, case):
@@ -378,7 +370,9 @@ def test_compiled_succ_and_kernels_equal_the_numpy_paths(monkeypatch, case):
     prof = load_profile("h200x2")
     monkeypatch.setattr(loop, "_EXT", [_cwaves])
     fast = simulate(prog, prof, gpu_model="waves")
-    monkeypatch.setattr(loop, "_EXT", [_Without()])
+    # the numpy forms of the preparation helpers (tests/oracle/numpy_helpers.py), the host's issue times included
+    monkeypatch.setattr(loop, "_EXT", [with_numpy_helpers(_cwaves)])
+    monkeypatch.setattr(gh, "_required", lambda name: getattr(numpy_helpers, name))
     slow = simulate(prog, prof, gpu_model="waves")
     c, s = fast.columns, slow.columns
     assert c.start_s.tolist() == s.start_s.tolist() and c.end_s.tolist() == s.end_s.tolist()

@@ -41,17 +41,15 @@ TOY_PREFETCH = KindInfo("toy_prefetch2", "MemcpyOp", ("direction",), "copy", "co
 
 @pytest.fixture
 def registered(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., None]]:
-    """``register(*entries)``: add registry entries and build the spec models afresh from the registry
-    (:func:`schedsim.spec.model.build_op_models`); both undone after the test."""
+    """``register(*entries)``: add registry entries (the registry builds the spec models afresh,
+    :func:`schedsim.spec.model.build_op_models`); undone after the test."""
 
     def register(*infos: KindInfo) -> None:
         for info in infos:
             monkeypatch.setitem(KINDS, info.name, info)
-        spec_model.build_op_models()
 
     yield register
     monkeypatch.undo()
-    spec_model.build_op_models()
 
 
 @pytest.fixture
@@ -186,10 +184,52 @@ def test_the_spec_models_are_built_back_without_the_toy_kinds(registered: Callab
     assert spec_model.OP_MODELS["toy_kernel"] is spec_model.ComputeOp
     api.load_text(text, "toy.yaml")
     del KINDS["toy_kernel"]
-    spec_model.build_op_models()
     assert "toy_kernel" not in spec_model.OP_MODELS
     with pytest.raises(SpecError, match="unknown op kind 'toy_kernel'"):
         api.load_text(text, "toy.yaml")
+
+
+def test_registering_a_kind_is_enough_for_schedules_to_name_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The registry rebuilds the spec models after each change (``KINDS.on_change``): a kind set in the registry,
+    and nothing else, validates; removed (the undo), it is unknown again; an entry naming no spec model is refused
+    at registration."""
+    from schedsim import api
+    from schedsim.errors import SpecError
+
+    text = SHIPPED_KINDS.replace("kind: compute,", "kind: toy_kernel,")
+    with monkeypatch.context() as m:
+        m.setitem(KINDS, "toy_kernel", TOY_KERNEL)
+        assert get_args(spec_model.ComputeOp.model_fields["kind"].annotation) == ("compute", "toy_kernel")
+        assert [op.kind for op in api.load_text(text, "toy.yaml").ops].count("toy_kernel") == 1
+    assert "toy_kernel" not in spec_model.OP_MODELS
+    with pytest.raises(SpecError, match="unknown op kind 'toy_kernel'"):
+        api.load_text(text, "toy.yaml")
+    with monkeypatch.context() as m, pytest.raises(KeyError, match="NoSuchOp"):
+        m.setitem(KINDS, "toy_bad", replace(TOY_KERNEL, name="toy_bad", spec="NoSuchOp"))
+    assert "toy_bad" not in KINDS and "toy_bad" not in spec_model.OP_MODELS
+
+
+def test_a_registered_kind_s_table_is_a_profile_table_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A profile's measured-table keys are the registry's table kinds when it loads (``TABLE_KINDS`` read at each
+    use, not at import): a table for a kind's own ``table`` is refused until the kind is registered, loads while
+    it is, and is refused again once it is removed, with pydantic's message for the keys."""
+    from pydantic import ValidationError
+
+    from schedsim.kinds import TABLE_KINDS
+
+    d = toy_profile_dict()
+    d["collectives"] = {"source": "test", "tables": {"toy_table": {2: [[1024, 1.0]]}}}
+    refused = "Input should be 'all_reduce', 'all_gather', .* or 'sendrecv'"
+    with pytest.raises(ValidationError, match=refused):
+        HardwareProfile.model_validate(d)
+    with monkeypatch.context() as m:
+        m.setitem(KINDS, "toy_tabled", KindInfo("toy_tabled", "CollectiveOp", (), "comm", "network", "collective",
+                                                 "_all_reduce", "toy_table", "nop", nccl="allreduce", bus="2(n-1)/n"))
+        assert TABLE_KINDS[-2:] == ("toy_table", "sendrecv")  # the collectives' tables, then the p2p one
+        assert HardwareProfile.model_validate(d).collectives.tables == {"toy_table": {2: [(1024.0, 1.0)]}}
+    assert "toy_table" not in TABLE_KINDS
+    with pytest.raises(ValidationError, match=refused):
+        HardwareProfile.model_validate(d)
 
 
 #: Communication kinds that are an existing entry under another name: a sum over the group (all_reduce's rules:
