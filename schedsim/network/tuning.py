@@ -772,7 +772,8 @@ def runtime_bw_scale(coll: str, algo: str, proto: str, nc: int, t: TuneInput) ->
     is dropped. NCCL chooses the algorithm with all channels (``ncclTopoGetAlgoTime``); this only times the choice.
 
     >>> t = TuneInput(16, 2, "hopper", "nvlink", "intel", Graph(16, 22.5, 22.5), None)
-    >>> runtime_bw_scale("allreduce", "ring", "Simple", runtime_channels("ring", "Simple", 128 * 1024, 16, t.ring, 32), t)
+    >>> nc = runtime_channels("ring", "Simple", 128 * 1024, 16, t.ring, 32)   # 4 of comm->nChannels 32
+    >>> runtime_bw_scale("allreduce", "ring", "Simple", nc, t)
     0.125
     """
     share = min(1.0, nc / comm_channels(t.ring, t.arch, t.nodes > 1))
