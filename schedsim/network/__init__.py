@@ -331,7 +331,7 @@ class NcclNetwork:
         """:func:`schedsim.network.tuning.runtime_bw_scale` on the channels NCCL runs ``nbytes`` on, cached by
         channel count; times :func:`schedsim.network.tuning.cta_bw_scale` (NCCL_MAX_CTAS on NVLS)."""
         nc = runtime_channels(algo, proto, nbytes, shape.ranks, t.ring, channel_ceiling(t))
-        if nc == t.ring.channels and t.channel_env == NO_CHANNEL_ENV:
+        if t.channel_env == NO_CHANNEL_ENV and nc == self._comm_channels(t):
             return 1.0
         key = (shape, func, algo, proto, nc)
         got = self._scales.get(key)

@@ -570,8 +570,9 @@ def _enabled(coll: str, a: str, p: str, t: TuneInput) -> bool:
     return not (p == "LL128" and not t.ll128)
 
 
-def _bandwidth(coll: str, a: str, p: str, t: TuneInput) -> float:
-    """``comm->bandwidths[coll][a][p]`` (GB/s, algorithm bandwidth) as ``ncclTopoTuneModel`` computes it."""
+def _bandwidth(coll: str, a: str, p: str, t: TuneInput, share: float = 1.0) -> float:
+    """``comm->bandwidths[coll][a][p]`` (GB/s, algorithm bandwidth) as ``ncclTopoTuneModel`` computes it;
+    ``share`` scales the ring graph's ``nChannels`` (:func:`runtime_bw_scale`)."""
     n, nodes, k = t.ranks, t.nodes, t.consts
     cc = _ARCHS.index(t.arch)
     idx2 = nodes - 1 if nodes <= 2 else 2
@@ -584,18 +585,19 @@ def _bandwidth(coll: str, a: str, p: str, t: TuneInput) -> float:
     ppn = n / nodes
     if a in ("nvls", "nvls_tree"):
         bw = _nvls_channel_bw(coll, a, g, t)
-    bus = g.channels * bw
+    ch = g.channels * (share if g is t.ring else 1.0)
+    bus = ch * bw
     if a == "ring" and p == "LL":
         quarter = nodes > 1 or coll in ("allreduce", "reduce")
         bus = min(ll_max, bus * ((.25 if quarter else 1 / 3) if k.ring_ll_quarter else .5))
     if a == "ring" and p == "LL128":
-        bus = min(bus * (0.7 if k.legacy_steps and ppn < 2 else 0.92), g.channels * k.per_ch_ring_ll128[cc][idx2])
+        bus = min(bus * (0.7 if k.legacy_steps and ppn < 2 else 0.92), ch * k.per_ch_ring_ll128[cc][idx2])
     if a == "tree" and coll == "allreduce":
-        bus = min(bus * .92, g.channels * k.per_ch_tree[cc][idx2])
+        bus = min(bus * .92, ch * k.per_ch_tree[cc][idx2])
     if a == "tree" and p == "LL":
         bus = min(bus / 3.8, ll_max)
     if a == "tree" and p == "LL128":
-        bus = min(bus * (7.0 / 9.0 if nodes == 1 else 120.0 / 128.0), g.channels * k.per_ch_tree_ll128[cc][idx2])
+        bus = min(bus * (7.0 / 9.0 if nodes == 1 else 120.0 / 128.0), ch * k.per_ch_tree_ll128[cc][idx2])
     if a == "tree" and n == nodes:  # one GPU per node: search.cc sets the tree's pattern to NCCL_TOPO_PATTERN_TREE
         bus *= .85  # (all NIC traffic through one GPU), and tuning.cc takes .85 of busBw for maxTreePattern TREE
     if a == "pat" and k.pat_bw is not None:
@@ -703,29 +705,30 @@ def tune(coll: str, t: TuneInput) -> dict[tuple[str, str], tuple[float, float]]:
     return out
 
 
-def runtime_channels(algo: str, proto: str, nbytes: float, ranks: int, ring: Graph,
-                     ceiling: int | None = None) -> int:
+def runtime_channels(algo: str, proto: str, nbytes: float, ranks: int, ring: Graph, nchannels: int) -> int:
     """Channels a ring or tree collective of ``nbytes`` (nccl-tests size, NCCL's ``nBytes``) runs on, as
-    ``topoGetAlgoInfo`` of src/enqueue.cc sets ``nMaxChannels``: from ``comm->nChannels`` (``ring.channels``) it
-    drops one channel while ``nBytes < nc · nt · threadThreshold`` (down to 1), with ``nt`` =
+    ``topoGetAlgoInfo`` of src/enqueue.cc (NCCL 2.30.7) sets ``nMaxChannels``: from the communicator's channels
+    ``nchannels`` (``comm->nChannels``, :func:`comm_channels` under the channel settings: :func:`channel_ceiling`)
+    it drops one channel while ``nBytes < nc · nt · threadThreshold`` (down to 1), with ``nt`` =
     ``comm->maxThreads[algo][proto]`` (LL 512, LL128 640, Simple 512; ring Simple 256 where the ring graph's
     ``bwIntra · nChannels <= PCI_BW`` (12 GB/s), ``ncclTopoTuneModel``) and ``threadThreshold`` =
-    ``NCCL_*_THREAD_THRESHOLD`` (LL 8, LL128 8, Simple 64; ring LL × ``nRanks``). Other algorithms keep their graph's
-    channels (NVLS, NVLS-tree and CollNet channel counts are not reduced here). ``ceiling``: at most this many
-    (:func:`channel_ceiling`: NCCL_MAX_CTAS and the like), None: ``ring.channels``.
+    ``NCCL_*_THREAD_THRESHOLD`` (LL 8, LL128 8, Simple 64; ring LL × ``nRanks``). Other algorithms keep
+    ``nchannels`` (NVLS, NVLS-tree and CollNet channel counts are not reduced here). Communicator channels, not
+    the ring graph's (:func:`runtime_bw_scale` converts).
 
-    >>> runtime_channels("ring", "Simple", 128 * 1024, 16, Graph(16, 45.0, 45.0))   # 128 KiB / (512 · 64) = 4
+    >>> runtime_channels("ring", "Simple", 128 * 1024, 16, Graph(16, 45.0, 45.0), 32)   # 128 KiB / (512 · 64) = 4
     4
-    >>> runtime_channels("tree", "LL", 1024, 16, Graph(16, 45.0, 45.0))
+    >>> runtime_channels("ring", "Simple", 8 << 20, 16, Graph(16, 45.0, 45.0), 32)      # all 32 of comm->nChannels
+    32
+    >>> runtime_channels("tree", "LL", 1024, 16, Graph(16, 45.0, 45.0), 32)
     1
     """
     unit = _channel_bytes(algo, proto, ranks, ring)
     if unit is None:
-        return ring.channels
-    top = ring.channels if ceiling is None else min(ring.channels, ceiling)
+        return nchannels
     # NCCL's loop drops a channel while nBytes < nc * nt * threshold: it stops at the largest nc not above
     # nBytes / (nt * threshold), or at 1
-    return max(1, min(top, int(nbytes // unit)))
+    return max(1, min(nchannels, int(nbytes // unit)))
 
 
 def _channel_bytes(algo: str, proto: str, ranks: int, ring: Graph) -> float | None:
@@ -739,63 +742,60 @@ def _channel_bytes(algo: str, proto: str, ranks: int, ring: Graph) -> float | No
     return float(nt * _THREAD_THRESHOLD[proto] * (ranks if algo == "ring" and proto == "LL" else 1))
 
 
-def channel_steps(algo: str, proto: str, nbytes: float, ranks: int, ring: Graph,
-                  ceiling: int | None = None) -> list[float]:
+def channel_steps(algo: str, proto: str, nbytes: float, ranks: int, ring: Graph, nchannels: int) -> list[float]:
     """The sizes above ``nbytes`` at which :func:`runtime_channels` gives the collective one more channel
-    (``k · nt · threadThreshold`` up to ``ring.channels`` or ``ceiling``), in bytes, ascending; empty once it has
+    (``k · nt · threadThreshold`` up to ``nchannels``, the communicator's), in bytes, ascending; empty once it has
     them all.
     Timing a collective no slower than at these sizes keeps its time from falling as ``nbytes`` grows across a
     step (a smaller message does not take longer than a larger one: issue 33's rule for every cost).
 
-    >>> channel_steps("ring", "Simple", 100 * 1024, 16, Graph(16, 45.0, 45.0))[:2]   # steps of 512 · 64 B
+    >>> channel_steps("ring", "Simple", 100 * 1024, 16, Graph(16, 45.0, 45.0), 32)[:2]   # steps of 512 · 64 B
     [131072.0, 163840.0]
-    >>> channel_steps("nvls", "Simple", 1024, 16, Graph(16, 45.0, 45.0))
+    >>> channel_steps("nvls", "Simple", 1024, 16, Graph(16, 45.0, 45.0), 32)
     []
     """
     unit = _channel_bytes(algo, proto, ranks, ring)
     if unit is None:
         return []
-    nc = runtime_channels(algo, proto, nbytes, ranks, ring, ceiling)
-    top = ring.channels if ceiling is None else min(ring.channels, ceiling)
-    return [k * unit for k in range(nc + 1, top + 1) if k * unit > nbytes]
+    nc = runtime_channels(algo, proto, nbytes, ranks, ring, nchannels)
+    return [k * unit for k in range(nc + 1, nchannels + 1) if k * unit > nbytes]
 
 
 def runtime_bw_scale(coll: str, algo: str, proto: str, nc: int, t: TuneInput) -> float:
-    """Fraction of NCCL's bandwidth (``comm->bandwidths``, computed for all ``nChannels``) a collective gets on
-    the ``nc`` channels it runs on (:func:`runtime_channels`): NCCL's own bandwidth formula of
-    ``ncclTopoTuneModel`` with the ring graph's ``nChannels`` replaced by ``nc``. 1 where no channel is dropped.
-    NCCL chooses the algorithm with all channels (``ncclTopoGetAlgoTime``); this only times the choice.
+    """Fraction of NCCL's bandwidth (``comm->bandwidths``, computed for the ring graph's channels) a ring or tree
+    collective gets on the ``nc`` communicator channels it runs on (:func:`runtime_channels`): NCCL's own
+    bandwidth formula of ``ncclTopoTuneModel`` with the ring graph's ``nChannels`` scaled by
+    ``min(1, nc / comm->nChannels)`` (:func:`comm_channels` without the channel settings). The communicator's
+    channels are the graph's rings run twice (or four times, ``ncclTopoPostset``) over the same links, so each
+    carries that share of the graph's bandwidth (an assumption: NCCL's estimate does not split it); copies above
+    the default (``NCCL_MIN_CTAS``, ``copyChannels``) add none. 1 for the other algorithms and where no channel
+    is dropped. NCCL chooses the algorithm with all channels (``ncclTopoGetAlgoTime``); this only times the choice.
 
     >>> t = TuneInput(16, 2, "hopper", "nvlink", "intel", Graph(16, 22.5, 22.5), None)
-    >>> runtime_bw_scale("allreduce", "ring", "Simple", runtime_channels("ring", "Simple", 128 * 1024, 16, t.ring), t)
-    0.25
+    >>> nc = runtime_channels("ring", "Simple", 128 * 1024, 16, t.ring, 32)   # 4 of comm->nChannels 32
+    >>> runtime_bw_scale("allreduce", "ring", "Simple", nc, t)
+    0.125
     """
-    if nc == t.ring.channels:
+    share = min(1.0, nc / comm_channels(t.ring, t.arch, t.nodes > 1))
+    if algo not in ("ring", "tree") or share == 1.0:
         return 1.0
     full = _bandwidth(coll, algo, proto, t)
-    few = _bandwidth(coll, algo, proto, replace(t, ring=replace(t.ring, channels=nc)))
-    return few / full if full > 0 else 1.0
+    return _bandwidth(coll, algo, proto, t, share) / full if full > 0 else 1.0
 
 
 def channel_ceiling(t: TuneInput) -> int:
-    """The most ring-graph channels a ring or tree collective runs on under ``t.channel_env``: the graph's
-    channels × :func:`comm_channels` with the settings / without them (floor, at least 1), no more than the
-    graph's. NCCL's bandwidth (``comm->bandwidths``) is the graph's channels × their speed, so a communicator
-    with fewer channels than NCCL's default (``NCCL_MAX_CTAS``, ``NCCL_MAX_NCHANNELS``) runs at that fraction of
-    it (:func:`runtime_bw_scale` on the ceiling); more (``NCCL_MIN_CTAS``, ``NCCL_MIN_NCHANNELS``) are copies of
-    the same rings over the same links (``copyChannels``, src/graph/connect.cc), which NCCL's model gives no
-    more bandwidth.
+    """``comm->nChannels`` under ``t.channel_env`` (:func:`comm_channels`): the channels a ring or tree
+    collective starts from (:func:`runtime_channels`). NCCL's bandwidth (``comm->bandwidths``) is the ring
+    graph's channels × their speed, so a communicator with fewer channels than NCCL's default
+    (``NCCL_MAX_CTAS``, ``NCCL_MAX_NCHANNELS``) runs at that fraction of it (:func:`runtime_bw_scale`); more
+    (``NCCL_MIN_CTAS``, ``NCCL_MIN_NCHANNELS``) are copies of the same rings over the same links
+    (``copyChannels``, src/graph/connect.cc), which NCCL's model gives no more bandwidth.
 
     >>> t = TuneInput(16, 2, "hopper", "nvlink", "intel", Graph(16, 22.5, 22.5), None)
     >>> channel_ceiling(t), channel_ceiling(replace(t, channel_env=ChannelEnv(max_ctas=8)))   # 8 of 32: 1/4
-    (16, 4)
+    (32, 8)
     """
-    if t.channel_env == NO_CHANNEL_ENV:
-        return t.ring.channels
-    multi = t.nodes > 1
-    full = comm_channels(t.ring, t.arch, multi)
-    got = comm_channels(t.ring, t.arch, multi, t.channel_env)
-    return max(1, min(t.ring.channels, t.ring.channels * got // full))
+    return comm_channels(t.ring, t.arch, t.nodes > 1, t.channel_env)
 
 
 def cta_bw_scale(algo: str, t: TuneInput) -> float:

@@ -25,9 +25,11 @@ from schedsim.network.tuning import (
     Graph,
     TuneInput,
     algo_time,
+    comm_channels,
     nvls_graph,
     parse_nccl_list,
     ring_graph,
+    runtime_bw_scale,
     runtime_channels,
     tune,
 )
@@ -107,34 +109,58 @@ def test_ring_ll128_all_reduce_2x2():
 
 
 def test_ring_ll_all_reduce_2x2():
-    # lat = 6.6 + 4 x max(.6, 1.0) + 2 x 2.7 = 16.0. NCCL's bandwidth (4 channels): min(llMaxBw Intel 2 nodes 39.0,
-    # 96 x .5) = 39, x 4/6 = 26. It runs on fewer (enqueue.cc topoGetAlgoInfo): ring LL threshold 8 x 4 ranks = 32
-    # B/thread x 512 threads = 16 KiB a channel > 4 KiB -> 1 channel: min(39, 1 x 24 x .5) = 12, x 4/6 = 8 GB/s
+    # lat = 6.6 + 4 x max(.6, 1.0) + 2 x 2.7 = 16.0. NCCL's bandwidth (the ring graph's 4 channels): min(llMaxBw
+    # Intel 2 nodes 39.0, 96 x .5) = 39, x 4/6 = 26. It runs on fewer (enqueue.cc topoGetAlgoInfo, from
+    # comm->nChannels = 2 x 4 = 8): ring LL threshold 8 x 4 ranks = 32 B/thread x 512 threads = 16 KiB a channel
+    # > 4 KiB -> 1 of 8 channels, 1/8 of the graph's: min(39, 96 / 8 x .5) = 6, x 4/6 = 4 GB/s
     got = forced(TOPO22, "ring", "LL").collective("all_reduce", 4096, R4)
-    assert got is not None and us(got) == pytest.approx(16.0 + 4096 / (1000 * 8.0), rel=1e-9)
-    # 64 KiB >= 4 x 16 KiB keeps all 4 channels: NCCL's 26 GB/s
+    assert got is not None and us(got) == pytest.approx(16.0 + 4096 / (1000 * 4.0), rel=1e-9)
+    # 64 KiB = 4 x 16 KiB: 4 of 8 channels, min(39, 48 x .5) = 24, x 4/6 = 16 GB/s; 128 KiB keeps all 8: 26 GB/s
     got = forced(TOPO22, "ring", "LL").collective("all_reduce", 65536, R4)
-    assert got is not None and us(got) == pytest.approx(16.0 + 65536 / (1000 * 26.0), rel=1e-9)
+    assert got is not None and us(got) == pytest.approx(16.0 + 65536 / (1000 * 16.0), rel=1e-9)
+    got = forced(TOPO22, "ring", "LL").collective("all_reduce", 131072, R4)
+    assert got is not None and us(got) == pytest.approx(16.0 + 131072 / (1000 * 26.0), rel=1e-9)
 
 
 def test_medium_ring_simple_runs_on_fewer_channels_2x2():
-    # enqueue.cc topoGetAlgoInfo: ring Simple 512 threads x 64 B = 32 KiB a channel; 64 KiB < 4 and 3 x 32 KiB,
-    # not < 2 x 32 KiB -> 2 of 4 channels: bus 2 x 24 = 48, x 4/6 = 32 GB/s. lat 50.0 x 1.4 (the plateau, NCCL's
-    # estimate: 64 KiB / (4 ch x 4 ranks) >= 64) = 70.0
+    # enqueue.cc topoGetAlgoInfo (2.30.7) starts from comm->nChannels = 8 (2 x the ring graph's 4): ring Simple
+    # 512 threads x 64 B = 32 KiB a channel; 64 KiB < 8 .. 3 x 32 KiB, not < 2 x 32 KiB -> 2 of 8 channels, a
+    # quarter of the graph's: bus 96 / 4 = 24, x 4/6 = 16 GB/s. lat 50.0 x 1.4 (the plateau, NCCL's estimate:
+    # 64 KiB / (8 ch x 4 ranks) >= 64) = 70.0
     got = forced(TOPO22, "ring", "Simple").collective("all_reduce", 65536, R4)
-    assert got is not None and us(got) == pytest.approx(70.0 + 65536 / (1000 * 32.0), rel=1e-9)
+    assert got is not None and us(got) == pytest.approx(70.0 + 65536 / (1000 * 16.0), rel=1e-9)
+    # 256 KiB = 8 x 32 KiB keeps all 8 channels: NCCL's 64 GB/s (a start from the graph's 4 would reach it at 128)
+    got = forced(TOPO22, "ring", "Simple").collective("all_reduce", 131072, R4)
+    assert got is not None and us(got) == pytest.approx(70.0 + 131072 / (1000 * 32.0), rel=1e-9)
+    got = forced(TOPO22, "ring", "Simple").collective("all_reduce", 262144, R4)
+    assert got is not None and us(got) == pytest.approx(70.0 + 262144 / (1000 * 64.0), rel=1e-9)
 
 
 def test_runtime_channels_follow_nccls_thread_counts():
-    # a ring of bwIntra x nChannels <= PCI_BW (12 GB/s) runs Simple with 256 threads: 16 KiB a channel, 40000 B
-    # keeps 2 channels (40000 >= 2 x 16384); with 512 threads (32 KiB a channel) it would keep 1
-    assert runtime_channels("ring", "Simple", 40000, 2, Graph(2, 6.0, 6.0)) == 2
-    assert runtime_channels("ring", "Simple", 40000, 2, Graph(2, 7.0, 7.0)) == 1
+    # a ring of bwIntra x nChannels <= PCI_BW (12 GB/s, the ring graph's channels) runs Simple with 256 threads:
+    # 16 KiB a channel, 40000 B keeps 2 channels (40000 >= 2 x 16384); with 512 threads (32 KiB a channel) 1
+    assert runtime_channels("ring", "Simple", 40000, 2, Graph(2, 6.0, 6.0), 4) == 2
+    assert runtime_channels("ring", "Simple", 40000, 2, Graph(2, 7.0, 7.0), 4) == 1
     # LL128: 640 threads x 8 B = 5 KiB a channel; ring LL: 8 B x nRanks a thread
-    assert runtime_channels("tree", "LL128", 3 * 5120, 16, Graph(8, 45.0, 45.0)) == 3
-    assert runtime_channels("ring", "LL", 2 * 512 * 8 * 16, 16, Graph(8, 45.0, 45.0)) == 2
-    # NVLS keeps its graph's channels
-    assert runtime_channels("nvls", "Simple", 8, 8, Graph(8, 40.0, 60.0)) == 8
+    assert runtime_channels("tree", "LL128", 3 * 5120, 16, Graph(8, 45.0, 45.0), 16) == 3
+    assert runtime_channels("ring", "LL", 2 * 512 * 8 * 16, 16, Graph(8, 45.0, 45.0), 16) == 2
+    # NVLS keeps the communicator's channels
+    assert runtime_channels("nvls", "Simple", 8, 8, Graph(8, 40.0, 60.0), 16) == 16
+
+
+def test_runtime_channels_start_from_the_communicators_channels():
+    # enqueue.cc topoGetAlgoInfo (2.30.7): nc = comm->nChannels, not the ring graph's. A 2-node Hopper ring graph
+    # of 4 channels at 48 GB/s (> 45, < 16 after connectRings' doubling) is doubled again: comm->nChannels 16.
+    # 8 MiB ring Simple (32 KiB a channel) runs on all 16; 96 KiB on 3
+    g = Graph(4, 48.0, 48.0)
+    nch = comm_channels(g, "hopper", True)
+    assert nch == 16
+    assert runtime_channels("ring", "Simple", 8 * MiB, 16, g, nch) == 16
+    assert runtime_channels("ring", "Simple", 96 * 1024, 16, g, nch) == 3
+    # the bandwidth on 3 of 16: 3/16 of the ring graph's 4 x 48 = 36 GB/s bus, x n/nsteps 16/30
+    t = TuneInput(16, 2, "hopper", "nvlink", "intel", g, None)
+    assert runtime_bw_scale("allreduce", "ring", "Simple", 3, t) == pytest.approx(3 / 16, rel=1e-12)
+    assert runtime_bw_scale("allreduce", "ring", "Simple", 16, t) == 1.0
 
 
 def test_nccl_max_ctas_runs_a_ring_on_that_share_of_its_channels_2x2():
@@ -160,13 +186,14 @@ def test_nccl_max_ctas_runs_a_ring_on_that_share_of_its_channels_2x2():
 def test_ring_plateau_divides_by_the_communicators_channels_2x2():
     # ncclTopoGetAlgoTime (tuning.cc, 2.30.7): the ring plateau (lat x 1.4) from nBytes / (comm->nChannels x
     # nRanks) >= 64, comm->nChannels = 2 x the graph's 4 = 8. 1536 B / (8 x 4) = 48: no plateau, lat 50.0 (the
-    # graph's 4 channels would give 96 and 70.0). Bandwidth: 1536 B < 2 x 32 KiB -> 1 channel, 24 x 4/6 = 16 GB/s
+    # graph's 4 channels would give 96 and 70.0). Bandwidth: 1536 B < 2 x 32 KiB -> 1 of 8 channels, 96 / 8 = 12
+    # x 4/6 = 8 GB/s
     got = forced(TOPO22, "ring", "Simple").collective("all_reduce", 1536, R4)
-    assert got is not None and us(got) == pytest.approx(50.0 + 1536 / (1000 * 16.0), rel=1e-9)
-    # NCCL_MAX_CTAS=4: comm->nChannels 4, 1536 / (4 x 4) = 96 >= 64: the plateau, 70.0
+    assert got is not None and us(got) == pytest.approx(50.0 + 1536 / (1000 * 8.0), rel=1e-9)
+    # NCCL_MAX_CTAS=4: comm->nChannels 4, 1536 / (4 x 4) = 96 >= 64: the plateau, 70.0; still 1 channel of 8
     got = NcclNetwork(profile(TOPO22, {"algo": "ring", "proto": "Simple", "max_ctas": 4})).collective(
         "all_reduce", 1536, R4)
-    assert got is not None and us(got) == pytest.approx(70.0 + 1536 / (1000 * 16.0), rel=1e-9)
+    assert got is not None and us(got) == pytest.approx(70.0 + 1536 / (1000 * 8.0), rel=1e-9)
 
 
 def test_nccl_ctas_clamp_nvls_channels_2x2():
@@ -181,10 +208,10 @@ def test_nccl_ctas_clamp_nvls_channels_2x2():
 
 def test_tree_ll_all_reduce_2x2():
     # lat = 6.8 + 2 x ((2 - 1) x .6 + log2(2) x 5.0) = 18.0; correction log2(4096 / 64) = 6 -> LL .7. Channels:
-    # tree LL 8 B/thread x 512 threads = 4 KiB a channel; 4096 < 2 x 4096 -> 1 channel: bus = min(24 x .92,
-    # 1 x 41.4) = 22.08; LL: min(22.08 / 3.8, 39.0) = 5.8105; x .5 (tree algbw)
+    # tree LL 8 B/thread x 512 threads = 4 KiB a channel; 4096 < 2 x 4096 -> 1 of comm->nChannels 8, half a graph
+    # channel: bus = min(.5 x 24 x .92, .5 x 41.4) = 11.04; LL: min(11.04 / 3.8, 39.0) = 2.905; x .5 (tree algbw)
     got = forced(TOPO22, "tree", "LL").collective("all_reduce", 4096, R4)
-    bw = min(22.08 / 3.8, 39.0) * .5 * .7
+    bw = min(11.04 / 3.8, 39.0) * .5 * .7
     assert got is not None and us(got) == pytest.approx(18.0 + 4096 / (1000 * bw), rel=1e-9)
 
 
@@ -270,10 +297,10 @@ def test_ring_all_gather_and_pat_one_gpu_per_node():
 def test_nccl_picks_the_least_time():
     net = NcclNetwork(profile(TOPO22))
     # 4 KiB: NCCL's estimate ring LL 16.0 + 4096 / 26000 = 16.16 us, less than tree LL's 18.50 and every other
-    # pair's latency; it runs on 1 channel (test_ring_ll_all_reduce_2x2): 16.0 + 4096 / 8000
+    # pair's latency; it runs on 1 of 8 channels (test_ring_ll_all_reduce_2x2): 16.0 + 4096 / 4000
     small = net.collective("all_reduce", 4096, R4)
     assert small is not None and (small.algo, small.proto) == ("ring", "LL")
-    assert us(small) == pytest.approx(16.0 + 4096 / (1000 * 8.0), rel=1e-9)
+    assert us(small) == pytest.approx(16.0 + 4096 / (1000 * 4.0), rel=1e-9)
     # 16 MiB: ring LL128 29.6 + 16 MiB / 58.88 = 314.5 us; ring Simple 332.1, NVLS-tree 375.2, tree LL128 483,
     # tree Simple 542, ring LL 645
     big = net.collective("all_reduce", 16 * MiB, R4)

@@ -32,12 +32,12 @@ def fig(h: float | None = None, b: float | None = None) -> dict[str, Any]:
 def test_timing_figures_time_ring_ll_across_nodes():
     # ring/LL on 2 nodes x 2 GPUs: lat = 6.6 + (6 - 2 inter steps) x max(1.0 intra figure, 1.0 net overhead)
     # + 2 x 4.0 (network figure) = 18.6; NCCL's bus min(llMaxBw 39.0, 96 x .5) = 39 x the NICs' factor .5
-    # = 19.5, x n/nsteps 4/6 = 13 GB/s on 4 channels; 4 KiB runs on 1 (enqueue.cc: 32 B/thread x 512 threads a
-    # channel): min(39, 1 x 24 x .5) = 12 x .5 x 4/6 = 4 GB/s
+    # = 19.5, x n/nsteps 4/6 = 13 GB/s on the ring graph's 4 channels; 4 KiB runs on 1 of comm->nChannels 8
+    # (enqueue.cc: 32 B/thread x 512 threads a channel): min(39, 96 / 8 x .5) = 6 x .5 x 4/6 = 2 GB/s
     net = timed({"ring/LL": fig(1.0)}, {"ring/LL": fig(4.0, 0.5)}, {"algo": "ring", "proto": "LL"})
     got = net.collective("all_reduce", 4096, R4)
     assert got is not None and (got.algo, got.proto) == ("ring", "LL")
-    assert us(got) == pytest.approx(18.6 + 4096 / (1000 * 4.0), rel=1e-9)
+    assert us(got) == pytest.approx(18.6 + 4096 / (1000 * 2.0), rel=1e-9)
 
 
 def test_the_scale_up_bus_figure_times_one_node_only():
@@ -56,7 +56,7 @@ def test_nccl_still_chooses_with_its_own_constants():
     net = timed(nics={"ring/LL": fig(50.0)})
     got = net.collective("all_reduce", 4096, R4, floor=False)
     assert got is not None and (got.algo, got.proto) == ("ring", "LL")
-    assert us(got) == pytest.approx(110.6 + 4096 / (1000 * 8.0), rel=1e-9)  # on 1 channel, as above
+    assert us(got) == pytest.approx(110.6 + 4096 / (1000 * 4.0), rel=1e-9)  # on 1 of 8 channels, as above
     # a prediction is no slower than the message where NCCL's choice first changes above 4 KiB (time never falls
     # as bytes grow): that message's own time, its choice no longer ring/LL
     switch = net._switches(net.shape(R4), "allreduce")[0][0]
