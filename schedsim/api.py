@@ -228,8 +228,9 @@ def simulate_spec(spec: ScheduleSpec, profile: HardwareProfile, *, file: str | P
     gains ``pipeline`` (bubble and memory per rank) for pipeline schedules and ``memory_peak``
     (``rank``, ``bytes``, ``t_s``, ``op``) when the memory curve applies; the curve itself goes to
     ``timeline.meta["memory"]``, and the static checks' warnings (``program.warnings``: "may hang", ...) and the
-    guesses the numbers rest on (:func:`schedsim.notes.guesses`) to ``timeline.meta["warnings"]``.
-    ``release_ops`` drops the spec's op models once it is lowered (:func:`_release_ops`; ``predict``, which reads
+    guesses the numbers rest on (:func:`schedsim.notes.guesses`) to ``timeline.meta["warnings"]``, as do NCCL
+    settings no model of the profile reads (:func:`_unread_nccl_settings`). ``release_ops`` drops the spec's op
+    models once it is lowered (:func:`_release_ops`; ``predict``, which reads
     nothing of them after).
 
     Raises
@@ -261,11 +262,34 @@ def simulate_spec(spec: ScheduleSpec, profile: HardwareProfile, *, file: str | P
                         "written by `schedsim import kineto|nsys FILES --out DIR`")
     # the schedule's NCCL_ALGO / NCCL_PROTO over the profile's
     profile = profile.with_nccl_env(spec.env, spec.env_sources())
+    unread = _unread_nccl_settings(profile)
     with shared_cost_models():  # one CostModel of the profile for the simulation and the guesses
         with status(f"simulating {prog.N:,} ops", enabled=progress and prog.N > 20_000):
             options: SimOptions = sim  # durations and full_ranks taken out above
             tl = simulate(prog, profile, launch=launch, **options)
-        return _after_simulate(spec, profile, prog, tl, meta, sim)
+        run = _after_simulate(spec, profile, prog, tl, meta, sim)
+    if unread:  # said with the other warnings (the summary, timeline.json)
+        run.timeline.meta["warnings"] = [unread, *run.timeline.meta.get("warnings", [])]
+    return run
+
+
+def _unread_nccl_settings(profile: HardwareProfile) -> str | None:
+    """A warning naming the NCCL settings of ``profile.nccl`` (``NCCL_ALGO``, ``NCCL_MIN_CTAS`` and the others of
+    :data:`schedsim.hardware.profile.NCCL_ENV_FIELDS`, from the profile or a schedule's ``env``) that no model
+    reads: without ``topology.scale_up`` collectives are timed by the profile's busbw tables or alpha-beta
+    (:class:`schedsim.network.model.NetworkModel`), not NCCL's tuning model; None when there are none."""
+    from schedsim.hardware.profile import NCCL_ENV_FIELDS, SCHEDULE_ENV_SOURCE
+
+    if profile.topology.scale_up is not None:
+        return None
+    names = [f"{key}={getattr(profile.nccl, f)}" for key, f in NCCL_ENV_FIELDS if getattr(profile.nccl, f) is not None]
+    if not names:
+        return None
+    src = profile.nccl.source
+    where = src[len(SCHEDULE_ENV_SOURCE):] if src.startswith(SCHEDULE_ENV_SOURCE) else f"profile {profile.name!r}: nccl"
+    return (f"{where}: {', '.join(names)} change nothing: profile {profile.name!r} has no topology.scale_up, so its "
+            "collectives are timed by its busbw tables or alpha-beta, not NCCL's tuning model that reads these "
+            "settings; use a profile with topology.scale_up (dgx_h100, h200) to time them")
 
 
 def _release_ops(spec: ScheduleSpec) -> None:

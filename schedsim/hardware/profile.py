@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     AfterValidator,
@@ -76,6 +76,17 @@ NonNegFloat = Annotated[float, Field(ge=0)]
 # at the end of the class definitions, with pydantic's plugin discovery off (see schedsim.spec.model).
 class _B(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, defer_build=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_number(cls, v: Any, info: ValidationInfo) -> Any:
+        """A YAML ``true`` / ``false`` given for a number (``max_ctas: true``) is refused: pydantic's lax mode
+        would read it as 1 / 0. Fields that take a boolean keep it."""
+        if isinstance(v, bool) and info.field_name is not None:
+            ann = cls.model_fields[info.field_name].annotation
+            if ann is not bool and bool not in get_args(ann) and ({int, float} & {ann, *get_args(ann)}):
+                raise ValueError("a number, not a boolean")
+        return v
 
 
 class GPU(_B):

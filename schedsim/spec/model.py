@@ -314,6 +314,17 @@ class ScheduleSpec(_Base):
         "(catches typos). Omit to allow any.",
     )
 
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env_no_bool(cls, v: object) -> object:
+        """A YAML ``true`` / ``false`` is no setting (pydantic's ``int | str`` would read it as 1 / 0)."""
+        if isinstance(v, dict):
+            for key, n in v.items():
+                if isinstance(n, bool):
+                    what = "a string" if key in ("NCCL_ALGO", "NCCL_PROTO") else "an integer"
+                    raise ValueError(f"{key} must be {what}, not a boolean (got {n!r})")
+        return v
+
     @field_validator("env")
     @classmethod
     def _env(cls, v: dict[str, int | str]) -> dict[str, int | str]:

@@ -149,3 +149,46 @@ def test_one_prediction_builds_one_cost_model_for_the_simulation_and_its_guesses
     assert len(built) == 1
     api.predict(spec)
     assert len(built) == 2
+
+
+NCCL_ENV = """\
+schema_version: 1
+name: ncclenv
+world_size: 2
+{env}
+ops:
+  - {{name: ar, kind: all_reduce, bytes: 67108864, stream: nccl}}
+"""
+
+
+def test_nccl_settings_a_profile_without_the_nccl_model_cannot_read_are_named() -> None:
+    # pcie2 times collectives by alpha-beta (no topology.scale_up): NCCL_MAX_CTAS=1 (one channel) and NCCL_ALGO
+    # were dropped without a word, the all_reduce as long as without them
+    from schedsim.spec.loader import load_text
+
+    def ar_and_warnings(env: str, profile: str) -> tuple[float, list[str]]:
+        run_ = api.simulate_spec(load_text(NCCL_ENV.format(env=env), "e.yaml"), load_profile(profile))
+        (s,) = [s for s in run_.timeline.spans if s.rank == 0]
+        return s.end_s - s.start_s, [str(w) for w in run_.timeline.meta.get("warnings", [])]
+
+    base, said = ar_and_warnings("", "pcie2")
+    assert not [w for w in said if "NCCL_" in w]
+    got, said = ar_and_warnings("env: {NCCL_ALGO: tree, NCCL_MAX_CTAS: 1}", "pcie2")
+    assert got == base  # alpha-beta reads none of them ...
+    (w,) = [w for w in said if "NCCL_" in w]  # ... and the output says so, naming the schedule's lines
+    assert w.startswith("e.yaml:4: env.NCCL_ALGO and e.yaml:4: env.NCCL_MAX_CTAS: NCCL_ALGO=tree, NCCL_MAX_CTAS=1 "
+                        "change nothing: profile 'pcie2' has no topology.scale_up")
+    # a profile's own nccl: fields, named as the profile's
+    d = load_profile("pcie2").model_dump()
+    d["nccl"]["min_ctas"] = 4
+    from schedsim.hardware.profile import HardwareProfile
+
+    run_ = api.simulate_spec(load_text(NCCL_ENV.format(env=""), "e.yaml"), HardwareProfile.model_validate(d))
+    assert [str(w) for w in run_.timeline.meta["warnings"] if "NCCL_" in str(w)] == [
+        "profile 'pcie2': nccl: NCCL_MIN_CTAS=4 change nothing: profile 'pcie2' has no topology.scale_up, so its "
+        "collectives are timed by its busbw tables or alpha-beta, not NCCL's tuning model that reads these settings; "
+        "use a profile with topology.scale_up (dgx_h100, h200) to time them"]
+    # the NCCL model reads them: no such warning, and the one channel times the all_reduce longer
+    many, said = ar_and_warnings("", "dgx_h100")
+    few, said = ar_and_warnings("env: {NCCL_MAX_CTAS: 1}", "dgx_h100")
+    assert few > many and not [w for w in said if "change nothing" in w]

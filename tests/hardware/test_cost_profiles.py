@@ -258,3 +258,28 @@ def test_the_network_model_places_ranks_on_nodes():
     assert net.rank_nodes(16) == [0] * 8 + [1] * 8 == rank_nodes(p, 16)
     toy = CostModel(HardwareProfile.model_validate(toy_profile_dict())).net
     assert toy.rank_nodes(4) is None
+
+
+@pytest.mark.parametrize(("section", "key"), [("nccl", "max_ctas"), ("nccl", "min_nchannels"),
+                                              ("gpu", "max_connections"), ("gpu", "hbm_GBps")])
+def test_profile_boolean_for_a_number_is_refused(tmp_path, section: str, key: str):
+    # YAML `max_ctas: true` is no channel count: pydantic's lax int would read it as 1 (NCCL_MAX_CTAS=1, a
+    # sixteenth of dgx_h100's channels) and time every collective with it, silently
+    import yaml
+
+    d = toy_profile_dict()
+    d.setdefault(section, {})[key] = True
+    f = tmp_path / "p.yaml"
+    f.write_text(yaml.safe_dump(d))
+    with pytest.raises(ProfileError, match=rf"{section}\.{key}: .*a number, not a boolean"):
+        load_profile(str(f))
+
+
+def test_profile_boolean_fields_keep_booleans():
+    # the refusal is for numbers only: a field that takes a boolean still does
+    d = toy_profile_dict()
+    d.setdefault("nccl", {})["max_ctas"] = 4
+    assert HardwareProfile.model_validate(d).nccl.max_ctas == 4
+    base = load_profile("dgx_h100")  # its topology.scale_up.nvls: true
+    assert base.topology is not None and base.topology.scale_up is not None and base.topology.scale_up.nvls is True
+    assert HardwareProfile.model_validate(base.model_dump()) == base

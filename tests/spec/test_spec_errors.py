@@ -316,3 +316,15 @@ def test_libyaml_and_pure_python_read_every_text_alike(lines: list[str], end: st
         assert outcome() == fast
     finally:
         yaml.CSafeLoader = saved
+
+
+@pytest.mark.parametrize("key", ["NCCL_MIN_CTAS", "NCCL_MAX_CTAS", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS",
+                                 "CUDA_DEVICE_MAX_CONNECTIONS", "NCCL_ALGO"])
+def test_env_boolean_is_no_setting(key: str):
+    # `NCCL_MAX_CTAS: true` was read as 1 by pydantic's int | str (one channel: the all_reduce 2.4x slower),
+    # `CUDA_DEVICE_MAX_CONNECTIONS: true` as 1 (false serialization of every stream)
+    text = GOOD.replace("params:", f"env: {{{key}: true}}\nparams:")
+    with pytest.raises(SpecError, match=rf"s.yaml:4:.*{key} must be an? (integer|string), not a boolean") as e:
+        load(text)
+    assert e.value.fix
+    assert load(text.replace("true", "ring" if key == "NCCL_ALGO" else "2")).env[key] in (2, "ring")
