@@ -27,7 +27,7 @@ and a timeline read back from it holds the lists. Readers take either (:func:`st
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
 from schedsim.sim.timeline import Timeline
@@ -259,7 +259,7 @@ def _curves(tl: Timeline, ev: _Events, static: dict[int, dict[str, float]]) -> d
     return out
 
 
-def steps_array(steps: Any) -> np.ndarray:
+def steps_array(steps: np.ndarray | Sequence[Sequence[float]]) -> np.ndarray:
     """A rank's memory ``steps`` as :class:`RankMemory` holds them (float64, shape (n, 2)), from that array or
     from the list of ``[t_s, bytes]`` pairs timeline.json holds (no copy of a float64 array).
 
