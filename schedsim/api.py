@@ -629,7 +629,7 @@ def plot_memory(run: Run | Timeline, title: str = "") -> Figure:
     if not mem:
         raise SchedsimError(f"{tl.schedule}: this timeline has no memory curve",
                             fix="predict() adds one for pipelines and schedules with recv/gather buffers")
-    curves = {int(r): [(t, b) for t, b in d["steps"]] for r, d in mem["ranks"].items()}
+    curves = {int(r): d["steps"] for r, d in mem["ranks"].items()}  # (n, 2) arrays or [t_s, bytes] pairs
     static = {int(r): sum(d.get("static", {}).values()) for r, d in mem["ranks"].items()}
     peaks = {int(r): (d["peak_bytes"], d["peak_op"] or "start") for r, d in mem["ranks"].items()}
     return shown(draw_memory(curves, tl.makespan_s, title or tl.schedule, peaks, static=static))

@@ -43,7 +43,7 @@ def write_charts(outdir: str | Path, tl: Timeline, title: str, formats: tuple[st
         ranks = {int(r): d for r, d in mem["ranks"].items()}
         if p and len(ranks) > p:  # data-parallel replicas repeat the first replica's curves
             ranks = {r: d for r, d in ranks.items() if pinfo is not None and pinfo.first_replica(r)}
-        curves = {r: [(t, b) for t, b in d["steps"]] for r, d in ranks.items()}
+        curves = {r: d["steps"] for r, d in ranks.items()}  # (n, 2) arrays, or pairs read from timeline.json
         peaks = {r: (d["peak_bytes"], d["peak_op"] or "start") for r, d in ranks.items()}
         paths.append(write_memory_plot(out / "memory.png", curves, tl.makespan_s,
                                        f"{tl.schedule}: memory allocated per rank (activations, recv/gather "

@@ -631,7 +631,8 @@ class _Writer:
             pid = self.pid_of.get(int(r))
             if pid is None:
                 continue
-            for t, b in d.get("steps", []):
+            steps = d.get("steps", [])  # an (n, 2) array in the process, pairs when read from timeline.json
+            for t, b in steps.tolist() if isinstance(steps, np.ndarray) else steps:
                 self.events.append({"ph": "C", "name": "memory allocated (bytes)", "pid": pid, "ts": _us(t),
                                     "args": {"bytes": b}})
         c = tl.columns

@@ -18,12 +18,16 @@ Result (``Timeline.meta["memory"]``, written into timeline.json)::
 
     {"unit": "bytes", "ranks": {rank: {"static": {"parameters": b, "gradients": b, "optimizer": b},
       "steps": [[t_s, bytes], ...], "peak_bytes": b, "peak_s": t, "peak_op": "F0.3.fwd@r0"}}}
+
+In the process each rank's ``steps`` is a float64 array of shape (n, 2) (columns: time s, bytes from that time
+on; 16 bytes per step, where a list of two floats took ~130); timeline.json writes it as the list of pairs above,
+and a timeline read back from it holds the lists. Readers take either (:func:`steps_array`).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
 from schedsim.sim.timeline import Timeline
@@ -35,17 +39,18 @@ if TYPE_CHECKING:
     from schedsim.graph.info import PipelineInfo
     from schedsim.spec.pipeline_block import PipelineSpec
 
-__all__ = ["DagLike", "MemoryCurve", "RankMemory", "memory_over_time", "static_memory"]
+__all__ = ["DagLike", "MemoryCurve", "RankMemory", "memory_over_time", "static_memory", "steps_array"]
 
 _BUFFER_KINDS = {"recv", "all_gather", "gather"}
 
 
 class RankMemory(TypedDict):
-    """One rank's curve (module docstring): ``static`` bytes by kind, ``steps`` (``[t_s, bytes]`` pairs, the
-    value from that time on), the peak (bytes), when (s) and the op charged with it (``""``: the step's start)."""
+    """One rank's curve (module docstring): ``static`` bytes by kind, ``steps`` (float64, shape (n, 2): time s
+    and the bytes from that time on, times ascending and distinct), the peak (bytes), when (s) and the op charged
+    with it (``""``: the step's start)."""
 
     static: dict[str, float]
-    steps: list[list[float]]
+    steps: np.ndarray
     peak_bytes: float
     peak_s: float
     peak_op: str
@@ -249,9 +254,28 @@ def _curves(tl: Timeline, ev: _Events, static: dict[int, dict[str, float]]) -> d
                 peak, peak_s, at = float(vals[i]), float(ts[i]), lo + i - 1
         if at >= 0:
             peak_op = op_at(at)
-        out[r] = {"static": static.get(r, {}), "steps": np.stack([ts[keep], vals[keep]], axis=1).tolist(),
+        out[r] = {"static": static.get(r, {}), "steps": np.stack([ts[keep], vals[keep]], axis=1),
                   "peak_bytes": peak, "peak_s": peak_s, "peak_op": peak_op}
     return out
+
+
+def steps_array(steps: np.ndarray | Sequence[Sequence[float]]) -> np.ndarray:
+    """A rank's memory ``steps`` as :class:`RankMemory` holds them (float64, shape (n, 2)), from that array or
+    from the list of ``[t_s, bytes]`` pairs timeline.json holds (no copy of a float64 array).
+
+    Raises
+    ------
+    ValueError
+        ``steps`` is not n pairs of numbers.
+    """
+    import numpy as np
+
+    a = np.asarray(steps, np.float64)
+    if a.size == 0:
+        return a.reshape(0, 2)
+    if a.ndim != 2 or a.shape[1] != 2:
+        raise ValueError(f"memory steps must be [t_s, bytes] pairs, not an array of shape {a.shape}")
+    return a
 
 
 def _buffer_ends(tl: Timeline, graph: DagLike | None, rows: np.ndarray) -> np.ndarray:

@@ -3,20 +3,26 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from schedsim.report.chart_base import _cut, _fig, _makespan_labels, _title_pad, write_figure
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["draw_memory", "write_memory_plot"]
 
 
-def draw_memory(curves: dict[int, list[tuple[float, float]]], makespan_s: float, title: str = "",
+def draw_memory(curves: Mapping[int, Sequence[Sequence[float]] | np.ndarray], makespan_s: float, title: str = "",
                 peaks: dict[int, tuple[float, str]] | None = None, max_ranks: int = 8,
                 static: dict[int, float] | None = None):
     """Bytes allocated per rank over time: a step curve per rank, in GiB/MiB.
 
-    ``curves``: rank -> [(t_s, bytes)] steps (value holds until the next step). Curves are drawn as
-    the per-pixel maximum (the envelope), so a free and an allocation a few ns apart do not draw a
+    ``curves``: rank -> steps, (t_s, bytes) pairs or a float64 array of shape (n, 2) (a memory curve's
+    ``steps``, :func:`schedsim.report.memory.steps_array`; the value holds until the next step). Curves are
+    drawn as the per-pixel maximum (the envelope), so a free and an allocation a few ns apart do not draw a
     one-pixel spike or dip. Past ``max_ranks`` ranks, the first and last ranks (by peak) are drawn.
     ``peaks``: rank -> (bytes, op id) for the legend. ``static``: rank -> bytes held all step
     (parameters, gradients, optimizer state); the curves then show what lies above it, so the
@@ -24,14 +30,18 @@ def draw_memory(curves: dict[int, list[tuple[float, float]]], makespan_s: float,
     """
     import numpy as np
 
+    from schedsim.report.memory import steps_array
+
     static = static or {}
+    arrs = {r: steps_array(pts) for r, pts in curves.items()}
     if any(static.values()):
-        curves = {r: [(t, b - static.get(r, 0.0)) for t, b in pts] for r, pts in curves.items()}
-    ranks = sorted(curves)
+        arrs = {r: a - [0.0, static.get(r, 0.0)] for r, a in arrs.items()}
+    arrs = {r: a[np.lexsort((a[:, 1], a[:, 0]))] for r, a in arrs.items()}  # by time, then bytes
+    ranks = sorted(arrs)
     if len(ranks) > max_ranks:
-        by_peak = sorted(ranks, key=lambda r: -max((b for _t, b in curves[r]), default=0.0))
+        by_peak = sorted(ranks, key=lambda r: -(float(arrs[r][:, 1].max()) if len(arrs[r]) else 0.0))
         ranks = sorted(set(by_peak[: max_ranks // 2] + by_peak[-(max_ranks - max_ranks // 2):]))
-    top = max([b for r in ranks for _t, b in curves[r]] + [1.0])
+    top = max([float(arrs[r][:, 1].max()) for r in ranks if len(arrs[r])] + [1.0])
     unit, uname = (2**30, "GiB") if top >= 2**30 else (2**20, "MiB")
     fig = _fig(12, 3.6)
     ax = fig.add_subplot(111)
@@ -39,11 +49,11 @@ def draw_memory(curves: dict[int, list[tuple[float, float]]], makespan_s: float,
     end = max(makespan_s, 1e-12)
     edges = np.linspace(0.0, end, bins + 1)
     for r in ranks:
-        pts = sorted(curves[r])
-        if not pts:
+        pts = arrs[r]
+        if not len(pts):
             continue
-        ts = np.array([t for t, _ in pts])
-        vs = np.array([v for _, v in pts]) / unit
+        ts = pts[:, 0]
+        vs = pts[:, 1] / unit
         # envelope: max of the values live in each bin (the value at its start and every step inside it)
         idx = np.clip(np.searchsorted(ts, edges[:-1], side="right") - 1, 0, len(vs) - 1)
         env = vs[idx].copy()
@@ -68,7 +78,7 @@ def draw_memory(curves: dict[int, list[tuple[float, float]]], makespan_s: float,
     return fig
 
 
-def write_memory_plot(path: str | Path, curves: dict[int, list[tuple[float, float]]], makespan_s: float,
+def write_memory_plot(path: str | Path, curves: Mapping[int, Sequence[Sequence[float]] | np.ndarray], makespan_s: float,
                       title: str = "", peaks: dict[int, tuple[float, str]] | None = None,
                       static: dict[int, float] | None = None) -> Path:
     """Draw :func:`draw_memory` and write it as PNG atomically."""

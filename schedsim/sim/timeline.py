@@ -701,7 +701,7 @@ class Timeline:
         if not isinstance(other, Timeline):
             return NotImplemented
         return (self._head_fields() == other._head_fields() and self.critical_path == other.critical_path
-                and self.meta == other.meta and self.spans == other.spans)
+                and timeline_json.meta_equal(self.meta, other.meta) and self.spans == other.spans)
 
     __hash__ = None  # type: ignore[assignment]  # mutable, like the dataclass it replaces
 

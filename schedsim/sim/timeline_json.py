@@ -449,8 +449,32 @@ def _tags_may_hold_big_ints(d: Any) -> bool:
 
 
 def _row_default(obj: Any) -> Any:
-    """The row layout's handler for its head: a mapping that is not a dict (a pipeline's order) as a dict,
-    anything else as ``str(obj)``."""
+    """The row layout's handler for its head: a mapping that is not a dict (a pipeline's order) as a dict, a
+    numpy array (a memory curve's steps) as its nested lists (the text the lists give), anything else as
+    ``str(obj)``."""
     from collections.abc import Mapping
 
-    return dict(obj) if isinstance(obj, Mapping) else str(obj)
+    import numpy as np
+
+    if isinstance(obj, Mapping):
+        return dict(obj)
+    return obj.tolist() if isinstance(obj, np.ndarray) else str(obj)
+
+
+def meta_equal(a: Any, b: Any) -> bool:
+    """Whether two ``meta`` values are equal as timeline.json writes them: dicts by keys and values, lists and
+    tuples item by item, a numpy array (a memory curve's steps, :mod:`schedsim.report.memory`) against an array
+    or nested lists by shape and values (``np.array_equal``), anything else by ``==``."""
+    import numpy as np
+
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        try:
+            x, y = np.asarray(a), np.asarray(b)
+        except ValueError:  # ragged lists: not an array's values
+            return False
+        return x.shape == y.shape and x.dtype.kind in "biuf" and y.dtype.kind in "biuf" and bool(np.array_equal(x, y))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(meta_equal(v, b[k]) for k, v in a.items())
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(map(meta_equal, a, b))
+    return bool(a == b)

@@ -192,7 +192,7 @@ def test_memory_curve_by_hand():
     mem = memory_over_time(tl, static={0: {"parameters": 7.0}})
     r = mem["ranks"][0]
     # 7 static; +100 at 0, +100 at 1, +50 at 1.5 (peak 257), recv freed at 2.5, W0 frees at 3, W1 at 4
-    assert r["steps"] == [[0.0, 107.0], [1.0, 207.0], [1.5, 257.0], [2.5, 207.0], [3.0, 107.0], [4.0, 7.0]]
+    assert r["steps"].tolist() == [[0.0, 107.0], [1.0, 207.0], [1.5, 257.0], [2.5, 207.0], [3.0, 107.0], [4.0, 7.0]]
     assert (r["peak_bytes"], r["peak_s"], r["peak_op"]) == (257.0, 1.5, "rv@r0")
 
 

@@ -260,3 +260,26 @@ def test_ids_at_and_tagged_read_coded_columns_without_building_them():
     assert got_rows == [i for i in range(len(c)) if "stage" in c.tags[i]] and got_rows
     assert got_tags == [c.tags[i] for i in got_rows]
     assert not c.named_by(np.array(prog.name_id))
+
+
+def test_meta_equal_compares_arrays_by_value_and_shape():
+    """meta holding numpy arrays (a memory curve's steps) compares by shape and values against arrays or the
+    nested lists timeline.json reads back; ``==`` on such dicts raises (an array's truth value)."""
+    import numpy as np
+
+    from schedsim.sim.timeline_json import meta_equal
+
+    a = {"memory": {"unit": "bytes", "ranks": {0: {"steps": np.array([[0.0, 1.0], [2.0, 3.0]]), "peak_op": "x"}}}}
+    same = {"memory": {"unit": "bytes", "ranks": {0: {"steps": [[0.0, 1.0], [2.0, 3.0]], "peak_op": "x"}}}}
+    assert meta_equal(a, same) and meta_equal(same, a) and meta_equal(a, a)
+    other_value = {"memory": {"unit": "bytes", "ranks": {0: {"steps": [[0.0, 1.0], [2.0, 4.0]], "peak_op": "x"}}}}
+    other_shape = {"memory": {"unit": "bytes", "ranks": {0: {"steps": [[0.0, 1.0, 2.0, 3.0]], "peak_op": "x"}}}}
+    ragged = {"memory": {"unit": "bytes", "ranks": {0: {"steps": [[0.0, 1.0], [2.0]], "peak_op": "x"}}}}
+    other_op = {"memory": {"unit": "bytes", "ranks": {0: {"steps": [[0.0, 1.0], [2.0, 3.0]], "peak_op": "y"}}}}
+    for b in (other_value, other_shape, ragged, other_op, {"memory": {}}, {}):
+        assert not meta_equal(a, b) and not meta_equal(b, a)
+    assert not meta_equal({"x": [1, 2]}, {"x": (1, 2)})  # as == says
+    t1 = Timeline("s", "predict", 1, spans=[Span("a@r0", "a", 0, "s", "k", "compute", 0.0, 1.0)], meta=a)
+    t2 = Timeline("s", "predict", 1, spans=[Span("a@r0", "a", 0, "s", "k", "compute", 0.0, 1.0)], meta=same)
+    t3 = Timeline("s", "predict", 1, spans=[Span("a@r0", "a", 0, "s", "k", "compute", 0.0, 1.0)], meta=other_value)
+    assert t1 == t2 and t1 != t3
