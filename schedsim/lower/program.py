@@ -350,7 +350,7 @@ class Program:
         """Whether a tag set of the tag table holds ``key`` (a set that no op has counts too: false means no op
         has the tag), from the distinct sets, a pipeline block's lazy run through its columns (unmade): no
         per-op column built."""
-        def holds(s: tuple[tuple[str, Any], ...]) -> bool:
+        def holds(s: tuple[tuple[str, object], ...]) -> bool:
             return any(k == key for k, _v in s)
 
         t = self.tag_table

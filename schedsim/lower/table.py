@@ -179,7 +179,7 @@ class _Interner:
             else:
                 self._make(seg)
         items, at = self._items, 0
-        for base, n, _make in sorted(self._lazy, key=lambda g: g[0]):  # the runs left are those asked through their columns
+        for base, n, _make in sorted(self._lazy, key=lambda g: g[0]):  # those left: asked through their columns
             if any(map(pred, items[at:base])):
                 return True
             at = base + n
