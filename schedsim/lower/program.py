@@ -332,6 +332,18 @@ class Program:
 
         return coded_of(self.tag_table, self.tags_id, TagColumns)
 
+    def may_have_tag(self, key: str) -> bool:
+        """Whether a tag set of the tag table holds ``key`` (a set that no op has counts too: false means no op
+        has the tag), from the distinct sets, a pipeline block's lazy run through its columns (unmade): no
+        per-op column built."""
+        def holds(s: tuple[tuple[str, object], ...]) -> bool:
+            return any(k == key for k, _v in s)
+
+        t = self.tag_table
+        if isinstance(t, tuple):
+            return any(map(holds, t))
+        return t.any_item(holds, lambda cols: key in cols.keys)
+
     def op_id(self, i: int) -> str:
         """The id of op ``i``."""
         t, k = self.name_table, int(self.name_id[i])

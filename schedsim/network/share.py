@@ -445,16 +445,25 @@ def program_share(profile: HardwareProfile, prog: Program, gptr: np.ndarray, gid
         return None
     G = len(gptr) - 1
     tps, tmpl = prog.templates, prog.tmpl
-    kinds = [tps[t].kind for t in tmpl[gidx[gptr[:-1]]].tolist()] if G else []
+    first = tmpl[gidx[gptr[:-1]]] if G else np.zeros(0, np.int64)  # each group's first member's template
+    kinds = list(map([t.kind for t in tps].__getitem__, first.tolist()))
     tbytes = np.array([float(t.nbytes) for t in tps])
     size = np.maximum.reduceat(tbytes[tmpl[gidx]], gptr[:-1]) if G and len(gidx) else np.zeros(G)
     ranks = prog.rank[gidx]
     if prog.represented and G:  # a symmetric lowering: a collective's links are those of its whole group
         p2p = frozenset(P2P_KINDS)
         C = sum(k not in p2p for k in kinds)  # collectives, then the (send, recv) pairs
-        groups = [tps[t].group for t in tmpl[gidx[gptr[:C]]].tolist()]
-        ranks = np.concatenate([np.array([r for g in groups for r in g], np.int64), ranks[int(gptr[C]):]])
-        gptr = np.concatenate([[0], np.cumsum([len(g) for g in groups] + [2] * (G - C))]).astype(np.int64)
+        # each collective's whole group, from its template's (one array per distinct template, gathered)
+        uniq, inv = np.unique(first[:C], return_inverse=True)
+        garr = [np.asarray(tps[t].group, np.int64).reshape(-1) for t in uniq.tolist()]
+        glen = np.array([len(g) for g in garr], np.int64)
+        goff = np.concatenate([[0], np.cumsum(glen)[:-1]]).astype(np.int64)
+        lens = glen[inv]
+        cum = np.cumsum(lens)
+        at = np.repeat(goff[inv] - (cum - lens), lens) + np.arange(int(cum[-1]) if C else 0)
+        flat = np.concatenate(garr) if garr else np.zeros(0, np.int64)
+        ranks = np.concatenate([flat[at], ranks[int(gptr[C]):]])
+        gptr = np.concatenate([[0], cum, int(cum[-1] if C else 0) + 2 * np.arange(1, G - C + 1)]).astype(np.int64)
     return link_share(profile, prog.world_size, gptr, ranks, kinds, size, work, net)
 
 

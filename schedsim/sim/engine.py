@@ -133,7 +133,8 @@ def simulate(G: Program, profile: HardwareProfile, *, launch: str | None = None,
         tl = _simulate_once(G, profile, info, mode, model, conns, model_executor)
     if mode == "eager" and model != "replay":
         kernel_gaps(tl, _table_kernels(G), profile.launch.kernel_gap_s)
-    recorded_nccl_is_comm(tl)
+    if G.may_have_tag("nccl"):  # an imported schedule's (a lowering's other ops have none)
+        recorded_nccl_is_comm(tl)
     return tl
 
 

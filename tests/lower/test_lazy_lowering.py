@@ -196,3 +196,40 @@ def test_written_p2p_beside_the_pipeline_compares_tag_messages() -> None:
     assert ("s@r0", "r@r1") in pairs and ("sendF0.0@r0", "recvF1.0@r1") in pairs
     with pytest.raises(GraphError):
         lower(spec("B"))
+
+
+def test_any_item_asks_columned_runs_without_making_them() -> None:
+    """``_Interner.any_item``: made items by ``pred``, a run reserved with columns by ``in_columns`` (not made),
+    a run without columns made and read."""
+    class Cols:
+        keys = {"mb": None}
+
+    it = _Interner()
+    it((("a", 1),))
+    made_c, calls_c = _counted([(("mb", 0),), (("mb", 1),)])
+    none = np.zeros(0, np.int64)  # runs no lookup registers (as a pipeline's per-op tag sets)
+    it.reserve(2, made_c, None, none, columns=Cols())
+    made_p, calls_p = _counted([(("nccl", "all_reduce"),)])
+    it.reserve(1, made_p, None, none)
+    it((("b", 2),))
+
+    def has(key: str) -> bool:
+        return it.any_item(lambda s: any(k == key for k, _v in s), lambda c: key in c.keys)
+
+    assert [has(k) for k in ("a", "b", "mb", "nccl", "stage")] == [True, True, True, True, False]
+    assert calls_c == [] and calls_p == [1]  # the columned run never made, the other made once
+    assert it.items[1:3] == [(("mb", 0),), (("mb", 1),)] and calls_c == [1]
+
+
+@pytest.mark.parametrize("tags, want", [(None, False), ({"nccl": "all_reduce", "peers": "absent"}, True)])
+def test_program_may_have_tag_is_what_the_ops_hold(tags: dict[str, Any] | None, want: bool) -> None:
+    """``Program.may_have_tag`` (what ``simulate`` asks before ``recorded_nccl_is_comm``) agrees with the ops'
+    own tags, for a pipeline's lazy tag sets and a written op's, and leaves the op names unmade."""
+    op = {"name": "w", "kind": "compute", "duration_us": 1, "ranks": [1], **({"tags": tags} if tags else {})}
+    prog = lower(_pipe_spec([op]))
+    assert prog.may_have_tag("nccl") is want
+    assert prog.may_have_tag("mb") and not prog.may_have_tag("no_such_key")
+    assert "names" not in prog.__dict__ and prog.name_table._lazy
+    assert any("nccl" in dict(o.tags) for o in prog.ops()) is want
+    back = pickle.loads(pickle.dumps(prog))  # the tables as tuples
+    assert back.may_have_tag("nccl") is want and not back.may_have_tag("no_such_key")

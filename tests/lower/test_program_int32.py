@@ -42,3 +42,19 @@ def test_index_arrays_past_2_31_stay_int64():
     a = np.arange(4, dtype=np.int64)
     assert _narrow(a, 2**31 - 1).dtype == np.int32
     assert _narrow(a, 2**31) is a
+
+
+def test_single_instance_columns_are_int32_and_refuse_values_past_it():
+    """``table._ints`` (the single instances' columns): int32, writable, the values as given; a value outside
+    int32 raises OverflowError as ``np.array(..., np.int32)`` does."""
+    import pytest
+
+    from schedsim.lower.table import _ints
+
+    v = [0, -1, 2**31 - 1, -(2**31), 7]
+    got = _ints(v)
+    assert got.dtype == np.int32 and got.tolist() == v and got.flags.writeable
+    assert _ints([]).tolist() == [] and _ints([]).dtype == np.int32
+    for bad in (2**31, -(2**31) - 1):
+        with pytest.raises(OverflowError):
+            _ints([1, bad])

@@ -432,3 +432,36 @@ def test_the_compiled_loop_calls_back_only_for_flows_that_share_a_link(monkeypat
     seen.clear()
     monkeypatch.setattr(share.LinkShare, "loop_args", lambda self: counted(self, True))
     assert spans(text, profile(2, 1)) == got and len(seen) == 6
+
+
+def test_program_share_hands_whole_groups_of_a_symmetric_lowering(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``program_share`` of a representative-rank lowering (32 GPUs on dgx_h100: 4 nodes, dp and pp across
+    them): each collective's rendezvous group becomes its template's whole group, each (send, recv) pair its
+    two ranks, in the groups' order; the CSR equal to one built op by op from the templates."""
+    import schedsim.network.share as share
+    from schedsim.hardware.profile import load_profile
+    from schedsim.lower import lower
+    from schedsim.lower.program import rendezvous_groups
+    from schedsim.spec.loader import load_text
+    from tests.spec.test_training_block import TINY
+
+    text = TINY.replace("world_size: 8\n", "world_size: 32\n").replace("global_batch_size: 8",
+                                                                        "global_batch_size: 32")
+    prog = lower(load_text(text), symmetric=True)
+    assert prog.represented
+    gptr, gidx, G, _c, _lone = rendezvous_groups(prog)
+    got: list[tuple[Any, ...]] = []
+    monkeypatch.setattr(share, "link_share", lambda *a: got.append(a))
+    share.program_share(load_profile("dgx_h100"), prog, gptr, gidx, np.ones(G))
+    (_p, world, ptr, ranks, kinds, _size, _work, _net), = got
+    want_ranks: list[int] = []
+    want_ptr = [0]
+    for g in range(G):
+        members = gidx[gptr[g]:gptr[g + 1]].tolist()
+        t = prog.templates[int(prog.tmpl[members[0]])]
+        rs = [int(prog.rank[i]) for i in members] if t.kind in ("send", "recv") else list(t.group)
+        want_ranks += rs
+        want_ptr.append(want_ptr[-1] + len(rs))
+        assert kinds[g] == t.kind
+    assert world == 32 and "all_reduce" in kinds and "send" in kinds  # collectives and pairs both
+    assert ranks.tolist() == want_ranks and ptr.tolist() == want_ptr and ptr.dtype == np.int64
