@@ -23,7 +23,8 @@ from typing import Any
 
 from executor import ExecError
 
-__all__ = ["DistContext", "check_world_size", "env_world", "resolve_backend", "setup_dist", "ArrivalTracker", "PIN_CPUS",
+__all__ = ["DistContext", "check_world_size", "env_world", "resolve_backend", "setup_dist", "ArrivalTracker",
+           "PIN_CPUS",
            "parse_cpulist", "gpu_local_cpus", "pinned_cpus", "pin_process", "cuda_pci_bus_id",
            "run_with_deadline", "exit_now", "wait_for_all_ranks", "oversubscription_warning", "warn_oversubscribed"]
 
@@ -78,7 +79,8 @@ def gpu_local_cpus(pci_bus_id: str, sysfs: str = "/sys") -> list[int] | None:
         return None
 
 
-def pinned_cpus(spec: str | None, local: list[int] | None, available: list[int], local_rank: int = 0) -> list[int] | None:
+def pinned_cpus(spec: str | None, local: list[int] | None, available: list[int],
+                local_rank: int = 0) -> list[int] | None:
     """The CPUs a process is pinned to for ``SCHEDSIM_PIN_CPUS=spec``; None for no pinning.
 
     ``spec``: unset, empty or ``off``: None. ``numa``: the GPU's local CPUs ``local`` (:func:`gpu_local_cpus`;

@@ -13,7 +13,8 @@ from typing import Any
 __all__ = ["rank_env", "global_env", "ENV_PREFIXES"]
 
 #: Environment variables recorded (prefix match).
-ENV_PREFIXES = ("SCHEDSIM_", "NCCL_", "TORCH_NCCL_", "TORCH_DISTRIBUTED", "TORCH_SYMM_MEM", "CUDA_", "NVSHMEM_", "OMP_NUM_THREADS",
+ENV_PREFIXES = ("SCHEDSIM_",
+                "NCCL_", "TORCH_NCCL_", "TORCH_DISTRIBUTED", "TORCH_SYMM_MEM", "CUDA_", "NVSHMEM_", "OMP_NUM_THREADS",
                 "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "PYTORCH_", "NVIDIA_VISIBLE", "GLOO_")
 
 
