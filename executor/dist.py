@@ -24,6 +24,8 @@ from typing import Any
 from executor import ExecError
 
 __all__ = ["DistContext", "check_world_size", "env_world", "resolve_backend", "setup_dist", "ArrivalTracker",
+           "PIN_CPUS",
+           "parse_cpulist", "gpu_local_cpus", "pinned_cpus", "pin_process", "cuda_pci_bus_id",
            "run_with_deadline", "exit_now", "wait_for_all_ranks", "oversubscription_warning", "warn_oversubscribed"]
 
 
@@ -31,6 +33,124 @@ def env_world() -> tuple[int, int, int]:
     """``(rank, world_size, local_rank)`` from the torchrun environment; ``(0, 1, 0)`` without it."""
     return (int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1")),
             int(os.environ.get("LOCAL_RANK", "0")))
+
+
+PIN_CPUS = "SCHEDSIM_PIN_CPUS"
+"""Environment variable: where the host threads of ``execute``, ``calibrate`` (its fresh host processes too) and
+the hand-written references run (:func:`pinned_cpus`); unset, the OS places them."""
+
+
+def parse_cpulist(text: str) -> list[int]:
+    """The CPUs of a Linux cpulist (``"0-3,8,10-11"``, the format of sysfs ``cpulist`` files and ``taskset -c``),
+    ascending; empty text gives ``[]``.
+
+    >>> parse_cpulist("0-3,8,10-11")
+    [0, 1, 2, 3, 8, 10, 11]
+    """
+    cpus: set[int] = set()
+    for part in text.strip().split(","):
+        if not part.strip():
+            continue
+        lo, _, hi = part.strip().partition("-")
+        cpus.update(range(int(lo), int(hi or lo) + 1))
+    return sorted(cpus)
+
+
+def gpu_local_cpus(pci_bus_id: str, sysfs: str = "/sys") -> list[int] | None:
+    """The CPUs local to the PCI device ``pci_bus_id`` (``"0000:3b:00.0"``): its ``local_cpulist``, else the
+    ``cpulist`` of its ``numa_node`` (Linux sysfs ABI, ``Documentation/ABI/testing/sysfs-bus-pci``); None when
+    sysfs says neither (no such device, or ``numa_node`` -1)."""
+    dev = os.path.join(sysfs, "bus", "pci", "devices", pci_bus_id.lower())
+    try:
+        with open(os.path.join(dev, "local_cpulist")) as f:
+            cpus = parse_cpulist(f.read())
+        if cpus:
+            return cpus
+    except OSError:
+        pass
+    try:
+        with open(os.path.join(dev, "numa_node")) as f:
+            node = int(f.read().strip())
+        if node < 0:
+            return None
+        with open(os.path.join(sysfs, "devices", "system", "node", f"node{node}", "cpulist")) as f:
+            return parse_cpulist(f.read()) or None
+    except (OSError, ValueError):
+        return None
+
+
+def pinned_cpus(spec: str | None, local: list[int] | None, available: list[int],
+                local_rank: int = 0) -> list[int] | None:
+    """The CPUs a process is pinned to for ``SCHEDSIM_PIN_CPUS=spec``; None for no pinning.
+
+    ``spec``: unset, empty or ``off``: None. ``numa``: the GPU's local CPUs ``local`` (:func:`gpu_local_cpus`;
+    every available CPU when unknown). ``numa:N``: N of them, the ``local_rank``-th block of N (so the ranks of
+    one host get disjoint cores, wrapping round), so every process of a kind runs on the same cores. Anything
+    else: a cpulist (``"2-5"``). Always intersected with ``available`` (the process's allowed CPUs).
+
+    Raises
+    ------
+    ExecError
+        ``spec`` is malformed or leaves no available CPU.
+
+    >>> pinned_cpus("numa:2", [0, 1, 2, 3, 4, 5], list(range(8)), local_rank=1)
+    [2, 3]
+    """
+    if not spec or spec.strip().lower() == "off":
+        return None
+    spec = spec.strip().lower()
+    allowed = set(available)
+    try:
+        if spec == "numa" or spec.startswith("numa:"):
+            pool = [c for c in (local or available) if c in allowed]
+            n = int(spec[5:]) if spec.startswith("numa:") else len(pool)
+            if n <= 0:
+                raise ValueError(spec)
+            blocks = max(1, len(pool) // n)
+            start = (local_rank % blocks) * n
+            cpus = pool[start:start + n]
+        else:
+            cpus = [c for c in parse_cpulist(spec) if c in allowed]
+    except ValueError:
+        raise ExecError(f"{PIN_CPUS}={spec!r} is not 'numa', 'numa:N' (N > 0) or a cpulist such as '2-5'",
+                            fix=f"unset {PIN_CPUS}, or set it to numa, numa:4 or 2-5") from None
+    if not cpus:
+        raise ExecError(f"{PIN_CPUS}={spec!r} leaves none of this process's CPUs ({sorted(allowed)})",
+                            fix=f"name CPUs this process may use, or unset {PIN_CPUS}")
+    return cpus
+
+
+def pin_process(local_rank: int, pci_bus_id: str | None) -> list[int] | None:
+    """Pin every thread of this process (and the threads it starts later) to :func:`pinned_cpus` of
+    ``SCHEDSIM_PIN_CPUS`` for the GPU ``pci_bus_id`` (None: unknown, every available CPU counts as local); return
+    the CPUs, or None when the variable is unset. Linux only (``os.sched_setaffinity``); elsewhere None."""
+    spec = os.environ.get(PIN_CPUS)
+    if not spec or not hasattr(os, "sched_setaffinity"):
+        return None
+    local = gpu_local_cpus(pci_bus_id) if pci_bus_id else None
+    cpus = pinned_cpus(spec, local, sorted(os.sched_getaffinity(0)), local_rank)
+    if cpus is None:
+        return None
+    try:
+        tids = [int(t) for t in os.listdir("/proc/self/task")]
+    except OSError:
+        tids = [0]
+    for tid in tids:
+        try:
+            os.sched_setaffinity(tid, cpus)
+        except OSError:
+            pass  # a thread that ended meanwhile
+    return cpus
+
+
+def cuda_pci_bus_id(torch: Any, index: int) -> str | None:
+    """sysfs name (``"0000:3b:00.0"``) of CUDA device ``index`` from torch's device properties; None when torch
+    does not report it."""
+    p = torch.cuda.get_device_properties(index)
+    bus, dev, dom = (getattr(p, a, None) for a in ("pci_bus_id", "pci_device_id", "pci_domain_id"))
+    if bus is None or dev is None:
+        return None
+    return f"{int(dom or 0):04x}:{int(bus):02x}:{int(dev):02x}.0"
 
 
 def oversubscription_warning(cuda: bool, local_ranks: int | None = None, cores: int | None = None) -> str | None:
@@ -265,6 +385,7 @@ def setup_dist(backend: str, device: str, timeout_s: float, group_list: list[tup
     if want_cuda:
         torch.cuda.set_device(local_rank)
         dev = torch.device("cuda", local_rank)
+        pin_process(local_rank, cuda_pci_bus_id(torch, local_rank))
     else:
         dev = torch.device("cpu")
     pg_timeout = datetime.timedelta(seconds=float(timeout_s) + 60.0)

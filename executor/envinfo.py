@@ -13,7 +13,8 @@ from typing import Any
 __all__ = ["rank_env", "global_env", "ENV_PREFIXES"]
 
 #: Environment variables recorded (prefix match).
-ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_", "TORCH_DISTRIBUTED", "TORCH_SYMM_MEM", "CUDA_", "NVSHMEM_", "OMP_NUM_THREADS",
+ENV_PREFIXES = ("SCHEDSIM_",
+                "NCCL_", "TORCH_NCCL_", "TORCH_DISTRIBUTED", "TORCH_SYMM_MEM", "CUDA_", "NVSHMEM_", "OMP_NUM_THREADS",
                 "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "PYTORCH_", "NVIDIA_VISIBLE", "GLOO_")
 
 
@@ -34,7 +35,8 @@ def rank_env(ctx: Any) -> dict[str, Any]:
     import torch
 
     d: dict[str, Any] = {"rank": ctx.rank, "local_rank": ctx.local_rank, "host": socket.gethostname(),
-                         "pid": os.getpid(), "device": str(ctx.device)}
+                         "pid": os.getpid(), "device": str(ctx.device),
+                         "cpu_affinity": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None}
     if ctx.cuda:
         p = torch.cuda.get_device_properties(ctx.device)
         d.update({"gpu": p.name, "capability": f"{p.major}.{p.minor}", "memory_GiB": round(p.total_memory / 2**30, 1),

@@ -26,6 +26,10 @@
 #             ms_bf16_c16 (matmul_streams bf16 chunks 16), ag_bf16_c4 (allgather_mm world 1 bf16 chunks 4, ref)
 # WAIT_AB=1 (default) also runs chain2 with SCHEDSIM_WAIT=sleep (the executor's former wait) as chain2_sleep; 2 also
 # ag_c8 as ag_c8_sleep.
+# PIN (default numa:4): every process of the suite (calibrate and its host processes, execute, the references) runs
+# with SCHEDSIM_PIN_CPUS=$PIN, its threads pinned to 4 of the GPU's NUMA-local cores (executor/dist.py, pinned_cpus);
+# PIN=off leaves placement to the OS. SPREAD=N first runs the hand-written tpw_eager and so_T64 references N times
+# each unpinned and N times pinned, alternating (OUT/spread.json: each process's makespan, the topology read).
 # WHATIF=1 first runs benchmarks/accuracy/whatif_connections.py (spin and copy side work, CUDA_DEVICE_MAX_CONNECTIONS
 # 8 and 1; ~30 s) into OUT/whatif.tgz: issue 37's what-if against a second real run, replayed on CPU.
 set -uo pipefail
@@ -42,6 +46,38 @@ if [ "${WHATIF:-0}" = 1 ]; then
   tar czf "$OUT/whatif.tgz" -C "$W/whatif" . 2>/dev/null
 fi
 date -u +%FT%TZ >> "$W/gpu.txt"
+{ nvidia-smi topo -m; b=$(nvidia-smi --query-gpu=pci.bus_id --format=csv,noheader | head -1 | tr A-F a-f | sed 's/^0000//');
+  echo "pci $b numa_node $(cat /sys/bus/pci/devices/$b/numa_node 2>/dev/null) local_cpulist $(cat /sys/bus/pci/devices/$b/local_cpulist 2>/dev/null)";
+  nproc; grep -m1 "model name" /proc/cpuinfo; grep MHz /proc/cpuinfo | sort | uniq -c | head -5; } > "$W/topo.txt" 2>&1
+head -c 1500 "$W/topo.txt"
+PIN=${PIN:-numa:4}
+if [ "${SPREAD:-0}" -gt 0 ]; then
+  mkdir -p $W/spread
+  for i in $(seq "$SPREAD"); do for pin in off "$PIN"; do
+    for c in "tpw tp_allreduce.py --set world_size=1 --set layers=96 --set input_size=2048 --set output_size=2048" \
+             "soT64 small_ops.py --set T=64"; do
+      set -- $c; tag=$1; shift; ref=$1; shift
+      # shellcheck disable=SC2068
+      SCHEDSIM_PIN_CPUS=$pin timeout 60 python3 -m torch.distributed.run --standalone --nproc-per-node 1 \
+        "benchmarks/accuracy/handwritten/$ref" $@ --iters 20 --warmup 25 --out "$W/spread/${tag}_${pin/:/}_$i.json" \
+        > "$W/spread/${tag}_${pin/:/}_$i.log" 2>&1 || echo "spread $tag $pin $i FAILED"
+    done
+  done; done
+  python3 - "$W/spread" "$OUT/spread.json" <<'PY'
+import json, pathlib, statistics, sys
+rows = {}
+for f in sorted(pathlib.Path(sys.argv[1]).glob("*.json")):
+    tag, pin, i = f.stem.rsplit("_", 2)
+    d = json.loads(f.read_text())
+    rows.setdefault(f"{tag} {pin}", []).append((d["makespan_median_s"] * 1e3, d.get("pinned_cpus")))
+out = {k: {"ms": [round(m, 4) for m, _ in v], "cpus": v[0][1], "max/min": round(max(m for m, _ in v) / min(m for m, _ in v), 3),
+           "median": round(statistics.median(m for m, _ in v), 4)} for k, v in rows.items()}
+json.dump(out, open(sys.argv[2], "w"), indent=1)
+for k, v in out.items():
+    print(k, v)
+PY
+fi
+export SCHEDSIM_PIN_CPUS=$PIN
 timeout 60 python3 benchmarks/probes/host/call_patterns.py --only after_profiler 2>&1 | tail -1 | tee "$W/probe_profiler_host.json"
 PROF=$W/calibrated.yaml
 if [ -n "${PROFILE:-}" ]; then  # a profile calibrated earlier on this kind: no calibration; the power onset alone

@@ -44,6 +44,7 @@ import torch.distributed as dist
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repo root, for executor.timing
 
 from executor.clock import IterationClock
+from executor.dist import cuda_pci_bus_id, pin_process
 from executor.timing import lean_makespans
 
 DT = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -108,10 +109,12 @@ class Proc:
         if self.cuda:
             torch.cuda.set_device(local)
             self.dev = torch.device("cuda", local)
+            self.cpus = pin_process(local, cuda_pci_bus_id(torch, local))  # SCHEDSIM_PIN_CPUS, as the executor
             dist.init_process_group("nccl", device_id=self.dev, timeout=datetime.timedelta(seconds=300))
             self.ctrl = dist.new_group(backend="gloo") if self.world > 1 else None
         else:
             self.dev = torch.device("cpu")
+            self.cpus = None
             dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=300))
             self.ctrl = None
         self.gen = torch.Generator().manual_seed(self.rank)
@@ -266,7 +269,7 @@ class Proc:
                    "torch": torch.__version__, "makespans_s": ms, "makespan_median_s": statistics.median(ms),
                    "method": "executor.clock.IterationClock (synchronize, clock all-gather, aligned start, "
                              "anchor event), one end event per stream, executor.timing.lean_makespans",
-                   "late_starts": sum(r[1] for r in allr), **extra}
+                   "late_starts": sum(r[1] for r in allr), "pinned_cpus": self.cpus, **extra}
             Path(out).parent.mkdir(parents=True, exist_ok=True)
             tmp = Path(out).with_suffix(".tmp")
             tmp.write_text(json.dumps(res, indent=1))
