@@ -283,3 +283,26 @@ def test_profile_boolean_fields_keep_booleans():
     base = load_profile("dgx_h100")  # its topology.scale_up.nvls: true
     assert base.topology is not None and base.topology.scale_up is not None and base.topology.scale_up.nvls is True
     assert HardwareProfile.model_validate(base.model_dump()) == base
+
+
+@pytest.mark.parametrize("section, key, value", [
+    ("gpu", "peak_tflops", {"bf16": True}),
+    ("gpu", "peak_tflops", {"bf16": 989.0, "fp32": False}),
+])
+def test_profile_boolean_inside_a_table_of_numbers_is_refused(tmp_path, section: str, key: str, value: dict):
+    # `peak_tflops: {bf16: true}` was read as 1 TFLOP/s: every bf16 GEMM's roofline ~1000x slow, silently
+    import yaml
+
+    d = toy_profile_dict()
+    d.setdefault(section, {})[key] = value
+    f = tmp_path / "p.yaml"
+    f.write_text(yaml.safe_dump(d))
+    with pytest.raises(ProfileError, match=rf"{section}\.{key}: .*a number, not a boolean"):
+        load_profile(str(f))
+
+
+def test_every_shipped_profile_still_loads_with_the_boolean_check():
+    from schedsim.hardware.profile import list_profiles
+
+    for name in list_profiles():
+        load_profile(name)
