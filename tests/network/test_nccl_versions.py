@@ -104,6 +104,22 @@ def test_nvls_tree_beyond_two_nodes_before_2_28_halves_the_network_share():
     assert bw("2.30.7") == pytest.approx(364 * 32 / 62)
 
 
+def test_eight_nodes_nvls_tree_and_tree_ll128_terms_of_2_30_7():
+    # 64 ranks on 8 nodes (index2 = N4, log2i(8) = 3 network hops each way), net_ib latencyInter 0:
+    # NVLS-tree: min(40 * .85 * 7/8 * 2 = 59.5, bwInter 48 (x2 only up to 2 nodes), perChMaxNVLSTree 45.5) = 45.5,
+    #   busBw 8 * 45.5 = 364, x 64/126; lat 0 + 25 (NVLink) + 2 * 3 * 20.9 = 150.4
+    # tree/LL128: min(min(8 * 45 * .92, 8 * perChMaxTree 36.0) * 120/128, 8 * perChMaxTreeLL128 29.0) = 232,
+    #   x .5 = 116; lat 14.0 + 2 * (7 * 1.25 + 3 * 8.5) = 82.5
+    t = tune("allreduce", ti("2.30.7", 64, 8, TWO_NODE_RING, TWO_NODE_NVLS))
+    assert t[("nvls_tree", "Simple")] == pytest.approx((150.4, 364 * 64 / 126))
+    assert t[("tree", "LL128")] == pytest.approx((82.5, 116.0))
+    # 16 MiB: NVLS-tree's estimate 150.4 + 2^24 / 184.89e3 = 241.1 beats tree/LL128's, which takes
+    # treeCorrectionFactor LL128 at log2(2^24 / 64) = 18 (.9): 82.5 + 2^24 / 104.4e3 = 243.2; NVLS-tree is
+    # then timed with the Simple factor .7: 150.4 + 2^24 / (364 * 64 / 126 * .7 * 1e3) = 280.0
+    assert us(net("2.30.7"), "all_reduce", 16 << 20, 64) == pytest.approx(
+        150.4 + (16 << 20) / (364 * 64 / 126 * .7 * 1e3), rel=1e-6)
+
+
 def test_ring_ll_bandwidth_of_2_20_is_a_third_and_capped_at_ampere_s_llmaxbw():
     # one node, 8 ranks, all_gather ring/LL on 12 x 30 = 360 busBw:
     # 2.20.3: min(llMaxBw Hopper N1 87.7 (Ampere's row then), 360 / 3 = 120) = 87.7; 2.21.5: min(141, 360 * .5)
