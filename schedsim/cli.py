@@ -443,6 +443,10 @@ def search(
     full_ranks: bool = typer.Option(False, "--full-ranks", help="Simulate every rank of each configuration "
                                     "(default: one representative of each class of ranks that run alike, where "
                                     "exact: the same predictions)."),
+    dask: str | None = typer.Option(None, "--dask", metavar="ADDRESS", help="Simulate the configurations on a Dask "
+                                    "cluster: its scheduler's address (tcp://HOST:8786), or 'local' for -j worker "
+                                    "processes of this machine (needs pip install 'schedsim[cluster]'; the same "
+                                    "results as without)."),
 ) -> None:
     """Rank a training block's Megatron configurations (tp, pp, cp, ep, micro batch, virtual stages, recompute) by
     predicted iteration time under a memory limit; write search.json and the time-vs-memory Pareto plot."""
@@ -477,7 +481,14 @@ def search(
                         vpps=[None, *(_ints(vpp_layers, "vpp-layers") if vpp_layers else [])],
                         memory_limit=memory_gib * 2**30, cps=_ints(cp, "cp") if cp else None,
                         eps=_ints(ep, "ep") if ep else None, symmetric=symmetric)
-    done = run_search(spec.name, world, points, profile, jobs or os.cpu_count() or 1, symmetric, dict(spec.env))
+    n_sim = sum(p.status == "simulated" for p in points)
+    if dask is None and n_sim >= 10_000:
+        from schedsim.cliutil import warn
+
+        warn(f"{file}: {n_sim:,} configurations to simulate on this machine; a cluster runs them faster: --dask "
+             "tcp://HOST:8786 (a Dask scheduler, pip install 'schedsim[cluster]')")
+    done = run_search(spec.name, world, points, profile, jobs or os.cpu_count() or 1, symmetric, dict(spec.env),
+                      dask=dask)
     from schedsim.io import atomic_write_text
     from schedsim.outdir import output_set, safe_dirname
 

@@ -23,10 +23,11 @@ form, so the results do not depend on ``jobs``.
 from __future__ import annotations
 
 import itertools
+import threading
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["SearchPoint", "candidates", "run_point", "pareto", "search"]
+__all__ = ["SearchPoint", "candidates", "run_point", "worker_point", "pareto", "search"]
 
 RECOMPUTE: dict[str, dict[str, Any]] = {
     "none": {"recompute_granularity": None, "recompute_method": None, "recompute_num_layers": None},
@@ -99,7 +100,7 @@ def candidates(block: Any, world: int, *, tps: list[int], pps: list[int], mbss: 
     return out
 
 
-def run_point(name: str, world: int, block: dict[str, Any], profile: str,
+def run_point(name: str, world: int, block: dict[str, Any], profile: Any,
               symmetric: bool = False, env: dict[str, Any] | None = None) -> dict[str, Any] | str:
     """Simulate one configuration (module level, for worker processes): its iteration time, TFLOP/s per GPU and
     MFU, or the error message (a refusal at lowering). ``symmetric``: lower one representative rank per class
@@ -118,7 +119,7 @@ def run_point(name: str, world: int, block: dict[str, Any], profile: str,
     return out
 
 
-def _point(name: str, world: int, block: dict[str, Any], profile: str, symmetric: bool,
+def _point(name: str, world: int, block: dict[str, Any], profile: Any, symmetric: bool,
            env: dict[str, Any] | None) -> dict[str, Any] | str:
     """:func:`run_point`'s work."""
     import yaml
@@ -153,23 +154,42 @@ def _point(name: str, world: int, block: dict[str, Any], profile: str, symmetric
 #: (:func:`schedsim.gpu.cost.shared_cost_models`): the points of one search share the profile object, so each
 #: NCCL group shape's costs and each GEMM surface are worked out once, not once a point. Pure caches: a point's
 #: prediction is the same with or without them.
-_PROFILES: dict[tuple[str, str], tuple[Any, Any]] = {}
+_PROFILES: dict[tuple[str | int, str], tuple[Any, Any]] = {}
 _MODELS: dict[int, tuple[Any, Any]] = {}
 
 
-def _profiles(profile: str, spec: Any) -> tuple[Any, Any]:
-    """The profile ``profile`` (loaded once in this process) and the one the point runs on (the schedule's
+def _profiles(profile: Any, spec: Any) -> tuple[Any, Any]:
+    """The profile ``profile`` (a name or path, loaded once in this process; or a loaded profile, as a Dask worker
+    gets it) and the one the point runs on (the schedule's
     ``NCCL_ALGO`` / ``NCCL_PROTO`` applied, as ``predict`` does)."""
     import json
 
     from schedsim.hardware.profile import load_profile
 
-    key = (profile, json.dumps([dict(spec.env), dict(spec.env_sources())], sort_keys=True, default=str))
+    key = (profile if isinstance(profile, str) else id(profile),
+           json.dumps([dict(spec.env), dict(spec.env_sources())], sort_keys=True, default=str))
     got = _PROFILES.get(key)
     if got is None:
-        prof = load_profile(profile)
+        prof = load_profile(profile) if isinstance(profile, str) else profile
         got = _PROFILES[key] = (prof, prof.with_nccl_env(spec.env, spec.env_sources()))
     return got
+
+
+_WORKER_LOCK = threading.Lock()
+_WORKER_SEARCH = [""]
+
+
+def worker_point(token: str, profile: Any, name: str, world: int, block: dict[str, Any], symmetric: bool,
+                 env: dict[str, Any] | None) -> dict[str, Any] | str:
+    """:func:`run_point` as a Dask task (:func:`schedsim.search_cluster.run_on_dask`): one point at a time per
+    process (a worker may run several threads; a point pauses the process's collector and uses its caches), the
+    caches emptied when a task of another search (``token``) arrives, ``profile`` the loaded profile."""
+    with _WORKER_LOCK:
+        if _WORKER_SEARCH[0] != token:
+            _PROFILES.clear()
+            _MODELS.clear()
+            _WORKER_SEARCH[0] = token
+        return run_point(name, world, block, profile, symmetric, env)
 
 
 def pareto(points: list[SearchPoint]) -> None:
@@ -182,8 +202,9 @@ def pareto(points: list[SearchPoint]) -> None:
 
 
 def search(name: str, world: int, points: list[SearchPoint], profile: str, jobs: int = 1,
-           symmetric: bool = False, env: dict[str, Any] | None = None) -> list[SearchPoint]:
-    """Simulate the points left to simulate (``jobs`` processes, a progress bar on a terminal), mark the Pareto
+           symmetric: bool = False, env: dict[str, Any] | None = None, dask: str | None = None) -> list[SearchPoint]:
+    """Simulate the points left to simulate (``jobs`` processes, or on the Dask cluster at ``dask``:
+    :func:`schedsim.search_cluster.run_on_dask`; a progress bar on a terminal), mark the Pareto
     front; returns every point, the simulated ones first by iteration time, then the others. ``symmetric``: each
     point lowered for one representative rank per class (:func:`schedsim.lower.training.represented_ranks`; the
     same predictions, where :func:`~schedsim.sim.symmetry.symmetric_exact` holds on the profile); ``env``: the
@@ -193,7 +214,16 @@ def search(name: str, world: int, points: list[SearchPoint], profile: str, jobs:
     _PROFILES.clear()  # the caches serve the points of one search (a profile file may change between searches)
     _MODELS.clear()
     todo = [p for p in points if p.status == "simulated"]
-    if jobs <= 1 or len(todo) <= 1:
+    if dask is not None and todo:
+        from schedsim.hardware.profile import load_profile
+        from schedsim.search_cluster import run_on_dask
+        from schedsim.spec.limits import _training_ops
+
+        # the loaded profile goes to the workers (they need not see its file); the largest points first
+        results = run_on_dask(dask, jobs, worker_point, load_profile(profile),
+                              [(name, world, p.block, symmetric, env) for p in todo],
+                              [_training_ops(p.block, world, symmetric) for p in todo])
+    elif jobs <= 1 or len(todo) <= 1:
         results = [run_point(name, world, p.block, profile, symmetric, env)
                    for p in track(todo, "search", total=len(todo))]
     else:

@@ -35,7 +35,7 @@ LAYER = {
     "hardware": 4, "gpu": 4, "network": 4,
     "sim": 5,
     "compare": 6, "trace": 6,
-    "report": 7, "search": 7,
+    "report": 7, "search": 7, "search_cluster": 7,
     "notes": 7,  # the guesses a prediction rests on, judged from its profile and cost model; read by cli and api
     "api": 8,
     "cliutil": 9, "cli": 9, "__main__": 10,
