@@ -61,8 +61,8 @@ def lower(spec: ScheduleSpec, check: bool = True, symmetric: bool = False) -> Pr
                 from schedsim.lower.training import represented_ranks
 
                 represented = represented_ranks(spec)
-            if conns is None and spec.training.tensor_model_parallel_size > 1:
-                conns = 1  # Megatron-LM requires it with TP (schedsim.lower.training)
+            if conns is None and spec.training.tensor_model_parallel_size > 1 and not spec.training.use_torch_fsdp2:
+                conns = 1  # Megatron-LM requires it with TP, but not with FSDP2 (schedsim.lower.training)
         info: dict[str, Any] = {"name": spec.name, "world_size": spec.world_size, "launch": spec.launch}
         if conns is not None:
             info["max_connections"] = conns

@@ -454,6 +454,94 @@ def stage_lists(t: TrainingSpec, plan: TrainingPlan, stage: int, num_stages: int
             out["F"].insert(0, _coll("tp_pp_gather", "all_gather", act, dt))
         if stage < num_stages - 1:
             out["I"].insert(0, _coll("tp_pp_gather_bwd", "all_gather", act, dt))
+    if t.use_torch_fsdp2 and plan.dp * plan.cp > 1:
+        out = _with_fsdp(out, t, plan)
+    return out
+
+
+#: Streams of FSDP2's all-gathers and reduce-scatters (``FSDPCommContext``: ``all_gather_stream``,
+#: ``reduce_scatter_stream``; :func:`_with_fsdp`).
+FSDP_AG_STREAM = "fsdp_all_gather"
+FSDP_RS_STREAM = "fsdp_reduce_scatter"
+
+
+def fsdp_unit(name: str) -> str | None:
+    """The FSDP unit (:func:`schedsim.spec.training_block.fsdp_units`) whose parameters the stage-list entry
+    ``name`` uses: ``l<k>`` for a layer's ops (its recomputation included), ``embedding`` and ``output`` for the
+    embedding's and the output layer's (their TP collectives included), None for the root's (final LayerNorm,
+    cross-entropy)."""
+    if name.startswith("l") and "." in name:
+        return name.split(".", 1)[0]
+    if name.startswith(("embedding", "tp_embedding")):
+        return "embedding"
+    return "output" if "logits" in name else None
+
+
+def _with_fsdp(lists: dict[str, list[Entry]], t: TrainingSpec, plan: TrainingPlan) -> dict[str, list[Entry]]:
+    """One stage's phases (F, I, W) with torch FSDP2's collectives (``use_torch_fsdp2``), in the order FSDP2
+    issues them (``torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py``, ``_fsdp_state.py``; the
+    ``fully_shard`` docs, "implicit prefetching"):
+
+    * **all-gather** of a unit's parameters (``fsdp_ag_<unit>``: the unit's parameters of this TP rank × the
+      parameters' bytes, the nccl-tests size; over the dp·cp ranks, Megatron's
+      ``get_data_parallel_group(with_context_parallel=True)``) on stream :data:`FSDP_AG_STREAM`, before the
+      unit's forward and again before its backward (Megatron's default ``reshard_after_forward=True`` frees the
+      parameters after the forward). The unit's first kernel waits for it (``wait_for_unshard``). The units of a
+      phase are taken in the order their kernels run (forward: embedding, layers, output layer; backward the
+      reverse) and each unit's all-gather is issued one unit ahead: the all-gather of unit j + 1 waits for the
+      all-gather of unit j and for the kernel before unit j (FSDP2's all-gather stream waits for the copy-out
+      event of the previous all-gather, recorded when unit j starts: ``AllGatherState`` in the forward,
+      ``_wait_all_gather_streams_on_event`` in the backward), so it runs while unit j computes: the forward's
+      implicit prefetch (the CPU issues unit j + 1's pre-forward while the GPU runs unit j), and the backward's
+      prefetch of the previous layer (``_backward_prefetch``; Megatron sets ``set_modules_to_backward_prefetch
+      ([prev_module])`` explicitly under recomputation, the same order). A phase's first all-gather waits only
+      for its stream;
+    * **reduce-scatter** of the unit's gradients (``fsdp_rs_<unit>``: the unit's parameters × the parameters'
+      bytes, as FSDP2 without a ``MixedPrecisionPolicy`` reduces them) on stream :data:`FSDP_RS_STREAM` after the
+      unit's last gradient kernel (``post_backward``: the reduce-scatter stream waits for the compute stream),
+      every microbatch (Megatron's FSDP2 wrapper has no ``no_sync``).
+
+    Not modelled: the all-gather copy-in / copy-out and reduce-scatter copy-in kernels, and the root unit's
+    (final LayerNorm) own all-gather."""
+    from schedsim.spec.training_block import fsdp_units
+
+    sizes = fsdp_units(t, plan)
+    e = DTYPE_BYTES[plan.dtype]
+    out: dict[str, list[Entry]] = {}
+    for phase, lst in lists.items():
+        firsts: dict[str, int] = {}
+        for i, o in enumerate(lst):
+            u = fsdp_unit(str(o["name"]))
+            if u is not None and u not in firsts:
+                firsts[u] = i
+        units = list(firsts) if phase != "W" else []
+        ag_at: dict[int, list[Entry]] = {}
+        for j, u in enumerate(units):
+            at = firsts[units[j - 1]] if j else firsts[u]  # unit j's all-gather is issued before unit j - 1's kernels
+            after = [f"fsdp_ag_{units[j - 1]}"] if j else []
+            if j and at > 0 and str(lst[at - 1]["name"]) not in after:
+                after.append(str(lst[at - 1]["name"]))
+            ag_at.setdefault(at, []).append({**_coll(f"fsdp_ag_{u}", "all_gather", sizes[u] * e, plan.dtype, "dp"),
+                                             "stream": FSDP_AG_STREAM, "after": after})
+        row: list[Entry] = []
+        waits = {firsts[u]: f"fsdp_ag_{u}" for u in units}
+        for i, o in enumerate(lst):
+            row += ag_at.get(i, [])
+            if i in waits:
+                o = {**o, "after": [*o.get("after", []), waits[i]]}
+            row.append(o)
+        out[phase] = row
+    # each unit's reduce-scatter after its last gradient kernel of the backward (W, or I where none is in W)
+    last: dict[str, tuple[str, int]] = {}
+    for phase in ("I", "W"):
+        for i, o in enumerate(out[phase]):
+            u = fsdp_unit(str(o["name"]))
+            if u is not None and not str(o["name"]).startswith("fsdp_") and o.get("stream", "") in ("", "compute"):
+                last[u] = (phase, i)
+    for u, (phase, i) in sorted(last.items(), key=lambda kv: -kv[1][1]):  # from the end: indices stay valid
+        lst = out[phase]
+        lst.insert(i + 1, {**_coll(f"fsdp_rs_{u}", "reduce_scatter", sizes[u] * e, plan.dtype, "dp"),
+                           "stream": FSDP_RS_STREAM, "after": [str(lst[i]["name"])]})
     return out
 
 
@@ -591,14 +679,15 @@ class _Ranks:
     def stage_protos(self, stages: list[int], group: tuple[int, ...], ep_group: tuple[int, ...] = (),
                      hot: bool = False, ring: tuple[int, int] = (-1, -1),
                      tp_ring: tuple[int, int] = (-1, -1),
-                     odd: tuple[bool, bool] = (False, False)) -> dict[tuple[int, str], list[Any]]:
+                     odd: tuple[bool, bool] = (False, False),
+                     dp_group: tuple[int, ...] = ()) -> dict[tuple[int, str], list[Any]]:
         """(stage, phase) -> [(op name, template id)] for a TP group and EP group (its collectives' templates
         name them); ``hot``: the stage lists of the EP rank whose first expert runs at capacity; ``ring``: the
         next and previous CP ranks, the peers of the context-parallel ring, ``tp_ring`` those of the TP ring of
         ``tp_comm_overlap`` (an entry placed off the compute stream or after named ops gets a third item,
         :class:`~schedsim.lower.pipeline_emitter.ProtoPlace`); ``odd``: whether the rank's CP and TP ring positions are
         odd (:meth:`_ring_order`)."""
-        key = (*stages, -1, *group, -1, *ep_group, int(hot), *ring, *tp_ring, *odd)
+        key = (*stages, -1, *group, -1, *ep_group, int(hot), *ring, *tp_ring, *odd, -1, *dp_group)
         got = self.protos.get(key)
         if got is not None:
             return got
@@ -612,7 +701,7 @@ class _Ranks:
                 for k, o in enumerate(lst or [{"name": "noop", "kind": "compute", "duration_us": 0}]):
                     coll = -1
                     if o.get("tp"):
-                        grp = ep_group if o.get("group") == "ep" else group
+                        grp = ep_group if o.get("group") == "ep" else dp_group if o.get("group") == "dp" else group
                         coll = self.template(Op(name=o["name"], rank=grp[0], kind=o["kind"], stream="compute",
                                                 seq=0, group=grp, nbytes=o["bytes"], dtype=o["dtype"],
                                                 source="training"))
@@ -827,19 +916,22 @@ def _emit_rank(ranks: _Ranks, g: int, pplan: Any, steps: dict[int, list[tuple[An
     protos = ranks.stage_protos(rank_stages[p_], tp_group, ep_group, hot=e_ == 0 and ranks.hot_lists is not
                                 ranks.lists, ring=ring if plan.cp > 1 else (-1, -1),
                                 tp_ring=(tp_group[(t_ + 1) % plan.tp], tp_group[(t_ - 1) % plan.tp])
-                                if t.tp_comm_overlap else (-1, -1), odd=(c_ % 2 == 1, t_ % 2 == 1))
+                                if t.tp_comm_overlap else (-1, -1), odd=(c_ % 2 == 1, t_ % 2 == 1),
+                                dp_group=dp_group if t.use_torch_fsdp2 else ())
     em = _Emitter(ranks.table, pplan, protos, p2p_tmpl, chunk_of, g, 0, ranks=pp_ranks, name_ids=ranks.name_ids,
                   placed_ids=ranks.placed_ids, shared_p2p_tags=True)
-    shard = plan.dp * plan.cp if t.use_distributed_optimizer else 1
-    grad_e = DTYPE_BYTES[plan.grad_dtype]
+    multi = len(dp_group) > 1
+    fsdp = t.use_torch_fsdp2 and multi  # FSDP2 reduce-scatters each unit's gradients inside the backward
+    shard = plan.dp * plan.cp if t.use_distributed_optimizer or fsdp else 1
+    # FSDP2's gradients are in the parameters' dtype (no MixedPrecisionPolicy: _with_fsdp)
+    grad_e = DTYPE_BYTES[plan.dtype if fsdp else plan.grad_dtype]
     mine = sum(params[s] for s in rank_stages[p_])
     reduce = "reduce_scatter" if t.use_distributed_optimizer else "all_reduce"
-    multi = len(dp_group) > 1
     edp_group = groups["edp"]
     if multi and t.overlap_param_gather:  # the next step's forward dispatches them; here at the step's start
         _param_gathers_at_start(ranks, g, rank_stages[p_], params, dp_group, edp_group)
     grads: list[int] = []
-    if multi and t.overlap_grad_reduce:
+    if multi and t.overlap_grad_reduce and not fsdp:
         bounds = {s: ranks.buckets(s, chunk_of[s] == 0) for s in rank_stages[p_]}
         last_mb = pplan.m - 1  # both Megatron schedules run a chunk's backwards in microbatch order
 
@@ -862,6 +954,8 @@ def _emit_rank(ranks: _Ranks, g: int, pplan: Any, steps: dict[int, list[tuple[An
     # ranks and the experts' over their own data-parallel group (Megatron Core's DDP builds the expert buffers on
     # ``intra_expt_dp_group``; distrib_optimizer.py shards each buffer over its group)
     stepped = (mine - experts) / shard + experts / (len(edp_group) if t.use_distributed_optimizer else 1)
+    if fsdp:  # every parameter (experts' too: ep = 1) is a 1/(dp·cp) shard; the reductions ran in the backward
+        stepped, experts, multi = mine / shard, 0.0, False
     # the gradient buffer divided by the data-parallel size before it is reduced (Megatron's DDP:
     # ``buffer_.data /= data_parallel_world_size`` in ``allreduce_gradients``, 2020-23; Megatron Core's
     # ``gradient_scaling_factor``, 1/(dp·cp) for the experts' buffers too): one read and one write of the rank's
@@ -887,7 +981,8 @@ def _emit_rank(ranks: _Ranks, g: int, pplan: Any, steps: dict[int, list[tuple[An
     # loss scaler, then the gradient norm of --clip-grad (default 1.0), each one fp32 all-reduce over the
     # grad-stats group: the model-parallel ranks, or with the distributed optimizer every rank of its instance
     # (distrib_optimizer.py get_grad_stats_parallel_group)
-    stats = tuple(range(len(ranks.spec_world()))) if t.use_distributed_optimizer else groups["mp"]
+    # (with FSDP2 the gradients are sharded over the dp·cp ranks as the distributed optimizer's are: every rank)
+    stats = tuple(range(len(ranks.spec_world()))) if t.use_distributed_optimizer or fsdp else groups["mp"]
     # each preceded by the kernels over the rank's (shard of the) gradients it reduces, memory-bound by bytes a
     # parameter (megatron/core/optimizer/optimizer.py, MixedPrecisionOptimizer.prepare_grads / step): 16-bit
     # gradients copied to the fp32 main gradients (read grad_e, write 4; none when they are fp32 already), under
@@ -911,7 +1006,7 @@ def _emit_rank(ranks: _Ranks, g: int, pplan: Any, steps: dict[int, list[tuple[An
     opt = ranks.one("compute", "optimizer_step", g, (), moved, "fp32", wait, stream="compute", tags=OPT_STEP_TAG)
     gathers = [("dp_param_allgather", dp_group, mine - experts), ("dp_expert_param_allgather", edp_group, experts)] \
         if multi and t.use_distributed_optimizer and not t.overlap_param_gather else []
-    _after_step(ranks, g, opt, mine, stepped, [x for x in gathers if x[2] and len(x[1]) > 1])
+    _after_step(ranks, g, opt, mine, stepped, [x for x in gathers if x[2] and len(x[1]) > 1], zero=not fsdp)
 
 
 def _param_gathers_at_start(ranks: _Ranks, g: int, stages: list[int], params: dict[int, float],
@@ -929,10 +1024,11 @@ def _param_gathers_at_start(ranks: _Ranks, g: int, stages: list[int], params: di
 
 
 def _after_step(ranks: _Ranks, g: int, opt: int, mine: float, stepped: float,
-                gathers: list[tuple[str, tuple[int, ...], float]]) -> None:
+                gathers: list[tuple[str, tuple[int, ...], float]], zero: bool = True) -> None:
     """Rank ``g``'s ops after its optimizer step (name id ``opt``) over ``stepped`` of its ``mine`` parameters:
     the 16-bit model weights from the fp32 main ones, the parameter all-gathers ``gathers`` (name, group,
-    parameters: the distributed optimizer's, when not overlapped), and the memset of the gradient buffer."""
+    parameters: the distributed optimizer's, when not overlapped), and with ``zero`` the memset of the gradient
+    buffer (Megatron's FSDP2 wrapper has none: its ``zero_grad_buffer`` does nothing)."""
     plan = ranks.plan
     grad_e, param_e = DTYPE_BYTES[plan.grad_dtype], DTYPE_BYTES[plan.dtype]
     if param_e != 4:  # MixedPrecisionOptimizer.step's _copy_main_params_to_model_params (multi_tensor_scale):
@@ -944,5 +1040,6 @@ def _after_step(ranks: _Ranks, g: int, opt: int, mine: float, stepped: float,
     # the gradient buffer zeroed for the next step (train_step's zero_grad_buffer, a memset of the rank's whole
     # buffer, distributed optimizer or not): issued at the next step's start, written here, where it costs the
     # same compute-stream time
-    ranks.one("compute", "zero_grad_buffer", g, (), grad_e * mine, plan.grad_dtype, (opt,), stream="compute",
-              tags=OPT_STEP_TAG)
+    if zero:
+        ranks.one("compute", "zero_grad_buffer", g, (), grad_e * mine, plan.grad_dtype, (opt,), stream="compute",
+                  tags=OPT_STEP_TAG)

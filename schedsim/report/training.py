@@ -9,7 +9,7 @@
 * **exposed communication by kind**, seconds, mean over ranks: time a rank's TP collectives (``tp``), the
   context-parallel ring's send/recv (``cp``), the experts' token all-to-all (``ep``), pipeline send/recv
   (``pp``) and data-parallel gradient and parameter collectives (``dp``: the reductions, the tied embedding
-  all-reduce, the distributed optimizer's all-gather) run while none of its compute does, each kind counting
+  all-reduce, the distributed optimizer's all-gather, FSDP2's all-gathers and reduce-scatters) run while none of its compute does, each kind counting
   only what the kinds before it (tp, cp, ep, pp, dp) and compute do not already cover;
 * **bubble**: mean over ranks of the time nothing runs on a rank (no compute, no communication);
 * **memory per GPU** of the first pipeline stage, :func:`schedsim.spec.training_block.memory_per_rank`.
@@ -81,7 +81,8 @@ def exposed_by_kind(tl: Any, classes: Any = None) -> tuple[dict[str, float], flo
     is_tp_ring = np.isin(stream_codes, [i for i, v in enumerate(stream_vals) if v in ("tp_comm", "tp_send",
                                                                                        "tp_recv")])
     cv, cc = c.tag_column("comm")
-    is_dp = np.isin(cc, [i for i, v in enumerate(cv) if v == "dp"])
+    is_dp = np.isin(cc, [i for i, v in enumerate(cv) if v == "dp"]) | np.isin(
+        stream_codes, [i for i, v in enumerate(stream_vals) if v in ("fsdp_all_gather", "fsdp_reduce_scatter")])
     pv, pc = c.tag_column("pp_op")
     in_action = np.isin(pc, [i for i, v in enumerate(pv) if v in ("F", "I", "W", "B")])
     comm = res_codes == comm_code
@@ -189,6 +190,6 @@ def print_training(d: dict[str, Any]) -> None:
         f"{fmt_time(d['bubble_s'])}")
     mem = d["memory"]
     print("  memory per GPU, first pipeline stage: " + ", ".join(
-        f"{k} {fmt_bytes(mem[k])}" for k in ("params", "grads", "optimizer", "activations"))
+        f"{k} {fmt_bytes(mem[k])}" for k in ("params", "grads", "optimizer", "gathered", "activations") if k in mem)
         + f"; total {fmt_bytes(mem['total'])} (Megatron's distributed-optimizer bytes/param, Korthikanti et al. "
         "2022 activations)")

@@ -54,7 +54,7 @@ from schedsim.errors import SpecError
 from schedsim.units import DTYPE_BYTES, MAX_BYTES, MAX_DIM
 
 __all__ = ["TrainingSpec", "TrainingPlan", "check_training", "refusal", "training_plan", "model_flops",
-           "memory_per_rank", "act_bytes_per_layer", "expert_params_per_layer", "ALIASES"]
+           "memory_per_rank", "fsdp_units", "fsdp_memory", "act_bytes_per_layer", "expert_params_per_layer", "ALIASES"]
 
 #: Short alias -> Megatron argument.
 ALIASES = {"tp": "tensor_model_parallel_size", "pp": "pipeline_model_parallel_size", "dp": "data_parallel_size",
@@ -119,6 +119,11 @@ class TrainingSpec(BaseModel):
     overlap_grad_reduce: bool = False
     overlap_param_gather: bool = False
     tp_comm_overlap: bool = False
+    use_torch_fsdp2: bool = Field(default=False, description="--use-torch-fsdp2: ZeRO-3 with torch FSDP2 "
+                                  "(fully_shard on each transformer layer, the embedding and the output layer): "
+                                  "parameters, gradients and optimizer state sharded over the dp·cp ranks, each "
+                                  "unit all-gathered before its forward and its backward (prefetched one unit "
+                                  "ahead) and its gradients reduce-scattered after its backward.")
     async_tensor_model_parallel_allreduce: bool = Field(default=True, description="Megatron-LM's default (off with "
                                                         "--no-async-tensor-model-parallel-allreduce; absent before "
                                                         "late 2021): without sequence parallelism, the column-"
@@ -407,8 +412,31 @@ def _feature_rules(t: TrainingSpec) -> list[tuple[str, str, str]]:
         out.append(("params_dtype", f"params_dtype {explicit} contradicts --{flag}, which sets params_dtype to "
                     f"{flag} (Megatron-LM arguments.py: args.params_dtype = torch.half under --fp16, torch.bfloat16 "
                     "under --bf16)", f"set params_dtype: {flag}, or remove it (--{flag} sets it)"))
-    out += _moe_rules(t)
+    out += _moe_rules(t) + _fsdp_rules(t)
     return out
+
+
+def _fsdp_rules(t: TrainingSpec) -> list[tuple[str, str, str]]:
+    """``--use-torch-fsdp2`` (Megatron-LM ``megatron/training/arguments.py`` ``validate_args``, its asserts
+    quoted). ``CUDA_DEVICE_MAX_CONNECTIONS=1`` ("FSDP always requires CUDA_DEVICE_MAX_CONNECTIONS value large
+    than one") is the schedule's ``env``: :func:`check_training`."""
+    if not t.use_torch_fsdp2:
+        return []
+    key = "use_torch_fsdp2"
+    rules = [
+        (t.pipeline_model_parallel_size != 1, "pipeline_model_parallel_size",
+         "--use-torch-fsdp2 is not supported with pipeline parallelism", "set pp: 1, or remove use_torch_fsdp2"),
+        (t.expert_model_parallel_size != 1, "expert_model_parallel_size",
+         "--use-torch-fsdp2 is not supported with expert parallelism", "set ep: 1, or remove use_torch_fsdp2"),
+        (t.use_distributed_optimizer, "use_distributed_optimizer",
+         "--use-torch-fsdp2 is not supported with MCore's distributed optimizer",
+         "remove use_distributed_optimizer (FSDP2 shards the optimizer state itself)"),
+        (not t.untie_embeddings_and_output_weights, key,
+         "--use-torch-fsdp2 requires --untie-embeddings-and-output-weights",
+         "add untie_embeddings_and_output_weights: true"),
+        (t.fp16, "fp16", "--use-torch-fsdp2 not supported with fp16 yet", "use bf16: true instead of fp16"),
+    ]
+    return [(field, f"{msg} (Megatron-LM arguments.py)", fix) for bad, field, msg, fix in rules if bad]
 
 
 def _moe_rules(t: TrainingSpec) -> list[tuple[str, str, str]]:
@@ -462,10 +490,12 @@ def refusal(t: TrainingSpec, world_size: int) -> tuple[str, str, str] | None:
     return broken[0] if broken else None
 
 
-def check_training(t: TrainingSpec, world_size: int, doc: Any, file: str) -> None:
+def check_training(t: TrainingSpec, world_size: int, doc: Any, file: str, env: Any = None) -> None:
     """Refuse a block Megatron-LM would refuse (its reason, quoted), or one this version cannot lower.
 
-    ``doc`` is the loader's evaluated ``training`` mapping (its ``key_marks`` give each key's line).
+    ``doc`` is the loader's evaluated ``training`` mapping (its ``key_marks`` give each key's line); ``env`` the
+    schedule's ``env`` (``use_torch_fsdp2`` with ``CUDA_DEVICE_MAX_CONNECTIONS: 1`` is refused, Megatron's
+    "FSDP always requires CUDA_DEVICE_MAX_CONNECTIONS value large than one").
 
     Raises
     ------
@@ -473,6 +503,10 @@ def check_training(t: TrainingSpec, world_size: int, doc: Any, file: str) -> Non
         ``FILE:LINE:COL: training.<field>: <Megatron's reason>`` and a fix.
     """
     broken = refusal(t, world_size)
+    if broken is None and t.use_torch_fsdp2 and (env or {}).get("CUDA_DEVICE_MAX_CONNECTIONS") == 1:
+        broken = ("use_torch_fsdp2", "FSDP always requires CUDA_DEVICE_MAX_CONNECTIONS value large than one "
+                  "(Megatron-LM arguments.py): the schedule's env sets it to 1",
+                  "remove CUDA_DEVICE_MAX_CONNECTIONS from env (or set it above 1)")
     if broken is None:
         return
     field, msg, fix = broken
@@ -590,5 +624,37 @@ def memory_per_rank(t: TrainingSpec, plan: TrainingPlan) -> dict[str, float]:
         peak = (min(k, lpc) if t.recompute_method == "uniform" else 1) * act_bytes_per_layer(t, plan, None)
     act = per_layer * inflight + peak
     out = {"params": n * pb, "grads": n * gb, "optimizer": (n - n_exp) * ob + n_exp * ob_exp, "activations": act}
+    if t.use_torch_fsdp2:
+        out = fsdp_memory(t, plan, n) | {"activations": act}
     out["total"] = sum(out.values())
     return out
+
+
+def fsdp_units(t: TrainingSpec, plan: TrainingPlan) -> dict[str, float]:
+    """Parameters of each FSDP unit on one TP rank with ``use_torch_fsdp2`` (pp = 1): Megatron-LM's
+    ``TorchFullyShardedDataParallel`` calls ``fully_shard`` on every ``TransformerLayer`` (``l0`` …), the
+    ``LanguageModelEmbedding`` (``embedding``: word and position embeddings, ``V·h + s·h``) and the output layer
+    (``ColumnParallelLinear``, ``output``: ``V·h``, with the final LayerNorm's ``2h``, which the root unit holds,
+    counted here), each divided by tp (``megatron/core/distributed/torch_fully_sharded_data_parallel.py``)."""
+    h, tp = t.hidden_size, plan.tp
+    layer = _params_per_layer(t, plan) / tp
+    out = {"embedding": (plan.vocab * h + t.seq_length * h) / tp}
+    out |= {f"l{k}": layer for k in range(t.num_layers)}
+    out["output"] = (plan.vocab * h + 2 * h) / tp
+    return out
+
+
+def fsdp_memory(t: TrainingSpec, plan: TrainingPlan, n: float) -> dict[str, float]:
+    """Static bytes per GPU with ``use_torch_fsdp2`` over the ``n`` parameters of a TP rank: FSDP2 keeps each
+    parameter as a ``1/(dp·cp)`` shard (``torch.distributed.fsdp.fully_shard``: "shards the parameters across
+    data parallel workers"), so ``params`` = ``n·pb/(dp·cp)``; its gradients are reduce-scattered to the same
+    shards in the parameters' dtype (Megatron passes no ``MixedPrecisionPolicy``), ``grads`` = ``n·pb/(dp·cp)``;
+    the optimizer holds the fp32 main weights and Adam moments of the shard, ``optimizer`` = ``n·o/(dp·cp)`` with
+    o = 12 under bf16, 8 in fp32 (Megatron-LM ``dist_optimizer.md``'s table without the gradient); ``gathered``:
+    the full parameters live at once, the unit computing and the unit prefetched (FSDP2 frees a unit after its
+    forward, ``reshard_after_forward=True``, Megatron's default, and keeps at most one all-gather ahead: see
+    :mod:`schedsim.lower.training`), bounded by the two largest units of :func:`fsdp_units`, ``pb·(P₁ + P₂)``."""
+    pb, opt = {"bf16": (2, 12), "fp16": (2, 16), "fp32": (4, 8)}[plan.dtype]
+    d = plan.dp * plan.cp
+    big = sorted(fsdp_units(t, plan).values(), reverse=True)[:2]
+    return {"params": n * pb / d, "grads": n * pb / d, "optimizer": n * opt / d, "gathered": pb * sum(big)}

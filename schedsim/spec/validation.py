@@ -111,7 +111,7 @@ def _training_rules(spec: ScheduleSpec, doc: Any, file: str) -> None:
     if spec.training is not None:
         from schedsim.spec.training_block import check_training
 
-        check_training(spec.training, spec.world_size, doc.get("training"), file)
+        check_training(spec.training, spec.world_size, doc.get("training"), file, spec.env)
 
 
 def _unique_names(spec: ScheduleSpec, n: int, err: Any) -> None:
