@@ -449,11 +449,19 @@ def stage_lists(t: TrainingSpec, plan: TrainingPlan, stage: int, num_stages: int
         if plan.sp:  # the backward of the embedding's reduce-scatter (_ReduceScatterToSequenceParallelRegion)
             out["I"].append(_coll("tp_embedding_bwd", "all_gather", act, dt))
         out["W"] += pick("embedding_wgrad")
-    if scatter_gather(t, plan):  # the received 1/tp pieces gathered before the phase's first kernel
+    return _stage_comm(out, t, plan, stage, num_stages, act)
+
+
+def _stage_comm(out: dict[str, list[Entry]], t: TrainingSpec, plan: TrainingPlan, stage: int, num_stages: int,
+                act: float) -> dict[str, list[Entry]]:
+    """A stage's phases with the collectives placed around its layers: ``scatter_gather_tensors_in_pipeline``'s
+    all-gathers of the received 1/tp pieces before the phase's first kernel (:func:`scatter_gather`), and
+    FSDP2's all-gathers and reduce-scatters (:func:`_with_fsdp`)."""
+    if scatter_gather(t, plan):
         if stage > 0:
-            out["F"].insert(0, _coll("tp_pp_gather", "all_gather", act, dt))
+            out["F"].insert(0, _coll("tp_pp_gather", "all_gather", act, plan.dtype))
         if stage < num_stages - 1:
-            out["I"].insert(0, _coll("tp_pp_gather_bwd", "all_gather", act, dt))
+            out["I"].insert(0, _coll("tp_pp_gather_bwd", "all_gather", act, plan.dtype))
     if t.use_torch_fsdp2 and plan.dp * plan.cp > 1:
         out = _with_fsdp(out, t, plan)
     return out

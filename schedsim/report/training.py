@@ -9,8 +9,9 @@
 * **exposed communication by kind**, seconds, mean over ranks: time a rank's TP collectives (``tp``), the
   context-parallel ring's send/recv (``cp``), the experts' token all-to-all (``ep``), pipeline send/recv
   (``pp``) and data-parallel gradient and parameter collectives (``dp``: the reductions, the tied embedding
-  all-reduce, the distributed optimizer's all-gather, FSDP2's all-gathers and reduce-scatters) run while none of its compute does, each kind counting
-  only what the kinds before it (tp, cp, ep, pp, dp) and compute do not already cover;
+  all-reduce, the distributed optimizer's all-gather, FSDP2's all-gathers and reduce-scatters) run while none of
+  its compute does, each kind counting only what the kinds before it (tp, cp, ep, pp, dp) and compute do not
+  already cover;
 * **bubble**: mean over ranks of the time nothing runs on a rank (no compute, no communication);
 * **memory per GPU** of the first pipeline stage, :func:`schedsim.spec.training_block.memory_per_rank`.
 """
