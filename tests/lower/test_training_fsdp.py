@@ -81,10 +81,9 @@ def test_backward_prefetches_the_previous_layer_and_reduce_scatters_after_its_gr
     assert i["fsdp_ag_embedding"].deps == ("B0.0.I.fsdp_ag_l0", "B0.0.I.l1.residual1_bwd")
     assert i["embedding_dropout_bwd"].deps == ("B0.0.I.fsdp_ag_embedding",)
     w = _phase(ops, 0, "B0.0.W.")
-    assert list(w) == ["logits_wgrad", "fsdp_rs_output",
-                       "l1.fc2_wgrad", "l1.fc1_wgrad", "l1.proj_wgrad", "l1.qkv_wgrad", "l1.qkv_bias_grad", "fsdp_rs_l1",
-                       "l0.fc2_wgrad", "l0.fc1_wgrad", "l0.proj_wgrad", "l0.qkv_wgrad", "l0.qkv_bias_grad", "fsdp_rs_l0",
-                       "embedding_wgrad", "fsdp_rs_embedding"]
+    layer = ["fc2_wgrad", "fc1_wgrad", "proj_wgrad", "qkv_wgrad", "qkv_bias_grad"]
+    assert list(w) == ["logits_wgrad", "fsdp_rs_output", *[f"l1.{n}" for n in layer], "fsdp_rs_l1",
+                       *[f"l0.{n}" for n in layer], "fsdp_rs_l0", "embedding_wgrad", "fsdp_rs_embedding"]
     for unit, size, last in (("output", OUT, "logits_wgrad"), ("l1", LAYER, "l1.qkv_bias_grad"),
                              ("l0", LAYER, "l0.qkv_bias_grad"), ("embedding", EMB, "embedding_wgrad")):
         rs = w[f"fsdp_rs_{unit}"]
