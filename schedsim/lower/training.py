@@ -63,13 +63,20 @@ One Megatron-LM training step, per global rank (Megatron's rank order ``tp-cp-ep
   step on ``dp_comm``, as the next step's forward would dispatch it, without holding the first forward back), and
   the memset of the rank's gradient buffer that the next step starts with.
 
+* **FSDP** (``use_torch_fsdp2``, pp = 1): torch FSDP2 as Megatron-LM's ``TorchFullyShardedDataParallel`` wraps
+  the model; every microbatch's forward and backward all-gather each unit (transformer layer, embedding, output
+  layer) one unit ahead and reduce-scatter its gradients after its backward (:func:`_with_fsdp`); the tail then
+  has no data-parallel reduction, parameter all-gather or gradient-buffer memset, and the optimizer steps the
+  rank's 1/(dp·cp) shard.
+
 With ``symmetric`` (what ``schedsim predict`` and ``search`` run where it is exact), only one representative rank
 of each class of ranks that run alike is written (:func:`represented_ranks`): ``pp·cp`` ranks instead of the world,
 each collective keeping its whole group for its cost and links.
 
 ``CUDA_DEVICE_MAX_CONNECTIONS`` is 1 when ``tp > 1`` (Megatron-LM ``arguments.py`` asserts it: "Using tensor
 model parallelism or context parallelism require setting the environment variable CUDA_DEVICE_MAX_CONNECTIONS
-to 1"), unless the schedule's ``env`` says otherwise.
+to 1"), unless the schedule's ``env`` says otherwise or ``use_torch_fsdp2`` is set (Megatron then only warns, and
+refuses the value 1).
 
 The optimizer step is preceded by its synchronisations: under fp16 the loss scaler's found-inf all-reduce, then
 the gradient norm's (``--clip-grad``), each one fp32 value over the model-parallel ranks (every rank with the

@@ -599,7 +599,8 @@ def memory_per_rank(t: TrainingSpec, plan: TrainingPlan) -> dict[str, float]:
     flight): ``params``, ``grads``, ``optimizer`` (Megatron's distributed-optimizer table) and ``activations``
     (Korthikanti et al. 2022), keys in that order, plus ``total``; see the module docstring for the sources.
     With pp = 1 the one stage also holds the untied output layer (``V·h/t`` more parameters, Megatron-LM
-    ``gpt_model.py`` ``output_layer`` when ``untie_embeddings_and_output_weights``)."""
+    ``gpt_model.py`` ``output_layer`` when ``untie_embeddings_and_output_weights``). With ``use_torch_fsdp2`` the
+    static bytes are :func:`fsdp_memory`'s (keys ``params``, ``grads``, ``optimizer``, ``gathered``)."""
     lps = plan.stage_layers[0] * plan.v  # the first pipeline rank's layers
     n = (lps * _params_per_layer(t, plan) + plan.vocab * t.hidden_size + t.seq_length * t.hidden_size) / plan.tp
     if plan.pp == 1 and t.untie_embeddings_and_output_weights:  # the one stage also holds the output layer
