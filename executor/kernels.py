@@ -458,9 +458,26 @@ class Materializer:
                                 (out, inp))
 
     def _all_to_all(self, op: Op, bd: Binding | None) -> OpImpl:
+        if op.splits is not None:
+            return self._all_to_all_split(op)
         inp, dt2 = self._comm_buf("a2a_in", op.nbytes, torch_dtype(op.dtype, for_comm=True), len(op.group))
         out = self.buffer(("a2a_out",), (inp.numel(),), dt2)
         return self._collective(op, self.dist.all_to_all_single, (out, inp))
+
+    def _all_to_all_split(self, op: Op) -> OpImpl:
+        """An all_to_all with per-peer sizes (``op.splits``: bytes to and from each group member):
+        ``all_to_all_single(out, inp, output_split_sizes, input_split_sizes)`` in elements of the op's dtype, or
+        in bytes (uint8) where a size is not a whole number of elements."""
+        send, recv = op.splits  # type: ignore[misc]
+        dt = torch_dtype(op.dtype, for_comm=True)
+        isz = dt.itemsize
+        if any(int(x) % isz for x in (*send, *recv)):
+            dt, isz = self.torch.uint8, 1
+        ins, outs = [int(x) // isz for x in send], [int(x) // isz for x in recv]
+        inp = self.buffer(("a2a_in_split", op.name), (max(1, sum(ins)),), dt)[:sum(ins)]
+        out = self.buffer(("a2a_out_split", op.name), (max(1, sum(outs)),), dt)[:sum(outs)]
+        return self._collective(op, self.dist.all_to_all_single, (out, inp), output_split_sizes=outs,
+                                input_split_sizes=ins)
 
     def _root(self, op: Op) -> int:
         """The root rank of a rooted collective (its group's first rank when it names none)."""

@@ -47,7 +47,8 @@ _CACHE_KEY: dict[str, Callable[[Op], tuple[object, ...]]] = {
     "gemm": lambda op: (op.kind, op.dtype, op.m, op.n, op.k, op.batch),
     "roofline": lambda op: (op.kind, op.flops, op.nbytes, op.dtype),
     "copy": lambda op: (op.kind, op.direction, op.nbytes),
-    "network": lambda op: (op.kind, op.nbytes, op.group),
+    "network": lambda op: (op.kind, op.nbytes, op.group) if op.splits is None else (op.kind, op.group, op.splits,
+                                                                                     op.rank),
 }
 
 
@@ -134,7 +135,8 @@ class CostModel:
         #: Seconds of one kernel of an op, by its kind's cost rule (:data:`schedsim.kinds.CostRule`).
         self._rule: dict[str, Callable[[Op], float]] = {
             "gemm": self._matmul, "roofline": lambda op: self.roofline.time(op.flops, op.nbytes, op.dtype),
-            "copy": self.copy.time, "network": lambda op: self.net.collective(op.kind, op.nbytes, op.group)}
+            "copy": self.copy.time, "network": lambda op: self.net.collective(op.kind, op.nbytes, op.group)
+            if op.splits is None else self.net.all_to_all_split(op.rank, op.group, *op.splits)}
 
     # -- compute ---------------------------------------------------------
     def gemm_rate(self, dtype: str, m: int, n: int, k: int) -> float | None:

@@ -115,12 +115,17 @@ class Op:
     spec_index: int = field(default=-1, compare=False)
     host_s: float = 0.0
     p2p_batch: str | None = None
+    #: all_to_all with per-peer sizes: (bytes sent to, bytes received from) each member of ``group``, in group
+    #: order (torch ``all_to_all_single``'s ``input_split_sizes`` / ``output_split_sizes`` × the element size);
+    #: None: ``nbytes`` split evenly. ``nbytes`` is then the larger of the two sums (nccl-tests' size).
+    splits: tuple[tuple[float, ...], tuple[float, ...]] | None = None
 
     def instance(self, name: str, rank: int, seq: int, deps: tuple[str, ...], tags: tuple) -> Op:
         """A copy of this prototype with a new name, rank, position, dependencies and tags."""
         return Op(name, rank, self.kind, self.stream, seq, deps, self.group, self.peer, self.root, self.nbytes,
                   self.flops, self.dtype, self.m, self.n, self.k, self.batch, self.repeat, self.duration_s,
-                  self.direction, self.tag, tags, self.source, self.spec_index, self.host_s, self.p2p_batch)
+                  self.direction, self.tag, tags, self.source, self.spec_index, self.host_s, self.p2p_batch,
+                  self.splits)
 
     @property
     def nccl_group(self) -> str | None:

@@ -52,6 +52,10 @@ def op_instance(s: SpecOp, r: int, seq: int, *, stream: str, group: tuple[int, .
                   dtype=s.dtype, repeat=s.repeat,
                   duration_s=None if s.duration_us is None else s.duration_us * 1e-6)
     if isinstance(s, CollectiveOp):
+        splits = s.splits_of(r, tuple(group)) if s.send_bytes is not None else None
+        if splits is not None:  # per-peer sizes: nccl-tests' size is this rank's larger buffer
+            return Op(**common, group=group, nbytes=max(sum(splits[0]), sum(splits[1])), dtype=s.dtype,
+                      root=s.root, splits=splits)
         size = s.size_bytes()
         if s.buffer == "shard":
             size *= len(group)
@@ -144,6 +148,9 @@ def add_written(spec: ScheduleSpec, table: Table) -> None:
             first = np.unique(s.row_rep, return_index=True)[1].tolist()
             tids, rep_ranks = [], []
             for j, model in enumerate(s.models):  # (the loader sent single-rank collectives without group away)
+                if getattr(model, "send_bytes", None) is not None:
+                    raise GraphError(f"all_to_all {model.name!r}: per-peer sizes (send_bytes) inside a foreach are "
+                                     "not supported yet", fix="write the all_to_all outside the foreach")
                 stream = model.stream or KINDS[model.kind].resource  # the default stream: the kind's resource
                 explicit, ranks = model.__dict__.get("group"), model.ranks
                 g = tuple(sorted(explicit)) if explicit else tuple(sorted(ranks)) if ranks is not None else every
@@ -174,16 +181,20 @@ def add_written(spec: ScheduleSpec, table: Table) -> None:
         if isinstance(s, CollectiveOp) and len(group) == 1 and world > 1 and explicit is None:
             raise _lone_collective(spec, s, group, src)
         tags = tag_set(s.tags)
-        proto = op_instance(s, ranks[0] if ranks else 0, 0, stream=stream, group=group, tags=tags, source=src,
-                            spec_index=idx)
-        rows[0].append(table.shared_template(_without_row_strs(proto)))
-        rows[6].append(proto.p2p_batch)
-        rows[7].append(proto.tag)
-        rows[1].append(s.name)
-        rows[2].append(len(s.deps))
-        rows[3].extend(s.deps)
-        rows[4].append(all_ranks if ranks is None else np.asarray(ranks, np.int32))
-        rows[5].append(tags)
+        # an all_to_all with per-peer sizes: a template per rank (each its own sizes); else one for the entry
+        each = [[r] for r in (ranks if ranks is not None else every)] \
+            if isinstance(s, CollectiveOp) and s.send_bytes is not None else [ranks]
+        for on in each:
+            proto = op_instance(s, on[0] if on else 0, 0, stream=stream, group=group, tags=tags, source=src,
+                                spec_index=idx)
+            rows[0].append(table.shared_template(_without_row_strs(proto)))
+            rows[6].append(proto.p2p_batch)
+            rows[7].append(proto.tag)
+            rows[1].append(s.name)
+            rows[2].append(len(s.deps))
+            rows[3].extend(s.deps)
+            rows[4].append(all_ranks if on is None else np.asarray(on, np.int32))
+            rows[5].append(tags)
         idx += 1
     flush()
 

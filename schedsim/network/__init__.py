@@ -497,12 +497,37 @@ class NcclNetwork:
             got = (min(got[0], self._spread_us(kind, P2P_LL_THRESHOLD * shape.ranks, shape, "Simple")[0]), "LL")
         return CollectiveCost(got[0] * 1e-6, "p2p", got[1])
 
-    def _spread_us(self, kind: str, nbytes: float, shape: GroupShape, force: str | None = None) -> tuple[float, str]:
-        """(µs, protocol) of :meth:`spread` without its floor (``force``: the protocol, else by size)."""
+    def spread_bytes(self, rank: int, ranks: tuple[int, ...], send: tuple[float, ...],
+                     recv: tuple[float, ...]) -> CollectiveCost:
+        """An all_to_all with per-peer sizes, rank ``rank``'s part: :meth:`spread`'s formula with the rank's own
+        bytes, to and from its node's peers (the larger direction: links are full duplex) over the scale-up
+        domain and to and from other nodes through NICs (:meth:`schedsim.network.model.NetworkModel.
+        all_to_all_split`); the protocol by the largest per-peer message, no slower than Simple just past the LL
+        threshold."""
+        shape = self.shape(ranks)
+        node = (self.gpus_of(np.asarray(ranks, np.int64)) // self.gpn).tolist()
+        me = ranks.index(rank)
+        intra = inter = 0.0
+        for part in (send, recv):
+            a = sum(x for j, x in enumerate(part) if j != me and node[j] == node[me])
+            b = sum(x for j, x in enumerate(part) if node[j] != node[me])
+            intra, inter = max(intra, a), max(inter, b)
+        peer = max(max(send), max(recv))
+        got = self._spread_us("all_to_all", peer * shape.ranks, shape, None, (intra, inter))
+        if got[1] == "LL":
+            cap = P2P_LL_THRESHOLD / max(peer, 1e-300)
+            got = (min(got[0], self._spread_us("all_to_all", P2P_LL_THRESHOLD * shape.ranks, shape, "Simple",
+                                               (intra * cap, inter * cap))[0]), "LL")
+        return CollectiveCost(got[0] * 1e-6, "p2p", got[1])
+
+    def _spread_us(self, kind: str, nbytes: float, shape: GroupShape, force: str | None = None,
+                   parts: tuple[float, float] | None = None) -> tuple[float, str]:
+        """(µs, protocol) of :meth:`spread` without its floor (``force``: the protocol, else by size); ``parts``:
+        the bytes over the scale-up domain and through NICs, instead of ``nbytes`` spread evenly."""
         n = shape.ranks
         per_peer = nbytes / n
-        intra_bytes = per_peer * (shape.local - 1)
-        inter_bytes = per_peer * (n - shape.local)
+        intra_bytes = per_peer * (shape.local - 1) if parts is None else parts[0]
+        inter_bytes = per_peer * (n - shape.local) if parts is None else parts[1]
         lat_i, bw_i, proto = self._p2p_terms(per_peer, False, shape, force)
         t = intra_bytes / (1000.0 * bw_i)
         lat = lat_i

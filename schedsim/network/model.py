@@ -98,6 +98,32 @@ class NetworkModel:
         t = self._links.time(KINDS[kind].table, nbytes, ranks, nodes)
         return t if kind in P2P_KINDS else max(t, self._node_floor(kind, nbytes, ranks))
 
+    def all_to_all_split(self, rank: int, ranks: tuple[int, ...], send: tuple[float, ...],
+                         recv: tuple[float, ...]) -> float:
+        """Seconds of rank ``rank``'s part of an all_to_all over ``ranks`` with per-peer sizes: ``send[j]`` bytes to
+        and ``recv[j]`` bytes from member ``j`` (group order; what it sends itself is a local copy, not counted).
+        NCCL runs an all_to_all as grouped send/recv, every peer's at once, so a rank's time is set by the busiest
+        of its links, each full duplex: with ``S_in``/``S_out`` its bytes to and from peers on its node and
+        ``X_in``/``X_out`` to and from other nodes,
+
+        * on a cluster topology (NCCL's model, :meth:`schedsim.network.NcclNetwork.spread_bytes`):
+          ``t = latency + max(max(S_out, S_in) / B_intra, max(X_out, X_in) / B_inter)``, the uniform all_to_all's
+          formula (:meth:`~schedsim.network.NcclNetwork.spread`) with the rank's own byte counts;
+        * on link tables: the uniform all_to_all whose rank moves as much, of nccl-tests size
+          ``n/(n−1) · max(Σ send, Σ recv)`` (peers other than itself).
+
+        The collective ends with its busiest member (every member's time, the largest taken: the simulator's rule
+        for :data:`schedsim.kinds.PER_RANK_SIZE` kinds). One rank: a copy of what it sends itself."""
+        n = len(ranks)
+        me = ranks.index(rank) if rank in ranks else -1
+        out = sum(x for j, x in enumerate(send) if j != me)
+        inn = sum(x for j, x in enumerate(recv) if j != me)
+        if n <= 1:
+            return self.collective("all_to_all", max(send) if send else 0.0, ranks)
+        if self._net is not None and not self.has_table("all_to_all", ranks):
+            return self._net.spread_bytes(rank, ranks, send, recv).seconds
+        return self.collective("all_to_all", n / (n - 1) * max(out, inn), ranks)
+
     def _node_floor(self, kind: str, nbytes: float, ranks: tuple[int, ...]) -> float:
         """A lower bound, in seconds, on collective ``kind`` of ``nbytes`` over ``ranks`` when they span several nodes
         (else 0): the time at which its bus bandwidth equals that of the same collective on the ranks of its fullest

@@ -107,8 +107,14 @@ _FEW = 32
 #: The template fields every per-template rule reads (:func:`_res_of`, :meth:`CostModel.duration`,
 #: :func:`~schedsim.gpu.kernels.kernel_ctas`, :func:`~schedsim.gpu.host.host_class`, the communicator,
 #: ``repeat``, ``host_s``, the timeline's bytes and FLOP); templates equal in all of them are one class.
-_CLASS_FIELDS = attrgetter("kind", "group", "root", "nbytes", "flops", "dtype", "m", "n", "k", "batch", "repeat",
-                           "duration_s", "direction", "host_s")
+_FIELDS = attrgetter("kind", "group", "root", "nbytes", "flops", "dtype", "m", "n", "k", "batch", "repeat",
+                     "duration_s", "direction", "host_s")
+
+
+def _CLASS_FIELDS(t: Op) -> tuple[Any, ...]:  # noqa: N802 (the attrgetter it was)
+    """The fields a rule reads; an all_to_all with per-peer sizes also by its sizes and rank (its links)."""
+    got = _FIELDS(t)
+    return got if t.splits is None else (*got, t.splits, t.rank)
 
 
 def template_classes(templates: tuple[Op, ...]) -> tuple[np.ndarray, list[Op]]:

@@ -190,6 +190,54 @@ class CollectiveOp(_OpBase, _SizedMixin):
         "and group form one collective. Entries of one name written for single ranks (`ranks: [0]`, "
         "`ranks: [1]`) without `group` form one collective over all of those ranks.",
     )
+    send_bytes: list[int] | list[list[int]] | None = Field(
+        default=None,
+        description="all_to_all only, in place of `bytes`/`shape`: the bytes this rank sends to each member of the "
+        "group, in group order (torch `all_to_all_single`'s `input_split_sizes` × the element size; with "
+        "`recv_bytes`), or a matrix for every rank, row i the bytes group member i sends to each member (its "
+        "column j is what member j receives).",
+    )
+    recv_bytes: list[int] | None = Field(
+        default=None,
+        description="all_to_all with a `send_bytes` list: the bytes this rank receives from each member of the "
+        "group, in group order (`output_split_sizes` × the element size). Each must equal what that member sends "
+        "this rank.",
+    )
+
+    @model_validator(mode="after")
+    def _one_size(self) -> Any:  # overrides _SizedMixin's: send_bytes is a size too
+        if self.send_bytes is None:
+            if self.recv_bytes is not None:
+                raise ValueError("`recv_bytes` needs `send_bytes` (the bytes sent to each member)")
+            return _SizedMixin._one_size(self)
+        if self.bytes is not None or self.shape is not None:
+            raise ValueError("give `send_bytes` (per-peer sizes) or `bytes`/`shape`, not both")
+        return self
+
+    def size_bytes(self) -> int:
+        """Message size in bytes: ``bytes``, prod(shape) × element size, or with per-peer sizes the largest row or
+        column sum of ``send_bytes`` / ``recv_bytes`` (nccl-tests' size, the larger buffer; the per-rank figure is
+        :func:`schedsim.lower.written.a2a_splits`)."""
+        if self.send_bytes is None:
+            return super().size_bytes()
+        rows = self.send_bytes
+        if rows and isinstance(rows[0], list):
+            m = [list(r) for r in rows]  # type: ignore[arg-type]
+            return max([sum(r) for r in m] + [sum(c) for c in zip(*m, strict=False)] + [0])
+        return max(sum(rows), sum(self.recv_bytes or []))  # type: ignore[arg-type]
+
+    def splits_of(self, rank: int, group: tuple[int, ...]) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
+        """(bytes sent to, bytes received from) each member of ``group`` (sorted ranks) on ``rank``: its
+        ``send_bytes`` / ``recv_bytes`` lists, or the matrix's row and column of its group index; None without
+        per-peer sizes. Call after :func:`schedsim.spec.validation` checked the lengths."""
+        if self.send_bytes is None:
+            return None
+        rows = self.send_bytes
+        if rows and isinstance(rows[0], list):
+            i = group.index(rank)
+            return (tuple(float(x) for x in rows[i]),  # type: ignore[union-attr]
+                    tuple(float(r[i]) for r in rows))  # type: ignore[index]
+        return tuple(float(x) for x in rows), tuple(float(x) for x in self.recv_bytes or ())  # type: ignore[arg-type]
 
 
 class _P2P(_OpBase, _SizedMixin):

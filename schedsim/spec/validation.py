@@ -77,8 +77,85 @@ def check_spec(spec: ScheduleSpec, doc: Any, file: str) -> None:
                           "a send/recv needs another rank as peer")
         if isinstance(op, CollectiveOp):
             _check_group(op, ranks, n, partial(err, i))
+            if op.send_bytes is not None or op.recv_bytes is not None:
+                _check_splits(op, ranks, partial(err, i))
+    _check_split_pairs(spec, err)
     _unique_names(spec, n, err)
     _training_rules(spec, doc, file)
+
+
+def _split_group(op: CollectiveOp, ranks: list[int]) -> tuple[int, ...]:
+    return tuple(sorted(op.group if op.group is not None else ranks))
+
+
+def _check_splits(op: CollectiveOp, ranks: list[int], err: Callable[[str, str, str], SpecError]) -> None:
+    """An all_to_all's per-peer sizes: only on all_to_all; a list of the group's length with ``recv_bytes`` of the
+    same length, or a square matrix of the group's size without it; no negative size."""
+    if op.kind != "all_to_all":
+        raise err("send_bytes", f"{op.kind} {op.name!r} has per-peer sizes; only all_to_all takes send_bytes / "
+                  "recv_bytes", "give bytes (or shape), or use kind: all_to_all")
+    g = _split_group(op, ranks)
+    n = len(g)
+    rows = op.send_bytes or []
+    if rows and isinstance(rows[0], list):
+        if op.recv_bytes is not None:
+            raise err("recv_bytes", f"all_to_all {op.name!r} gives send_bytes as a matrix, whose columns are what "
+                      "each member receives", "remove recv_bytes")
+        bad = next((i for i, r in enumerate(rows) if len(r) != n), None)  # type: ignore[arg-type]
+        if len(rows) != n or bad is not None:
+            what = f"{len(rows)} rows" if len(rows) != n else f"row {bad} has {len(rows[bad])} entries"  # type: ignore
+            raise err("send_bytes", f"all_to_all {op.name!r}: send_bytes is a matrix over its group of {n} ranks "
+                      f"{list(g)}, so it needs {n} rows of {n} entries; {what}",
+                      f"give {n} rows of {n} sizes (row i: what group member i sends to each member)")
+        cells = [(f"[{i}][{j}]", x) for i, r in enumerate(rows) for j, x in enumerate(r)]  # type: ignore[arg-type]
+        fields = [("send_bytes", cells)]
+    else:
+        for field, vals in (("send_bytes", rows), ("recv_bytes", op.recv_bytes)):
+            if vals is None:
+                raise err("recv_bytes", f"all_to_all {op.name!r} gives send_bytes as a list (this rank's) but no "
+                          "recv_bytes", f"add recv_bytes: {n} sizes, what this rank receives from each member, "
+                          "or write send_bytes as a matrix for every rank")
+            if len(vals) != n:
+                raise err(field, f"all_to_all {op.name!r}: {field} has {len(vals)} sizes but its group has {n} "
+                          f"ranks {list(g)}", f"give {n} sizes, one per group member in rank order")
+        fields = [(f, [(f"[{j}]", x) for j, x in enumerate(v or [])]) for f, v in (("send_bytes", rows),
+                                                                                   ("recv_bytes", op.recv_bytes))]
+    for field, cells in fields:
+        neg = next((c for c in cells if c[1] < 0), None)
+        if neg is not None:
+            raise err(field, f"all_to_all {op.name!r}: {field}{neg[0]} is {neg[1]}, a negative size",
+                      "sizes are bytes, 0 or more")
+
+
+def _check_split_pairs(spec: ScheduleSpec, err: Any) -> None:
+    """The members of each all_to_all with per-peer sizes agree: what rank a sends rank b (its ``send_bytes``) is
+    what b receives from a (its ``recv_bytes``, or the matrix's column), as ``all_to_all_single`` needs; no member
+    of it without per-peer sizes."""
+    every = list(range(spec.world_size))
+    got: dict[tuple[str, tuple[int, ...]], dict[int, tuple[int, Any]]] = {}
+    for i, op in enumerate(spec.ops):
+        if isinstance(op, CollectiveOp) and op.kind == "all_to_all":
+            ranks = op.ranks if op.ranks is not None else every
+            g = _split_group(op, ranks)
+            for r in ranks:
+                got.setdefault((op.name, g), {})[r] = (i, op.splits_of(r, g))
+    for (name, g), per in got.items():
+        has = {r for r, (_i, sp) in per.items() if sp is not None}
+        if not has:
+            continue
+        if len(has) != len(per):
+            r = min(set(per) - has)
+            raise err(per[r][0], "send_bytes", f"all_to_all {name!r} has per-peer sizes on rank {min(has)} but not "
+                      f"on rank {r}", "give send_bytes (and recv_bytes) on every rank of the collective")
+        for a in sorted(per):
+            for b in sorted(per):
+                sa, rb = per[a][1][0][g.index(b)], per[b][1][1][g.index(a)]
+                if sa != rb:
+                    i = per[b][0]
+                    field = "recv_bytes" if getattr(spec.ops[i], "recv_bytes", None) is not None else "send_bytes"
+                    raise err(i, field, f"all_to_all {name!r}: rank {a} sends {sa:g} bytes to rank {b}, but rank {b} "
+                              f"receives {rb:g} bytes from rank {a}", f"make rank {b}'s {field} entry for rank {a} "
+                              f"equal {sa:g} (all_to_all_single's split sizes must match between the two ranks)")
 
 
 def _check_group(op: CollectiveOp, ranks: list[int], n: int, err: Callable[[str, str, str], SpecError]) -> None:
