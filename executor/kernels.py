@@ -476,8 +476,10 @@ class Materializer:
         ins, outs = [int(x) // isz for x in send], [int(x) // isz for x in recv]
         inp = self.buffer(("a2a_in_split", op.name), (max(1, sum(ins)),), dt)[:sum(ins)]
         out = self.buffer(("a2a_out_split", op.name), (max(1, sum(outs)),), dt)[:sum(outs)]
-        return self._collective(op, self.dist.all_to_all_single, (out, inp), output_split_sizes=outs,
+        impl = self._collective(op, self.dist.all_to_all_single, (out, inp), output_split_sizes=outs,
                                 input_split_sizes=ins)
+        impl.note += f", split sizes in {outs} out {ins} ({'bytes' if isz == 1 else dt})"
+        return impl
 
     def _root(self, op: Op) -> int:
         """The root rank of a rooted collective (its group's first rank when it names none)."""
