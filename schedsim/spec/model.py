@@ -113,6 +113,17 @@ def _short_repr(x: Any, n: int = 40) -> str:
     return r if len(r) <= n else r[:n - 3] + "..."
 
 
+def _one_size_of(m: Any) -> Any:
+    """A sized op's check: exactly one of ``bytes`` or ``shape``, a shape of sizes >= 0 within the bytes limit."""
+    if (m.bytes is None) == (m.shape is None):
+        raise ValueError("give exactly one of `bytes` or `shape` (+ `dtype`)")
+    if m.shape is not None and any(d < 0 for d in m.shape):
+        raise ValueError("shape dimensions must be >= 0")
+    if m.shape is not None and m.size_bytes() > MAX_BYTES:
+        raise ValueError(f"the shape holds more than {MAX_BYTES:,} bytes (1 EiB); check its dimensions")
+    return m
+
+
 class _SizedMixin(_Base):
     bytes: int | None = Field(default=None, ge=0, le=MAX_BYTES, description="Message size in bytes (see `buffer`).")
     duration_us: float | None = Field(
@@ -124,13 +135,7 @@ class _SizedMixin(_Base):
 
     @model_validator(mode="after")
     def _one_size(self) -> Any:
-        if (self.bytes is None) == (self.shape is None):
-            raise ValueError("give exactly one of `bytes` or `shape` (+ `dtype`)")
-        if self.shape is not None and any(d < 0 for d in self.shape):
-            raise ValueError("shape dimensions must be >= 0")
-        if self.shape is not None and self.size_bytes() > MAX_BYTES:
-            raise ValueError(f"the shape holds more than {MAX_BYTES:,} bytes (1 EiB); check its dimensions")
-        return self
+        return _one_size_of(self)
 
     def size_bytes(self) -> int:
         """Message size in bytes: ``bytes``, or prod(shape) × element size of ``dtype``."""
@@ -209,7 +214,7 @@ class CollectiveOp(_OpBase, _SizedMixin):
         if self.send_bytes is None:
             if self.recv_bytes is not None:
                 raise ValueError("`recv_bytes` needs `send_bytes` (the bytes sent to each member)")
-            return _SizedMixin._one_size(self)
+            return _one_size_of(self)
         if self.bytes is not None or self.shape is not None:
             raise ValueError("give `send_bytes` (per-peer sizes) or `bytes`/`shape`, not both")
         return self

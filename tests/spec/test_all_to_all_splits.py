@@ -40,12 +40,14 @@ def test_matrix_and_per_rank_lists_lower_to_each_rank_s_row_and_column(tmp_path:
 
 @pytest.mark.parametrize(("text", "line", "field", "words"), [
     (MATRIX.replace("[12, 0, 0]", "[12, 0]"), 5, "send_bytes", "needs 3 rows of 3 entries; row 1 has 2 entries"),
-    (MATRIX.replace("[400, 400, 0]]", "[400, 400, 0], [1, 1, 1]]"), 5, "send_bytes", "needs 3 rows of 3 entries; 4 rows"),
+    (MATRIX.replace("[400, 400, 0]]", "[400, 400, 0], [1, 1, 1]]"), 5, "send_bytes",
+     "needs 3 rows of 3 entries; 4 rows"),
     (MATRIX.replace("[12, 0, 0]", "[-12, 0, 0]"), 5, "send_bytes", "send_bytes[1][0] is -12, a negative size"),
     (MATRIX.replace("}", ", recv_bytes: [0, 0, 0]}"), 5, "recv_bytes", "whose columns are what each member receives"),
     (MATRIX.replace("all_to_all", "all_gather"), 5, "send_bytes", "only all_to_all takes send_bytes"),
     (MATRIX.replace("send_bytes", "bytes: 8, send_bytes"), 5, "x", "not both"),
-    (LISTS.replace("send_bytes: [0, 6, 8]", "send_bytes: [0, 6]"), 5, "send_bytes", "send_bytes has 2 sizes but its group has 3"),
+    (LISTS.replace("send_bytes: [0, 6, 8]", "send_bytes: [0, 6]"), 5, "send_bytes",
+     "send_bytes has 2 sizes but its group has 3"),
     (LISTS.replace("recv_bytes: [6, 0, 400]", "recv_bytes: [6, -1, 400]"), 6, "recv_bytes", "recv_bytes[1] is -1"),
     (LISTS.replace(", recv_bytes: [8, 4, 0]", ""), 7, "recv_bytes", "gives send_bytes as a list (this rank's) but no"),
     (LISTS.replace("recv_bytes: [6, 0, 400]", "recv_bytes: [7, 0, 400]"), 6, "recv_bytes",

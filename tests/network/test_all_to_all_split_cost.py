@@ -13,8 +13,8 @@ from tests.spec.test_all_to_all_splits import HEAD, MATRIX
 
 def test_toy_links_by_hand(toy_profile: Any) -> None:
     """Toy profile (NVLink 100 GB/s, 1 µs; link tables, (n − 1) latency steps): a rank takes 2 · 1 µs + max(Σ sent,
-    Σ received) / 100 GB/s, the uniform all_to_all whose rank moves as much; the simulated collective lasts its busiest rank's time
-    (rank 2 sends 800 bytes, rank 0 sends 12,000, rank 1 receives 4,400: 12,000 bytes)."""
+    Σ received) / 100 GB/s, the uniform all_to_all whose rank moves as much; the simulated collective lasts its
+    busiest rank's time (rank 2 sends 800 bytes, rank 0 sends 12,000, rank 1 receives 4,400: 12,000 bytes)."""
     from schedsim.api import lower_spec
     from schedsim.gpu.cost import CostModel
     from schedsim.sim.engine import simulate
