@@ -118,7 +118,7 @@ class Op:
     #: all_to_all with per-peer sizes: (bytes sent to, bytes received from) each member of ``group``, in group
     #: order (torch ``all_to_all_single``'s ``input_split_sizes`` / ``output_split_sizes`` × the element size);
     #: None: ``nbytes`` split evenly. ``nbytes`` is then the larger of the two sums (nccl-tests' size).
-    splits: tuple[tuple[float, ...], tuple[float, ...]] | None = None
+    splits: tuple[tuple[float, ...], tuple[float, ...]] | None = field(default=None, repr=False)
 
     def instance(self, name: str, rank: int, seq: int, deps: tuple[str, ...], tags: tuple) -> Op:
         """A copy of this prototype with a new name, rank, position, dependencies and tags."""
