@@ -102,8 +102,10 @@ class NetworkModel:
                          recv: tuple[float, ...]) -> float:
         """Seconds of rank ``rank``'s part of an all_to_all over ``ranks`` with per-peer sizes: ``send[j]`` bytes to
         and ``recv[j]`` bytes from member ``j`` (group order; what it sends itself is a local copy, not counted).
-        NCCL runs an all_to_all as grouped send/recv, every peer's at once, so a rank's time is set by the busiest
-        of its links, each full duplex: with ``S_in``/``S_out`` its bytes to and from peers on its node and
+        NCCL runs an all_to_all as grouped send/recv, every peer's at once (torch ``ProcessGroupNCCL::alltoall_base``
+        with split sizes calls ``torch::cuda::nccl::all2all_single_unequal_split``: one ``ncclSend`` and one
+        ``ncclRecv`` per peer of its counts inside ``ncclGroupStart`` / ``ncclGroupEnd``), so a rank's time is set
+        by the busiest of its links, each full duplex: with ``S_in``/``S_out`` its bytes to and from peers on its node and
         ``X_in``/``X_out`` to and from other nodes,
 
         * on a cluster topology (NCCL's model, :meth:`schedsim.network.NcclNetwork.spread_bytes`):
