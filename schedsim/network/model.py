@@ -105,8 +105,8 @@ class NetworkModel:
         NCCL runs an all_to_all as grouped send/recv, every peer's at once (torch ``ProcessGroupNCCL::alltoall_base``
         with split sizes calls ``torch::cuda::nccl::all2all_single_unequal_split``: one ``ncclSend`` and one
         ``ncclRecv`` per peer of its counts inside ``ncclGroupStart`` / ``ncclGroupEnd``), so a rank's time is set
-        by the busiest of its links, each full duplex: with ``S_in``/``S_out`` its bytes to and from peers on its node and
-        ``X_in``/``X_out`` to and from other nodes,
+        by the busiest of its links, each full duplex: with ``S_in``/``S_out`` its bytes to and from peers on its
+        node and ``X_in``/``X_out`` to and from other nodes,
 
         * on a cluster topology (NCCL's model, :meth:`schedsim.network.NcclNetwork.spread_bytes`):
           ``t = latency + max(max(S_out, S_in) / B_intra, max(X_out, X_in) / B_inter)``, the uniform all_to_all's
