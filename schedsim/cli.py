@@ -610,8 +610,8 @@ def keep_freed_memory() -> bool:
     to 32 MiB from the heap (``M_MMAP_THRESHOLD``, glibc's largest) cut system time from 0.33-0.89 s to 0.24-0.31 s
     and raised peak RSS 350 → 374 MB (392 B/op); at 10M ops, whose arrays are 40-80 MB, no ``mmap`` at all
     cut system time 3.4-3.7 → 1.3-1.5 s (page faults 430k → 174k; CPU 28.3, 29.4 → 23.8, 27.7 s, two alternated
-    runs on a loaded VM) and raised peak RSS 2,560 → 2,752 MB (+7.5 %); at 1M ops that setting changes nothing. Returns whether glibc took the settings (False elsewhere: musl, macOS, Windows),
-    changing nothing then."""
+    runs on a loaded VM) and raised peak RSS 2,560 → 2,752 MB (+7.5 %); at 1M ops that setting changes nothing.
+    Returns whether glibc took the settings (False elsewhere: musl, macOS, Windows), changing nothing then."""
     if not sys.platform.startswith("linux"):
         return False
     import ctypes  # already imported by numpy, which every such command loads

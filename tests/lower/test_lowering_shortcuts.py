@@ -116,7 +116,7 @@ def test_canonical_actions_test_is_the_regular_expression():
 @pytest.mark.parametrize("seq", [[()] * 5, [(("a", 1),)] * 3, ["x"], [], ["x", "y", "x"], [("k",), ("k",), ()],
                                  ["y", "x", "y"]])
 def test_intern_all_gives_the_ids_one_call_per_item_gives(seq):
-    from schedsim.lower.table import _Interner, _intern_all
+    from schedsim.lower.table import _intern_all, _Interner
 
     fast, slow = _Interner(), _Interner()
     for it in (fast, slow):
