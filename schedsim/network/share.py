@@ -531,29 +531,63 @@ def link_utilisation(profile: HardwareProfile, prog: Program, start_s: np.ndarra
     hist = _share_history(ls, flows, t0, t1) if shared else {
         g: (np.array([t0[g], t1[g]]), np.array([1.0, 0.0])) for g in flows.tolist()}
     shown = busy[np.argsort(-total[busy], kind="stable")[:MAX_SHOWN_LINKS]]
+    steps = _link_steps(lm.link, g_of, moved, hist, sorted(shown.tolist()), G)
     out: list[LinkUse] = []
-    for k in sorted(shown.tolist()):
-        ts: list[float] = []
-        ds: list[float] = []
-        for e in np.flatnonzero(lm.link == k).tolist():
-            segs = hist.get(int(g_of[e]))
-            if not segs:
-                continue
-            times, shares = segs
-            area = float(np.dot(np.diff(times), shares[:-1]))  # the share's integral over the transfer
-            v = moved[e] * shares / area  # B/s: the flow's bytes on this link, in proportion to its share
-            dv = np.diff(np.r_[0.0, v[:-1], 0.0])
-            ts.extend(times.tolist())
-            ds.extend(dv.tolist())
-        t = np.array(ts)
-        d = np.array(ds)
-        order = np.argsort(t, kind="stable")
-        tt, level = t[order], np.cumsum(d[order])
-        last = np.r_[tt[1:] != tt[:-1], True]  # one step per instant: the level after all its changes
-        level = np.where(np.abs(level) <= 1e-9 * float(np.abs(d).max()), 0.0, level)
+    for k, (tt, level) in steps.items():
         out.append({"name": lm.name(k), "capacity_Bps": float(lm.cap[k]), "bytes": float(total[k]),
-                    "steps": [[float(x), float(y)] for x, y in zip(tt[last], level[last], strict=True)]})
+                    "steps": [[float(x), float(y)] for x, y in zip(tt, level, strict=True)]})
     return {"links": out, "shown": len(out), "of": int(len(busy))}
+
+
+def _link_steps(link: np.ndarray, g_of: np.ndarray, moved: np.ndarray,
+                hist: dict[int, tuple[np.ndarray, np.ndarray]], links: list[int], G: int
+                ) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """Per link of ``links`` (in that order), the steps of its rate: ``(times, bytes/s)``, one per instant, the level
+    after all its changes there. ``link``, ``g_of``, ``moved``: per entry of the link map, its link, its flow (of
+    ``G``) and the bytes it moved; ``hist``: each flow's share history (:func:`_share_history`). An entry spreads its
+    bytes over its flow's transfer in proportion to the flow's share: ``moved × share / area`` B/s from each time of
+    the history on, ``area`` the share's integral over the transfer. Every flow's history is laid out once, flat,
+    and a link's entries gathered from it (the loop over a link's flows it replaced is the test oracle
+    ``tests/oracle/link_steps.py``: 16 links × 7,813 collectives on 64 ranks took 2.8 CPU s)."""
+    at = np.full(G, -1, I64)
+    at[list(hist)] = np.arange(len(hist))
+    seg = list(hist.values())
+    lens = np.array([len(x[0]) for x in seg], I64)
+    ptr = np.zeros(len(seg) + 1, I64)
+    np.cumsum(lens, out=ptr[1:])
+    T = np.concatenate([x[0] for x in seg]) if seg else np.zeros(0)
+    S = np.concatenate([np.asarray(x[1], float) for x in seg]) if seg else np.zeros(0)
+    dT = T[1:] - T[:-1]  # within a flow's run: np.diff of its times
+    # the share's integral over each flow's transfer: a dot product per flow, as numpy takes it on its own arrays
+    area = np.array([float(np.dot(dT[a:b - 1], S[a:b - 1]))
+                     for a, b in zip(ptr[:-1].tolist(), ptr[1:].tolist(), strict=True)])
+    out: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    for k in links:
+        es = np.flatnonzero(link == k)
+        fs = at[g_of[es]]
+        es, fs = es[fs >= 0], fs[fs >= 0]  # the link's entries whose flow has a history
+        n = lens[fs]
+        pos = np.repeat(ptr[fs] - np.cumsum(n) + n, n) + np.arange(int(n.sum()))  # each entry's run of T and S
+        t = T[pos]
+        v = np.repeat(moved[es], n) * S[pos] / np.repeat(area[fs], n)
+        # the rate's changes: its first value at the start, the differences, minus its last value at the end
+        first = np.zeros(len(pos), bool)
+        first[np.cumsum(n) - n] = True
+        end = np.roll(first, -1) if len(pos) else first
+        d = np.where(end, 0.0, v) - np.where(first, 0.0, np.concatenate(([0.0], v[:-1])))
+        out[k] = _steps_of(t, d)
+    return out
+
+
+def _steps_of(t: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(times, levels)``: the running sum of the changes ``d`` (B/s) at the times ``t`` (seconds) in time order
+    (stable), one step per instant (the level after all its changes), a level within 1e-9 of the largest change
+    of zero set to 0 (the sum's rounding at a link's idle times)."""
+    order = np.argsort(t, kind="stable")
+    tt, level = t[order], np.cumsum(d[order])
+    last = np.r_[tt[1:] != tt[:-1], True]
+    level = np.where(np.abs(level) <= 1e-9 * float(np.abs(d).max()), 0.0, level)
+    return tt[last], level[last]
 
 
 def _share_history(ls: LinkShare, flows: np.ndarray, t0: np.ndarray, t1: np.ndarray

@@ -465,3 +465,38 @@ def test_program_share_hands_whole_groups_of_a_symmetric_lowering(monkeypatch: p
         assert kinds[g] == t.kind
     assert world == 32 and "all_reduce" in kinds and "send" in kinds  # collectives and pairs both
     assert ranks.tolist() == want_ranks and ptr.tolist() == want_ptr and ptr.dtype == np.int64
+
+
+CHUNKS = """\
+schema_version: 1
+name: chunks
+world_size: 8
+params: {chunks: 40}
+ops:
+  - foreach: {i: range(chunks)}
+    ops:
+      - {name: "mm{i}", kind: matmul, m: 2048, n: 2048, k: 2048, dtype: bf16, stream: compute}
+      - {name: "ar{i}", kind: all_reduce, bytes: 8*2**20, stream: comm, deps: ["mm{i}"]}
+      - {name: "ag{i}", kind: all_gather, bytes: 2**20, stream: comm2, deps: ["mm{i}"]}
+"""
+
+
+@pytest.mark.parametrize("case", ["mixed", "replay", "chunks", "three"])
+def test_link_counters_are_the_per_flow_loops(case, monkeypatch):
+    # each shown link's steps gathered from every flow's share history at once: the same floats as the loop over
+    # the link's flows it replaced (tests/oracle/link_steps.py), for shared links, a model that shares none,
+    # overlapping collectives of two kinds on 4 nodes, and sends across a spine
+    from schedsim.api import simulate_spec
+    from schedsim.network import share
+    from schedsim.spec.loader import load_text
+    from tests.oracle.link_steps import link_steps
+
+    text, prof, model = {"mixed": (MIXED, profile(2, 1), None), "replay": (TWO, profile(2, 1), "replay"),
+                         "chunks": (CHUNKS, profile(2, 1), None), "three": (THREE, profile(3, 1, OVERSUB), None)}[case]
+    run = simulate_spec(load_text(text, "s.yaml"), prof, gpu_model=model)
+    c, prog = run.timeline.columns, run.program
+    args = (prof, prog, c.start_s, c.end_s, c.solo_s, model != "replay")
+    got = share.link_utilisation(*args)
+    assert got is not None and got["shown"] >= 2 and got == run.timeline.meta["links"]
+    monkeypatch.setattr(share, "_link_steps", link_steps)
+    assert share.link_utilisation(*args) == got
