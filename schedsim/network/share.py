@@ -223,7 +223,28 @@ class LinkShare:
     def event(self, g: int, started: int) -> list[int]:
         """Flow ``g`` starts (``started`` 1) or ends (0); returns the running flows whose share changed (``g``
         included when it starts below 1), their new shares in :attr:`share`. Only the flows connected to ``g``
-        through shared links are refilled: the others' links did not change."""
+        through shared links are refilled: the others' links did not change. A flow alone on all its links (no
+        running flow on them at its start, none but itself at its end) changes no other flow's share, and its own
+        is 1: it is put on or taken off its links without the refill (:meth:`_event`, the general form, gives the
+        same; the tests compare them)."""
+        lk = self.links_of(g)
+        c = self.count[lk]
+        if started and not c.any():
+            self.first[lk[c == 0]] = g
+            self.count[lk] += 1
+            if self.share[g] == 1.0:
+                return []
+            self.share[g] = 1.0
+            return [g]
+        if not started and bool((c == 1).all()):
+            self.first[lk[c == 1]] = -1
+            self.count[lk] -= 1
+            self.share[g] = 1.0
+            return []
+        return self._event(g, started)
+
+    def _event(self, g: int, started: int) -> list[int]:
+        """:meth:`event` for every flow, alone on its links or not."""
         if started:
             self._start(g)
             seeds = {g}
@@ -535,7 +556,7 @@ def link_utilisation(profile: HardwareProfile, prog: Program, start_s: np.ndarra
     out: list[LinkUse] = []
     for k, (tt, level) in steps.items():
         out.append({"name": lm.name(k), "capacity_Bps": float(lm.cap[k]), "bytes": float(total[k]),
-                    "steps": [[float(x), float(y)] for x, y in zip(tt, level, strict=True)]})
+                    "steps": np.stack([tt, level], axis=1).tolist()})  # Python floats, as float() makes them
     return {"links": out, "shown": len(out), "of": int(len(busy))}
 
 

@@ -284,17 +284,18 @@ def test_link_share_events_match_a_refill_of_every_running_flow(data: st.DataObj
     demand = np.minimum(demand, [cap[x].min() for x in links])  # LinkMap's demands fit their links (link_share)
     lm = LinkMap(ptr, np.concatenate(links).astype(np.int64), np.ones(int(ptr[-1])), demand, cap, 1, 2 * L,
                  np.zeros(G))
-    ls = LinkShare(lm)
+    ls, ref = LinkShare(lm), LinkShare(lm)  # ref: every event by the general refill (no alone-flow shortcut)
     running: list[int] = []
     for _ in range(data.draw(st.integers(1, 12))):
         idle = [g for g in range(G) if g not in running]
-        if idle and (not running or data.draw(st.booleans())):
-            g = data.draw(st.sampled_from(idle))
-            ls.event(g, 1)
+        started = int(bool(idle) and (not running or data.draw(st.booleans())))
+        g = data.draw(st.sampled_from(idle if started else running))
+        assert ls.event(g, started) == ref._event(g, started)
+        assert ls.share.tolist() == ref.share.tolist() and ls.on == ref.on
+        assert ls.count.tolist() == ref.count.tolist() and ls.first.tolist() == ref.first.tolist()
+        if started:
             running.append(g)
         else:
-            g = data.draw(st.sampled_from(running))
-            ls.event(g, 0)
             running.remove(g)
         run = sorted(running)
         if not run:
