@@ -458,11 +458,25 @@ def _flow(rk: np.ndarray, kind: str, size: float, node: np.ndarray, nic: np.ndar
     return np.concatenate(links).astype(I64), np.concatenate(weights), nbytes
 
 
+def _one_node(profile: HardwareProfile, world: int, net: NcclNetwork | None = None) -> bool:
+    """Whether every one of ``world`` ranks sits on one node of ``profile`` (then no transfer crosses a node and no
+    link is shared: :func:`program_share` and :func:`link_utilisation` skip their per-group work).
+
+    Raises
+    ------
+    ProfileError
+        A rank without a GPU (:meth:`NcclNetwork.gpus_of`), as :func:`link_share` raises it.
+    """
+    net = _network(profile, net)
+    node = net.gpus_of(np.arange(world)) // net.gpn
+    return not world or int(node.min()) == int(node.max())
+
+
 def program_share(profile: HardwareProfile, prog: Program, gptr: np.ndarray, gidx: np.ndarray, work: np.ndarray,
                   net: NcclNetwork | None = None) -> LinkShare | None:
     """:func:`link_share` of ``prog``'s rendezvous groups as CSR ``gptr``/``gidx`` of op indices (collectives,
     then send/recv pairs as (send, recv), as ``prog.p2p`` holds them), ``work`` their solo seconds."""
-    if not shares_links(profile):
+    if not shares_links(profile) or _one_node(profile, prog.world_size, net):
         return None
     G = len(gptr) - 1
     tps, tmpl = prog.templates, prog.tmpl
@@ -524,7 +538,7 @@ def link_utilisation(profile: HardwareProfile, prog: Program, start_s: np.ndarra
     its max-min share, replayed from the transfers' start and end times (:func:`_share_history`), so each link's
     steps integrate to the bytes moved over it and, where the shares alone set the speeds, never exceed its
     capacity; the steps are piecewise constant (``t_s`` on, until the next step)."""
-    if not shares_links(profile) or prog.N == 0:
+    if not shares_links(profile) or prog.N == 0 or _one_node(profile, prog.world_size):
         return None
     from schedsim.lower.program import rendezvous_groups
 

@@ -501,3 +501,15 @@ def test_link_counters_are_the_per_flow_loops(case, monkeypatch):
     assert got is not None and got["shown"] >= 2 and got == run.timeline.meta["links"]
     monkeypatch.setattr(share, "_link_steps", link_steps)
     assert share.link_utilisation(*args) == got
+
+
+def test_one_node_runs_skip_the_link_work_and_still_refuse_a_rank_without_a_gpu():
+    from schedsim.errors import ProfileError
+    from schedsim.network.share import _one_node
+
+    prof = profile(2, 1)  # 2 GPUs per node, two nodes
+    assert _one_node(prof, 1) and _one_node(prof, 2) and not _one_node(prof, 3) and _one_node(prof, 0)
+    capped = HardwareProfile.model_validate({**prof.model_dump(), "topology": {**prof.topology.model_dump(),
+                                                                                "placement": [0, 1]}})
+    with pytest.raises(ProfileError, match="rank 2 has no GPU"):
+        _one_node(capped, 3)
