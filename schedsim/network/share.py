@@ -563,8 +563,8 @@ def link_utilisation(profile: HardwareProfile, prog: Program, start_s: np.ndarra
     busy = np.flatnonzero(total > 0)
     if not len(busy):
         return None
-    hist = _share_history(ls, flows, t0, t1) if shared else {
-        g: (np.array([t0[g], t1[g]]), np.array([1.0, 0.0])) for g in flows.tolist()}
+    hist = _share_history(ls, flows, t0, t1) if shared and _overlap(lm, flows, t0, t1) else {
+        g: (np.array([t0[g], t1[g]]), np.array([1.0, 0.0])) for g in flows.tolist()}  # each flow alone: share 1
     shown = busy[np.argsort(-total[busy], kind="stable")[:MAX_SHOWN_LINKS]]
     steps = _link_steps(lm.link, g_of, moved, hist, sorted(shown.tolist()), G)
     out: list[LinkUse] = []
@@ -623,6 +623,19 @@ def _steps_of(t: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     last = np.r_[tt[1:] != tt[:-1], True]
     level = np.where(np.abs(level) <= 1e-9 * float(np.abs(d).max()), 0.0, level)
     return tt[last], level[last]
+
+
+def _overlap(lm: LinkMap, flows: np.ndarray, t0: np.ndarray, t1: np.ndarray) -> bool:
+    """Whether two of ``flows`` are on one link at once (from ``t0`` to ``t1``, seconds; one ending as the other
+    starts is not at once, as :func:`_share_history` replays ends first). Without, every flow runs alone on its
+    links throughout, at share 1 (what the replay gives: one step at its start, 0 at its end)."""
+    on = np.isin(np.repeat(np.arange(len(lm.ptr) - 1), np.diff(lm.ptr)), flows)
+    g = np.repeat(np.arange(len(lm.ptr) - 1), np.diff(lm.ptr))[on]
+    link = lm.link[on]
+    o = np.lexsort((t0[g], link))  # by link, then start
+    g, link = g[o], link[o]
+    same = (link[1:] == link[:-1]) & (g[1:] != g[:-1])  # consecutive flows on one link (a link twice in a flow: once)
+    return bool((t0[g[1:]][same] < t1[g[:-1]][same]).any())
 
 
 def _share_history(ls: LinkShare, flows: np.ndarray, t0: np.ndarray, t1: np.ndarray

@@ -482,24 +482,33 @@ ops:
 """
 
 
-@pytest.mark.parametrize("case", ["mixed", "replay", "chunks", "three"])
+@pytest.mark.parametrize("case", ["mixed", "replay", "chunks", "three", "serial"])
 def test_link_counters_are_the_per_flow_loops(case, monkeypatch):
     # each shown link's steps gathered from every flow's share history at once: the same floats as the loop over
     # the link's flows it replaced (tests/oracle/link_steps.py), for shared links, a model that shares none,
-    # overlapping collectives of two kinds on 4 nodes, and sends across a spine
+    # overlapping collectives of two kinds on 4 nodes, sends across a spine, and collectives one after another
+    # (no two flows on a link at once: the shares not replayed, as the replay gives them)
     from schedsim.api import simulate_spec
+    from schedsim.lower.program import rendezvous_groups
     from schedsim.network import share
     from schedsim.spec.loader import load_text
     from tests.oracle.link_steps import link_steps
 
     text, prof, model = {"mixed": (MIXED, profile(2, 1), None), "replay": (TWO, profile(2, 1), "replay"),
-                         "chunks": (CHUNKS, profile(2, 1), None), "three": (THREE, profile(3, 1, OVERSUB), None)}[case]
+                         "chunks": (CHUNKS, profile(2, 1), None), "three": (THREE, profile(3, 1, OVERSUB), None),
+                         "serial": (CHUNKS.replace("stream: comm2", "stream: comm"), profile(2, 1), None)}[case]
     run = simulate_spec(load_text(text, "s.yaml"), prof, gpu_model=model)
     c, prog = run.timeline.columns, run.program
     args = (prof, prog, c.start_s, c.end_s, c.solo_s, model != "replay")
     got = share.link_utilisation(*args)
     assert got is not None and got["shown"] >= 2 and got == run.timeline.meta["links"]
+    gptr, gidx, G, _c, _lone = rendezvous_groups(prog)
+    t0, t1 = (np.maximum.reduceat(x[gidx], gptr[:-1]) for x in (c.start_s, c.end_s))
+    ls = share.program_share(prof, prog, gptr, gidx, np.maximum(t1 - t0, 1e-12))
+    overlap = share._overlap(ls.map, np.flatnonzero(t1 > t0), t0, t1) if ls is not None else None
+    assert overlap == {"mixed": True, "serial": False}.get(case, overlap)  # the send beside the all_reduce
     monkeypatch.setattr(share, "_link_steps", link_steps)
+    monkeypatch.setattr(share, "_overlap", lambda *a: True)  # every run's shares replayed
     assert share.link_utilisation(*args) == got
 
 
