@@ -336,7 +336,7 @@ def link_share(profile: HardwareProfile, world: int, gptr: Sequence[int] | np.nd
     size_a = np.asarray(nbytes, float)
     G = len(gp) - 1
     p2p = frozenset(P2P_KINDS)  # the registry's p2p kinds now (a set: one test per group)
-    pair = np.fromiter(map(p2p.__contains__, kinds), bool, G) & (np.diff(gp) == 2)  # a C-level pass over the kinds
+    pair = np.fromiter(map(p2p.__contains__, kinds), bool, G) & (np.diff(gp) == 2)
     count = np.zeros(G, I64)
     # send/recv pairs, vectorised: the sender NIC's out, the receiver NIC's in (and their leaves' across the spine)
     pg = np.flatnonzero(pair)
