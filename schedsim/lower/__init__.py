@@ -73,6 +73,7 @@ def lower(spec: ScheduleSpec, check: bool = True, symmetric: bool = False) -> Pr
         if pipeline is not None:
             info["pipeline"] = pipeline  # G.graph's form (to_dict) only when the reference build words an error
         cols, linked = link(table, spec._file, info, check)
+        uniform = bool(linked.pop("uniform", False))  # rank 0's ops on every rank (link._link_uniform)
         c = cols.c
         prog = Program(spec.name, spec.world_size, spec.launch, spec._file, conns, pipeline, tuple(table.templates),
                        table.names, table.tags, tuple(table.streams.items),
@@ -80,13 +81,14 @@ def lower(spec: ScheduleSpec, check: bool = True, symmetric: bool = False) -> Pr
                        c["peer"], c["batch"], c["msg"], **linked, nccl_init=spec.nccl_init,
                        represented=represented)
         if check:
-            prog = replace(prog, warnings=prog.warnings + tuple(check_program(prog)), checked=True)
+            prog = replace(prog, warnings=prog.warnings + tuple(check_program(prog, uniform)), checked=True)
         return prog
 
 
-def check_program(prog: Program) -> list[str]:
-    """Run every static check on ``prog`` (:func:`schedsim.lower.checks.check_arrays`); returns the extra "may
-    hang" warnings (:func:`schedsim.lower.check_errors.hang_warnings`, then the split-batch one).
+def check_program(prog: Program, uniform: bool = False) -> list[str]:
+    """Run every static check on ``prog`` (:func:`schedsim.lower.checks.check_arrays`, ``uniform`` passed on: a
+    Program linked as rank 0's ops on every rank); returns the extra "may hang" warnings
+    (:func:`schedsim.lower.check_errors.hang_warnings`, then the split-batch one).
 
     Raises
     ------
@@ -95,7 +97,7 @@ def check_program(prog: Program) -> list[str]:
     """
     from schedsim.lower.checks import check_arrays
 
-    v = check_arrays(prog)
+    v = check_arrays(prog, uniform)
     if v.fault:
         from schedsim.lower.check_errors import word_fault
 

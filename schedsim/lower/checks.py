@@ -619,8 +619,20 @@ class Verdict(NamedTuple):
         return self.cross or self.eager or self.multi
 
 
-def check_arrays(prog: Program) -> Verdict:
-    """Run every static check on ``prog``'s arrays (:func:`schedsim.lower.check_program` words what they find)."""
+def check_arrays(prog: Program, uniform: bool = False) -> Verdict:
+    """Run every static check on ``prog``'s arrays (:func:`schedsim.lower.check_program` words what they find).
+
+    ``uniform``: ``prog`` was linked as rank 0's ops repeated on every rank (:func:`schedsim.lower.link._link_uniform`:
+    each rank issues the same ops in the same order, no send or recv, every collective on all ranks). Then one rule
+    is left to check, that dependencies are written before their users: every rank issues each collective at the
+    same position and in the same order, so the collectives' order, the lazy creation (every rank makes the one
+    communicator at the same position) and the "may hang" cases of other communicators or of send/recv hold by
+    construction, and NCCL's wait-for graph has a cycle only through an edge that goes back in issue position,
+    which only a dependency can (stream and communicator order go forward; a collective's hub joins members at
+    one position). A symmetric lowering (:attr:`Program.represented`) takes the general path. The tests compare
+    the two paths' verdicts."""
+    if uniform and not prog.represented:
+        return Verdict(not _forward_deps_ok(prog), False, False, False, None)
     tc = _Templates.of(prog)
     comm, head = launch_heads(prog, tc)
     ok = _forward_deps_ok(prog) and _collective_order_ok(prog, tc) and _lazy_init_ok(prog, comm, head, tc)

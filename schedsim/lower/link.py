@@ -439,7 +439,9 @@ def _link_uniform(table: Table, W: int) -> tuple[_Cols, dict[str, Any]] | None:
     the same R ops in the same order, so rank 0's ops are linked and the result repeated with offsets
     ``k·R`` (op ``k·R + r`` is row ``r`` on rank ``k``; each collective is one row on all ranks). The arrays
     are those :func:`link` builds for the whole table. None when rank 0's ops break a rule, or hold sends,
-    recvs or a collective whose group is not all ranks: :func:`link` then checks (and words) them."""
+    recvs or a collective whose group is not all ranks: :func:`link` then checks (and words) them. The arrays
+    come with ``"uniform": True``, which :func:`schedsim.lower.lower` takes out for the static checks
+    (:func:`schedsim.lower.checks.check_arrays`' ``uniform``)."""
     one = _Cols(table, once=True)
     if bool(one.is_p2p.any()):
         return None
@@ -471,7 +473,7 @@ def _link_uniform(table: Table, W: int) -> tuple[_Cols, dict[str, Any]] | None:
     np.cumsum(np.tile(np.bincount(one.dep_op, minlength=R), W), out=dep_ptr[1:])
     return cols, {"dep_ptr": dep_ptr, "dep_idx": tgt.astype(I64), "stream_edges": se, "dep_edges": de,
                   "coll_keys": tuple(keys), "coll_ptr": cptr, "coll_idx": cidx, "p2p": np.zeros((0, 2), I64),
-                  "warnings": ()}
+                  "warnings": (), "uniform": True}
 
 
 def link(table: Table, file: str, info: dict[str, Any], check: bool) -> tuple[_Cols, dict[str, Any]]:

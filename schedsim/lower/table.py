@@ -237,8 +237,12 @@ def _intern_new(interner: _Interner, seq: list[Any]) -> dict[Any, int]:
 
 
 def _intern_all(interner: _Interner, seq: list[Any]) -> np.ndarray:
-    """Ids of every item of ``seq`` (int32), interning the new ones in first-seen order."""
-    return np.fromiter(map(_intern_new(interner, seq).__getitem__, seq), I32, len(seq))
+    """Ids of every item of ``seq`` (int32), interning the new ones in first-seen order. One item throughout (a
+    row's tags, most often none) is looked up once: ``list.count`` compares in C, no hashing per item."""
+    n = len(seq)
+    if n > 1 and seq[0] == seq[-1] and seq.count(seq[0]) == n:
+        return np.full(n, interner(seq[0]), I32)
+    return np.fromiter(map(_intern_new(interner, seq).__getitem__, seq), I32, n)
 
 
 def intern_list(interner: _Interner, seq: list[Any], distinct: bool = False) -> list[int]:

@@ -223,7 +223,28 @@ class LinkShare:
     def event(self, g: int, started: int) -> list[int]:
         """Flow ``g`` starts (``started`` 1) or ends (0); returns the running flows whose share changed (``g``
         included when it starts below 1), their new shares in :attr:`share`. Only the flows connected to ``g``
-        through shared links are refilled: the others' links did not change."""
+        through shared links are refilled: the others' links did not change. A flow alone on all its links (no
+        running flow on them at its start, none but itself at its end) changes no other flow's share, and its own
+        is 1: it is put on or taken off its links without the refill (:meth:`_event`, the general form, gives the
+        same; the tests compare them)."""
+        lk = self.links_of(g)
+        c = self.count[lk]
+        if started and not c.any():
+            self.first[lk[c == 0]] = g
+            self.count[lk] += 1
+            if self.share[g] == 1.0:
+                return []
+            self.share[g] = 1.0
+            return [g]
+        if not started and bool((c == 1).all()):
+            self.first[lk[c == 1]] = -1
+            self.count[lk] -= 1
+            self.share[g] = 1.0
+            return []
+        return self._event(g, started)
+
+    def _event(self, g: int, started: int) -> list[int]:
+        """:meth:`event` for every flow, alone on its links or not."""
         if started:
             self._start(g)
             seeds = {g}
@@ -315,7 +336,7 @@ def link_share(profile: HardwareProfile, world: int, gptr: Sequence[int] | np.nd
     size_a = np.asarray(nbytes, float)
     G = len(gp) - 1
     p2p = frozenset(P2P_KINDS)  # the registry's p2p kinds now (a set: one test per group)
-    pair = np.array([k in p2p for k in kinds], bool) & (np.diff(gp) == 2)
+    pair = np.fromiter(map(p2p.__contains__, kinds), bool, G) & (np.diff(gp) == 2)
     count = np.zeros(G, I64)
     # send/recv pairs, vectorised: the sender NIC's out, the receiver NIC's in (and their leaves' across the spine)
     pg = np.flatnonzero(pair)
@@ -437,11 +458,25 @@ def _flow(rk: np.ndarray, kind: str, size: float, node: np.ndarray, nic: np.ndar
     return np.concatenate(links).astype(I64), np.concatenate(weights), nbytes
 
 
+def _one_node(profile: HardwareProfile, world: int, net: NcclNetwork | None = None) -> bool:
+    """Whether every one of ``world`` ranks sits on one node of ``profile`` (then no transfer crosses a node and no
+    link is shared: :func:`program_share` and :func:`link_utilisation` skip their per-group work).
+
+    Raises
+    ------
+    ProfileError
+        A rank without a GPU (:meth:`NcclNetwork.gpus_of`), as :func:`link_share` raises it.
+    """
+    net = _network(profile, net)
+    node = net.gpus_of(np.arange(world)) // net.gpn
+    return not world or int(node.min()) == int(node.max())
+
+
 def program_share(profile: HardwareProfile, prog: Program, gptr: np.ndarray, gidx: np.ndarray, work: np.ndarray,
                   net: NcclNetwork | None = None) -> LinkShare | None:
     """:func:`link_share` of ``prog``'s rendezvous groups as CSR ``gptr``/``gidx`` of op indices (collectives,
     then send/recv pairs as (send, recv), as ``prog.p2p`` holds them), ``work`` their solo seconds."""
-    if not shares_links(profile):
+    if not shares_links(profile) or _one_node(profile, prog.world_size, net):
         return None
     G = len(gptr) - 1
     tps, tmpl = prog.templates, prog.tmpl
@@ -503,7 +538,7 @@ def link_utilisation(profile: HardwareProfile, prog: Program, start_s: np.ndarra
     its max-min share, replayed from the transfers' start and end times (:func:`_share_history`), so each link's
     steps integrate to the bytes moved over it and, where the shares alone set the speeds, never exceed its
     capacity; the steps are piecewise constant (``t_s`` on, until the next step)."""
-    if not shares_links(profile) or prog.N == 0:
+    if not shares_links(profile) or prog.N == 0 or _one_node(profile, prog.world_size):
         return None
     from schedsim.lower.program import rendezvous_groups
 
@@ -528,32 +563,79 @@ def link_utilisation(profile: HardwareProfile, prog: Program, start_s: np.ndarra
     busy = np.flatnonzero(total > 0)
     if not len(busy):
         return None
-    hist = _share_history(ls, flows, t0, t1) if shared else {
-        g: (np.array([t0[g], t1[g]]), np.array([1.0, 0.0])) for g in flows.tolist()}
+    hist = _share_history(ls, flows, t0, t1) if shared and _overlap(lm, flows, t0, t1) else {
+        g: (np.array([t0[g], t1[g]]), np.array([1.0, 0.0])) for g in flows.tolist()}  # each flow alone: share 1
     shown = busy[np.argsort(-total[busy], kind="stable")[:MAX_SHOWN_LINKS]]
+    steps = _link_steps(lm.link, g_of, moved, hist, sorted(shown.tolist()), G)
     out: list[LinkUse] = []
-    for k in sorted(shown.tolist()):
-        ts: list[float] = []
-        ds: list[float] = []
-        for e in np.flatnonzero(lm.link == k).tolist():
-            segs = hist.get(int(g_of[e]))
-            if not segs:
-                continue
-            times, shares = segs
-            area = float(np.dot(np.diff(times), shares[:-1]))  # the share's integral over the transfer
-            v = moved[e] * shares / area  # B/s: the flow's bytes on this link, in proportion to its share
-            dv = np.diff(np.r_[0.0, v[:-1], 0.0])
-            ts.extend(times.tolist())
-            ds.extend(dv.tolist())
-        t = np.array(ts)
-        d = np.array(ds)
-        order = np.argsort(t, kind="stable")
-        tt, level = t[order], np.cumsum(d[order])
-        last = np.r_[tt[1:] != tt[:-1], True]  # one step per instant: the level after all its changes
-        level = np.where(np.abs(level) <= 1e-9 * float(np.abs(d).max()), 0.0, level)
+    for k, (tt, level) in steps.items():
         out.append({"name": lm.name(k), "capacity_Bps": float(lm.cap[k]), "bytes": float(total[k]),
-                    "steps": [[float(x), float(y)] for x, y in zip(tt[last], level[last], strict=True)]})
+                    "steps": np.stack([tt, level], axis=1).tolist()})  # Python floats, as float() makes them
     return {"links": out, "shown": len(out), "of": int(len(busy))}
+
+
+def _link_steps(link: np.ndarray, g_of: np.ndarray, moved: np.ndarray,
+                hist: dict[int, tuple[np.ndarray, np.ndarray]], links: list[int], G: int
+                ) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """Per link of ``links`` (in that order), the steps of its rate: ``(times, bytes/s)``, one per instant, the level
+    after all its changes there. ``link``, ``g_of``, ``moved``: per entry of the link map, its link, its flow (of
+    ``G``) and the bytes it moved; ``hist``: each flow's share history (:func:`_share_history`). An entry spreads its
+    bytes over its flow's transfer in proportion to the flow's share: ``moved × share / area`` B/s from each time of
+    the history on, ``area`` the share's integral over the transfer. Every flow's history is laid out once, flat,
+    and a link's entries gathered from it (the loop over a link's flows it replaced is the test oracle
+    ``tests/oracle/link_steps.py``: 16 links × 7,813 collectives on 64 ranks took 2.8 CPU s)."""
+    at = np.full(G, -1, I64)
+    at[list(hist)] = np.arange(len(hist))
+    seg = list(hist.values())
+    lens = np.array([len(x[0]) for x in seg], I64)
+    ptr = np.zeros(len(seg) + 1, I64)
+    np.cumsum(lens, out=ptr[1:])
+    T = np.concatenate([x[0] for x in seg]) if seg else np.zeros(0)
+    S = np.concatenate([np.asarray(x[1], float) for x in seg]) if seg else np.zeros(0)
+    dT = T[1:] - T[:-1]  # within a flow's run: np.diff of its times
+    # the share's integral over each flow's transfer: a dot product per flow, as numpy takes it on its own arrays
+    area = np.array([float(np.dot(dT[a:b - 1], S[a:b - 1]))
+                     for a, b in zip(ptr[:-1].tolist(), ptr[1:].tolist(), strict=True)])
+    out: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    for k in links:
+        es = np.flatnonzero(link == k)
+        fs = at[g_of[es]]
+        es, fs = es[fs >= 0], fs[fs >= 0]  # the link's entries whose flow has a history
+        n = lens[fs]
+        pos = np.repeat(ptr[fs] - np.cumsum(n) + n, n) + np.arange(int(n.sum()))  # each entry's run of T and S
+        t = T[pos]
+        v = np.repeat(moved[es], n) * S[pos] / np.repeat(area[fs], n)
+        # the rate's changes: its first value at the start, the differences, minus its last value at the end
+        first = np.zeros(len(pos), bool)
+        first[np.cumsum(n) - n] = True
+        end = np.roll(first, -1) if len(pos) else first
+        d = np.where(end, 0.0, v) - np.where(first, 0.0, np.concatenate(([0.0], v[:-1])))
+        out[k] = _steps_of(t, d)
+    return out
+
+
+def _steps_of(t: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(times, levels)``: the running sum of the changes ``d`` (B/s) at the times ``t`` (seconds) in time order
+    (stable), one step per instant (the level after all its changes), a level within 1e-9 of the largest change
+    of zero set to 0 (the sum's rounding at a link's idle times)."""
+    order = np.argsort(t, kind="stable")
+    tt, level = t[order], np.cumsum(d[order])
+    last = np.r_[tt[1:] != tt[:-1], True]
+    level = np.where(np.abs(level) <= 1e-9 * float(np.abs(d).max()), 0.0, level)
+    return tt[last], level[last]
+
+
+def _overlap(lm: LinkMap, flows: np.ndarray, t0: np.ndarray, t1: np.ndarray) -> bool:
+    """Whether two of ``flows`` are on one link at once (from ``t0`` to ``t1``, seconds; one ending as the other
+    starts is not at once, as :func:`_share_history` replays ends first). Without, every flow runs alone on its
+    links throughout, at share 1 (what the replay gives: one step at its start, 0 at its end)."""
+    on = np.isin(np.repeat(np.arange(len(lm.ptr) - 1), np.diff(lm.ptr)), flows)
+    g = np.repeat(np.arange(len(lm.ptr) - 1), np.diff(lm.ptr))[on]
+    link = lm.link[on]
+    o = np.lexsort((t0[g], link))  # by link, then start
+    g, link = g[o], link[o]
+    same = (link[1:] == link[:-1]) & (g[1:] != g[:-1])  # consecutive flows on one link (a link twice in a flow: once)
+    return bool((t0[g[1:]][same] < t1[g[:-1]][same]).any())
 
 
 def _share_history(ls: LinkShare, flows: np.ndarray, t0: np.ndarray, t1: np.ndarray

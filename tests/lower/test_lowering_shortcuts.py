@@ -111,3 +111,16 @@ def test_canonical_actions_test_is_the_regular_expression():
         b = line.encode()
         want = line.isascii() and _CANON.fullmatch(line) is not None
         assert _canonical(np.frombuffer(b, np.uint8), np.frombuffer(b.translate(cls), np.uint8)) is want, line
+
+
+@pytest.mark.parametrize("seq", [[()] * 5, [(("a", 1),)] * 3, ["x"], [], ["x", "y", "x"], [("k",), ("k",), ()],
+                                 ["y", "x", "y"]])
+def test_intern_all_gives_the_ids_one_call_per_item_gives(seq):
+    from schedsim.lower.table import _intern_all, _Interner
+
+    fast, slow = _Interner(), _Interner()
+    for it in (fast, slow):
+        it("x")  # interned before
+    got = _intern_all(fast, list(seq))
+    assert got.dtype == np.int32 and got.tolist() == [slow(x) for x in seq]
+    assert fast.items == slow.items

@@ -284,17 +284,18 @@ def test_link_share_events_match_a_refill_of_every_running_flow(data: st.DataObj
     demand = np.minimum(demand, [cap[x].min() for x in links])  # LinkMap's demands fit their links (link_share)
     lm = LinkMap(ptr, np.concatenate(links).astype(np.int64), np.ones(int(ptr[-1])), demand, cap, 1, 2 * L,
                  np.zeros(G))
-    ls = LinkShare(lm)
+    ls, ref = LinkShare(lm), LinkShare(lm)  # ref: every event by the general refill (no alone-flow shortcut)
     running: list[int] = []
     for _ in range(data.draw(st.integers(1, 12))):
         idle = [g for g in range(G) if g not in running]
-        if idle and (not running or data.draw(st.booleans())):
-            g = data.draw(st.sampled_from(idle))
-            ls.event(g, 1)
+        started = int(bool(idle) and (not running or data.draw(st.booleans())))
+        g = data.draw(st.sampled_from(idle if started else running))
+        assert ls.event(g, started) == ref._event(g, started)
+        assert ls.share.tolist() == ref.share.tolist() and ls.on == ref.on
+        assert ls.count.tolist() == ref.count.tolist() and ls.first.tolist() == ref.first.tolist()
+        if started:
             running.append(g)
         else:
-            g = data.draw(st.sampled_from(running))
-            ls.event(g, 0)
             running.remove(g)
         run = sorted(running)
         if not run:
@@ -465,3 +466,59 @@ def test_program_share_hands_whole_groups_of_a_symmetric_lowering(monkeypatch: p
         assert kinds[g] == t.kind
     assert world == 32 and "all_reduce" in kinds and "send" in kinds  # collectives and pairs both
     assert ranks.tolist() == want_ranks and ptr.tolist() == want_ptr and ptr.dtype == np.int64
+
+
+CHUNKS = """\
+schema_version: 1
+name: chunks
+world_size: 8
+params: {chunks: 40}
+ops:
+  - foreach: {i: range(chunks)}
+    ops:
+      - {name: "mm{i}", kind: matmul, m: 2048, n: 2048, k: 2048, dtype: bf16, stream: compute}
+      - {name: "ar{i}", kind: all_reduce, bytes: 8*2**20, stream: comm, deps: ["mm{i}"]}
+      - {name: "ag{i}", kind: all_gather, bytes: 2**20, stream: comm2, deps: ["mm{i}"]}
+"""
+
+
+@pytest.mark.parametrize("case", ["mixed", "replay", "chunks", "three", "serial"])
+def test_link_counters_are_the_per_flow_loops(case, monkeypatch):
+    # each shown link's steps gathered from every flow's share history at once: the same floats as the loop over
+    # the link's flows it replaced (tests/oracle/link_steps.py), for shared links, a model that shares none,
+    # overlapping collectives of two kinds on 4 nodes, sends across a spine, and collectives one after another
+    # (no two flows on a link at once: the shares not replayed, as the replay gives them)
+    from schedsim.api import simulate_spec
+    from schedsim.lower.program import rendezvous_groups
+    from schedsim.network import share
+    from schedsim.spec.loader import load_text
+    from tests.oracle.link_steps import link_steps
+
+    text, prof, model = {"mixed": (MIXED, profile(2, 1), None), "replay": (TWO, profile(2, 1), "replay"),
+                         "chunks": (CHUNKS, profile(2, 1), None), "three": (THREE, profile(3, 1, OVERSUB), None),
+                         "serial": (CHUNKS.replace("stream: comm2", "stream: comm"), profile(2, 1), None)}[case]
+    run = simulate_spec(load_text(text, "s.yaml"), prof, gpu_model=model)
+    c, prog = run.timeline.columns, run.program
+    args = (prof, prog, c.start_s, c.end_s, c.solo_s, model != "replay")
+    got = share.link_utilisation(*args)
+    assert got is not None and got["shown"] >= 2 and got == run.timeline.meta["links"]
+    gptr, gidx, G, _c, _lone = rendezvous_groups(prog)
+    t0, t1 = (np.maximum.reduceat(x[gidx], gptr[:-1]) for x in (c.start_s, c.end_s))
+    ls = share.program_share(prof, prog, gptr, gidx, np.maximum(t1 - t0, 1e-12))
+    overlap = share._overlap(ls.map, np.flatnonzero(t1 > t0), t0, t1) if ls is not None else None
+    assert overlap == {"mixed": True, "serial": False}.get(case, overlap)  # the send beside the all_reduce
+    monkeypatch.setattr(share, "_link_steps", link_steps)
+    monkeypatch.setattr(share, "_overlap", lambda *a: True)  # every run's shares replayed
+    assert share.link_utilisation(*args) == got
+
+
+def test_one_node_runs_skip_the_link_work_and_still_refuse_a_rank_without_a_gpu():
+    from schedsim.errors import ProfileError
+    from schedsim.network.share import _one_node
+
+    prof = profile(2, 1)  # 2 GPUs per node, two nodes
+    assert _one_node(prof, 1) and _one_node(prof, 2) and not _one_node(prof, 3) and _one_node(prof, 0)
+    capped = HardwareProfile.model_validate({**prof.model_dump(), "topology": {**prof.topology.model_dump(),
+                                                                                "placement": [0, 1]}})
+    with pytest.raises(ProfileError, match="rank 2 has no GPU"):
+        _one_node(capped, 3)

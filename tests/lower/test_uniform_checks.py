@@ -1,0 +1,78 @@
+"""The static checks of a Program linked as rank 0's ops on every rank (``check_arrays(prog, uniform=True)``: the
+forward dependencies alone) against every rule run on the same arrays (``check_arrays(prog)``), on the shipped
+schedules and the benchmark input that link that way and on hand-written ones (lazy and eager communicator
+creation, several collective kinds, one rank, a dependency written after its user)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from schedsim.errors import SchedsimError
+from schedsim.lower import link as link_module
+from schedsim.lower import lower
+from schedsim.lower.checks import Verdict, check_arrays
+from schedsim.spec.loader import load_schedule, load_text
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _lowered(load, monkeypatch):  # type: ignore[no-untyped-def]
+    """``(program, uniform)``: ``load()``'s schedule lowered unchecked, and whether it was linked uniformly."""
+    seen: list[bool] = []
+    real = link_module.link
+
+    def spy(*a, **k):  # type: ignore[no-untyped-def]
+        cols, linked = real(*a, **k)
+        seen.append("uniform" in linked)
+        return cols, linked
+
+    monkeypatch.setattr(link_module, "link", spy)
+    prog = lower(load(), check=False)
+    return prog, seen[-1]
+
+
+SHIPPED = sorted(ROOT.glob("schedules/*.yaml"))
+
+
+def test_the_uniform_verdict_is_every_rules_on_the_shipped_schedules(monkeypatch):
+    uniform = 0
+    for path in [*SHIPPED, ROOT / "benchmarks/data/overlap_gen.yaml"]:
+        prog, u = _lowered(lambda path=path: load_schedule(path), monkeypatch)
+        if u:
+            uniform += 1
+            assert check_arrays(prog, uniform=True) == check_arrays(prog) == Verdict(False, False, False, False,
+                                                                                       None), path
+    assert uniform >= 3  # allgather_mm8, tp_ffn, the benchmark, ... link this way
+
+
+BODY = """\
+schema_version: 1
+name: u
+world_size: {w}
+nccl_init: {init}
+ops:
+  - {{name: a, kind: matmul, m: 64, n: 64, k: 64, dtype: bf16, stream: compute}}
+  - {{name: r, kind: all_reduce, bytes: 4096, stream: comm, deps: [a]}}
+  - {{name: g, kind: all_gather, bytes: 4096, stream: comm2, deps: [{dep}]}}
+  - {{name: b, kind: matmul, m: 64, n: 64, k: 64, dtype: bf16, stream: compute, deps: [r]}}
+  - {{name: s, kind: reduce_scatter, bytes: 4096, stream: comm}}
+"""
+
+
+@pytest.mark.parametrize("w", [1, 2, 8])
+@pytest.mark.parametrize("init", ["lazy", "eager"])
+@pytest.mark.parametrize("dep", ["a", "b"])  # b: written after its user g, on every rank
+def test_the_uniform_verdict_is_every_rules_on_written_schedules(monkeypatch, w, init, dep):
+    text = BODY.format(w=w, init=init, dep=dep)
+    prog, u = _lowered(lambda: load_text(text, "u.yaml"), monkeypatch)
+    assert u
+    got = check_arrays(prog, uniform=True)
+    assert got == check_arrays(prog)
+    assert got.fault == (dep == "b")
+    if dep == "b":  # worded as the general path words it
+        with pytest.raises(SchedsimError, match="g"):
+            lower(load_text(text, "u.yaml"))
+    else:
+        assert lower(load_text(text, "u.yaml")).warnings == ()
