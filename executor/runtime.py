@@ -193,6 +193,12 @@ class RankRunner:
         self.ops: list[Op] = sorted((G.nodes[n]["op"] for n in G.nodes if G.nodes[n]["op"].rank == rank),
                                     key=lambda o: o.seq)
         self.ids = [o.id for o in self.ops]
+        graphed = sum(1 for o in self.ops if o.graph is not None)
+        if graphed:  # ops with `graph:` (schedsim.lower.graphs): launched one by one here, and said so
+            why = ("CPU ranks have no CUDA graphs" if not ctx.cuda else
+                   "this executor does not capture graph segments yet")
+            log(f"note: {graphed} ops of rank {rank} name a CUDA graph (graph:); they run eagerly ({why}), so their "
+                "measured host time is one call per op, where the prediction has one graph launch per segment")
         index = {o.name: i for i, o in enumerate(self.ops)}
         last: dict[str, int] = {}
         self.prev_same: list[int | None] = []

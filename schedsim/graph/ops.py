@@ -88,6 +88,8 @@ class Op:
     ``nccl_group`` (an alias of ``p2p_batch``): send/recv ops of one rank with the same value are issued together,
     inside one ``ncclGroupStart``/``ncclGroupEnd`` (torch ``batch_isend_irecv``), at the position of the first of
     them; ``None`` means a lone (unbatched) ``isend``/``irecv``. See :mod:`schedsim.lower.checks`.
+    ``graph`` names the CUDA graph the op is captured in (None: launched eagerly): consecutive ops of a rank with
+    one name are one launch of it (:mod:`schedsim.lower.graphs`).
     """
 
     name: str
@@ -115,12 +117,14 @@ class Op:
     spec_index: int = field(default=-1, compare=False)
     host_s: float = 0.0
     p2p_batch: str | None = None
+    graph: str | None = field(default=None, repr=False)  # repr as before the field (tests/data/lowering_golden.npz)
 
     def instance(self, name: str, rank: int, seq: int, deps: tuple[str, ...], tags: tuple) -> Op:
         """A copy of this prototype with a new name, rank, position, dependencies and tags."""
         return Op(name, rank, self.kind, self.stream, seq, deps, self.group, self.peer, self.root, self.nbytes,
                   self.flops, self.dtype, self.m, self.n, self.k, self.batch, self.repeat, self.duration_s,
-                  self.direction, self.tag, tags, self.source, self.spec_index, self.host_s, self.p2p_batch)
+                  self.direction, self.tag, tags, self.source, self.spec_index, self.host_s, self.p2p_batch,
+                  self.graph)
 
     @property
     def nccl_group(self) -> str | None:
