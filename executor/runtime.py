@@ -71,7 +71,8 @@ from schedsim._gc import frozen_gc
 from schedsim.graph.ops import Op
 from schedsim.kinds import COMM_KINDS
 
-__all__ = ["RunOptions", "RankRunner", "CpuRunner", "CudaRunner", "CudaGraphRunner", "nvtx_fns"]
+__all__ = ["RunOptions", "RankRunner", "CpuRunner", "CudaRunner", "CudaSegmentRunner", "CudaGraphRunner", "graph_runs",
+           "nvtx_fns"]
 
 _COMM_KINDS = COMM_KINDS  # read from the registry at each use (kinds registered after import too)
 
@@ -770,20 +771,27 @@ class CudaRunner(RankRunner):
         torch.cuda.synchronize(self.ctx.device)
 
 
+def graph_runs(ops: list[Op]) -> list[list[int]]:
+    """The CUDA graph segments of one rank's ``ops`` (program order): runs of consecutive ops with one ``graph``
+    name, as indices into ``ops`` (:func:`schedsim.lower.graphs.graph_segments`' launches on one rank)."""
+    runs: list[list[int]] = []
+    for i, o in enumerate(ops):
+        if o.graph is None:
+            continue
+        if runs and runs[-1][-1] == i - 1 and ops[i - 1].graph == o.graph:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return runs
+
+
 class CudaSegmentRunner(CudaRunner):
     """Eager CUDA with ops captured in CUDA graphs (their ``graph:``): each segment captured after the warm-up and
     replayed in the eager iteration (module docstring). Without a captured segment, :class:`CudaRunner`."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.segments: list[list[int]] = []  # runs of consecutive ops of one graph name (indices into ops)
-        for i, o in enumerate(self.ops):
-            if o.graph is None:
-                continue
-            if self.segments and self.segments[-1][-1] == i - 1 and self.ops[i - 1].graph == o.graph:
-                self.segments[-1].append(i)
-            else:
-                self.segments.append([i])
+        self.segments = graph_runs(self.ops)
         self.seg_graphs: dict[int, Any] = {}  # first op of a segment -> its CUDAGraph
 
     def _capture_segment(self, seg: list[int]) -> Any:
@@ -858,7 +866,7 @@ class CudaSegmentRunner(CudaRunner):
         inside = set(seg)
         st = self.stream_list[i]
         torch.cuda.set_stream(st)
-        side = [self.stream_list[j] for j in seg if self.stream_list[j] is not st]
+        side = list({id(x): x for x in (self.stream_list[j] for j in seg) if x is not st}.values())
         for other in side:
             st.wait_stream(other)
         for j in seg:
