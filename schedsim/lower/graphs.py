@@ -56,8 +56,8 @@ def check_graph_segments(prog: Program) -> None:
     ------
     SpecError
         An op with ``graph`` in a schedule with ``launch: cuda_graph``; with ``host_us`` (a replay runs no
-        Python); a segment whose op on another stream than the capture stream is not joined back (module
-        docstring). The message names the op (``name@rank``), the field and a fix.
+        Python); a ``p2p_batch`` partly in a graph; a segment whose op on another stream than the capture
+        stream is not joined back (module docstring). The message names the op (``name@rank``), the field and a fix.
     """
     seg = graph_segments(prog)
     if seg is None:
@@ -76,7 +76,23 @@ def check_graph_segments(prog: Program) -> None:
         raise SpecError(f"op {prog.op_id(i)} in graph {o.graph!r} sets host_us: a graph replay runs no Python "
                         "between its ops", file=prog.file, path="host_us",
                         fix="remove host_us from the op, or give it to the first eager op after the graph")
+    _check_batches(prog, seg)
     _check_joined(prog, seg, member)
+
+
+def _check_batches(prog: Program, seg: np.ndarray) -> None:
+    """A ``p2p_batch`` (one ``batch_isend_irecv`` call) lies wholly inside one graph launch or wholly outside."""
+    b = np.flatnonzero(prog.batch >= 0)
+    if not len(b):
+        return
+    where: dict[tuple[int, int], int] = {}
+    for i, key in zip(b.tolist(), zip(prog.rank[b].tolist(), prog.batch[b].tolist(), strict=True), strict=True):
+        s = int(seg[i])
+        if where.setdefault(key, s) != s:
+            raise SpecError(f"op {prog.op_id(i)} is in p2p_batch {prog.strs[key[1]]!r} with ops "
+                            + ("outside its graph" if s >= 0 else "of a graph") + ": one batch_isend_irecv call "
+                            "is either captured or launched eagerly", file=prog.file, path="graph",
+                            fix="give every op of the batch the same `graph:`, or none")
 
 
 def _check_joined(prog: Program, seg: np.ndarray, member: np.ndarray) -> None:

@@ -123,6 +123,12 @@ def test_graphs_a_capture_cannot_make_are_refused(tmp_path: Path) -> None:
     side = SCHED.replace("a2, kind: compute, duration_us: 1,", "a2, kind: compute, duration_us: 1, stream: side,")
     _exit_2(tmp_path, side, "never joins again")
     _exit_2(tmp_path, SCHED.replace("graph: g}", "graph: 'g h'}"), "graph")
+    batch = ("schema_version: 1\nname: b\nworld_size: 2\nops:\n"
+             "  - {name: s, kind: send, peer: 1, bytes: 8, ranks: [0], p2p_batch: x, graph: g}\n"
+             "  - {name: r, kind: recv, peer: 1, bytes: 8, ranks: [0], p2p_batch: x}\n"
+             "  - {name: r, kind: recv, peer: 0, bytes: 8, ranks: [1], p2p_batch: x}\n"
+             "  - {name: s, kind: send, peer: 0, bytes: 8, ranks: [1], p2p_batch: x}\n")
+    _exit_2(tmp_path, batch, "is in p2p_batch 'x' with ops of a graph")
 
 
 def test_a_fork_joined_in_the_graph_is_accepted(tmp_path: Path) -> None:
