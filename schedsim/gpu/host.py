@@ -131,6 +131,17 @@ def _with_graphs(rank: np.ndarray, stream: np.ndarray, hclass: np.ndarray, repea
     launch's stream its first op's), the collapsed columns timed as eager ones, each op of a launch given the
     launch's issue and call start."""
     n = len(rank)
+    if n > 1 and not bool(np.all(rank[1:] >= rank[:-1])):  # a launch's ops are consecutive in their rank's order
+        o = np.argsort(rank, kind="stable")
+
+        def at(a: np.ndarray | None) -> np.ndarray | None:
+            return a if a is None or (len(a) == 1 and n > 1) else a[o]
+
+        iss, c0 = _with_graphs(rank[o], stream[o], hclass[o], at(repeat), at(host_s), batch[o],  # type: ignore[arg-type]
+                               cross_stream_deps[o], profile, mode, model_executor, at(call_extra), cold, graph[o])
+        issue, call0 = np.empty(n), np.empty(n)
+        issue[o], call0[o] = iss, c0
+        return issue, call0
     member = graph >= 0
     head = member.copy()
     head[1:] &= (graph[1:] != graph[:-1]) | (rank[1:] != rank[:-1])

@@ -33,6 +33,7 @@ torch's sweeps and rows (``torch_rows``). Their numpy forms are test oracles (``
 
 from __future__ import annotations
 
+from dataclasses import replace
 from itertools import compress
 from typing import Any
 
@@ -43,7 +44,7 @@ from schedsim.coded import Parts, TagColumns
 from schedsim.graph.info import PipelineInfo
 from schedsim.graph.ops import Op, RankGroup
 from schedsim.kinds import COLLECTIVE_KINDS, KINDS
-from schedsim.lower.pipeline_emitter import _Emitter
+from schedsim.lower.pipeline_emitter import ProtoPlace, _Emitter
 from schedsim.lower.pipeline_plan import (
     PipelinePlan,
     StageCost,
@@ -120,7 +121,14 @@ def _stage_proto(spec: ScheduleSpec, o: dict[str, Any], k: int, phase: str,
         err = e.errors(include_url=False)[0]
         raise block_error(spec, f"{err['msg']} at {'.'.join(map(str, err['loc']))}", where,
                    "stage ops take the fields of ordinary ops (kind, m/n/k, duration_us, bytes, ...)") from None
-    return op_instance(model, 0, 0, stream=stream, group=group, tags=(), source="pipeline")
+    op = op_instance(model, 0, 0, stream=stream, group=group, tags=(), source="pipeline")
+    if coll and KINDS[str(kind)].rooted:  # root: the data-parallel replica whose rank of the stage is the root
+        if not 0 <= op.root < len(group):  # type: ignore[operator]
+            raise block_error(spec, f"root {op.root} of a stage collective is not a replica of its group (0 .. "
+                              f"{len(group) - 1})", f"{where}.root", "write the data-parallel replica index of "
+                              "the root (0 for the first replica), not a global rank")
+        op = replace(op, root=group[op.root])  # type: ignore[index]
+    return op
 
 
 def _stage_row(spec: ScheduleSpec, o: dict[str, Any], k: int, phase: str, lst: list[dict[str, Any]],
@@ -148,8 +156,6 @@ def _stage_row(spec: ScheduleSpec, o: dict[str, Any], k: int, phase: str, lst: l
     tid = table.template(proto)
     if proto.stream == "compute" and not after:
         return (name, tid)
-    from schedsim.lower.pipeline_emitter import ProtoPlace
-
     sid = -1 if proto.stream == "compute" else table.streams(proto.stream)
     return (name, tid, ProtoPlace(stream=sid, after=tuple(sorted(set(after))), side=sid >= 0))
 

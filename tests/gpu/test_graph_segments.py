@@ -61,6 +61,15 @@ def test_two_runs_of_one_graph_are_two_launches_and_ranks_launch_their_own() -> 
     assert issue * 1e6 == pytest.approx([G, G, G + OP + FIRST, 2 * G + OP + FIRST, G], abs=1e-9)
 
 
+def test_ranks_interleaved_give_the_times_of_ranks_in_order() -> None:
+    """Each rank's ops in program order, the ranks interleaved: the same times as with the ranks in order."""
+    k = gh.H_KERNEL
+    ordered, c_ord = _issue([k] * 6, [0, 0, -1, 1, 1, -1], rank=[0, 0, 0, 1, 1, 1])
+    perm = [0, 3, 1, 4, 2, 5]
+    mixed, c_mix = _issue([k] * 6, [[0, 0, -1, 1, 1, -1][i] for i in perm], rank=[[0, 0, 0, 1, 1, 1][i] for i in perm])
+    assert np.array_equal(mixed, ordered[perm]) and np.array_equal(c_mix, c_ord[perm])
+
+
 def test_the_whole_schedule_graph_is_one_launch_per_rank() -> None:
     """Every op of each rank in one graph launch: the issue times of ``launch: cuda_graph`` (the same host
     model)."""

@@ -155,3 +155,13 @@ def test_a_parameter_named_like_the_group_does_not_replace_it(tmp_path: Path) ->
     """``group: dp`` is the block's group even where a parameter ``dp`` exists (the example's)."""
     spec = api.load(ROOT / "schedules" / "pipeline_fsdp.yaml", dp=2)
     assert spec.pipeline.stage.forward[0]["group"] == "dp"
+
+
+def test_a_rooted_collective_names_its_root_by_replica(tmp_path: Path) -> None:
+    """``root: 1`` in a stage is the second replica's rank of that stage: 2 for stage 0, 3 for stage 1."""
+    f = tmp_path / "bc.yaml"
+    f.write_text(HAND.replace("{name: ag, kind: all_gather, group: dp, bytes: 1000, duration_us: 4}",
+                              "{name: ag, kind: broadcast, group: dp, bytes: 1000, root: 1}"))
+    prog = api.lower_spec(api.load(f))
+    roots = {(o.name, o.rank): o.root for o in prog.ops() if o.kind == "broadcast" and ".0.ag" in o.name}
+    assert roots == {("F0.0.ag", 0): 2, ("F0.0.ag", 2): 2, ("F1.0.ag", 1): 3, ("F1.0.ag", 3): 3}
