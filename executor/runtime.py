@@ -20,6 +20,12 @@ iteration is issued: :class:`CpuRunner`, :class:`CudaRunner` (eager) and
   events. If the build cannot time external events, only the whole replay is
   timed (``meta.timing`` says which). NVTX ranges are host-side, so they show
   the capture, not the replays.
+* **CUDA graphs beside eager ops** (ops with ``graph:``, :mod:`schedsim.lower.graphs`). After the eager warm-up,
+  each segment (consecutive ops of one graph name) is captured on its first op's stream, its other streams forked
+  from and joined to it, and the eager iteration replays it at its first op's place; the segment's dependencies
+  on ops outside it are waited for on that stream before the replay. Every op of a segment is timed as the whole
+  replay (:class:`CudaSegmentRunner`). A capture that fails leaves the ops eager (logged). On CPU ranks they run
+  eagerly (logged).
 * **CPU (gloo).** There are no streams. One host thread issues the ops in
   program order: compute and copies run inline; collectives and send/recv are
   started asynchronously (gloo runs them on its own threads) and finish in the
@@ -65,7 +71,8 @@ from schedsim._gc import frozen_gc
 from schedsim.graph.ops import Op
 from schedsim.kinds import COMM_KINDS
 
-__all__ = ["RunOptions", "RankRunner", "CpuRunner", "CudaRunner", "CudaGraphRunner", "nvtx_fns"]
+__all__ = ["RunOptions", "RankRunner", "CpuRunner", "CudaRunner", "CudaSegmentRunner", "CudaGraphRunner", "graph_runs",
+           "nvtx_fns"]
 
 _COMM_KINDS = COMM_KINDS  # read from the registry at each use (kinds registered after import too)
 
@@ -177,7 +184,12 @@ class RankRunner:
 
     def __new__(cls, G: Any, ctx: DistContext, opts: RunOptions, *args: Any, **kwargs: Any) -> RankRunner:
         if cls is RankRunner:
-            cls = (CudaGraphRunner if opts.cuda_graph else CudaRunner) if ctx.cuda else CpuRunner
+            if not ctx.cuda:
+                cls = CpuRunner
+            elif opts.cuda_graph:
+                cls = CudaGraphRunner
+            else:  # ops with `graph:` are captured per segment (CudaSegmentRunner)
+                cls = CudaSegmentRunner if any(G.nodes[n]["op"].graph for n in G.nodes) else CudaRunner
         return super().__new__(cls)
 
     def __init__(self, G: Any, ctx: DistContext, opts: RunOptions, bindings: dict[str, Binding] | None = None,
@@ -193,6 +205,11 @@ class RankRunner:
         self.ops: list[Op] = sorted((G.nodes[n]["op"] for n in G.nodes if G.nodes[n]["op"].rank == rank),
                                     key=lambda o: o.seq)
         self.ids = [o.id for o in self.ops]
+        graphed = sum(1 for o in self.ops if o.graph is not None)
+        if graphed and not ctx.cuda:  # ops with `graph:` (schedsim.lower.graphs): launched one by one, and said so
+            log(f"note: {graphed} ops of rank {rank} name a CUDA graph (graph:); they run eagerly (CPU ranks have no "
+                "CUDA graphs), so their measured host time is one call per op, where the prediction has one graph "
+                "launch per segment")
         index = {o.name: i for i, o in enumerate(self.ops)}
         last: dict[str, int] = {}
         self.prev_same: list[int | None] = []
@@ -752,6 +769,151 @@ class CudaRunner(RankRunner):
                     pass
         self.graph = self.lean_graph = None
         torch.cuda.synchronize(self.ctx.device)
+
+
+def graph_runs(ops: list[Op]) -> list[list[int]]:
+    """The CUDA graph segments of one rank's ``ops`` (program order): runs of consecutive ops with one ``graph``
+    name, as indices into ``ops`` (:func:`schedsim.lower.graphs.graph_segments`' launches on one rank)."""
+    runs: list[list[int]] = []
+    for i, o in enumerate(ops):
+        if o.graph is None:
+            continue
+        if runs and runs[-1][-1] == i - 1 and ops[i - 1].graph == o.graph:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return runs
+
+
+class CudaSegmentRunner(CudaRunner):
+    """Eager CUDA with ops captured in CUDA graphs (their ``graph:``): each segment captured after the warm-up and
+    replayed in the eager iteration (module docstring). Without a captured segment, :class:`CudaRunner`."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.segments = graph_runs(self.ops)
+        self.seg_graphs: dict[int, Any] = {}  # first op of a segment -> its CUDAGraph
+
+    def _capture_segment(self, seg: list[int]) -> Any:
+        """One segment as a CUDAGraph: captured on its first op's stream, the other streams forked and joined;
+        dependencies inside the segment as events captured with it."""
+        torch = self.torch
+        inside = set(seg)
+        cap = self.stream_list[seg[0]]
+        side = list({id(self.stream_list[i]): self.stream_list[i] for i in seg if self.stream_list[i] is not cap}
+                    .values())
+        marks = {d: torch.cuda.Event() for i in seg for d in self.cross[i] if d in inside}
+        torch.cuda.synchronize(self.ctx.device)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g, stream=cap, capture_error_mode="thread_local"):
+            for st in side:
+                st.wait_stream(cap)
+            for i in seg:
+                st = self.stream_list[i]
+                torch.cuda.set_stream(st)
+                for d in self.cross[i]:
+                    if d in inside:
+                        st.wait_event(marks[d])
+                self.impls[i].run()
+                if i in marks:
+                    marks[i].record(st)
+            for st in side:
+                cap.wait_stream(st)
+            torch.cuda.set_stream(cap)
+        torch.cuda.synchronize(self.ctx.device)
+        return g
+
+    def _prepare(self) -> None:
+        if self.tracker is not None:
+            self.tracker.pause(True)
+        try:
+            for seg in self.segments:
+                self.seg_graphs[seg[0]] = self._capture_segment(seg)
+            self.log(f"captured {len(self.segments)} CUDA graph segment(s) on rank {self.ctx.rank}; each op of a "
+                     "segment is timed as the segment's whole replay")
+        except Exception as e:
+            self.log(f"capturing the CUDA graph segments failed ({e.__class__.__name__}: {e}); their ops run "
+                     "eagerly, so their measured host time is one call per op")
+            self.seg_graphs = {}
+        finally:
+            if self.tracker is not None:
+                self.tracker.pause(False)
+            self.torch.cuda.set_stream(self.torch.cuda.default_stream(self.ctx.device))
+
+    def _issue_cuda(self, timed: bool, profile: bool = False, capture: bool = False,
+                    ev_start: list[Any] | None = None, ev_end: list[Any] | None = None) -> None:
+        """The eager issue with each captured segment replayed at its first op's place."""
+        if not self.seg_graphs:
+            super()._issue_cuda(timed, profile, capture, ev_start, ev_end)
+            return
+        by_head = {seg[0]: seg for seg in self.segments}
+        n, i = len(self.impls), 0
+        while i < n:
+            seg = by_head.get(i, [i])
+            self._issue_step(seg, timed)
+            i = seg[-1] + 1
+        if not timed:
+            for name in self.last_on_stream:
+                self.ev_stream_end[name].record(self.streams[name])
+
+    def _issue_step(self, seg: list[int], timed: bool) -> None:
+        """Issue one eager op (``seg`` of one op not captured) or replay one segment, on its first op's stream:
+        after what it waits for outside it and its other streams' earlier work, before their later work; its
+        ops' timing events (``timed``) or dependency events around it."""
+        torch = self.torch
+        starts, ends, marks = self.ev_start, self.ev_end, self.ev_dep
+        i = seg[0]
+        inside = set(seg)
+        st = self.stream_list[i]
+        torch.cuda.set_stream(st)
+        side = list({id(x): x for x in (self.stream_list[j] for j in seg) if x is not st}.values())
+        for other in side:
+            st.wait_stream(other)
+        for j in seg:
+            for d in self.cross[j]:
+                if d not in inside:
+                    st.wait_event(ends[d] if timed else marks[d])
+        if timed:
+            for j in seg:
+                starts[j].record(st)
+        if i in self.seg_graphs:
+            self.seg_graphs[i].replay()
+        else:
+            self.impls[i].run()
+        for j in seg:
+            mark = ends[j] if timed else marks[j]
+            if mark is not None:
+                mark.record(st)
+        for other in side:
+            other.wait_stream(st)
+
+    def _lean(self) -> tuple[int, float]:
+        """An uninstrumented iteration through :meth:`_issue_cuda` (the compiled step list has no replays)."""
+        if not self.seg_graphs:
+            return super()._lean()
+        torch = self.torch
+        anchor = self._begin_cuda(observable=False)
+        issue = time.perf_counter_ns()
+        try:
+            self._issue_cuda(timed=False)
+        finally:
+            torch.cuda.set_stream(torch.cuda.default_stream(self.ctx.device))
+        self.last_issue_s = (time.perf_counter_ns() - issue) * 1e-9
+        evs = list(self.ev_stream_end.values())
+        self._wait_cuda([(-1, e) for e in evs], issue)
+        return anchor, max(self.ev_anchor.elapsed_time(e) * 1e-3 for e in evs)
+
+    def _host_call_iters(self, o: RunOptions) -> int:
+        return 0 if self.seg_graphs else super()._host_call_iters(o)
+
+    def close(self) -> None:
+        for g in self.seg_graphs.values():
+            try:
+                g.reset()
+            except Exception:
+                pass
+        self.seg_graphs = {}
+        super().close()
 
 
 class CudaGraphRunner(CudaRunner):

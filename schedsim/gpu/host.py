@@ -15,12 +15,15 @@ from schedsim.hardware.profile import HardwareProfile
 from schedsim.kinds import KINDS
 from schedsim.lower.program import required as _required
 
-__all__ = ["H_KERNEL", "H_ELEMENTWISE", "H_MEMCPY", "H_P2P", "H_BATCH_P2P", "H_COLL", "HOST_CALL_META_MAX",
+__all__ = ["H_KERNEL", "H_ELEMENTWISE", "H_MEMCPY", "H_P2P", "H_BATCH_P2P", "H_COLL", "H_GRAPH", "HOST_CALL_META_MAX",
            "host_class", "host_issue_columns", "kernel_release", "end_event_bound",
            "host_end_per_rank", "host_waited"]
 
 #: Host-call classes of rule host-issue (:func:`host_class`): what one op's call costs on the host.
 H_KERNEL, H_ELEMENTWISE, H_MEMCPY, H_P2P, H_BATCH_P2P, H_COLL = range(6)
+#: The host-call class of a graph launch (an op's ``graph:``, :func:`host_issue_columns`): one
+#: ``launch.graph_launch_us`` for the graph's consecutive ops, as a whole-schedule CUDA graph's replay costs.
+H_GRAPH = 6
 
 
 def host_class(op: Op) -> int:
@@ -41,7 +44,8 @@ def host_class(op: Op) -> int:
 def host_issue_columns(rank: np.ndarray, stream: np.ndarray, hclass: np.ndarray, repeat: np.ndarray,
                        host_s: np.ndarray, batch: np.ndarray, cross_stream_deps: np.ndarray,
                        profile: HardwareProfile, mode: str, model_executor: bool = False,
-                       call_extra: np.ndarray | None = None, cold: bool = False) -> tuple[np.ndarray, np.ndarray]:
+                       call_extra: np.ndarray | None = None, cold: bool = False,
+                       graph: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """``(issue, call_start)``: time (s) at which the host has issued each op, and at which its own call began
     (rule host-issue), float64 of shape (n,). ``call_extra`` (s, shape (n,), repeats included) is added to each op's
     call: a GEMM shape's ``gemm.call`` row (:meth:`schedsim.gpu.cost.CostModel.gemm_call_extra`). ``cold``: the host
@@ -55,11 +59,21 @@ def host_issue_columns(rank: np.ndarray, stream: np.ndarray, hclass: np.ndarray,
     a stream switch, the call and a first-call extra; the prefix sums add the same floats in the same order
     as a loop over the ops would (``np.cumsum`` is sequential). In ``cuda_graph`` mode every op is issued at
     ``graph_launch_us`` and its call starts at 0 (the graph's nodes are on the GPU already).
-    """
+
+    ``graph`` (int64, shape (n,); :func:`schedsim.lower.graphs.graph_segments`): per op the id of the CUDA graph
+    launch it is captured in (-1: eager), the ops of one launch consecutive on their rank. In eager mode each
+    launch is one host call of ``graph_launch_us`` (class :data:`H_GRAPH`), as the whole-schedule graph's one
+    launch, at the place of its first op: none of its ops pays a call, an event wait, a stream switch, its
+    ``host_s`` or a first-call extra; each is issued when the launch returns and its call starts when the launch
+    begins. The eager ops around it pay their costs as without it. The whole-schedule mode is the case of one
+    launch holding every op of a rank (the same issue times, without the executor's extra)."""
     lp = profile.launch
     n = len(rank)
     if mode == "cuda_graph":
         return np.full(n, lp.graph_launch_us * 1e-6), np.zeros(n)
+    if graph is not None and n and int(graph.max()) >= 0:
+        return _with_graphs(rank, stream, hclass, repeat, host_s, batch, cross_stream_deps, profile, mode,
+                            model_executor, call_extra, cold, np.asarray(graph, np.int64))
     op_s, coll_s, p2p_s = lp.eager_per_op_us * 1e-6, lp.eager_per_collective_us * 1e-6, lp.p2p_call_s
     batch_s, ev_s, copy_s, sw_s = lp.batch_p2p_call_s, lp.event_wait_s, lp.memcpy_call_s, lp.stream_switch_s
     add_s = lp.elementwise_call_s
@@ -75,6 +89,9 @@ def host_issue_columns(rank: np.ndarray, stream: np.ndarray, hclass: np.ndarray,
     per_repeat = (cls <= H_ELEMENTWISE).astype(np.int32)
     first_group = np.where(cls == H_KERNEL, 0, np.where(cls >= H_P2P, 1, np.where(cls == H_ELEMENTWISE, 2, -1)))
     first_group = first_group.astype(np.int32)
+    if H > H_GRAPH:  # a graph launch: one call of graph_launch_us, no first-call extra
+        by_class[H_GRAPH] = lp.graph_launch_us * 1e-6
+        first_group[H_GRAPH] = -1
     cf = lp.cold_first_call_us if cold else {}
     first_cost = np.array([first_op + cf.get("kernel", 0.0) * 1e-6, first_comm + cf.get("collective", 0.0) * 1e-6,
                            cf.get("elementwise", 0.0) * 1e-6])
@@ -105,8 +122,50 @@ def host_issue_columns(rank: np.ndarray, stream: np.ndarray, hclass: np.ndarray,
     return issue, call0
 
 
+def _with_graphs(rank: np.ndarray, stream: np.ndarray, hclass: np.ndarray, repeat: np.ndarray, host_s: np.ndarray,
+                 batch: np.ndarray, cross_stream_deps: np.ndarray, profile: HardwareProfile, mode: str,
+                 model_executor: bool, call_extra: np.ndarray | None, cold: bool,
+                 graph: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`host_issue_columns` with graph launches (its ``graph``): each launch's ops collapsed into one op of
+    class :data:`H_GRAPH` at its first op's place (no host_s, event wait, repeat, batch or call extra; the
+    launch's stream its first op's), the collapsed columns timed as eager ones, each op of a launch given the
+    launch's issue and call start."""
+    n = len(rank)
+    if n > 1 and not bool(np.all(rank[1:] >= rank[:-1])):  # a launch's ops are consecutive in their rank's order
+        o = np.argsort(rank, kind="stable")
+
+        def at(a: np.ndarray | None) -> np.ndarray | None:
+            return a if a is None or (len(a) == 1 and n > 1) else a[o]
+
+        iss, c0 = _with_graphs(rank[o], stream[o], hclass[o], at(repeat), at(host_s), batch[o],  # type: ignore[arg-type]
+                               cross_stream_deps[o], profile, mode, model_executor, at(call_extra), cold, graph[o])
+        issue, call0 = np.empty(n), np.empty(n)
+        issue[o], call0[o] = iss, c0
+        return issue, call0
+    member = graph >= 0
+    head = member.copy()
+    head[1:] &= (graph[1:] != graph[:-1]) | (rank[1:] != rank[:-1])
+    keep = ~member | head
+    pos = np.cumsum(keep) - 1
+
+    def col(a: np.ndarray) -> np.ndarray:
+        full = np.broadcast_to(a, (n,)) if len(a) == 1 and n > 1 else a
+        return np.array(full[keep])
+
+    h = head[keep]
+    hc, hs, xd, rp, bt = col(hclass), col(host_s), col(cross_stream_deps), col(repeat), col(batch)
+    hc[h], hs[h], xd[h], rp[h], bt[h] = H_GRAPH, 0.0, 0, 1, -1
+    ce = None
+    if call_extra is not None:
+        ce = col(call_extra)
+        ce[h] = 0.0
+    issue, call0 = host_issue_columns(col(rank), col(stream), hc, rp, hs, bt, xd, profile, mode, model_executor, ce,
+                                      cold)
+    return issue[pos], call0[pos]
+
+
 def kernel_release(issue: np.ndarray, call0: np.ndarray, profile: HardwareProfile, mode: str,
-                   call_extra: np.ndarray | None = None) -> np.ndarray:
+                   call_extra: np.ndarray | None = None, graph: np.ndarray | None = None) -> np.ndarray:
     """Rule host-issue, the launch inside the call: when each op's (first) kernel reaches the GPU, seconds, shape (n,),
     from :func:`host_issue_columns`' ``issue`` (the call returned), ``call0`` (the call began) and
     ``call_extra`` (its ``gemm.call`` extra, s, shape (n,)): ``call0 + f · (issue − call0 − call_extra)`` with
@@ -116,7 +175,7 @@ def kernel_release(issue: np.ndarray, call0: np.ndarray, profile: HardwareProfil
     one-kernel call (a split-K GEMM launches its reduction kernel after the main one) spends that extra after
     its main kernel's launch (an extra below 0, a call cheaper than the 64×64 one, counts as 0).
     ``issue`` itself (``f`` = 1, the default, and no extra) and in ``cuda_graph`` mode, where nothing is called
-    per op.
+    per op, and for the ops of a graph launch (``graph`` ≥ 0, :func:`host_issue_columns`).
 
     Source: timed eager runs on one H200, [evidence: timed-eager] (``benchmarks/accuracy/heldout.sh new_shapes``
     SET=c, d): on an idle GPU the window from a GEMM's start event to its end was 23-37 µs for split-K GEMMs
@@ -134,6 +193,9 @@ def kernel_release(issue: np.ndarray, call0: np.ndarray, profile: HardwareProfil
         pre -= np.maximum(call_extra, 0.0)
     pre *= f
     pre += call0
+    if graph is not None:  # a graph's ops reach the GPU when its launch returns, as a whole-schedule graph's
+        g = graph >= 0
+        pre[g] = issue[g]
     return pre
 
 

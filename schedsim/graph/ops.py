@@ -88,6 +88,8 @@ class Op:
     ``nccl_group`` (an alias of ``p2p_batch``): send/recv ops of one rank with the same value are issued together,
     inside one ``ncclGroupStart``/``ncclGroupEnd`` (torch ``batch_isend_irecv``), at the position of the first of
     them; ``None`` means a lone (unbatched) ``isend``/``irecv``. See :mod:`schedsim.lower.checks`.
+    ``graph`` names the CUDA graph the op is captured in (None: launched eagerly): consecutive ops of a rank with
+    one name are one launch of it (:mod:`schedsim.lower.graphs`).
     """
 
     name: str
@@ -119,13 +121,14 @@ class Op:
     #: order (torch ``all_to_all_single``'s ``input_split_sizes`` / ``output_split_sizes`` × the element size);
     #: None: ``nbytes`` split evenly. ``nbytes`` is then the larger of the two sums (nccl-tests' size).
     splits: tuple[tuple[float, ...], tuple[float, ...]] | None = field(default=None, repr=False)
+    graph: str | None = field(default=None, repr=False)  # repr as before the field (tests/data/lowering_golden.npz)
 
     def instance(self, name: str, rank: int, seq: int, deps: tuple[str, ...], tags: tuple) -> Op:
         """A copy of this prototype with a new name, rank, position, dependencies and tags."""
         return Op(name, rank, self.kind, self.stream, seq, deps, self.group, self.peer, self.root, self.nbytes,
                   self.flops, self.dtype, self.m, self.n, self.k, self.batch, self.repeat, self.duration_s,
                   self.direction, self.tag, tags, self.source, self.spec_index, self.host_s, self.p2p_batch,
-                  self.splits)
+                  self.splits, self.graph)
 
     @property
     def nccl_group(self) -> str | None:

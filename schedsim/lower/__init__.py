@@ -33,7 +33,8 @@ def lower(spec: ScheduleSpec, check: bool = True, symmetric: bool = False) -> Pr
     Raises
     ------
     SpecError
-        A bad pipeline block.
+        A bad pipeline block; ops in a CUDA graph that could not be captured
+        (:func:`schedsim.lower.graphs.check_graph_segments`).
     GraphError, DeadlockError, CycleError
         As :func:`schedsim.graph.build.build_graph` (unknown or self dependencies, duplicate names,
         mismatched collectives or send/recv, cycles, NCCL hangs), with op names, the issue grid and a fix.
@@ -80,6 +81,9 @@ def lower(spec: ScheduleSpec, check: bool = True, symmetric: bool = False) -> Pr
                        table.strs, c["tmpl"], c["rank"], c["seq"], c["name"], c["tags"], c["stream"],
                        c["peer"], c["batch"], c["msg"], **linked, nccl_init=spec.nccl_init,
                        represented=represented)
+        from schedsim.lower.graphs import check_graph_segments
+
+        check_graph_segments(prog)
         if check:
             prog = replace(prog, warnings=prog.warnings + tuple(check_program(prog, uniform)), checked=True)
         return prog

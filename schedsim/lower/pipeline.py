@@ -17,8 +17,9 @@ Python step per op, is the reference (``expand_pipeline(..., reference=True)``);
 tests/pipeline/test_expand_columns.py asserts both give the same table for every schedule kind. Orders
 without a column form (DualPipe's overlapped F&B pairs, torch's UNSHARD/RESHARD) and the rare cases the
 columns do not reproduce (an action twice on one rank, one compute on two ranks, a pipeline-like tag set
-interned before the block) go through the reference. Custom inline actions are also parsed, checked and
-lowered to sends/recvs as columns (:func:`schedsim.lower.pipeline_plan.plan_of`,
+interned before the block), and stages whose ops are placed on other streams or after named ops of their list
+(collectives in stages: :func:`_stage_row`), go through the reference. Custom inline actions are also parsed,
+checked and lowered to sends/recvs as columns (:func:`schedsim.lower.pipeline_plan.plan_of`,
 :func:`schedsim.lower.pipeline_steps._torch_lower_cols`); every rejection still comes from the per-action
 code, word for word. Megatron's interleaved order arrives as columns too
 (:func:`schedsim.pipeline.comms.megatron_interleaved_cols`).
@@ -32,6 +33,7 @@ torch's sweeps and rows (``torch_rows``). Their numpy forms are test oracles (``
 
 from __future__ import annotations
 
+from dataclasses import replace
 from itertools import compress
 from typing import Any
 
@@ -40,9 +42,9 @@ from pydantic import ValidationError
 
 from schedsim.coded import Parts, TagColumns
 from schedsim.graph.info import PipelineInfo
-from schedsim.graph.ops import Op
-from schedsim.kinds import KINDS
-from schedsim.lower.pipeline_emitter import _Emitter
+from schedsim.graph.ops import Op, RankGroup
+from schedsim.kinds import COLLECTIVE_KINDS, KINDS
+from schedsim.lower.pipeline_emitter import ProtoPlace, _Emitter
 from schedsim.lower.pipeline_plan import (
     PipelinePlan,
     StageCost,
@@ -63,43 +65,114 @@ from schedsim.spec.pipeline_block import PipelineSpec
 __all__ = ["expand_pipeline"]
 
 
-def _stage_proto(spec: ScheduleSpec, o: dict[str, Any], k: int, phase: str) -> Op:
-    """The template of one stage op (validated as an ordinary op of its kind)."""
-    d = {kk: vv for kk, vv in o.items() if kk != "name"}
+#: Default stream of a collective in a stage's op list (FSDP's all-gather / reduce-scatter beside compute).
+STAGE_COMM_STREAM = "fsdp"
+
+#: The groups a collective in a stage's op list may name (``group:``).
+STAGE_GROUPS = ("dp",)
+
+
+def _stage_group(spec: ScheduleSpec, o: dict[str, Any], where: str,
+                 dp_group: tuple[int, ...] | None) -> tuple[int, ...]:
+    """The ranks of a stage collective's ``group:`` (``dp``: the ranks that hold the same stage in every
+    data-parallel replica, ``dp_group``); a missing or unknown group is a SpecError naming the field."""
+    g = o.get("group")
+    if g is None:
+        raise block_error(spec, f"the collective {o.get('kind')!r} in a stage has no `group`: a stage runs on one "
+                          "rank of each pipeline replica, so its communicator must be named", f"{where}.group",
+                          "add `group: dp` (the ranks holding this stage in the other data-parallel replicas)")
+    if g not in STAGE_GROUPS or dp_group is None:
+        raise block_error(spec, f"group {g!r} is not a group of the pipeline block (a stage collective names one: "
+                          f"{', '.join(STAGE_GROUPS)})", f"{where}.group",
+                          "write `group: dp` (the ranks holding the same stage in the other data-parallel "
+                          "replicas, `data_parallel` of them)")
+    return dp_group
+
+
+def _stage_proto(spec: ScheduleSpec, o: dict[str, Any], k: int, phase: str,
+                 dp_group: tuple[int, ...] | None = None) -> Op:
+    """The template of one stage op (validated as an ordinary op of its kind). A collective takes its group
+    from the block (``group: dp`` is ``dp_group``) and its stream ``stream`` (default
+    :data:`STAGE_COMM_STREAM`); other ops run on stream ``compute`` unless they set ``stream``."""
+    d = {kk: vv for kk, vv in o.items() if kk not in ("name", "deps", "group")}
     kind = d.get("kind")
     where = f"pipeline.stage.{phase}[{k}]"
     if d.get("tags"):
         raise block_error(spec, "stage ops cannot set 'tags': the pipeline tags each instance itself (stage, "
                           "microbatch, phase, chunk), and a stage op's own tags would be lost", where,
                           "remove 'tags' from the stage op (tag the schedule's other ops instead)")
-    bad = sorted(set(d) & {"ranks", "stream", "deps"})
-    if bad:
-        raise block_error(spec, f"stage ops cannot set {bad[0]!r}: the pipeline places them (rank of the "
-                   "stage, stream 'compute', dependencies from the schedule)", where,
-                   f"remove {bad[0]!r} from the stage op")
+    if "ranks" in d:
+        raise block_error(spec, "stage ops cannot set 'ranks': the pipeline places them on the rank of the "
+                          "stage", where, "remove 'ranks' from the stage op")
+    coll = kind in COLLECTIVE_KINDS
     local = [k for k, info in KINDS.items() if info.resource != "comm"]
-    if kind not in local:
-        raise block_error(spec, f"stage ops must be compute work ({', '.join(local)}), got {kind!r}", where,
-                   "model communication with the block's activation_bytes, data_parallel or "
-                   "tied_embedding_allreduce, or as hand-written ops")
+    if kind not in local and not coll:
+        raise block_error(spec, f"stage ops must be compute work ({', '.join(local)}) or a collective over a "
+                          f"group of the block ({', '.join(COLLECTIVE_KINDS)}), got {kind!r}", where,
+                          "model p2p with the block's activation_bytes (the pipeline adds the sends and "
+                          "recvs), or write it as hand-written ops")
+    if not coll and "group" in o:
+        raise block_error(spec, f"`group` is for collectives, not {kind!r}", f"{where}.group", "remove `group`")
+    group = _stage_group(spec, o, where, dp_group) if coll else ()
+    stream = d.pop("stream", None) or (STAGE_COMM_STREAM if coll else "compute")
     try:
-        model = OP_MODELS[kind].model_validate({**d, "name": "x"})
+        model = OP_MODELS[str(kind)].model_validate({**d, "name": "x"})
     except ValidationError as e:
         err = e.errors(include_url=False)[0]
         raise block_error(spec, f"{err['msg']} at {'.'.join(map(str, err['loc']))}", where,
                    "stage ops take the fields of ordinary ops (kind, m/n/k, duration_us, bytes, ...)") from None
-    return op_instance(model, 0, 0, stream="compute", group=(), tags=(), source="pipeline")
+    op = op_instance(model, 0, 0, stream=stream, group=group, tags=(), source="pipeline")
+    if coll and KINDS[str(kind)].rooted:  # root: the data-parallel replica whose rank of the stage is the root
+        if not 0 <= op.root < len(group):  # type: ignore[operator]
+            raise block_error(spec, f"root {op.root} of a stage collective is not a replica of its group (0 .. "
+                              f"{len(group) - 1})", f"{where}.root", "write the data-parallel replica index of "
+                              "the root (0 for the first replica), not a global rank")
+        op = replace(op, root=group[op.root])  # type: ignore[index]
+    return op
 
 
-def _stage_templates(spec: ScheduleSpec, cost: StageCost, num_stages: int,
-                     table: Table) -> dict[tuple[int, str], list[tuple[str, int]]]:
-    """Per (stage, phase): the stage's ops as ``(name, template id)``; an empty phase is one zero-time op."""
-    protos: dict[tuple[int, str], list[tuple[str, int]]] = {}
-    for st_idx in range(num_stages):
+def _stage_row(spec: ScheduleSpec, o: dict[str, Any], k: int, phase: str, lst: list[dict[str, Any]],
+               proto: Op, table: Table) -> tuple[Any, ...]:
+    """One row of a stage phase's op list: ``(name, template)``, or with a third item, its
+    :class:`~schedsim.lower.pipeline_emitter.ProtoPlace` when it runs on another stream than ``compute`` (then
+    ``side``: the phase ends with its last op on ``compute``) or waits for earlier ops of its list (``deps:``, by
+    name)."""
+    name = str(o.get("name", k))
+    deps = o.get("deps") or []
+    where = f"pipeline.stage.{phase}[{k}].deps"
+    if not isinstance(deps, list) or not all(isinstance(x, str) for x in deps):
+        raise block_error(spec, f"deps must be a list of op names of the same list, got {deps!r}", where,
+                          "write e.g. deps: [ag] (names of ops written earlier in this phase's list)")
+    earlier = {str(x.get("name", i)): i for i, x in enumerate(lst[:k])}
+    after = []
+    for x in deps:
+        if x not in earlier:
+            later = any(str(y.get("name", i)) == x for i, y in enumerate(lst))
+            raise block_error(spec, f"stage op {name!r} waits for {x!r}, which is "
+                              + ("written after it" if later else "not an op of this list"), where,
+                              "name an op written earlier in the same list (the executor issues them in order); "
+                              f"ops of this list: {', '.join(earlier) or 'none before it'}")
+        after.append(earlier[x])
+    tid = table.template(proto)
+    if proto.stream == "compute" and not after:
+        return (name, tid)
+    sid = -1 if proto.stream == "compute" else table.streams(proto.stream)
+    return (name, tid, ProtoPlace(stream=sid, after=tuple(sorted(set(after))), side=sid >= 0))
+
+
+def _stage_templates(spec: ScheduleSpec, cost: StageCost, plan: PipelinePlan, dp: int,
+                     table: Table) -> dict[tuple[int, str], list[tuple[Any, ...]]]:
+    """Per (stage, phase): the stage's ops as ``(name, template id)`` rows (a third item places an op on its own
+    stream or after earlier ops of its list: :func:`_stage_row`); an empty phase is one zero-time op."""
+    protos: dict[tuple[int, str], list[tuple[Any, ...]]] = {}
+    p = plan.p
+    for st_idx in range(plan.num_stages):
+        r = plan.s2r[st_idx]
+        dp_group = RankGroup(d * p + r for d in range(dp))
         for phase in ("F", "I", "W"):
             lst = cost.templates[st_idx][phase] or [{"name": "noop", "kind": "compute", "duration_us": 0}]
-            protos[(st_idx, phase)] = [(str(o.get("name", k)), table.template(_stage_proto(spec, o, k, phase)))
-                                       for k, o in enumerate(lst)]
+            protos[(st_idx, phase)] = [_stage_row(spec, o, k, phase, lst, _stage_proto(spec, o, k, phase, dp_group),
+                                                  table) for k, o in enumerate(lst)]
     return protos
 
 
@@ -662,12 +735,13 @@ def expand_pipeline(spec: ScheduleSpec, table: Table, *, reference: bool = False
     else:
         steps = _lowered_steps(plan)
     cost = stage_cost(spec, pb, plan.num_stages)
-    protos = _stage_templates(spec, cost, plan.num_stages, table)
+    protos = _stage_templates(spec, cost, plan, dp, table)
     p2p_tmpl = {k: table.template(Op(name=k, rank=0, kind=k, stream="", seq=0, nbytes=float(cost.act_bytes),
                                      dtype=cost.dtype, source="pipeline")) for k in ("send", "recv")}
     rank_stages = {r: sorted(st for st, rr in plan.s2r.items() if rr == r) for r in range(p)}
     chunk_of = {st: rank_stages[r].index(st) for st, r in plan.s2r.items()}
-    cols = None if reference else _step_cols(steps, plan)
+    placed = any(len(row) > 2 for rows in protos.values() for row in rows)  # the per-op emitter places them
+    cols = None if reference or placed else _step_cols(steps, plan)
     fast = None if cols is None else _FastEmitter.prepare(table, plan, protos, p2p_tmpl, chunk_of, cols)
     if fast is None and isinstance(steps, StepCols):  # the per-op emitter takes actions
         steps = _interleaved_steps(spec, pb, plan) if megatron else _lowered_steps(plan, columns=False)

@@ -25,13 +25,16 @@ class ProtoPlace:
     """Where an op of a stage's op list goes when it is not the next kernel of stream ``compute`` (a third item
     of a ``protos`` row): its ``stream`` id (-1: compute), the earlier ops of the same phase it waits for
     (``after``: their indices in the row list), its ``peer`` global rank (send/recv), and the suffixes of its
-    NCCL group name (``batch``) and message (``msg``), each prefixed by the action's name (``F<s>.<mb>.``)."""
+    NCCL group name (``batch``) and message (``msg``), each prefixed by the action's name (``F<s>.<mb>.``).
+    ``side``: the phase does not end with this op (a stage's collective on its own stream, :mod:`schedsim.lower.
+    pipeline`): what waits for the phase (its send, the next phase) waits for the last op that is not ``side``."""
 
     stream: int = -1
     after: tuple[int, ...] = ()
     peer: int = -1
     batch: str = ""
     msg: str = ""
+    side: bool = False
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,7 @@ class _Run:
     after: tuple[tuple[int, tuple[int, ...]], ...]  # (op, the earlier ops it waits for), where it waits
     strs: tuple[tuple[int, int, str], ...]  # (op, 2·op for its group name or 2·op + 1 its message, suffix)
     distinct: bool  # no two ops of the phase share a name
+    end: int = -1  # the op the phase ends with: the last one not ProtoPlace.side
 
 
 @dataclass
@@ -209,7 +213,8 @@ class _Emitter:
                            tuple(-1 if a is None else a.peer for a in at),
                            tuple((k, at[k].after) for k in placed),  # type: ignore[union-attr]
                            tuple((k, 2 * k + (i % 2), x) for i, (k, x) in enumerate(sfx) if x),
-                           len(set(names)) == len(names))
+                           len(set(names)) == len(names),
+                           max([k for k, a in enumerate(at) if a is None or not a.side], default=len(rows) - 1))
             self.runs[key] = run
         return self.runs[key]  # type: ignore[no-any-return]
 
@@ -269,9 +274,10 @@ class _Emitter:
                         waits = [first + waits[0], *waits[1:]]
                     table.add_placed(run.tmpls, self.rank, ids, tags, run.streams, waits, run.peers, batch, msg)
                 self.last_compute = ids[-1]
-                self.prev_of[(s, phase, j)] = ids[-1]
+                self.prev_of[(s, phase, j)] = ids[run.end]
                 continue
             done: list[int] = []
+            end = -1
             for row in self.protos[(s, phase)]:
                 tname, tid = row[0], row[1]
                 oname = names(pre + tname)
@@ -284,10 +290,12 @@ class _Emitter:
                 else:
                     table.add_ids(tid, self.rank, oname, tags, compute, first, -1, -1, -1)
                 done.append(oname)
+                if len(row) <= 2 or not row[2].side:  # type: ignore[misc]
+                    end = oname
                 first = ()
                 if self.on_op is not None:
                     self.on_op(s, j, phase, tname, oname)
             self.last_compute = oname
-            self.prev_of[(s, phase, j)] = oname
+            self.prev_of[(s, phase, j)] = oname if end < 0 else end
         if parts[0][1] == "B":  # a full backward hands its input gradient on when the whole B is done
             self.prev_of[(s, "I", j)] = self.prev_of[(s, "W", j)]

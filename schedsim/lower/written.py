@@ -38,6 +38,8 @@ def op_instance(s: SpecOp, r: int, seq: int, *, stream: str, group: tuple[int, .
     kind = s.kind
     common: dict[str, Any] = dict(name=s.name, rank=r, kind=kind, stream=stream, seq=seq, deps=tuple(s.deps),
                                   tags=tags, source=source, spec_index=spec_index, host_s=s.host_us * 1e-6)
+    if s.graph is not None:
+        common["graph"] = s.graph
     measured = getattr(s, "duration_us", None)  # a copy, collective or p2p with a measured duration (a replay)
     if measured is not None and KINDS[kind].resource != "compute":
         common["duration_s"] = measured * 1e-6

@@ -161,10 +161,38 @@ def _eval_pipeline(block: Any, env: dict[str, Any], ctx: _Ctx, mark: Mark | None
     sub = {**env, CHUNKS_NAME: chunks} if chunks is not None else env
     rest = LDict({k: val for k, val in block.items() if k not in _ORDER_KEYS})
     rest.mark, rest.key_marks = first.mark, first.key_marks
+    _stage_group_names(rest.get("stage"), _GroupName)
     later = _eval_value("pipeline", rest, sub, ctx, mark, "pipeline")
+    _stage_group_names(rest.get("stage"), str)
+    _stage_group_names(later.get("stage"), str)
     done = LDict({k: out[k] if k in out else later[k] for k in block})  # the keys in their written order
     done.mark, done.key_marks = out.mark, {**out.key_marks, **later.key_marks}
     return done
+
+
+class _GroupName:
+    """A stage collective's group name held through the evaluation of the block (which keeps values of other
+    types as they are)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def _stage_group_names(stage: Any, wrap: Any) -> None:
+    """In place: each stage op's ``group`` written as a string (the name of a group of the block, ``dp``:
+    :mod:`schedsim.lower.pipeline`, which refuses other names) as ``wrap(it)``: :class:`_GroupName` before the
+    block's evaluation, ``str`` after; read as a name, not an expression (a parameter called ``dp`` does not turn
+    ``group: dp`` into its value)."""
+    if not isinstance(stage, Mapping):
+        return
+    for ops in stage.values():
+        for o in ops if isinstance(ops, list) else ():
+            g = o.get("group") if isinstance(o, dict) else None
+            if isinstance(g, (str, _GroupName)):
+                o["group"] = wrap(str(g).strip())
 
 
 def _uses_chunks(val: Any) -> bool:

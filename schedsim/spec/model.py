@@ -89,6 +89,13 @@ class _OpBase(_Base):
         "(data loading, bookkeeping); it delays this op's launch and every later one on the rank. Eager only: "
         "a CUDA graph replay skips it.",
     )
+    graph: str | None = Field(
+        default=None, pattern=NAME_PATTERN,
+        description="Name of a CUDA graph the op is captured in, beside the eager ops of the schedule: consecutive "
+        "ops of a rank with the same name are one graph launch on the host (launch.graph_launch_us) instead of one "
+        "call each. Omit to launch the op eagerly. Not with launch: cuda_graph (the whole schedule is one graph) "
+        "nor host_us.",
+    )
 
     @field_validator("tags")
     @classmethod

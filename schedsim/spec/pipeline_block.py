@@ -74,7 +74,9 @@ class _B(BaseModel):
 
 
 class StageOps(_B):
-    """Explicit per-stage cost: op lists (same fields as ordinary ops, without name/ranks/stream/deps)."""
+    """Explicit per-stage cost: op lists (the fields of ordinary ops, without ``ranks``). A collective names a
+    group of the block (``group: dp``) and runs on stream ``fsdp`` unless it sets ``stream``; ``deps`` name earlier
+    ops of the same list (:func:`schedsim.lower.pipeline._stage_row`)."""
 
     forward: list[dict[str, Any]] = Field(description="Ops of one forward (F) of one stage on one microbatch.")
     backward_input: list[dict[str, Any]] = Field(default_factory=lambda: [], description="Ops of I (input gradient).")

@@ -354,7 +354,15 @@ PP_BASE = """\
 
 
 @pytest.mark.parametrize("extra,needle", [
-    ("  stage: {forward: [{kind: all_reduce, bytes: 8}]}\n", "stage ops must be compute work"),
+    ("  stage: {forward: [{kind: send, peer: 1, bytes: 8}]}\n", "stage ops must be compute work"),
+    ("  stage: {forward: [{kind: all_reduce, bytes: 8}]}\n", "has no `group`"),
+    ("  stage: {forward: [{kind: all_reduce, bytes: 8, group: tp}]}\n", "group 'tp' is not a group of the pipeline"),
+    ("  stage: {forward: [{kind: all_reduce, bytes: 8, group: [0, 1]}]}\n", "not a group of the pipeline block"),
+    ("  stage: {forward: [{kind: compute, duration_us: 1, group: dp}]}\n", "`group` is for collectives"),
+    ("  stage: {forward: [{name: a, kind: compute, duration_us: 1, deps: [b]}, {name: b, kind: compute, "
+     "duration_us: 1}]}\n", "which is written after it"),
+    ("  stage: {forward: [{name: a, kind: compute, duration_us: 1, deps: [zz]}]}\n", "not an op of this list"),
+    ("  stage: {forward: [{kind: broadcast, bytes: 8, group: dp, root: 1}]}\n", "is not a replica of its group"),
     ("  stage: {forward: [{kind: compute, duration_us: 1, ranks: [0]}]}\n", "cannot set 'ranks'"),
     ("  stage: {forward: [{kind: compute, duration_us: 1}]}\n  actions: {0: '0F0'}\n", "schedule: custom"),
     ("  transformer: {layers: 2, hidden: 10, ffn: 4, heads: 3, seq: 4}\n", "multiple of heads"),

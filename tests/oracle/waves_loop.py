@@ -687,13 +687,27 @@ def host_issue_times(ops: Sequence[Op], profile: HardwareProfile, mode: str, *, 
     if profile.gemm.call and mode != "cuda_graph":
         cm = cost if cost is not None else cost_model(profile)
         extra = np.array([cm.gemm_call_extra(op) * op.repeat for op in ops], np.float64)
+    # the CUDA graph launches (ops' `graph:`): consecutive ops of a rank with one name, one id each
+    seg, last, graph = -1, {}, None
+    if any(op.graph for op in ops) and mode != "cuda_graph":
+        graph = np.full(n, -1, np.int64)
+        for i, op in enumerate(ops):
+            prev = last.get(op.rank)
+            last[op.rank] = i
+            if op.graph is None:
+                continue
+            if prev is None or ops[prev].graph != op.graph:
+                seg += 1
+                graph[i] = seg
+            else:
+                graph[i] = graph[prev]
     issue, call0 = gh.host_issue_columns(rank, stream, hcls, rep, np.asarray(hs, np.float64), bat,
                                          np.asarray(cross_stream_deps[:n], np.int64), profile, mode, model_executor,
-                                         extra, cold)
+                                         extra, cold, graph)
     if call_start is not None:
         call_start[:] = call0.tolist()
     if release is not None:
-        release[:] = gh.kernel_release(issue, call0, profile, mode, extra).tolist()
+        release[:] = gh.kernel_release(issue, call0, profile, mode, extra, graph).tolist()
     return issue.tolist()
 
 

@@ -1,0 +1,146 @@
+"""The executor's CUDA graph segments (ops with ``graph:``) without a GPU: which ops form a segment
+(:func:`executor.runtime.graph_runs`), and what :class:`executor.runtime.CudaSegmentRunner` captures and issues,
+step by step, against a recording stand-in for ``torch.cuda`` (streams, events, graphs): each segment captured on
+its first op's stream with its other streams forked and joined and its inner dependencies as captured events, then
+replayed at its first op's place after its other streams' earlier work, and the ops after it waiting for its
+events. (The calls are those of the whole-schedule ``CudaGraphRunner``, which runs on GPUs.)"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from types import SimpleNamespace
+from typing import Any
+
+from executor.runtime import CudaSegmentRunner, graph_runs
+from schedsim.graph.ops import Op
+
+LOG: list[tuple[str, ...]] = []
+
+
+class _Stream:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def wait_event(self, ev: Any) -> None:
+        LOG.append((self.name, "wait", ev.name))
+
+    def wait_stream(self, other: Any) -> None:
+        LOG.append((self.name, "wait_stream", other.name))
+
+
+class _Event:
+    n = 0
+
+    def __init__(self, name: str | None = None) -> None:
+        _Event.n += 1
+        self.name = name or f"cap{_Event.n}"
+
+    def record(self, st: Any) -> None:
+        LOG.append((st.name, "record", self.name))
+
+
+class _Graph:
+    def replay(self) -> None:
+        LOG.append(("host", "replay"))
+
+    def reset(self) -> None:
+        pass
+
+
+@contextmanager
+def _capture(g: Any, stream: Any, capture_error_mode: str) -> Any:
+    LOG.append((stream.name, "begin_capture"))
+    yield
+    LOG.append((stream.name, "end_capture"))
+
+
+def _torch() -> Any:
+    cuda = SimpleNamespace(set_stream=lambda st: LOG.append((st.name, "set")), synchronize=lambda dev: None,
+                           Event=_Event, CUDAGraph=_Graph, graph=_capture,
+                           default_stream=lambda dev: _Stream("default"))
+    return SimpleNamespace(cuda=cuda)
+
+
+class _Impl:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def run(self) -> None:
+        LOG.append(("host", "run", self.name))
+
+
+def _op(name: str, stream: str, graph: str | None = None, deps: tuple[str, ...] = ()) -> Op:
+    return Op(name=name, rank=0, kind="compute", stream=stream, seq=0, deps=deps, graph=graph)
+
+
+def test_graph_runs_are_consecutive_ops_of_one_name() -> None:
+    ops = [_op("a", "c"), _op("b", "c", "g"), _op("c", "c", "g"), _op("d", "c", "h"), _op("e", "c"),
+           _op("f", "c", "g")]
+    assert graph_runs(ops) == [[1, 2], [3], [5]]
+
+
+def _runner() -> CudaSegmentRunner:
+    # e0 eager on c; g1, g2, g3 one graph (g2 on stream s waits for g1, g3 on c for g2); e4 eager on s after g3
+    ops = [_op("e0", "c"), _op("g1", "c", "G"), _op("g2", "s", "G", ("g1",)), _op("g3", "c", "G", ("g2",)),
+           _op("e4", "s", None, ("g3",))]
+    streams = {"c": _Stream("c"), "s": _Stream("s")}
+    r = object.__new__(CudaSegmentRunner)
+    r.torch, r.ops, r.tracker, r.log = _torch(), ops, None, lambda msg: LOG.append(("log", msg))
+    r.ctx = SimpleNamespace(device="cuda:0", rank=0)
+    r.impls = [_Impl(o.name) for o in ops]
+    r.streams, r.stream_list = streams, [streams[o.stream] for o in ops]
+    r.cross = [[], [], [1], [2], [3]]
+    r.ev_start = [_Event(f"start_{o.name}") for o in ops]
+    r.ev_end = [_Event(f"end_{o.name}") for o in ops]
+    r.ev_dep = [None, _Event("dep_g1"), _Event("dep_g2"), _Event("dep_g3"), None]
+    r.last_on_stream = {"c": 3, "s": 4}
+    r.ev_stream_end = {"c": _Event("stream_end_c"), "s": _Event("stream_end_s")}
+    r.segments, r.seg_graphs = graph_runs(ops), {}
+    return r
+
+
+def test_a_segment_is_captured_on_its_first_ops_stream_forked_and_joined() -> None:
+    r = _runner()
+    LOG.clear()
+    r._prepare()
+    assert r.segments == [[1, 2, 3]] and set(r.seg_graphs) == {1}
+    cap = [x for x in LOG if x[0] != "log"]
+    g1, g2 = cap[4][2], cap[8][2]  # the events captured for g1's and g2's waiters
+    assert cap == [("c", "begin_capture"), ("s", "wait_stream", "c"),
+                   ("c", "set"), ("host", "run", "g1"), ("c", "record", g1),
+                   ("s", "set"), ("s", "wait", g1), ("host", "run", "g2"), ("s", "record", g2),
+                   ("c", "set"), ("c", "wait", g2), ("host", "run", "g3"),
+                   ("c", "wait_stream", "s"), ("c", "set"), ("c", "end_capture"), ("default", "set")]
+
+
+def test_the_iteration_replays_the_segment_at_its_place() -> None:
+    r = _runner()
+    r._prepare()
+    LOG.clear()
+    r._issue_cuda(timed=False)
+    assert LOG == [("c", "set"), ("host", "run", "e0"),
+                   # the segment on c: after s's earlier work, then its events for the ops outside it, s after it
+                   ("c", "set"), ("c", "wait_stream", "s"), ("host", "replay"),
+                   ("c", "record", "dep_g1"), ("c", "record", "dep_g2"), ("c", "record", "dep_g3"),
+                   ("s", "wait_stream", "c"),
+                   ("s", "set"), ("s", "wait", "dep_g3"), ("host", "run", "e4"),
+                   ("c", "record", "stream_end_c"), ("s", "record", "stream_end_s")]
+    LOG.clear()
+    r._issue_cuda(timed=True)  # timed: every op of the segment spans the replay
+    assert LOG[4:13] == [("c", "set"), ("c", "wait_stream", "s"), ("c", "record", "start_g1"),
+                         ("c", "record", "start_g2"), ("c", "record", "start_g3"), ("host", "replay"),
+                         ("c", "record", "end_g1"), ("c", "record", "end_g2"), ("c", "record", "end_g3")]
+    assert ("s", "wait", "end_g3") in LOG
+
+
+def test_a_failed_capture_leaves_the_ops_eager() -> None:
+    r = _runner()
+
+    def broken(*a: Any, **k: Any) -> Any:
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    r.torch.cuda.graph = broken
+    LOG.clear()
+    r._prepare()
+    assert r.seg_graphs == {}
+    assert any(x[0] == "log" and "capturing the CUDA graph segments failed (RuntimeError" in x[1] for x in LOG)
