@@ -160,7 +160,8 @@ class LinkShare:
         lm = self.map
         g_of = np.repeat(np.arange(len(lm.ptr) - 1, dtype=I64), np.diff(lm.ptr))
         key = g_of * len(lm.cap) + lm.link
-        if len(np.unique(key)) != len(key):  # a link twice in one flow: counted once by _start; leave it to event
+        key.sort()  # (np.unique's hash table took 0.6 s on the 1M links of five 100,000-rank all_reduces)
+        if bool((key[1:] == key[:-1]).any()):  # a link twice in one flow: counted once by _start; leave it to event
             return self.event, self.share, self.flag
         return (self.event, self.share, self.flag, np.ascontiguousarray(lm.ptr, I64),
                 np.ascontiguousarray(lm.link, I64), self.count, self.first)
