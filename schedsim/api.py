@@ -344,9 +344,8 @@ def _after_simulate(spec: ScheduleSpec, profile: HardwareProfile, prog: Program,
 
         classes = rank_classes(spec)
         tl.meta["represented"]["classes"] = classes.tolist()  # analyze and compare of timeline.json expand it too
-    pm = PipelineMetrics.of(tl, classes)
-    if pm is not None:  # the memory steps are in timeline.meta["memory"]; metrics keep the peaks
-        pm = dataclasses.replace(pm, memory_timeline={})
+    pm = PipelineMetrics.of(tl, classes, memory_timeline=False)  # the memory steps are in timeline.meta["memory"];
+    # metrics keep the peaks
     metrics = dataclasses.replace(Metrics.of(tl, classes), pipeline=pm, memory_peak=peak)
     return Run(tl, metrics, prog)
 

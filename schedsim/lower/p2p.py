@@ -133,13 +133,21 @@ def _name_warnings(cols: Any, s: np.ndarray, r: np.ndarray, ss: np.ndarray, sd: 
         return []
     nid = c["name"]
     sn, rn = nid[s[cand]], nid[r]
-    ids = np.unique(np.concatenate([sn, rn]))
+    side = np.zeros(int(max(sn.max(), rn.max())) + 1, np.int8)  # per name id: 1 a send's, 2 a recv's, 3 both
+    side[sn] = 1
+    side[rn] |= 2
+    ids = np.flatnonzero(side)  # the names in use, ascending (a table of them, not a sort)
     msgs = message_names(list(cols.table.names.take(ids.tolist())))
+    sides = side[ids].tolist()
+    sent = {m for m, k in zip(msgs, sides, strict=True) if k & 1 and m}
+    if not any(m in sent for m, k in zip(msgs, sides, strict=True) if k & 2):
+        return []  # no recv carries a send's message name: none can be meant for another (a ring's s{i} / r{i})
     codes = {m: k for k, m in enumerate(dict.fromkeys(m for m in msgs if m))}  # by first use
     codes[""] = -1
     mcode = np.fromiter(map(codes.__getitem__, msgs), I64, len(msgs))
     del codes[""]
-    ca, code_r = mcode[np.searchsorted(ids, sn)], mcode[np.searchsorted(ids, rn)]
+    at_id = np.cumsum(side != 0) - 1  # name id -> its index in ids
+    ca, code_r = mcode[at_id[sn]], mcode[at_id[rn]]
     keep = (ca >= 0) & (code_r[cand] >= 0) & (ca != code_r[cand])
     cand, ca = cand[keep], ca[keep]
     if not len(cand):

@@ -391,7 +391,8 @@ def _timeline_program(prog: Program, info: ProgramInfo, profile: HardwareProfile
         n = compiled_loop().walk(run.binding, run.ogrp, int(np.argmax(run.end)), out)
         at = out[:n][::-1].astype(np.int64)
         del out
-    suffix = [format_op_id("", r) for r in range(prog.world_size)]  # "@r{rank}": ids joined, not formatted per op
+    # "@r{rank}" of the path's ranks: ids joined, not formatted per op (nor per rank of the world)
+    suffix = {r: format_op_id("", r) for r in set(prog.rank[at].tolist())}
     cp = list(map(str.__add__, prog.op_names(at), map(suffix.__getitem__, prog.rank[at].tolist())))
     meta = {"pipeline": dict(info["pipeline"])} if "pipeline" in info else {}
     # per-op host calls, not for a pipeline block (its op names are made on demand; _timeline does the same)

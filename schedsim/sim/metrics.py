@@ -572,15 +572,11 @@ def _merged_by(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[n
     new[0] = True
     np.not_equal(group[1:], group[:-1], out=new[1:])
     # the running maximum of the ends within each group: the ends themselves where they ascend (one stream's
-    # ops), else accumulated group by group where they do not
-    reach = end.copy()
-    down = np.flatnonzero((end[1:] < end[:-1]) & ~new[1:])
-    if len(down):
-        heads = np.flatnonzero(new)
-        bounds = np.append(heads, n)
-        for g in unique(np.searchsorted(heads, down + 1, side="right") - 1)[0].tolist():
-            a, b = int(bounds[g]), int(bounds[g + 1])
-            np.maximum.accumulate(end[a:b], out=reach[a:b])
+    # ops), else that of the (group, end) pairs, which numpy orders lexicographically as complex numbers: with
+    # the groups ascending, a group's own ends (every group at once, no loop over them)
+    reach = end
+    if bool(((end[1:] < end[:-1]) & ~new[1:]).any()):
+        reach = np.maximum.accumulate(_pairs(group, end)).imag.copy()
     opens = new.copy()
     opens[1:] |= start[1:] > reach[:-1]
     first = np.flatnonzero(opens)

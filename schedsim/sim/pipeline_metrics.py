@@ -76,10 +76,13 @@ class PipelineMetrics:
     p2p_bytes: dict[int, P2PBytes]
 
     @classmethod
-    def of(cls, tl: Timeline, classes: Sequence[int] | np.ndarray | None = None) -> PipelineMetrics | None:
+    def of(cls, tl: Timeline, classes: Sequence[int] | np.ndarray | None = None, *,
+           memory_timeline: bool = True) -> PipelineMetrics | None:
         """Compute the pipeline metrics of ``tl``, or None when it has no pipeline (``meta["pipeline"]``).
-        ``classes``: as :meth:`schedsim.sim.metrics.Metrics.of` (every rank gets its representative's figures)."""
-        return _compute(tl, classes)
+        ``classes``: as :meth:`schedsim.sim.metrics.Metrics.of` (every rank gets its representative's figures).
+        Without ``memory_timeline`` its per-rank steps are not made (left empty; the peaks are the same): what
+        ``predict`` keeps, as ``timeline.meta["memory"]`` holds the curve."""
+        return _compute(tl, classes, memory_timeline)
 
     def to_dict(self, *, memory_timeline: bool = True) -> dict[str, Any]:
         """The JSON form; without ``memory_timeline`` the per-rank steps are left out (as ``timeline.json``'s
@@ -159,7 +162,8 @@ def group_of(*cols: np.ndarray) -> tuple[NDArray[np.intp], NDArray[np.intp]]:
     return order, np.flatnonzero(~same)
 
 
-def _compute(tl: Timeline, classes: Sequence[int] | np.ndarray | None = None) -> PipelineMetrics | None:
+def _compute(tl: Timeline, classes: Sequence[int] | np.ndarray | None = None,
+             memory_timeline: bool = True) -> PipelineMetrics | None:
     """The metrics as columns: busy compute per rank as a union (:func:`schedsim.arrays.union_by_group`),
     p2p bytes by ``np.bincount`` (which adds the rows in row order, as the per-row definition in
     ``tests/sim/test_pipeline_metrics_columns.py`` does, so the floats are the same), the
@@ -215,14 +219,15 @@ def _compute(tl: Timeline, classes: Sequence[int] | np.ndarray | None = None) ->
         lo, hi = int(bounds[r]), int(bounds[r + 1])
         level = cur[lo:hi] - (cur[lo - 1] if lo else 0)
         peak_units[r] = max(0, int(level.max()) if hi > lo else 0) / v
-        mem_tl[r] = [(0.0, 0.0), *zip(ev_t[lo:hi].tolist(), (level / v).tolist(), strict=True)]
+        if memory_timeline:
+            mem_tl[r] = [(0.0, 0.0), *zip(ev_t[lo:hi].tolist(), (level / v).tolist(), strict=True)]
     b, s_l, g_l = busy.tolist(), sent.tolist(), got.tolist()
     if classes is not None:  # a symmetric run: each rank of the world with its representative's figures
         rep = np.asarray(classes, np.int64).tolist()
         ranks = set(range(len(rep)))
         b, s_l, g_l = ([x[k] for k in rep] for x in (b, s_l, g_l))
         peak_units = {r: peak_units[k] for r, k in enumerate(rep)}
-        mem_tl = {r: mem_tl[k] for r, k in enumerate(rep)}
+        mem_tl = {r: mem_tl[k] for r, k in enumerate(rep)} if memory_timeline else {}
     per_ideal = {r: ((makespan - b[r]) / b[r] if b[r] > 0 else 0.0) for r in sorted(ranks)}
     per_mk = {r: (1 - b[r] / makespan if makespan > 0 else 0.0) for r in sorted(ranks)}
     tot_busy = sum(b[r] for r in ranks)  # in the set's order, as the per-row definition adds them

@@ -493,27 +493,46 @@ def _entry_rows(e: int, b: tuple[Any, ...], loop: dict[str, Any], n: int, env: d
         return None
     sub = {k: _Vec(v.a[keep], v.num) for k, v in loop.items()}
     vals: dict[str, Any] = {}
+    # the fields without `rank` of an entry instanced per rank: (values per iteration, each row's iteration), so
+    # that names, batch names and characters are checked and counted once per iteration, not once per row
+    spread: dict[str, tuple[Any, Any]] = {}
     for k, f, fm in fields:
         if ranks_of is not None and k == "ranks":
             vals[k] = [sub["rank"].a]
             continue
         raw = item[k]
         if it is not None and not _uses_rank(raw, k):  # the same on every rank: once per iteration, then spread
-            vals[k] = _spread(_field_values(k, f, fm, raw, vec, env, base_loop, base_n, base_n, np.arange(base_n),
-                                            lambda keep_: _envs(env, base_loop, keep_), base_done), it[keep])
+            per_it = _field_values(k, f, fm, raw, vec, env, base_loop, base_n, base_n, np.arange(base_n),
+                                   lambda keep_: _envs(env, base_loop, keep_), base_done)
+            vals[k] = _spread(per_it, it[keep])
+            if isinstance(per_it, np.ndarray):
+                spread[k] = (per_it, it[keep])
             continue
         vals[k] = _field_values(k, f, fm, raw, vec, env, sub, nk, n, keep, envs_of, done)
-    names = _row_names(vals.get("name"), nk)
+    names = _row_names(vals.get("name"), nk, _used(spread.get("name")))
     tags = _tag_rows(vals.pop("tags", {}), nk)
     deps = vals.get("deps", [])
     if not isinstance(deps, list) or not all(
             type(d) is str or (isinstance(d, np.ndarray) and set(map(type, d.tolist())) == {str}) for d in deps):
         raise _Abandon
-    strs = {k: _row_strs(k, vals.get(k), nk) for k in _ROW_STRS}
-    combo, firsts = _combos(vals, nk)
+    strs = {k: _row_strs(k, vals.get(k), nk, _used(spread.get(k))) for k in _ROW_STRS}
+    # the rank column's codes: its position in the entry's ranks (distinct ints), known without reading the column
+    combo, firsts = _combos(vals, nk, None if it is None else (sub["rank"].a, keep % len(rl)))
     return _Entry(e=e, keep=keep if it is None else it[keep], names=names, deps=deps, combo=combo, firsts=firsts,
-                  has_deps="deps" in vals, vals=vals, tags=tags, chars=_chars(vals, nk), strs=strs,
+                  has_deps="deps" in vals, vals=vals, tags=tags, chars=_chars(vals, nk, spread), strs=strs,
                   rank=None if it is None else sub["rank"].a)
+
+
+def _used(sp: tuple[Any, Any] | None) -> Any:
+    """Of a spread field (``(values per iteration, each row's iteration)``), the values of the iterations some
+    row takes, each once (every row's value is one of them): what checking the rows checks; None without."""
+    import numpy as np
+    if sp is None:
+        return None
+    per_it, rows = sp
+    used = np.zeros(len(per_it), bool)
+    used[rows] = True
+    return per_it[used]
 
 
 def _envs(env: dict[str, Any], loop: dict[str, Any], keep: Any) -> Any:
@@ -588,26 +607,28 @@ def _entry_ranks(ranks_of: Any, item: Mapping[str, Any], env: dict[str, Any], lo
 _ROW_STRS = ("p2p_batch", "nccl_group", "tag")
 
 
-def _row_strs(key: str, v: Any, nk: int) -> Any:
+def _row_strs(key: str, v: Any, nk: int, distinct: Any = None) -> Any:
     """The rows' ``key`` (:data:`_ROW_STRS`) as an object array (None where not written), checked as pydantic
-    checks it where it varies (else _Abandon; a constant value is the representative's, validated there)."""
+    checks it where it varies (else _Abandon; a constant value is the representative's, validated there).
+    ``distinct``: the values the rows repeat, each once (:func:`_used`), checked in their place."""
     import numpy as np
     out = np.empty(nk, object)
     if not isinstance(v, np.ndarray):
         out.fill(v)
         return out
-    lst = v.tolist()
+    lst = (v if distinct is None else distinct).tolist()
     if set(map(type, lst)) != {str}:
         raise _Abandon
     if key != "tag":
-        if not _names_ok("\n".join(lst) + "\n", nk):
+        if not _names_ok("\n".join(lst) + "\n", len(lst)):
             raise _Abandon
-    out[:] = lst
+    out[:] = v if v.dtype == object else v.tolist()
     return out
 
 
-def _row_names(nm: Any, nk: int) -> Any:
-    """The rows' names as an object array, checked as pydantic checks ``name`` (else _Abandon)."""
+def _row_names(nm: Any, nk: int, distinct: Any = None) -> Any:
+    """The rows' names as an object array, checked as pydantic checks ``name`` (else _Abandon); ``distinct``: the
+    names the rows repeat, each once (:func:`_used`), checked in their place."""
     import numpy as np
     if not isinstance(nm, np.ndarray):
         if not isinstance(nm, str):
@@ -615,10 +636,10 @@ def _row_names(nm: Any, nk: int) -> Any:
         one = nm
         nm = np.empty(nk, object)
         nm.fill(one)  # one name for many rows: on one rank each, or a duplicate _load_blocks finds
-    lst = nm.tolist()
+    lst = (nm if distinct is None else distinct).tolist()
     if set(map(type, lst)) != {str}:
         raise _Abandon  # pydantic's error, worded by the general path
-    if not _names_ok("\n".join(lst) + "\n", nk):
+    if not _names_ok("\n".join(lst) + "\n", len(lst)):
         raise _Abandon
     return nm
 
@@ -640,13 +661,18 @@ def _tag_rows(tags: Any, nk: int) -> list[tuple[tuple[str, Any], ...]]:
     return rows
 
 
-def _chars(vals: dict[str, Any], nk: int) -> int:
-    """Characters of the rows' string fields, as :meth:`_Ctx.count` counts them."""
+def _chars(vals: dict[str, Any], nk: int, spread: dict[str, tuple[Any, Any]] | None = None) -> int:
+    """Characters of the rows' string fields, as :meth:`_Ctx.count` counts them; a field of ``spread`` (values
+    per iteration, each row's iteration) from its values per iteration, each counted as often as rows take it."""
     import numpy as np
     chars = 0
-    for v in vals.values():
+    for k, v in vals.items():
         if isinstance(v, str):
             chars += len(v) * nk
+        elif spread and k in spread and v.dtype.kind in "OU":
+            per_it, rows = spread[k]
+            lens = np.fromiter((len(x) if type(x) is str else 0 for x in per_it.tolist()), np.int64, len(per_it))
+            chars += int(lens[rows].sum())
         elif isinstance(v, np.ndarray) and v.dtype.kind in "OU":  # (arrays of numbers have no characters)
             lst = v.tolist()
             types = set(map(type, lst))
@@ -657,16 +683,17 @@ def _chars(vals: dict[str, Any], nk: int) -> int:
     return chars
 
 
-def _combos(vals: dict[str, Any], nk: int) -> tuple[Any, Any]:
+def _combos(vals: dict[str, Any], nk: int, known: tuple[Any, Any] | None = None) -> tuple[Any, Any]:
     """``(combo, firsts)``: per row, the id of its values of the fields other than name, deps and
-    :data:`_ROW_STRS` (first-seen order), and the first row of each id."""
+    :data:`_ROW_STRS` (first-seen order), and the first row of each id. ``known``: ``(column, codes)``, a
+    column of ints whose codes (equal values, equal codes; any such numbering gives the same ids) are given."""
     import numpy as np
     vary = [v for k, v in vals.items() if k not in ("name", "deps", *_ROW_STRS)
             and (isinstance(v, np.ndarray) or (isinstance(v, list) and any(isinstance(x, np.ndarray) for x in v)))]
     if not vary:
         return np.zeros(nk, np.int64), np.zeros(1, np.int64)
     flat = [c for v in vary for c in ([v] if isinstance(v, np.ndarray) else v) if isinstance(c, np.ndarray)]
-    codes = [_int_codes(c) for c in flat]
+    codes = [known[1] if known is not None and c is known[0] else _int_codes(c) for c in flat]
     if all(c is not None for c in codes):  # every varying value an int (a rank, a size): in bulk
         key, span = np.zeros(nk, np.int64), 1
         for c in codes:

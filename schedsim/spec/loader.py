@@ -31,6 +31,7 @@ evaluates the ``pipeline`` block and turns pydantic's errors into :class:`SpecEr
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -515,9 +516,11 @@ def _pair_repeats(names: list[str], ranks: list[Any]) -> bool:
 
     if not names:
         return False
-    code_of = {nm: k for k, nm in enumerate(dict.fromkeys(names))}
+    # each name's code: the position of its first use (one dict pass; equal names, equal codes, as ids need)
+    first: dict[str, int] = {}
+    code = np.fromiter(map(first.setdefault, names, itertools.count()), np.int64, len(names))
     rank = np.concatenate(ranks)
-    key = np.fromiter(map(code_of.__getitem__, names), np.int64, len(names)) * (int(rank.max()) + 1) + rank
+    key = code * (int(rank.max()) + 1) + rank
     key.sort()
     return bool((key[1:] == key[:-1]).any())
 
@@ -581,7 +584,8 @@ def _load_blocks(doc: LDict, file: str) -> ScheduleSpec | None:
             srcs.append(sources[a])
     names = set(block_names)
     if len(names) != len(block_names) or not names.isdisjoint(other_names) or \
-            _pair_repeats(on_names, on_ranks) or not set(on_names).isdisjoint(names | other_names):
+            _pair_repeats(on_names, on_ranks) or ((names or other_names) and not
+                                                  (names | other_names).isdisjoint(on_names)):
         return None  # a block row's name used twice on a rank (check_spec saw the other ops)
     spec.__dict__.pop("ops")
     private = spec.__pydantic_private__

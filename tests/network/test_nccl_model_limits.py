@@ -102,3 +102,18 @@ def test_h200_two_node_all_reduce_no_faster_than_one_node() -> None:
     two = cost.net.collective("all_reduce", 1 << 30, tuple(range(16)))
     # busbw = S * 2 (n-1)/n / t (nccl-tests); two nodes' busbw at most one node's
     assert (1 << 30) * 2 * 15 / 16 / two <= (1 << 30) * 2 * 7 / 8 / one
+
+
+def test_the_nodes_a_program_spans_follow_the_placement() -> None:
+    """``notes._spans_nodes``: 16 ranks on dgx_h100 (8 GPUs a node) span nodes 0 and 1; 8 ranks sit on node 0;
+    placed on GPUs 8-15 they sit on node 1 alone, on GPUs 4-11 they span nodes 0 and 1."""
+    from schedsim.hardware.profile import HardwareProfile
+    from schedsim.notes import _spans_nodes
+
+    prof = load_profile("dgx_h100")
+    p16, p8 = api.lower_spec(api.load_text(AR16)), api.lower_spec(api.load_text(AR16.replace("16", "8")))
+    assert _spans_nodes(p16, prof) and not _spans_nodes(p8, prof)
+    d = prof.model_dump()
+    for placed, spans in ((list(range(8, 16)), False), (list(range(4, 12)), True)):
+        d["topology"]["placement"] = placed
+        assert _spans_nodes(p8, HardwareProfile.model_validate(d)) is spans

@@ -170,6 +170,33 @@ def test_link_share_events_change_only_the_flows_on_a_shared_link():
     assert sorted(ls.event(2, 0)) == [1] and ls.share[1] == 1.0
 
 
+def test_loop_args_leave_a_flow_that_crosses_a_link_twice_to_python():
+    # flow 0 on links 0 and 1, flow 1 on link 1 twice (two of its NICs' traffic on one uplink): the compiled loop
+    # counts a flow once per link, so a repeat anywhere gives the three-item form (every event through Python)
+    twice = LinkMap(np.array([0, 2, 4]), np.array([0, 1, 1, 1]), np.ones(4), np.full(2, 50.), np.full(2, 50.),
+                    1, 2, np.zeros(2))
+    assert len(LinkShare(twice).loop_args()) == 3
+    once = LinkMap(np.array([0, 2, 3]), np.array([1, 0, 1]), np.ones(3), np.full(2, 50.), np.full(2, 50.),
+                   1, 2, np.zeros(2))  # links not in order within a flow: still no repeat
+    args = LinkShare(once).loop_args()
+    assert len(args) == 7 and args[3].tolist() == [0, 2, 3] and args[4].tolist() == [1, 0, 1]
+
+
+def test_link_share_is_none_when_every_rank_sits_on_one_node():
+    # 4 ranks on 8-GPU nodes: a send/recv pair and an all_reduce stay inside node 0; placed on GPUs 8-11 they
+    # stay inside node 1; on GPUs 6-9 the pair (rank 0 -> rank 3) crosses from node 0 to node 1
+    prof = profile(8, 1)
+    args = ([0, 4, 6], [0, 1, 2, 3, 0, 3], ["all_reduce", "send"], [MiB, MiB], [1e-3, 1e-3])
+    assert link_share(prof, 4, *args) is None
+    d = prof.model_dump()
+    d["topology"]["placement"] = [8, 9, 10, 11]
+    assert link_share(HardwareProfile.model_validate(d), 4, *args) is None
+    d["topology"]["placement"] = [6, 7, 8, 9]
+    ls = link_share(HardwareProfile.model_validate(d), 4, *args)
+    assert ls is not None
+    assert sorted(ls.map.name(int(i)) for i in ls.links_of(1)) == ["node 0 NIC 0 out", "node 1 NIC 0 in"]
+
+
 def test_profiles_without_nics_have_no_shared_links():
     from schedsim.hardware.profile import load_profile
 

@@ -211,3 +211,37 @@ def test_every_rank_at_once_gives_the_per_rank_metrics_bit_for_bit(seed: int) ->
     from schedsim.results import to_dict
     fast, generic = m.to_dict()["ranks"], {r: to_dict(x) for r, x in m.ranks.items()}  # the JSON form, in order
     assert fast == generic and [list(v) for v in fast.values()] == [list(v) for v in generic.values()]
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_running_maximum_of_every_group_at_once_gives_the_groupwise_pieces(seed: int) -> None:
+    """``_merged_by`` (one running maximum over the (group, end) pairs) against the loop over the groups it
+    replaced (tests/oracle/merged_pieces.py): random intervals in many groups, nested ones (ends going down),
+    touching and empty ones, times from a few values (ties), groups absent: the same pieces, bit for bit."""
+    import numpy as np
+
+    from schedsim.sim.metrics import _merged_by
+    from tests.oracle.merged_pieces import merged_by_groupwise
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 4000))
+    group = np.sort(rng.choice(rng.integers(1, 600), n) * int(rng.integers(1, 5)))
+    start = np.where(rng.random(n) < 0.5, rng.integers(0, 50, n) * 1e-5, rng.random(n) * 5e-4)
+    end = start + np.where(rng.random(n) < 0.1, 0.0, rng.choice([1e-5, 3e-5, 1e-4, 2e-4], n) * rng.random(n))
+    o = np.lexsort((start, group))
+    group, start, end = group[o].astype(np.int64), start[o], end[o]
+    got, want = _merged_by(group, start, end), merged_by_groupwise(group, start, end)
+    assert all(a.dtype == b.dtype and np.array_equal(a, b) for a, b in zip(got, want, strict=True))
+    assert bool((end[1:] < end[:-1]).any())  # the case the running maximum is for
+
+
+def test_pieces_of_nested_intervals_by_hand() -> None:
+    """Group 0: [0, 10] holds [1, 2] and [3, 4] (ends go down), then [10, 12] touches it: one piece [0, 12];
+    group 2: [5, 9] then [6, 7] then [9.5, 11]: pieces [5, 9] and [9.5, 11]; group 3: empty [1, 1]: none."""
+    import numpy as np
+
+    from schedsim.sim.metrics import _merged_by
+
+    g, s, e = _merged_by(np.array([0, 0, 0, 0, 2, 2, 2, 3]), np.array([0.0, 1, 3, 10, 5, 6, 9.5, 1]),
+                         np.array([10.0, 2, 4, 12, 9, 7, 11, 1]))
+    assert g.tolist() == [0, 2, 2] and s.tolist() == [0.0, 5.0, 9.5] and e.tolist() == [12.0, 9.0, 11.0]

@@ -124,6 +124,8 @@ def test_columns_equal_the_definition(path, sets):
     assert max(got.peak_memory_units.values()) > 0 and got.bubble_of_makespan.overall > 0
     if "zb_h1" in str(sets) or "1f1b" in str(sets):
         assert any(len(s) > 3 for s in got.memory_timeline.values())
+    # predict's form: the memory steps not made (timeline.meta["memory"] holds the curve), the rest the same
+    assert PipelineMetrics.of(tl, memory_timeline=False) == replace(got, memory_timeline={})
 
 
 def test_tags_as_dicts(tmp_path):

@@ -147,3 +147,56 @@ def test_a_name_twice_on_a_rank_among_per_rank_rows_is_refused():
     with pytest.raises(SpecError, match="'s0' is used twice on rank 0"):
         load_text(text, "dup.yaml")
     load_text(text.replace("s{i // 2}", "s{i}"), "dup.yaml")  # distinct: loads
+
+
+PER_RANK = """\
+schema_version: 1
+name: t
+world_size: 4
+params: {names: ["a", "b c", "d"]}
+ops:
+  - foreach: {i: range(3)}
+    ops:
+      - {name: "{names[i]}", kind: send, peer: "(rank + 1) % world_size", bytes: 64, stream: p2p, p2p_batch: "b{i}"WHEN}
+      - {name: "r{i}", kind: recv, peer: "(rank - 1) % world_size", bytes: 64, stream: p2p, p2p_batch: "b{i}"WHEN}
+"""
+
+
+def test_per_rank_rows_check_each_iterations_names_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Entries written with `rank` run as one row per (iteration, rank); their names and batch names, the same on
+    # every rank, are checked once per iteration that some row takes: iteration 1's name "b c" fails the pattern
+    # on every rank (the general path's error), and dropped by `when` it is not checked at all (16 ops load)
+    checked: list[list[str]] = []
+    row_names = block._row_names
+
+    def spy(nm, nk, distinct=None):  # type: ignore[no-untyped-def]
+        checked.append(sorted((nm if distinct is None else distinct).tolist()))
+        return row_names(nm, nk, distinct)
+
+    monkeypatch.setattr(block, "_row_names", spy)
+    with pytest.raises(SpecError, match=r"name: String should match pattern .*\(got 'b c'\)"):
+        load_text(PER_RANK.replace("WHEN", ""), "t.yaml")
+    assert checked == [["a", "b c", "d"]]  # the first entry abandons the block: once per iteration, not rank
+    checked.clear()
+    text = PER_RANK.replace("WHEN", ", when: i != 1")
+    ops = lower(load_text(text, "t.yaml")).ops()
+    assert checked == [["a", "d"], ["r0", "r2"]]
+    assert sorted(f"{o.name}@r{o.rank}>{o.peer}" for o in ops if o.kind == "send") == [
+        f"{n}@r{r}>{(r + 1) % 4}" for n in ("a", "d") for r in range(4)]
+    monkeypatch.setattr(foreach, "TEMPLATES", False)
+    assert lower(load_text(text, "t.yaml")).ops() == ops
+
+
+def test_characters_of_spread_values_are_those_of_the_rows() -> None:
+    # _chars from the values per iteration (each counted as often as rows take it) against the rows themselves:
+    # strings, None and ints mixed, iterations taken 0 to 3 times
+    import numpy as np
+
+    per_it = np.empty(5, object)
+    per_it[:] = ["ab", None, "cdef", 7, ""]
+    rows = np.array([0, 0, 2, 2, 2, 3, 1, 4])
+    spread = per_it[rows]
+    nums = np.arange(8)
+    want = block._chars({"name": spread, "n": nums, "s": "xyz"}, 8)
+    assert want == 2 * 2 + 3 * 4 + 3 * 8
+    assert block._chars({"name": spread, "n": nums, "s": "xyz"}, 8, {"name": (per_it, rows)}) == want
