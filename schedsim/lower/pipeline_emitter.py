@@ -311,7 +311,7 @@ def last_backward(plan: PipelinePlan) -> dict[int, int]:
     c = plan.cols
     if c is not None:  # rows in program order per rank; a later row of a stage overwrites an earlier one
         back = np.flatnonzero(c.typ >= 2)  # type codes 0..3: F, I, B, W
-        return dict(zip(c.stage[back].tolist(), c.mb[back].tolist()))
+        return dict(zip(c.stage[back].tolist(), c.mb[back].tolist(), strict=True))
     out: dict[int, int] = {}
     for acts in plan.actions().values():
         for a in acts:

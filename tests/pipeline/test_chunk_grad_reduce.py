@@ -149,3 +149,44 @@ def test_overlap_grad_reduce_of_the_wrong_type_names_its_line(tmp_path: Path) ->
     assert e.value.format().startswith("c.yaml:10:24: pipeline.overlap_grad_reduce: Input should be a valid "
                                        "boolean"), e.value.format()
     assert "(got 'sometimes')" in e.value.message and e.value.fix == "see docs/schedule_language.md, section pipeline"
+
+
+@pytest.mark.parametrize("schedule,v", [("1f1b", 1), ("interleaved_1f1b", 2), ("zb_h1", 1), ("zbv", 2),
+                                        ("dualpipev", 2), ("gpipe", 1), ("interleaved_zb", 2)])
+def test_every_schedule_reduces_each_chunk_right_after_the_last_weight_gradient_of_its_stage(schedule, v) -> None:
+    """p = 4, m = 8, 2 replicas: on every rank each chunk's reduction comes next in program order after the last
+    W-phase op (a W, or a full B's W part) of its stage, and depends on it; there is one per chunk."""
+    text = UNIT_CASE.format(overlap="true").replace("world_size: 4", "world_size: 8").replace(
+        "schedule: interleaved_1f1b", f"schedule: {schedule}").replace("p: 2", "p: 4").replace(
+        "m: 4", "m: 8").replace("v: 2", f"v: {v}")
+    if schedule in ("zbv", "dualpipev"):
+        text = text.replace(f"  v: {v}\n", "")  # V-shaped: two chunks per rank by construction
+    ops = _ops(text)
+    for rank in range(8):
+        r = rank % 4
+        prog = _program(ops, rank)
+        red = [n for n in prog if n.startswith("dp_grad_allreduce")]
+        assert sorted(red) == [f"dp_grad_allreduce_r{r}_c{c}" for c in range(v)]
+        for n in red:
+            at = prog.index(n)
+            (dep,) = ops[f"{n}@r{rank}"].deps  # type: ignore[attr-defined]
+            assert prog[at - 1] == dep
+            stage = dep.split(".")[0][1:]
+            later = [x for x in prog[at:] if x.startswith((f"W{stage}.", f"B{stage}."))]
+            assert not any(x.startswith(f"W{stage}.") or ".W." in x for x in later), (n, later)
+
+
+def test_a_custom_order_reduces_after_the_last_backward_it_runs_not_the_last_microbatch() -> None:
+    """One stage, m = 2, written order F0 F1 B1 B0: the stage's last backward is microbatch 0's, so the reduction
+    follows B0.0's W part (the rule is the last backward in program order; Megatron's schedules run it in
+    microbatch order, so there it is the last microbatch's)."""
+    text = ("schema_version: 1\nname: c\nworld_size: 2\npipeline:\n  schedule: custom\n  p: 1\n  m: 2\n"
+            "  actions: {0: '0F0 0F1 0B1 0B0'}\n  data_parallel: 2\n  overlap_grad_reduce: true\n"
+            "  grad_allreduce_bytes: 1000\n  stage:\n    forward: [{name: f, kind: compute, duration_us: 1}]\n"
+            "    backward_input: [{name: i, kind: compute, duration_us: 1}]\n"
+            "    backward_weight: [{name: w, kind: compute, duration_us: 1}]\n")
+    ops = _ops(text)
+    for rank in range(2):
+        assert _program(ops, rank) == ["F0.0.f", "F0.1.f", "B0.1.I.i", "B0.1.W.w", "B0.0.I.i", "B0.0.W.w",
+                                       "dp_grad_allreduce_r0_c0"]
+        assert ops[f"dp_grad_allreduce_r0_c0@r{rank}"].deps == ("B0.0.W.w",)  # type: ignore[attr-defined]
