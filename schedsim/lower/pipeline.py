@@ -736,7 +736,8 @@ def _chunk_reductions(pb: PipelineSpec, plan: PipelinePlan, cost: StageCost, tab
 
 def _end_of_step(pb: PipelineSpec, plan: PipelinePlan, cost: StageCost, table: Table, off: int) -> None:
     """Per replica: the tied-embedding all_reduce between first and last stage, and the optimizer step, on the
-    compute stream, after the rank's data-parallel gradient all-reduce (:func:`_dp_tail`) when there is one."""
+    compute stream, after the rank's data-parallel gradient all-reduce (:func:`_dp_tail`), or all its chunks'
+    (:func:`_chunk_reductions`, ``overlap_grad_reduce``), when there is one (:func:`_dp_names`)."""
     p, s2r, num_stages = plan.p, plan.s2r, plan.num_stages
     dp = pb.data_parallel > 1
     if pb.tied_embedding_allreduce and cost.emb_bytes and p > 1:
