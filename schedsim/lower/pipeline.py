@@ -44,7 +44,7 @@ from schedsim.coded import Parts, TagColumns
 from schedsim.graph.info import PipelineInfo
 from schedsim.graph.ops import Op, RankGroup
 from schedsim.kinds import COLLECTIVE_KINDS, KINDS
-from schedsim.lower.pipeline_emitter import ProtoPlace, _Emitter
+from schedsim.lower.pipeline_emitter import ProtoPlace, _Emitter, last_backward, reduce_after_last_backward
 from schedsim.lower.pipeline_plan import (
     PipelinePlan,
     StageCost,
@@ -690,22 +690,67 @@ def _dp_tail(pb: PipelineSpec, plan: PipelinePlan, cost: StageCost, table: Table
                     DP_STREAM, {d * p + r: (last[r],) for d in range(dp) if r in last})
 
 
+def _dp_names(pb: PipelineSpec, plan: PipelinePlan, r: int) -> tuple[str, ...]:
+    """The names of pipeline rank ``r``'s data-parallel gradient all-reduces: one (:func:`_dp_tail`), or with
+    ``overlap_grad_reduce`` one per model chunk in chunk order (:func:`_chunk_reductions`); () without data
+    parallelism."""
+    if pb.data_parallel <= 1:
+        return ()
+    if not pb.overlap_grad_reduce:
+        return (f"dp_grad_allreduce_r{r}",)
+    return tuple(f"dp_grad_allreduce_r{r}_c{c}" for c in range(plan.num_stages // plan.p))
+
+
+def _chunk_reductions(pb: PipelineSpec, plan: PipelinePlan, cost: StageCost, table: Table,
+                      protos: dict[tuple[int, str], list[tuple[str, int]]], last: dict[int, int],
+                      stages: list[int], em: _Emitter, r: int) -> None:
+    """``overlap_grad_reduce``: pipeline rank ``r``'s data-parallel gradient all-reduce split per model chunk
+    (``stages``, chunk c = ``stages[c]``), each issued on :data:`DP_STREAM` right after its chunk's last backward
+    (the last op of the W phase, or of a full B's W part, of the chunk's last backward microbatch ``last``), by
+    the training block's rule (:func:`~schedsim.lower.pipeline_emitter.reduce_after_last_backward`), in program
+    order: Megatron-LM issues them as each chunk's gradients become ready (``param_and_grad_buffer.py``,
+    ``start_grad_sync``), the later chunks' first in the interleaved schedule's backward. Each instance is named
+    ``dp_grad_allreduce_r<r>_c<c>`` and spans the ``data_parallel`` replicas of rank ``r``; ``em``'s rank is
+    the one this call writes. Size of chunk c: ``grad_allreduce_bytes`` / (chunks per rank) when given, else
+    2 bytes × the parameters stage ``stages[c]`` holds (:attr:`StageCost.params`, 0 without a ``transformer``)."""
+    p, dp = plan.p, pb.data_parallel
+    group = tuple(d * p + r for d in range(dp))
+    tag = table.tag_id((("pp_op", "allreduce"),))
+    stream = table.streams(DP_STREAM)
+    tmpl: dict[int, tuple[int, int]] = {}  # stage -> (template id, name id)
+    for c, st in enumerate(stages):
+        name = f"dp_grad_allreduce_r{r}_c{c}"
+        nbytes = pb.grad_allreduce_bytes / len(stages) if pb.grad_allreduce_bytes is not None \
+            else 2 * cost.params.get(st, 0)
+        tmpl[st] = (table.template(Op(name=name, rank=group[0], kind="all_reduce", stream=DP_STREAM, seq=0,
+                                      group=group, nbytes=float(nbytes), dtype=cost.dtype,
+                                      tags=(("pp_op", "allreduce"),), source="pipeline")), table.names(name))
+    ready = {st: {protos[(st, "W")][-1][0]: st} for st in stages}
+
+    def issue(st: int, _: int, nid: int) -> None:
+        t, name = tmpl[st]
+        table.add_ids(t, em.rank, name, tag, stream, (nid,), -1, -1, -1)
+
+    reduce_after_last_backward(em, last, ready, issue)
+
+
 def _end_of_step(pb: PipelineSpec, plan: PipelinePlan, cost: StageCost, table: Table, off: int) -> None:
     """Per replica: the tied-embedding all_reduce between first and last stage, and the optimizer step, on the
-    compute stream, after the rank's data-parallel gradient all-reduce (:func:`_dp_tail`) when there is one."""
+    compute stream, after the rank's data-parallel gradient all-reduce (:func:`_dp_tail`), or all its chunks'
+    (:func:`_chunk_reductions`, ``overlap_grad_reduce``), when there is one (:func:`_dp_names`)."""
     p, s2r, num_stages = plan.p, plan.s2r, plan.num_stages
     dp = pb.data_parallel > 1
     if pb.tied_embedding_allreduce and cost.emb_bytes and p > 1:
         grp = tuple(sorted({off + s2r[0], off + s2r[num_stages - 1]}))
         _collective(table, "tied_embedding_allreduce", grp, cost.emb_bytes, cost.dtype,
-                    deps={rr: (f"dp_grad_allreduce_r{rr - off}",) for rr in grp} if dp else None)
+                    deps={rr: _dp_names(pb, plan, rr - off) for rr in grp} if dp else None)
     if pb.optimizer and cost.params_stage:
         for r in range(p):
             proto = Op(name="optimizer_step", rank=off + r, kind="compute", stream="compute", seq=0,
                        nbytes=float(18 * cost.rank_params(s2r, r)), dtype="fp32", tags=(("pp_op", "optimizer"),),
                        source="pipeline")
             table.add_one(table.template(proto), off + r, proto.name, table.tag_id(proto.tags), "compute",
-                          (f"dp_grad_allreduce_r{r}",) if dp else ())
+                          _dp_names(pb, plan, r))
 
 
 def expand_pipeline(spec: ScheduleSpec, table: Table, *, reference: bool = False) -> PipelineInfo:
@@ -728,6 +773,10 @@ def expand_pipeline(spec: ScheduleSpec, table: Table, *, reference: bool = False
     if spec.world_size != p * dp:
         raise block_error(spec, f"world_size is {spec.world_size} but the pipeline needs p × data_parallel = "
                           f"{p} × {dp} = {p * dp}", "world_size", f"set world_size: {p * dp}")
+    if pb.overlap_grad_reduce and dp == 1:
+        raise block_error(spec, "overlap_grad_reduce overlaps the data-parallel gradient all-reduce with the "
+                          "backward, but data_parallel is 1: there is no gradient all-reduce",
+                          "pipeline.overlap_grad_reduce", "set data_parallel: 2 or more, or remove overlap_grad_reduce")
     plan = plan_of(spec, pb, reference=reference)
     megatron = plan.name == "interleaved_1f1b" and not plan.torch_rules  # torch's name: torch's p2p
     if megatron:
@@ -741,10 +790,12 @@ def expand_pipeline(spec: ScheduleSpec, table: Table, *, reference: bool = False
     rank_stages = {r: sorted(st for st, rr in plan.s2r.items() if rr == r) for r in range(p)}
     chunk_of = {st: rank_stages[r].index(st) for st, r in plan.s2r.items()}
     placed = any(len(row) > 2 for rows in protos.values() for row in rows)  # the per-op emitter places them
-    cols = None if reference or placed else _step_cols(steps, plan)
+    overlap = pb.overlap_grad_reduce  # its reductions go between a backward's ops: the per-op emitter
+    cols = None if reference or placed or overlap else _step_cols(steps, plan)
     fast = None if cols is None else _FastEmitter.prepare(table, plan, protos, p2p_tmpl, chunk_of, cols)
     if fast is None and isinstance(steps, StepCols):  # the per-op emitter takes actions
         steps = _interleaved_steps(spec, pb, plan) if megatron else _lowered_steps(plan, columns=False)
+    last = last_backward(plan) if overlap else {}
     for d in range(dp):
         off = d * p
         if fast is not None:
@@ -752,9 +803,11 @@ def expand_pipeline(spec: ScheduleSpec, table: Table, *, reference: bool = False
         else:
             for r in range(p):
                 em = _Emitter(table, plan, protos, p2p_tmpl, chunk_of, off + r, off)
+                if overlap:
+                    _chunk_reductions(pb, plan, cost, table, protos, last, rank_stages[r], em, r)
                 for act, batch_id in steps[r]:  # type: ignore[index]
                     em.action(act, batch_id)
-    if dp > 1:
+    if dp > 1 and not overlap:
         _dp_tail(pb, plan, cost, table, protos)
     for d in range(dp):
         _end_of_step(pb, plan, cost, table, d * p)

@@ -9,8 +9,11 @@ tests/pipeline/test_expand_columns.py asserts both emitters give the same table 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from schedsim.lower.pipeline_plan import PipelinePlan
 from schedsim.lower.table import Table, intern_list
@@ -299,3 +302,41 @@ class _Emitter:
             self.prev_of[(s, phase, j)] = oname if end < 0 else end
         if parts[0][1] == "B":  # a full backward hands its input gradient on when the whole B is done
             self.prev_of[(s, "I", j)] = self.prev_of[(s, "W", j)]
+
+
+def last_backward(plan: PipelinePlan) -> dict[int, int]:
+    """Per stage, the microbatch of its last backward (W, or full B) in its rank's program order: after that
+    action's weight gradients the stage chunk's gradients are complete. Both Megatron-LM schedules run a chunk's
+    backwards in microbatch order (``megatron/core/pipeline_parallel/schedules.py``), so there it is ``m - 1``."""
+    c = plan.cols
+    if c is not None:  # rows in program order per rank; a later row of a stage overwrites an earlier one
+        back = np.flatnonzero(c.typ >= 2)  # type codes 0..3: F, I, B, W
+        return dict(zip(c.stage[back].tolist(), c.mb[back].tolist(), strict=True))
+    out: dict[int, int] = {}
+    for acts in plan.actions().values():
+        for a in acts:
+            if a is not None:
+                for x in a.sub_actions:
+                    if x.type is CT.W or x.type is CT.B:
+                        out[x.stage] = x.microbatch
+    return out
+
+
+def reduce_after_last_backward(em: _Emitter, last: Mapping[int, int], ready: Mapping[int, Mapping[str, Any]],
+                               issue: Callable[[int, Any, int], None]) -> None:
+    """Megatron-LM's ``overlap_grad_reduce`` rule, on emitter ``em``: a gradient bucket's reduction is issued as
+    soon as the backward that completes it has run (``megatron/core/distributed/param_and_grad_buffer.py``:
+    ``register_grad_ready`` starts a bucket's ``start_grad_sync`` when its last parameter's gradient is ready,
+    which happens in the last microbatch's backward, the earlier ones running under ``no_sync``). ``last``: per
+    stage, the microbatch of its last backward (:func:`last_backward`); ``ready``: per stage, weight-gradient op
+    name (the W phase's, or a full B's W part) -> the bucket it completes; ``issue(stage, bucket, name id of that
+    op)`` writes the reduction, called right after the op, so that it comes next in the rank's program order.
+    Used by the ``training:`` block (Megatron's buckets) and the ``pipeline:`` block (one per model chunk)."""
+
+    def on_op(s: int, j: int, phase: str, name: str, nid: int) -> None:
+        b = ready[s].get(name) if phase == "W" and j == last.get(s) else None
+        if b is not None:
+            issue(s, b, nid)
+
+    em.on_op = on_op
+    em.on_op_at = lambda s, j, phase: phase == "W" and j == last.get(s)

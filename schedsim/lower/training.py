@@ -101,7 +101,7 @@ from schedsim.errors import PipelineScheduleError, SchedsimError, SpecError
 from schedsim.graph.info import PipelineInfo
 from schedsim.graph.ops import Op
 from schedsim.lower.pipeline import _stage_proto
-from schedsim.lower.pipeline_emitter import ProtoPlace, _Emitter
+from schedsim.lower.pipeline_emitter import ProtoPlace, _Emitter, last_backward, reduce_after_last_backward
 from schedsim.lower.pipeline_plan import StageCost, block_info, plan_of, split_fix
 from schedsim.lower.pipeline_steps import _interleaved_steps, _lowered_steps
 from schedsim.lower.table import Table
@@ -658,6 +658,9 @@ class _Ranks:
         #: lazy creation of that communicator, which the CP group of a real run never shares with the pipeline.
         self.lone = plan.v > 1
         self.protos: dict[tuple[int, ...], dict[tuple[int, str], list[tuple[str, int]]]] = {}
+        #: Per stage, the microbatch of its last backward (:func:`~schedsim.lower.pipeline_emitter.last_backward`),
+        #: found once for every rank's ``overlap_grad_reduce``.
+        self.last_bwd: dict[int, int] | None = None
 
     def template(self, op: Op) -> int:
         return self.table.template(op)
@@ -953,19 +956,18 @@ def _emit_rank(ranks: _Ranks, g: int, pplan: Any, steps: dict[int, list[tuple[An
     grads: list[int] = []
     if multi and t.overlap_grad_reduce and not fsdp:
         bounds = {s: ranks.buckets(s, chunk_of[s] == 0) for s in rank_stages[p_]}
-        last_mb = pplan.m - 1  # both Megatron schedules run a chunk's backwards in microbatch order
+        if ranks.last_bwd is None:
+            ranks.last_bwd = last_backward(pplan)
 
-        def bucket(s: int, j: int, phase: str, name: str, nid: int) -> None:
-            b = bounds[s].get(name) if phase == "W" and j == last_mb else None
-            if b is not None:  # Megatron Core's start_grad_sync first scales the bucket by 1/(dp·cp) (read and
-                # write, on the compute stream), as the tail's grad_buffer_scale does without overlap
-                nid = ranks.one("compute", f"grad_buffer_scale_s{s}_b{b[0]}", g, (), 2 * b[1] * grad_e,
-                                plan.grad_dtype, (nid,), stream="compute", tags=OPT_STEP_TAG)
-                grads.append(ranks.one(reduce, f"dp_grad_{reduce}_s{s}_b{b[0]}", g, dp_group, b[1] * grad_e,
-                                       plan.grad_dtype, (nid,)))
+        def bucket(s: int, b: tuple[int, float], nid: int) -> None:
+            # Megatron Core's start_grad_sync first scales the bucket by 1/(dp·cp) (read and write, on the compute
+            # stream), as the tail's grad_buffer_scale does without overlap
+            nid = ranks.one("compute", f"grad_buffer_scale_s{s}_b{b[0]}", g, (), 2 * b[1] * grad_e,
+                            plan.grad_dtype, (nid,), stream="compute", tags=OPT_STEP_TAG)
+            grads.append(ranks.one(reduce, f"dp_grad_{reduce}_s{s}_b{b[0]}", g, dp_group, b[1] * grad_e,
+                                   plan.grad_dtype, (nid,)))
 
-        em.on_op = bucket
-        em.on_op_at = lambda s, j, phase: phase == "W" and j == last_mb
+        reduce_after_last_backward(em, ranks.last_bwd, bounds, bucket)
     for act, bid in steps[p_]:
         em.action(act, bid)
     last = () if em.last_compute is None else (em.last_compute,)

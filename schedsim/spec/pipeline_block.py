@@ -132,6 +132,9 @@ class PipelineSpec(_B):
     data_parallel: int = Field(default=1, gt=0, description="Pipeline replicas; adds a gradient all_reduce.")
     grad_allreduce_bytes: int | None = Field(default=None, ge=0, description="Per-rank gradient bytes for the "
                                              "data-parallel all_reduce; default 2 bytes × parameters.")
+    overlap_grad_reduce: bool = Field(default=False, description="Megatron-LM --overlap-grad-reduce: each model "
+                                      "chunk's share of the data-parallel all_reduce issued on dp_comm right "
+                                      "after that chunk's last backward (needs data_parallel > 1).")
     tied_embedding_allreduce: bool = Field(default=False, description="All-reduce the embedding gradient between "
                                            "the first and last stage (Megatron, untied=False).")
     optimizer: bool = Field(default=False, description="Add the optimizer step (18 bytes/param moved).")
