@@ -943,8 +943,9 @@ def _emit_rank(ranks: _Ranks, g: int, pplan: Any, steps: dict[int, list[tuple[An
     multi = len(dp_group) > 1
     fsdp = t.use_torch_fsdp2 and multi  # FSDP2 reduce-scatters each unit's gradients inside the backward
     shard = plan.dp * plan.cp if t.use_distributed_optimizer or fsdp else 1
-    # FSDP2's gradients are in the parameters' dtype (no MixedPrecisionPolicy: _with_fsdp)
-    grad_e = DTYPE_BYTES[plan.dtype if fsdp else plan.grad_dtype]
+    # FSDP2's gradients are in the parameters' dtype (no MixedPrecisionPolicy: _with_fsdp), one rank or several
+    # (Megatron wraps the model whatever the group's size)
+    grad_e = DTYPE_BYTES[plan.dtype if t.use_torch_fsdp2 else plan.grad_dtype]
     mine = sum(params[s] for s in rank_stages[p_])
     reduce = "reduce_scatter" if t.use_distributed_optimizer else "all_reduce"
     edp_group = groups["edp"]
@@ -1026,7 +1027,7 @@ def _emit_rank(ranks: _Ranks, g: int, pplan: Any, steps: dict[int, list[tuple[An
     opt = ranks.one("compute", "optimizer_step", g, (), moved, "fp32", wait, stream="compute", tags=OPT_STEP_TAG)
     gathers = [("dp_param_allgather", dp_group, mine - experts), ("dp_expert_param_allgather", edp_group, experts)] \
         if multi and t.use_distributed_optimizer and not t.overlap_param_gather else []
-    _after_step(ranks, g, opt, mine, stepped, [x for x in gathers if x[2] and len(x[1]) > 1], zero=not fsdp)
+    _after_step(ranks, g, opt, mine, stepped, [x for x in gathers if x[2] and len(x[1]) > 1], zero=not t.use_torch_fsdp2)
 
 
 def _param_gathers_at_start(ranks: _Ranks, g: int, stages: list[int], params: dict[int, float],
