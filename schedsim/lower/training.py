@@ -1027,7 +1027,8 @@ def _emit_rank(ranks: _Ranks, g: int, pplan: Any, steps: dict[int, list[tuple[An
     opt = ranks.one("compute", "optimizer_step", g, (), moved, "fp32", wait, stream="compute", tags=OPT_STEP_TAG)
     gathers = [("dp_param_allgather", dp_group, mine - experts), ("dp_expert_param_allgather", edp_group, experts)] \
         if multi and t.use_distributed_optimizer and not t.overlap_param_gather else []
-    _after_step(ranks, g, opt, mine, stepped, [x for x in gathers if x[2] and len(x[1]) > 1], zero=not t.use_torch_fsdp2)
+    _after_step(ranks, g, opt, mine, stepped, [x for x in gathers if x[2] and len(x[1]) > 1],
+                zero=not t.use_torch_fsdp2)
 
 
 def _param_gathers_at_start(ranks: _Ranks, g: int, stages: list[int], params: dict[int, float],

@@ -46,6 +46,8 @@ def test_matrix_and_per_rank_lists_lower_to_each_rank_s_row_and_column(tmp_path:
     (MATRIX.replace("}", ", recv_bytes: [0, 0, 0]}"), 5, "recv_bytes", "whose columns are what each member receives"),
     (MATRIX.replace("all_to_all", "all_gather"), 5, "send_bytes", "only all_to_all takes send_bytes"),
     (MATRIX.replace("send_bytes", "bytes: 8, send_bytes"), 5, "x", "not both"),
+    (MATRIX.replace("send_bytes", "buffer: shard, send_bytes"), 5, "ops[0]",
+     "`buffer` sizes `bytes`/`shape`; per-peer sizes are each rank's own bytes"),
     (LISTS.replace("send_bytes: [0, 6, 8]", "send_bytes: [0, 6]"), 5, "send_bytes",
      "send_bytes has 2 sizes but its group has 3"),
     (LISTS.replace("recv_bytes: [6, 0, 400]", "recv_bytes: [6, -1, 400]"), 6, "recv_bytes", "recv_bytes[1] is -1"),

@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from schedsim.cli import app
-from tests.lower.test_training_fsdp import EMB, FSDP, LAYER, OUT
+from tests.lower.test_training_fsdp import EMB, FSDP, LAYER
 
 
 def _check(tmp_path: Path, text: str) -> tuple[int, str]:
