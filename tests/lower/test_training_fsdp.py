@@ -138,3 +138,17 @@ def test_one_data_parallel_rank_keeps_fsdp2_gradients() -> None:
     t = load_text(text).training
     assert t is not None
     assert memory_per_rank(t, training_plan(t, 1))["grads"] == 2 * (n - 2 * 64)  # (without the final LayerNorm)
+
+
+def test_each_forward_s_first_all_gather_waits_for_the_compute_before_it() -> None:
+    """FSDP2's root pre-forward makes the all-gather streams wait for the current stream (``_root_pre_forward``:
+    "Wait for optimizer before implicitly prefetched all-gathers", ``all_gather_stream.wait_stream``), every
+    microbatch: the second microbatch's first all-gather (the embedding's) waits for the first microbatch's last
+    compute-stream kernel (the embedding's weight gradient, not its reduce-scatter after it), so it cannot run
+    under that backward; the first microbatch's has no compute before it."""
+    text = FSDP.replace("global_batch_size: 2", "global_batch_size: 4")
+    ops = {o.name: o for o in _ops(text) if o.rank == 0}
+    assert ops["F0.0.fsdp_ag_embedding"].deps == ()
+    assert ops["F0.1.fsdp_ag_embedding"].deps == ("B0.0.W.embedding_wgrad",)
+    assert ops["F0.1.fsdp_ag_l0"].deps == ("F0.1.fsdp_ag_embedding",)
+    assert ops["B0.1.I.fsdp_ag_output"].deps == ()  # the backward's: no such wait
