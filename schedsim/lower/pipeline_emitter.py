@@ -38,6 +38,9 @@ class ProtoPlace:
     batch: str = ""
     msg: str = ""
     side: bool = False
+    #: (the phase's first row only) also waits for the rank's last op on stream ``compute`` before the phase, in
+    #: the actions emitted so far (FSDP2's root pre-forward: its all-gather streams wait for the current stream)
+    after_compute: bool = False
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,7 @@ class _Emitter:
     prev_of: dict[tuple[int, str, int], int] = field(default_factory=dict)
     pending_sends: list[int] = field(default_factory=list)
     last_compute: int | None = None
+    last_on_compute: int | None = None  # the name id of the rank's last op on stream ``compute`` so far
     pair_deps: list[int] = field(default_factory=list)
     streams: dict[tuple[str, str, int], int] = field(default_factory=dict)  # (kind, F/B, peer) -> stream id
     batches: dict[int, int] = field(default_factory=dict)  # batch id -> id of its name "b<id>"
@@ -262,6 +266,10 @@ class _Emitter:
             oname = -1
             pre = f"{label}{s}.{j}." if label == phase else f"B{s}.{j}.{phase}."
             run = self._run(s, phase)
+            lead = self.protos[(s, phase)][:1]
+            if lead and len(lead[0]) > 2 and lead[0][2].after_compute and self.last_on_compute is not None \
+                    and self.last_on_compute not in first:  # type: ignore[misc]
+                first += (self.last_on_compute,)
             if run is not None and (self.on_op is None or (
                     self.on_op_at is not None and not self.on_op_at(s, j, phase))):
                 tnames = run.names
@@ -276,6 +284,9 @@ class _Emitter:
                     if first:
                         waits = [first + waits[0], *waits[1:]]
                     table.add_placed(run.tmpls, self.rank, ids, tags, run.streams, waits, run.peers, batch, msg)
+                on = [k for k, st in enumerate(run.streams) if st == compute]
+                if on:
+                    self.last_on_compute = ids[on[-1]]
                 self.last_compute = ids[-1]
                 self.prev_of[(s, phase, j)] = ids[run.end]
                 continue
@@ -290,8 +301,11 @@ class _Emitter:
                                   first + tuple(done[i] for i in at.after), at.peer,
                                   table.strs(pre + at.batch) if at.batch else -1,
                                   table.strs(pre + at.msg) if at.msg else -1)
+                    if at.stream < 0:
+                        self.last_on_compute = oname
                 else:
                     table.add_ids(tid, self.rank, oname, tags, compute, first, -1, -1, -1)
+                    self.last_on_compute = oname
                 done.append(oname)
                 if len(row) <= 2 or not row[2].side:  # type: ignore[misc]
                     end = oname

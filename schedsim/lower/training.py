@@ -286,7 +286,7 @@ def _renamed(ops: list[Entry], prefix: str) -> list[Entry]:
 
 
 CP_STREAM = "cp_comm"
-_PLACE_KEYS = ("after", "stream", "nccl_group", "msg", "cp_peer", "ring")
+_PLACE_KEYS = ("after", "stream", "nccl_group", "msg", "cp_peer", "ring", "after_compute")
 
 
 def _ring_p2p(name: str, nbytes: float, dtype: str, after: list[str], ring: str = "cp") -> list[Entry]:
@@ -509,8 +509,11 @@ def _with_fsdp(lists: dict[str, list[Entry]], t: TrainingSpec, plan: TrainingPla
       ``_wait_all_gather_streams_on_event`` in the backward), so it runs while unit j computes: the forward's
       implicit prefetch (the CPU issues unit j + 1's pre-forward while the GPU runs unit j), and the backward's
       prefetch of the previous layer (``_backward_prefetch``; Megatron sets ``set_modules_to_backward_prefetch
-      ([prev_module])`` explicitly under recomputation, the same order). A phase's first all-gather waits only
-      for its stream;
+      ([prev_module])`` explicitly under recomputation, the same order). The forward's first all-gather also
+      waits for the rank's last compute-stream kernel before it (the previous microbatch's backward: FSDP2's
+      ``_root_pre_forward`` makes the all-gather streams ``wait_stream`` the current stream, "Wait for optimizer
+      before implicitly prefetched all-gathers"; :attr:`~schedsim.lower.pipeline_emitter.ProtoPlace.
+      after_compute`); the backward's first waits only for its stream;
     * **reduce-scatter** of the unit's gradients (``fsdp_rs_<unit>``: the unit's parameters × the parameters'
       bytes, as FSDP2 without a ``MixedPrecisionPolicy`` reduces them) on stream :data:`FSDP_RS_STREAM` after the
       unit's last gradient kernel (``post_backward``: the reduce-scatter stream waits for the compute stream),
@@ -536,8 +539,11 @@ def _with_fsdp(lists: dict[str, list[Entry]], t: TrainingSpec, plan: TrainingPla
             after = [f"fsdp_ag_{units[j - 1]}"] if j else []
             if j and at > 0 and str(lst[at - 1]["name"]) not in after:
                 after.append(str(lst[at - 1]["name"]))
-            ag_at.setdefault(at, []).append({**_coll(f"fsdp_ag_{u}", "all_gather", sizes[u] * e, plan.dtype, "dp"),
-                                             "stream": FSDP_AG_STREAM, "after": after})
+            ag = {**_coll(f"fsdp_ag_{u}", "all_gather", sizes[u] * e, plan.dtype, "dp"), "stream": FSDP_AG_STREAM,
+                  "after": after}
+            if phase == "F" and j == 0 and at == 0:  # the root pre-forward's wait for the current stream
+                ag["after_compute"] = True
+            ag_at.setdefault(at, []).append(ag)
         row: list[Entry] = []
         waits = {firsts[u]: f"fsdp_ag_{u}" for u in units}
         for i, o in enumerate(lst):
@@ -775,7 +781,8 @@ class _Ranks:
             name = f"{o['ring']}_{o['kind']}"
         stream = self.table.streams(name) if name else -1
         place = ProtoPlace(stream, tuple(index[n] for n in o["after"]), peer,
-                           "" if self.lone else o.get("nccl_group", ""), o.get("msg", ""))
+                           "" if self.lone else o.get("nccl_group", ""), o.get("msg", ""),
+                           bool(o.get("after_compute")))
         return str(o["name"]), tid, place
 
     def one(self, kind: str, name: str, rank: int, group: tuple[int, ...], nbytes: float, dtype: str,
@@ -946,8 +953,9 @@ def _emit_rank(ranks: _Ranks, g: int, pplan: Any, steps: dict[int, list[tuple[An
     multi = len(dp_group) > 1
     fsdp = t.use_torch_fsdp2 and multi  # FSDP2 reduce-scatters each unit's gradients inside the backward
     shard = plan.dp * plan.cp if t.use_distributed_optimizer or fsdp else 1
-    # FSDP2's gradients are in the parameters' dtype (no MixedPrecisionPolicy: _with_fsdp)
-    grad_e = DTYPE_BYTES[plan.dtype if fsdp else plan.grad_dtype]
+    # FSDP2's gradients are in the parameters' dtype (no MixedPrecisionPolicy: _with_fsdp), one rank or several
+    # (Megatron wraps the model whatever the group's size)
+    grad_e = DTYPE_BYTES[plan.dtype if t.use_torch_fsdp2 else plan.grad_dtype]
     mine = sum(params[s] for s in rank_stages[p_])
     reduce = "reduce_scatter" if t.use_distributed_optimizer else "all_reduce"
     edp_group = groups["edp"]
@@ -1028,7 +1036,8 @@ def _emit_rank(ranks: _Ranks, g: int, pplan: Any, steps: dict[int, list[tuple[An
     opt = ranks.one("compute", "optimizer_step", g, (), moved, "fp32", wait, stream="compute", tags=OPT_STEP_TAG)
     gathers = [("dp_param_allgather", dp_group, mine - experts), ("dp_expert_param_allgather", edp_group, experts)] \
         if multi and t.use_distributed_optimizer and not t.overlap_param_gather else []
-    _after_step(ranks, g, opt, mine, stepped, [x for x in gathers if x[2] and len(x[1]) > 1], zero=not fsdp)
+    _after_step(ranks, g, opt, mine, stepped, [x for x in gathers if x[2] and len(x[1]) > 1],
+                zero=not t.use_torch_fsdp2)
 
 
 def _param_gathers_at_start(ranks: _Ranks, g: int, stages: list[int], params: dict[int, float],

@@ -502,8 +502,8 @@ class NcclNetwork:
         """An all_to_all with per-peer sizes, rank ``rank``'s part: :meth:`spread`'s formula with the rank's own
         bytes, to and from its node's peers (the larger direction: links are full duplex) over the scale-up
         domain and to and from other nodes through NICs (:meth:`schedsim.network.model.NetworkModel.
-        all_to_all_split`); the protocol by the largest per-peer message, no slower than Simple just past the LL
-        threshold."""
+        all_to_all_split`); the protocol by the largest message to or from another member (its piece for itself
+        is a local copy), no slower than Simple just past the LL threshold."""
         shape = self.shape(ranks)
         node = (self.gpus_of(np.asarray(ranks, np.int64)) // self.gpn).tolist()
         me = ranks.index(rank)
@@ -512,7 +512,7 @@ class NcclNetwork:
             a = sum(x for j, x in enumerate(part) if j != me and node[j] == node[me])
             b = sum(x for j, x in enumerate(part) if node[j] != node[me])
             intra, inter = max(intra, a), max(inter, b)
-        peer = max(max(send), max(recv))
+        peer = max([x for part in (send, recv) for j, x in enumerate(part) if j != me] + [0.0])  # not its own copy
         got = self._spread_us("all_to_all", peer * shape.ranks, shape, None, (intra, inter))
         if got[1] == "LL":
             cap = P2P_LL_THRESHOLD / max(peer, 1e-300)

@@ -224,6 +224,9 @@ class CollectiveOp(_OpBase, _SizedMixin):
             return _one_size_of(self)
         if self.bytes is not None or self.shape is not None:
             raise ValueError("give `send_bytes` (per-peer sizes) or `bytes`/`shape`, not both")
+        if "buffer" in self.model_fields_set:
+            raise ValueError("`buffer` sizes `bytes`/`shape`; per-peer sizes are each rank's own bytes (remove "
+                             "`buffer`)")
         return self
 
     def size_bytes(self) -> int:

@@ -44,6 +44,7 @@ Formulas the report uses, each with its source:
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -652,10 +653,13 @@ def fsdp_memory(t: TrainingSpec, plan: TrainingPlan, n: float) -> dict[str, floa
     shards in the parameters' dtype (Megatron passes no ``MixedPrecisionPolicy``), ``grads`` = ``n·pb/(dp·cp)``;
     the optimizer holds the fp32 main weights and Adam moments of the shard, ``optimizer`` = ``n·o/(dp·cp)`` with
     o = 12 under bf16, 8 in fp32 (Megatron-LM ``dist_optimizer.md``'s table without the gradient); ``gathered``:
-    the full parameters live at once, the unit computing and the unit prefetched (FSDP2 frees a unit after its
-    forward, ``reshard_after_forward=True``, Megatron's default, and keeps at most one all-gather ahead: see
-    :mod:`schedsim.lower.training`), bounded by the two largest units of :func:`fsdp_units`, ``pb·(P₁ + P₂)``."""
+    the full parameters live at once, the unit computing and the unit prefetched after it (FSDP2 frees a unit
+    after its forward and its backward, ``reshard_after_forward=True``, Megatron's default, and keeps at most one
+    all-gather ahead: see :mod:`schedsim.lower.training`): the largest sum of two units adjacent in the order they
+    run (:func:`fsdp_units`' order in the forward, the reverse in the backward: the same pairs),
+    ``pb·max_j (P_j + P_{j+1})``."""
     pb, opt = {"bf16": (2, 12), "fp16": (2, 16), "fp32": (4, 8)}[plan.dtype]
     d = plan.dp * plan.cp
-    big = sorted(fsdp_units(t, plan).values(), reverse=True)[:2]
-    return {"params": n * pb / d, "grads": n * pb / d, "optimizer": n * opt / d, "gathered": pb * sum(big)}
+    sizes = list(fsdp_units(t, plan).values())
+    pair = max(a + b for a, b in itertools.pairwise(sizes))
+    return {"params": n * pb / d, "grads": n * pb / d, "optimizer": n * opt / d, "gathered": pb * pair}

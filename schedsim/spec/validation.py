@@ -15,6 +15,7 @@ from typing import Any
 from schedsim.errors import SpecError
 from schedsim.kinds import KINDS
 from schedsim.spec.model import CollectiveOp, RecvOp, ScheduleSpec, SendOp
+from schedsim.units import MAX_BYTES
 
 __all__ = ["check_spec", "op_sources"]
 
@@ -90,7 +91,8 @@ def _split_group(op: CollectiveOp, ranks: list[int]) -> tuple[int, ...]:
 
 def _check_splits(op: CollectiveOp, ranks: list[int], err: Callable[[str, str, str], SpecError]) -> None:
     """An all_to_all's per-peer sizes: only on all_to_all; a list of the group's length with ``recv_bytes`` of the
-    same length, or a square matrix of the group's size without it; no negative size."""
+    same length, or a square matrix of the group's size without it; no negative size, none above
+    :data:`schedsim.units.MAX_BYTES` and no rank moving more than that in all (:meth:`CollectiveOp.size_bytes`)."""
     if op.kind != "all_to_all":
         raise err("send_bytes", f"{op.kind} {op.name!r} has per-peer sizes; only all_to_all takes send_bytes / "
                   "recv_bytes", "give bytes (or shape), or use kind: all_to_all")
@@ -125,6 +127,13 @@ def _check_splits(op: CollectiveOp, ranks: list[int], err: Callable[[str, str, s
         if neg is not None:
             raise err(field, f"all_to_all {op.name!r}: {field}{neg[0]} is {neg[1]}, a negative size",
                       "sizes are bytes, 0 or more")
+        big = next((c for c in cells if c[1] > MAX_BYTES), None)
+        if big is not None:
+            raise err(field, f"all_to_all {op.name!r}: {field}{big[0]} is {big[1]}, above the limit of "
+                      f"{MAX_BYTES:,} bytes (1 EiB)", "check the size: bytes, not bits or elements")
+    if op.size_bytes() > MAX_BYTES:
+        raise err("send_bytes", f"all_to_all {op.name!r} moves {op.size_bytes():,} bytes on one rank, above the "
+                  f"limit of {MAX_BYTES:,} bytes (1 EiB)", "check the sizes: bytes, not bits or elements")
 
 
 def _check_split_pairs(spec: ScheduleSpec, err: Any) -> None:

@@ -117,3 +117,38 @@ def test_tp_and_microbatches() -> None:
     assert {o.group for o in ags + rss} == {(0, 2)}
     for unit, size in (("l0", LAYER), ("embedding", EMB), ("output", OUT)):  # the parameters of a TP rank
         assert {o.nbytes for o in ags if o.name.endswith(f"fsdp_ag_{unit}")} == {2 * size / 2}
+
+
+def test_one_data_parallel_rank_keeps_fsdp2_gradients() -> None:
+    """dp·cp = 1 (world 1): FSDP2 still wraps the model (Megatron wraps it whatever the group's size), so no
+    all-gather or reduce-scatter is left to issue, but the gradients stay in the parameters' dtype (bf16: the
+    optimizer copies 2 + 4 bytes a parameter to its fp32 main gradients, as ``memory_per_rank``'s ``grads`` counts
+    them) and no gradient-buffer memset follows the step (the FSDP2 wrapper's ``zero_grad_buffer`` does nothing)."""
+    from schedsim.spec.loader import load_text
+    from schedsim.spec.training_block import memory_per_rank, training_plan
+
+    text = FSDP.replace("world_size: 2", "world_size: 1").replace("global_batch_size: 2", "global_batch_size: 1")
+    ops = _ops(text)
+    assert not [o for o in ops if o.kind in ("all_gather", "reduce_scatter")]
+    n = 2 * LAYER + EMB + OUT  # every parameter of the rank
+    tail = [o for o in ops if not o.name.startswith(("F0.", "B0."))]
+    assert [o.name for o in tail] == ["optimizer_grad_copy", "optimizer_grad_norm_local", "optimizer_step",
+                                      "optimizer_param_copy"]
+    assert [o.nbytes for o in tail] == [(2 + 4) * n, 4 * n, 28 * n, 6 * n]
+    t = load_text(text).training
+    assert t is not None
+    assert memory_per_rank(t, training_plan(t, 1))["grads"] == 2 * (n - 2 * 64)  # (without the final LayerNorm)
+
+
+def test_each_forward_s_first_all_gather_waits_for_the_compute_before_it() -> None:
+    """FSDP2's root pre-forward makes the all-gather streams wait for the current stream (``_root_pre_forward``:
+    "Wait for optimizer before implicitly prefetched all-gathers", ``all_gather_stream.wait_stream``), every
+    microbatch: the second microbatch's first all-gather (the embedding's) waits for the first microbatch's last
+    compute-stream kernel (the embedding's weight gradient, not its reduce-scatter after it), so it cannot run
+    under that backward; the first microbatch's has no compute before it."""
+    text = FSDP.replace("global_batch_size: 2", "global_batch_size: 4")
+    ops = {o.name: o for o in _ops(text) if o.rank == 0}
+    assert ops["F0.0.fsdp_ag_embedding"].deps == ()
+    assert ops["F0.1.fsdp_ag_embedding"].deps == ("B0.0.W.embedding_wgrad",)
+    assert ops["F0.1.fsdp_ag_l0"].deps == ("F0.1.fsdp_ag_embedding",)
+    assert ops["B0.1.I.fsdp_ag_output"].deps == ()  # the backward's: no such wait

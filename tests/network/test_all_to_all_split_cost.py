@@ -63,3 +63,17 @@ def test_nccl_model_across_nodes_splits_local_and_remote_bytes() -> None:
     t_local, t_remote = net.all_to_all_split(0, g, local, local), net.all_to_all_split(0, g, remote, remote)
     assert t_remote > 2 * t_local
     assert net.all_to_all_split(0, g, both, both) == pytest.approx(max(t_local, t_remote), rel=1e-3)
+
+
+def test_nccl_model_own_piece_does_not_pick_the_protocol() -> None:
+    """dgx_h100: what a rank sends itself is a local copy, so neither its time nor the protocol (chosen by the
+    largest message to a peer: 100 bytes, LL) depends on it; a 1 GB piece to itself left the 100-byte exchange at
+    Simple's latency."""
+    from schedsim.hardware.profile import load_profile
+    from schedsim.network.model import NetworkModel
+
+    net = NetworkModel(load_profile("dgx_h100"), 0.0)
+    g = (0, 1)
+    bare = net.all_to_all_split(0, g, (0.0, 100.0), (0.0, 100.0))
+    assert net.all_to_all_split(0, g, (1e9, 100.0), (1e9, 100.0)) == bare
+    assert bare == pytest.approx(net.collective("all_to_all", 200.0, g), rel=1e-12)

@@ -101,3 +101,21 @@ def test_fsdp_steps_are_simulated_on_every_rank() -> None:
     assert represented_ranks(load_text(text)) == ()
     rep, full = (lower_spec(load_text(text), symmetric=s) for s in (True, False))
     assert rep.N == full.N
+
+
+def test_next_microbatch_s_first_all_gather_starts_after_the_backward_s_compute(toy_profile: Any) -> None:
+    """FSDP2's root pre-forward makes the all-gather streams wait for the current stream every microbatch
+    ("Wait for optimizer before implicitly prefetched all-gathers", ``_root_pre_forward``), so the second
+    microbatch's embedding all-gather starts after the first one's last compute-stream kernel (it ran under that
+    backward, from its middle, before the wait was modelled)."""
+    from schedsim.api import lower_spec
+    from schedsim.sim.engine import simulate
+    from schedsim.spec.loader import load_text
+
+    tl = simulate(lower_spec(load_text(TEXT.replace("global_batch_size: 2", "global_batch_size: 4"))), toy_profile,
+                  gpu_model="replay")
+    sp = {s.name: s for s in tl.spans if s.rank == 0}
+    last = max((s for s in sp.values() if s.name.startswith("B0.0.") and s.stream == "compute"),
+               key=lambda s: s.end_s)
+    assert last.name == "B0.0.W.embedding_wgrad"
+    assert sp["F0.1.fsdp_ag_embedding"].start_s >= last.end_s

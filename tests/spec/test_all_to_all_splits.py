@@ -46,6 +46,8 @@ def test_matrix_and_per_rank_lists_lower_to_each_rank_s_row_and_column(tmp_path:
     (MATRIX.replace("}", ", recv_bytes: [0, 0, 0]}"), 5, "recv_bytes", "whose columns are what each member receives"),
     (MATRIX.replace("all_to_all", "all_gather"), 5, "send_bytes", "only all_to_all takes send_bytes"),
     (MATRIX.replace("send_bytes", "bytes: 8, send_bytes"), 5, "x", "not both"),
+    (MATRIX.replace("send_bytes", "buffer: shard, send_bytes"), 5, "ops[0]",
+     "`buffer` sizes `bytes`/`shape`; per-peer sizes are each rank's own bytes"),
     (LISTS.replace("send_bytes: [0, 6, 8]", "send_bytes: [0, 6]"), 5, "send_bytes",
      "send_bytes has 2 sizes but its group has 3"),
     (LISTS.replace("recv_bytes: [6, 0, 400]", "recv_bytes: [6, -1, 400]"), 6, "recv_bytes", "recv_bytes[1] is -1"),
@@ -54,6 +56,12 @@ def test_matrix_and_per_rank_lists_lower_to_each_rank_s_row_and_column(tmp_path:
      "rank 0 sends 6 bytes to rank 1, but rank 1 receives 7 bytes from rank 0"),
     (LISTS.replace("send_bytes: [400, 400, 0], recv_bytes: [8, 4, 0]", "bytes: 800"), 7, "send_bytes",
      "has per-peer sizes on rank 0 but not on rank 2"),
+    (MATRIX.replace("[12, 0, 0]", "[100000000000000000000000, 0, 0]"), 5, "send_bytes",
+     "send_bytes[1][0] is 100000000000000000000000, above the limit of 1,152,921,504,606,846,976 bytes"),
+    (MATRIX.replace("[12, 0, 0]", "[1000000000000000000, 1000000000000000000, 0]"), 5, "send_bytes",
+     "moves 2,000,000,000,000,000,000 bytes on one rank, above the limit"),
+    (LISTS.replace("recv_bytes: [6, 0, 400]", "recv_bytes: [6, 10000000000000000000000, 400]"), 6, "recv_bytes",
+     "recv_bytes[1] is 10000000000000000000000, above the limit"),
 ])
 def test_bad_sizes_exit_2_naming_the_field(tmp_path: Path, text: str, line: int, field: str, words: str) -> None:
     code, err = _check(tmp_path, HEAD + text)

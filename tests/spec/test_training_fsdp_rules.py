@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from schedsim.cli import app
-from tests.lower.test_training_fsdp import EMB, FSDP, LAYER, OUT
+from tests.lower.test_training_fsdp import EMB, FSDP, LAYER
 
 
 def _check(tmp_path: Path, text: str) -> tuple[int, str]:
@@ -52,8 +52,9 @@ def test_the_tiny_configuration_passes(tmp_path: Path) -> None:
 def test_memory_per_rank_by_hand() -> None:
     """bf16, dp 2: every parameter a half shard. Parameters n = 2 layers + embedding + output layer
     (``memory_per_rank`` counts the output layer as V·h) = 2·49,984 + 67,584 + 65,536 = 233,088; params and
-    grads 2 bytes / 2, optimizer 12 bytes (fp32 main weight, two Adam moments) / 2; gathered: the two largest
-    units (embedding 67,584 and output layer 65,664 parameters) in bf16; activations as without FSDP."""
+    grads 2 bytes / 2, optimizer 12 bytes (fp32 main weight, two Adam moments) / 2; gathered: the largest two
+    units that run one after the other (embedding 67,584 and layer 0 49,984 parameters) in bf16; activations as
+    without FSDP."""
     from schedsim.spec.loader import load_text
     from schedsim.spec.training_block import memory_per_rank, training_plan
 
@@ -64,8 +65,26 @@ def test_memory_per_rank_by_hand() -> None:
     n = 2 * LAYER + EMB + 1024 * 64
     assert n == 233_088
     assert mem["params"] == mem["grads"] == n and mem["optimizer"] == 6 * n
-    assert mem["gathered"] == 2 * (EMB + OUT) == 266_496
+    assert mem["gathered"] == 2 * (EMB + LAYER) == 235_136
     plain = t.model_copy(update={"use_torch_fsdp2": False})
     assert mem["activations"] == memory_per_rank(plain, training_plan(plain, 2))["activations"]
     assert mem["total"] == pytest.approx(sum(v for k, v in mem.items() if k != "total"))
     assert list(mem) == ["params", "grads", "optimizer", "gathered", "activations", "total"]
+
+
+def test_gathered_memory_is_a_unit_and_the_next_one_prefetched() -> None:
+    """FSDP2 holds at most the unit computing and the one prefetched after it (forward: embedding, layers, output
+    layer; the backward the reverse), never the embedding and the output layer together when a layer runs between
+    them: with a 50,000-word vocabulary and one layer of h = 64 the peak pair is the embedding (V·h + s·h =
+    50,048·64 + 32·64) with layer 0 (49,984), not the embedding with the output layer (50,048·64 + 2·64)."""
+    from schedsim.spec.loader import load_text
+    from schedsim.spec.training_block import fsdp_units, memory_per_rank, training_plan
+
+    spec = load_text(FSDP.replace("num_layers: 2", "num_layers: 1").replace("vocab_size: 1000", "vocab_size: 50000"))
+    t = spec.training
+    assert t is not None
+    plan = training_plan(t, 2)
+    units = fsdp_units(t, plan)
+    emb, out = 50_048 * 64 + 32 * 64, 50_048 * 64 + 2 * 64
+    assert units == {"embedding": emb, "l0": LAYER, "output": out}
+    assert memory_per_rank(t, plan)["gathered"] == 2 * (emb + LAYER) == 6_510_208
