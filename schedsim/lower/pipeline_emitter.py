@@ -263,7 +263,6 @@ class _Emitter:
                 self.pending_sends = []
             tags = table.tag_id((("chunk", chunk), ("mb", j), ("phase", phase), ("pp_op", label), ("stage", s)))
             first = tuple(deps)
-            oname = -1
             pre = f"{label}{s}.{j}." if label == phase else f"B{s}.{j}.{phase}."
             run = self._run(s, phase)
             lead = self.protos[(s, phase)][:1]
@@ -290,32 +289,39 @@ class _Emitter:
                 self.last_compute = ids[-1]
                 self.prev_of[(s, phase, j)] = ids[run.end]
                 continue
-            done: list[int] = []
-            end = -1
-            for row in self.protos[(s, phase)]:
-                tname, tid = row[0], row[1]
-                oname = names(pre + tname)
-                if len(row) > 2:  # an op placed by its row (training's context-parallel ring): ProtoPlace
-                    at: ProtoPlace = row[2]  # type: ignore[misc]
-                    table.add_ids(tid, self.rank, oname, tags, compute if at.stream < 0 else at.stream,
-                                  first + tuple(done[i] for i in at.after), at.peer,
-                                  table.strs(pre + at.batch) if at.batch else -1,
-                                  table.strs(pre + at.msg) if at.msg else -1)
-                    if at.stream < 0:
-                        self.last_on_compute = oname
-                else:
-                    table.add_ids(tid, self.rank, oname, tags, compute, first, -1, -1, -1)
-                    self.last_on_compute = oname
-                done.append(oname)
-                if len(row) <= 2 or not row[2].side:  # type: ignore[misc]
-                    end = oname
-                first = ()
-                if self.on_op is not None:
-                    self.on_op(s, j, phase, tname, oname)
+            oname, end = self._rows(s, j, phase, pre, tags, first)
             self.last_compute = oname
             self.prev_of[(s, phase, j)] = oname if end < 0 else end
         if parts[0][1] == "B":  # a full backward hands its input gradient on when the whole B is done
             self.prev_of[(s, "I", j)] = self.prev_of[(s, "W", j)]
+
+    def _rows(self, s: int, j: int, phase: str, pre: str, tags: int, first: tuple[int, ...]) -> tuple[int, int]:
+        """:meth:`compute`'s op-by-op path for one phase: each row of the stage's phase added on its own; returns
+        the last op's name id and the last one that is not ``side`` (-1: none)."""
+        table, names, compute = self.table, self.table.names, self.compute_stream
+        done: list[int] = []
+        oname = end = -1
+        for row in self.protos[(s, phase)]:
+            tname, tid = row[0], row[1]
+            oname = names(pre + tname)
+            if len(row) > 2:  # an op placed by its row (training's context-parallel ring): ProtoPlace
+                at: ProtoPlace = row[2]  # type: ignore[misc]
+                table.add_ids(tid, self.rank, oname, tags, compute if at.stream < 0 else at.stream,
+                              first + tuple(done[i] for i in at.after), at.peer,
+                              table.strs(pre + at.batch) if at.batch else -1,
+                              table.strs(pre + at.msg) if at.msg else -1)
+                if at.stream < 0:
+                    self.last_on_compute = oname
+            else:
+                table.add_ids(tid, self.rank, oname, tags, compute, first, -1, -1, -1)
+                self.last_on_compute = oname
+            done.append(oname)
+            if len(row) <= 2 or not row[2].side:  # type: ignore[misc]
+                end = oname
+            first = ()
+            if self.on_op is not None:
+                self.on_op(s, j, phase, tname, oname)
+        return oname, end
 
 
 def last_backward(plan: PipelinePlan) -> dict[int, int]:

@@ -782,7 +782,7 @@ class _Ranks:
         stream = self.table.streams(name) if name else -1
         place = ProtoPlace(stream, tuple(index[n] for n in o["after"]), peer,
                            "" if self.lone else o.get("nccl_group", ""), o.get("msg", ""),
-                           bool(o.get("after_compute")))
+                           after_compute=bool(o.get("after_compute")))
         return str(o["name"]), tid, place
 
     def one(self, kind: str, name: str, rank: int, group: tuple[int, ...], nbytes: float, dtype: str,
