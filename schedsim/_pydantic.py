@@ -22,9 +22,9 @@ import sys
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from types import ModuleType
-from typing import Any
+from typing import Annotated, Any, Union, get_args, get_origin
 
-__all__ = ["defer_plugin_discovery", "plugins_off"]
+__all__ = ["bool_for_number", "defer_plugin_discovery", "plugins_off"]
 
 _LOADER = "pydantic.plugin._loader"
 
@@ -69,3 +69,22 @@ def plugins_off() -> Iterator[None]:
             del os.environ["PYDANTIC_DISABLE_PLUGINS"]
         else:
             os.environ["PYDANTIC_DISABLE_PLUGINS"] = was
+
+
+def bool_for_number(v: object, ann: object) -> bool:
+    """True when ``v`` holds a boolean where ``ann`` wants a number: the value itself, or any value of a dict or
+    item of a list typed as numbers (``peak_tflops: {bf16: true}``). A type that takes a boolean keeps it."""
+    if get_origin(ann) is Annotated:
+        return bool_for_number(v, get_args(ann)[0])
+    if ann is bool:
+        return False
+    if ann in (int, float):
+        return isinstance(v, bool)
+    origin, args = get_origin(ann), get_args(ann)
+    if origin is Union or type(ann).__name__ == "UnionType":
+        return bool not in args and any(bool_for_number(v, a) for a in args)
+    if origin is dict and isinstance(v, dict) and len(args) == 2:
+        return any(bool_for_number(x, args[1]) for x in v.values())
+    if origin in (list, tuple) and isinstance(v, (list, tuple)) and args:
+        return any(bool_for_number(x, args[0]) for x in v)
+    return False

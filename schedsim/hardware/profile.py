@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -30,7 +30,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from schedsim._pydantic import plugins_off
+from schedsim._pydantic import bool_for_number, plugins_off
 from schedsim.errors import ProfileError, printable
 from schedsim.kinds import TABLE_KINDS, DType, TableKind
 
@@ -82,28 +82,9 @@ class _B(BaseModel):
     def _no_bool_number(cls, v: Any, info: ValidationInfo) -> Any:
         """A YAML ``true`` / ``false`` given for a number (``max_ctas: true``) is refused: pydantic's lax mode
         would read it as 1 / 0. Fields that take a boolean keep it."""
-        if info.field_name is not None and _bool_for_number(v, cls.model_fields[info.field_name].annotation):
+        if info.field_name is not None and bool_for_number(v, cls.model_fields[info.field_name].annotation):
             raise ValueError("a number, not a boolean")
         return v
-
-
-def _bool_for_number(v: object, ann: object) -> bool:
-    """True when ``v`` holds a boolean where ``ann`` wants a number: the value itself, or any value of a dict or
-    item of a list typed as numbers (``peak_tflops: {bf16: true}``). A type that takes a boolean keeps it."""
-    if get_origin(ann) is Annotated:
-        return _bool_for_number(v, get_args(ann)[0])
-    if ann is bool:
-        return False
-    if ann in (int, float):
-        return isinstance(v, bool)
-    origin, args = get_origin(ann), get_args(ann)
-    if origin is Union or type(ann).__name__ == "UnionType":
-        return bool not in args and any(_bool_for_number(v, a) for a in args)
-    if origin is dict and isinstance(v, dict) and len(args) == 2:
-        return any(_bool_for_number(x, args[1]) for x in v.values())
-    if origin in (list, tuple) and isinstance(v, (list, tuple)) and args:
-        return any(_bool_for_number(x, args[0]) for x in v)
-    return False
 
 
 class GPU(_B):

@@ -61,7 +61,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from schedsim._pydantic import plugins_off
+from schedsim._pydantic import bool_for_number, plugins_off
 from schedsim.units import DTYPE_BYTES
 
 __all__ = ["PipelineSpec", "TransformerSpec", "StageOps"]
@@ -71,6 +71,18 @@ __all__ = ["PipelineSpec", "TransformerSpec", "StageOps"]
 # after their definitions, with pydantic's plugin discovery off (see schedsim.spec.model).
 class _B(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, defer_build=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_bool_number(cls, data: Any) -> Any:
+        """A YAML ``true`` / ``false`` given for a number (``m: true``) is refused, as in the ops
+        (:class:`schedsim.spec.model._Base`)."""
+        if isinstance(data, dict):
+            for key, v in data.items():
+                f = cls.model_fields.get(key) if isinstance(key, str) else None
+                if f is not None and bool_for_number(v, f.annotation):
+                    raise ValueError(f"{key}: a number, not a boolean (YAML true/false): {v!r}")
+        return data
 
 
 class StageOps(_B):

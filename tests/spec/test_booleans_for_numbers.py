@@ -1,0 +1,48 @@
+"""A YAML ``true`` / ``false`` where a schedule wants a number is refused (exit 2, the field named), not read as
+1 / 0 by pydantic's lax mode: op sizes and dimensions, per-peer all_to_all sizes, pipeline block numbers, and the
+same through ``foreach`` and parameters. Fields that take a boolean keep it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from schedsim.cli import app
+from schedsim.errors import SchedsimError
+from schedsim.spec.loader import load_text
+
+HEAD = "schema_version: 1\nname: b\nworld_size: 2\n"
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    ("ops:\n  - {name: ar, kind: all_reduce, bytes: true}\n", "bytes"),
+    ("ops:\n  - {name: mm, kind: matmul, m: false, n: 64, k: 64, dtype: bf16}\n", "m"),
+    ("ops:\n  - {name: c, kind: compute, duration_us: true}\n", "duration_us"),
+    ("ops:\n  - {name: a, kind: all_to_all, send_bytes: [[0, true], [5, 0]]}\n", "send_bytes"),
+    ("params: {flag: true}\nops:\n  - foreach: {i: range(3)}\n    ops:\n"
+     "      - {name: \"ar{i}\", kind: all_reduce, bytes: \"flag\"}\n", "bytes"),
+    ("pipeline: {schedule: 1f1b, p: 2, m: true, stage: {forward: [{name: f, kind: compute, duration_us: 5}]}}\n",
+     "m"),
+])
+def test_a_boolean_for_a_number_is_refused_naming_the_field(body: str, field: str) -> None:
+    with pytest.raises(SchedsimError) as e:
+        load_text(HEAD + body, "b.yaml")
+    assert f"{field}: a number, not a boolean (YAML true/false)" in e.value.message
+
+
+def test_the_number_itself_still_loads_and_a_boolean_field_keeps_its_boolean() -> None:
+    spec = load_text(HEAD + "ops:\n  - {name: ar, kind: all_reduce, bytes: 1}\n", "b.yaml")
+    assert spec.ops[0].bytes == 1
+    spec = load_text(HEAD.replace("world_size: 2", "world_size: 4") + "pipeline: {schedule: 1f1b, p: 2, m: 4, "
+                     "data_parallel: 2, optimizer: true, stage: {forward: [{name: f, kind: compute, "
+                     "duration_us: 5}]}}\n", "b.yaml")
+    assert spec.pipeline is not None and spec.pipeline.optimizer is True
+
+
+def test_check_exits_2_without_a_traceback(tmp_path: Path) -> None:
+    f = tmp_path / "b.yaml"
+    f.write_text(HEAD + "ops:\n  - {name: ar, kind: all_reduce, bytes: true}\n")
+    r = CliRunner().invoke(app, ["check", str(f)])
+    assert r.exit_code == 2 and "bytes: a number, not a boolean" in r.stderr and "Traceback" not in r.stderr
