@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from types import ModuleType
 from typing import Annotated, Any, Union, get_args, get_origin
 
-__all__ = ["bool_for_number", "defer_plugin_discovery", "plugins_off"]
+__all__ = ["bool_for_number", "defer_plugin_discovery", "no_bool_numbers", "plugins_off"]
 
 _LOADER = "pydantic.plugin._loader"
 
@@ -88,3 +88,15 @@ def bool_for_number(v: object, ann: object) -> bool:
     if origin in (list, tuple) and isinstance(v, (list, tuple)) and args:
         return any(bool_for_number(x, args[0]) for x in v)
     return False
+
+
+def no_bool_numbers(fields: dict[str, Any], data: Any) -> Any:
+    """A model's ``mode="before"`` check: ``data`` (a mapping of field name to raw value) unchanged, or ValueError
+    naming the first field given a boolean where its annotation (``fields[name].annotation``, pydantic's
+    ``model_fields``) wants a number (:func:`bool_for_number`)."""
+    if isinstance(data, dict):
+        for key, v in data.items():
+            f = fields.get(key) if isinstance(key, str) else None
+            if f is not None and bool_for_number(v, f.annotation):
+                raise ValueError(f"{key}: a number, not a boolean (YAML true/false): {v!r}")
+    return data

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
-from schedsim._pydantic import bool_for_number, plugins_off
+from schedsim._pydantic import no_bool_numbers, plugins_off
 from schedsim.kinds import COLLECTIVE_KINDS, COMM_KINDS, KINDS, DType
 from schedsim.spec.training_block import TrainingSpec
 from schedsim.units import DTYPE_BYTES, MAX_BYTES, MAX_DIM, MAX_DURATION_US, MAX_FLOPS, MAX_REPEAT
@@ -102,12 +102,7 @@ class _OpBase(_Base):
     def _no_bool_number(cls, data: Any) -> Any:
         """A YAML ``true`` / ``false`` given for a number (``bytes: true``, ``m: false``) is refused: pydantic's
         lax mode would read it as 1 / 0, a silently wrong size. Fields that take a boolean keep it."""
-        if isinstance(data, dict):
-            for key, v in data.items():
-                f = cls.model_fields.get(key) if isinstance(key, str) else None
-                if f is not None and bool_for_number(v, f.annotation):
-                    raise ValueError(f"{key}: a number, not a boolean (YAML true/false): {v!r}")
-        return data
+        return no_bool_numbers(cls.model_fields, data)
 
     @field_validator("tags")
     @classmethod

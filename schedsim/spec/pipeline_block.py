@@ -61,7 +61,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from schedsim._pydantic import bool_for_number, plugins_off
+from schedsim._pydantic import no_bool_numbers, plugins_off
 from schedsim.units import DTYPE_BYTES
 
 __all__ = ["PipelineSpec", "TransformerSpec", "StageOps"]
@@ -77,12 +77,7 @@ class _B(BaseModel):
     def _no_bool_number(cls, data: Any) -> Any:
         """A YAML ``true`` / ``false`` given for a number (``m: true``) is refused, as in the ops
         (:class:`schedsim.spec.model._Base`)."""
-        if isinstance(data, dict):
-            for key, v in data.items():
-                f = cls.model_fields.get(key) if isinstance(key, str) else None
-                if f is not None and bool_for_number(v, f.annotation):
-                    raise ValueError(f"{key}: a number, not a boolean (YAML true/false): {v!r}")
-        return data
+        return no_bool_numbers(cls.model_fields, data)
 
 
 class StageOps(_B):
