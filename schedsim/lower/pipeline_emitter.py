@@ -9,6 +9,7 @@ tests/pipeline/test_expand_columns.py asserts both emitters give the same table 
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +50,7 @@ class _Run:
     after: tuple[tuple[int, tuple[int, ...]], ...]  # (op, the earlier ops it waits for), where it waits
     strs: tuple[tuple[int, int, str], ...]  # (op, 2·op for its group name or 2·op + 1 its message, suffix)
     distinct: bool  # no two ops of the phase share a name
+    cols: tuple[array, array, array]  # tmpls, streams and peers as C int arrays (Table copies them whole)
 
 
 @dataclass
@@ -204,32 +206,35 @@ class _Emitter:
                 placed = [k for k, a in enumerate(at) if a is not None and a.after]
                 sfx = [(k, x) for k, a in enumerate(at) if a is not None for x in (a.batch, a.msg)]
                 names = tuple(r[0] for r in rows)
-                run = _Run(tuple(r[1] for r in rows), names, all(a is None for a in at),
-                           tuple(cs if a is None or a.stream < 0 else a.stream for a in at),
-                           tuple(-1 if a is None else a.peer for a in at),
+                tmpls = tuple(r[1] for r in rows)
+                streams = tuple(cs if a is None or a.stream < 0 else a.stream for a in at)
+                peers = tuple(-1 if a is None else a.peer for a in at)
+                run = _Run(tmpls, names, all(a is None for a in at), streams, peers,
                            tuple((k, at[k].after) for k in placed),  # type: ignore[union-attr]
                            tuple((k, 2 * k + (i % 2), x) for i, (k, x) in enumerate(sfx) if x),
-                           len(set(names)) == len(names))
+                           len(set(names)) == len(names), (array("i", tmpls), array("i", streams), array("i", peers)))
             self.runs[key] = run
         return self.runs[key]  # type: ignore[no-any-return]
 
-    def _placed_cols(self, pre: str, run: _Run, ids: list[int]) -> tuple[list[tuple[int, ...]], list[int],
-                                                                      list[int]]:
-        """Of a run with placed ops under name prefix ``pre`` (name ids ``ids``): each op's dependencies on ops
-        of its own phase (name ids), its NCCL group name's and message's string ids (-1: none), interned in the
-        op-by-op order (each op's group name, then its message) and kept for the other ranks (the same strings)."""
+    def _placed_cols(self, pre: str, run: _Run, ids: list[int]) -> tuple[array, array, array, array]:
+        """Of a run with placed ops under name prefix ``pre`` (name ids ``ids``): how many dependencies each op
+        has on ops of its own phase and their name ids (concatenated), its NCCL group name's and message's string
+        ids (-1: none), interned in the op-by-op order (each op's group name, then its message) and kept for the
+        other ranks (the same strings); C int arrays, which :meth:`Table.add_placed` copies whole."""
         key = (pre, run.names)
         got = self.placed_ids.get(key)
         if got is None:
             n = len(ids)
-            deps: list[tuple[int, ...]] = [()] * n
+            ndep = array("i", bytes(4 * n))
+            dep = array("i")
             for k, after in run.after:
-                deps[k] = tuple([ids[i] for i in after])
+                ndep[k] = len(after)
+                dep.extend([ids[i] for i in after])
             both = [-1] * (2 * n)  # each op's group name, then its message
             sids = intern_list(self.table.strs, [pre + x for _k, _a, x in run.strs])
             for (_k, at, _x), sid in zip(run.strs, sids, strict=True):
                 both[at] = sid
-            got = self.placed_ids[key] = (deps, both[0::2], both[1::2])
+            got = self.placed_ids[key] = (ndep, dep, array("i", both[0::2]), array("i", both[1::2]))
         return got  # type: ignore[no-any-return]
 
     def compute(self, sub: Any) -> None:
@@ -262,12 +267,11 @@ class _Emitter:
                     ids = self.name_ids[(pre, tnames)] = intern_list(names, list(map(pre.__add__, tnames)),
                                                                      run.distinct)
                 if run.plain:
-                    table.add_run(run.tmpls, self.rank, ids, tags, compute, first)
+                    table.add_run(run.cols[0], self.rank, ids, tags, compute, first)
                 else:
-                    waits, batch, msg = self._placed_cols(pre, run, ids)
-                    if first:
-                        waits = [first + waits[0], *waits[1:]]
-                    table.add_placed(run.tmpls, self.rank, ids, tags, run.streams, waits, run.peers, batch, msg)
+                    ndep, dep, batch, msg = self._placed_cols(pre, run, ids)
+                    table.add_placed(run.cols[0], self.rank, ids, tags, run.cols[1], first, ndep, dep, run.cols[2],
+                                     batch, msg)
                 self.last_compute = ids[-1]
                 self.prev_of[(s, phase, j)] = ids[-1]
                 continue

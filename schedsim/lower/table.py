@@ -17,7 +17,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from itertools import chain, count, filterfalse, repeat
+from itertools import accumulate, count, filterfalse, repeat
 from typing import Any
 
 import numpy as np
@@ -283,16 +283,12 @@ class Table:
         self.tags(())
         self._shared: dict[tuple[Any, ...], int] = {}
         self._rows: list[tuple[np.ndarray, Any, np.ndarray, np.ndarray, Any, Any, Any]] = []
-        # single instances
-        self.o_tmpl: list[int] = []
-        self.o_rank: list[int] = []
-        self.o_name: list[int] = []
-        self.o_tags: list[int] = []
-        self.o_stream: list[int] = []
-        self.o_peer: list[int] = []
-        self.o_batch: list[int] = []
-        self.o_msg: list[int] = []
-        self._o_deps: list[tuple[int, ...]] = []
+        # single instances: C int columns (int32; an append past it is an OverflowError), filled by whole runs
+        # where the ops come in runs (:meth:`add_run`, :meth:`add_placed`: a constant column is one repeated array)
+        self.o_tmpl, self.o_rank, self.o_name, self.o_tags = array("i"), array("i"), array("i"), array("i")
+        self.o_stream, self.o_peer, self.o_batch, self.o_msg = array("i"), array("i"), array("i"), array("i")
+        self._o_ndep = array("i")  # per single instance, how many dependency names it has
+        self._o_dep = array("i")  # their name ids, concatenated in order
         self._blocks: list[tuple[int, Block]] = []  # (single instances before it, block)
         self._msg_col: list[tuple[int, np.ndarray]] = []  # (first tag id, mask): see mark_msg_tags
 
@@ -370,43 +366,54 @@ class Table:
         self.o_peer.append(peer)
         self.o_batch.append(batch)
         self.o_msg.append(msg)
-        self._o_deps.append(deps)
+        self._o_ndep.append(len(deps))
+        if deps:
+            self._o_dep.extend(deps)
 
-    def add_run(self, tmpls: tuple[int, ...], rank: int, names: list[int], tags: int, stream: int,
-                first: tuple[int, ...]) -> None:
+    def add_run(self, tmpls: Any, rank: int, names: Any, tags: int, stream: int, first: tuple[int, ...]) -> None:
         """``len(tmpls)`` instances in a row, as that many :meth:`add_ids` calls would write them: template
         ``tmpls[i]`` named ``names[i]``, one rank, tag set and stream, no peer, batch or message; the first
-        waits for the name ids ``first``, the others for nothing (their stream orders them)."""
+        waits for the name ids ``first``, the others for nothing (their stream orders them). ``tmpls`` and
+        ``names``: sequences of ints (an ``array("i")`` is copied whole, not item by item)."""
         n = len(tmpls)
         if not n:
             return
         self.o_tmpl.extend(tmpls)
-        self.o_rank.extend([rank] * n)
+        self.o_rank.extend(array("i", (rank,)) * n)
         self.o_name.extend(names)
-        self.o_tags.extend([tags] * n)
-        self.o_stream.extend([stream] * n)
-        none = [-1] * n
+        self.o_tags.extend(array("i", (tags,)) * n)
+        self.o_stream.extend(array("i", (stream,)) * n)
+        none = _NONE * n
         self.o_peer.extend(none)
         self.o_batch.extend(none)
         self.o_msg.extend(none)
-        self._o_deps.append(first)
-        self._o_deps.extend([()] * (n - 1))
+        zero = _ZERO * n
+        zero[0] = len(first)
+        self._o_ndep.extend(zero)
+        self._o_dep.extend(first)
 
-    def add_placed(self, tmpls: tuple[int, ...], rank: int, names: list[int], tags: int, streams: tuple[int, ...],
-                   deps: list[tuple[int, ...]], peers: tuple[int, ...], batches: list[int], msgs: list[int]) -> None:
+    def add_placed(self, tmpls: Any, rank: int, names: Any, tags: int, streams: Any, first: tuple[int, ...],
+                   ndep: Any, dep: Any, peers: Any, batches: Any, msgs: Any) -> None:
         """``len(tmpls)`` instances on one rank with one tag set, as that many :meth:`add_ids` calls would write
-        them: op ``i`` of template ``tmpls[i]``, name id ``names[i]``, stream id ``streams[i]``, dependency name
-        ids ``deps[i]``, peer ``peers[i]``, batch and message string ids ``batches[i]``, ``msgs[i]`` (-1 none)."""
+        them: op ``i`` of template ``tmpls[i]``, name id ``names[i]``, stream id ``streams[i]``, ``ndep[i]``
+        dependency name ids (``dep``: all of them in op order; op 0's after the name ids ``first``), peer
+        ``peers[i]``, batch and message string ids ``batches[i]``, ``msgs[i]`` (-1 none). Each a sequence of
+        ints (an ``array("i")`` is copied whole)."""
         n = len(tmpls)
         self.o_tmpl.extend(tmpls)
-        self.o_rank.extend([rank] * n)
+        self.o_rank.extend(array("i", (rank,)) * n)
         self.o_name.extend(names)
-        self.o_tags.extend([tags] * n)
+        self.o_tags.extend(array("i", (tags,)) * n)
         self.o_stream.extend(streams)
         self.o_peer.extend(peers)
         self.o_batch.extend(batches)
         self.o_msg.extend(msgs)
-        self._o_deps.extend(deps)
+        at = len(self._o_ndep)
+        self._o_ndep.extend(ndep)
+        if first:
+            self._o_ndep[at] += len(first)
+            self._o_dep.extend(first)
+        self._o_dep.extend(dep)
 
     def add_one(self, t: int, rank: int, name: str, tags: int, stream: str, deps: tuple[str, ...] = (),
                 peer: int = -1, batch: str | None = None, msg: str | None = None) -> None:
@@ -421,7 +428,9 @@ class Table:
         self.o_peer.append(peer)
         self.o_batch.append(-1 if batch is None else self.strs(batch))
         self.o_msg.append(-1 if msg is None else self.strs(msg))
-        self._o_deps.append(tuple([names(d) for d in deps]) if deps else ())
+        self._o_ndep.append(len(deps))
+        if deps:
+            self._o_dep.extend([names(d) for d in deps])
 
     def mark_msg_tags(self, base: int, mask: np.ndarray) -> None:
         """Tag sets ``base + k`` for ``k`` where ``mask`` (bool) is set carry a ``msg`` equal to the message
@@ -446,13 +455,16 @@ class Table:
     def o_deps(self) -> list[tuple[int, ...]]:
         """Per single instance (:meth:`add_ids`, :meth:`add_one`, :meth:`add_block`, in order) the name ids
         of its dependencies (built on each call; the tests compare it)."""
+        cnt, flat = self._o_ndep.tolist(), self._o_dep.tolist()
+        ptr = [0, *accumulate(cnt)]
+        mine = [tuple(flat[a:z]) for a, z in zip(ptr[:-1], ptr[1:], strict=True)]
         out: list[tuple[int, ...]] = []
         at = 0
         for pos, b in self._blocks:
-            out.extend(self._o_deps[at:pos])
+            out.extend(mine[at:pos])
             out.extend(b.dep_tuples())
             at = pos
-        out.extend(self._o_deps[at:])
+        out.extend(mine[at:])
         return out
 
     def _tmpl_cols(self) -> dict[str, np.ndarray]:
@@ -546,8 +558,8 @@ class Table:
         int64, from 0 at the first single instance; ``dep_name`` int32), the blocks spliced in order."""
         lists = {"tmpl": self.o_tmpl, "rank": self.o_rank, "name": self.o_name, "tags": self.o_tags,
                  "stream": self.o_stream, "peer": self.o_peer, "batch": self.o_batch, "msg": self.o_msg}
-        k_o = np.fromiter(map(len, self._o_deps), np.int64, len(self._o_deps))
-        flat = np.fromiter(chain.from_iterable(self._o_deps), I32, int(k_o.sum()))
+        k_o = _ints(self._o_ndep).astype(np.int64)
+        flat = _ints(self._o_dep)
         if not self._blocks:  # no splicing
             out = {k: _ints(v) for k, v in lists.items()}
             out["dep_op"] = np.repeat(np.arange(len(k_o)), k_o)
@@ -573,11 +585,18 @@ class Table:
         return out
 
 
-def _ints(v: list[int]) -> np.ndarray:
-    """``v`` (Python ints) as int32, shape (len(v),), writable: through ``array("i")`` (C int, a C loop over the
-    list: half the time of ``np.fromiter``), or ``np.fromiter`` where a C int is not 32 bits; OverflowError for a
-    value outside int32, as ``np.array`` raises."""
+def _ints(v: list[int] | array) -> np.ndarray:
+    """``v`` (Python ints, or an ``array("i")``: copied, so that the array may grow on) as int32, shape
+    (len(v),), writable: a list through ``array("i")`` (C int, a C loop over the list: half the time of
+    ``np.fromiter``), or ``np.fromiter`` where a C int is not 32 bits; OverflowError for a value outside int32, as
+    ``np.array`` raises."""
+    if isinstance(v, array) and v.itemsize == 4:
+        return np.frombuffer(v, I32).copy() if len(v) else np.zeros(0, I32)
     return np.frombuffer(array("i", v), I32) if I32_C else np.fromiter(v, I32, len(v))
+
+
+_NONE = array("i", (-1,))  # repeated: a run's column of "none" (-1)
+_ZERO = array("i", (0,))
 
 
 def _cat(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
