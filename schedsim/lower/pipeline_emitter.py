@@ -20,6 +20,12 @@ from schedsim.pipeline.actions import ComputationType as CT
 
 _VALUE = {t: t.value for t in CT}  # an enum's .value is a descriptor call; this is a dict lookup
 
+#: In this process: (name prefix, a phase's op names) -> the full op names, kept across lowerings (the points of a
+#: ``schedsim search`` name their ops alike), so that each string is made and hashed once, not once a lowering; at
+#: most this many runs, then forgotten all at once. A pure cache: the names interned are the same.
+NAME_RUNS_MAX = 1 << 14
+_NAME_RUNS: dict[tuple[str, tuple[str, ...]], list[str]] = {}
+
 
 @dataclass(frozen=True)
 class ProtoPlace:
@@ -261,11 +267,15 @@ class _Emitter:
             run = self._run(s, phase)
             if run is not None and (self.on_op is None or (
                     self.on_op_at is not None and not self.on_op_at(s, j, phase))):
-                tnames = run.names
-                ids = self.name_ids.get((pre, tnames))
+                key = (pre, run.names)
+                ids = self.name_ids.get(key)
                 if ids is None:
-                    ids = self.name_ids[(pre, tnames)] = intern_list(names, list(map(pre.__add__, tnames)),
-                                                                     run.distinct)
+                    full = _NAME_RUNS.get(key)
+                    if full is None:
+                        if len(_NAME_RUNS) >= NAME_RUNS_MAX:
+                            _NAME_RUNS.clear()
+                        full = _NAME_RUNS[key] = list(map(pre.__add__, run.names))
+                    ids = self.name_ids[key] = intern_list(names, full, run.distinct)
                 if run.plain:
                     table.add_run(run.cols[0], self.rank, ids, tags, compute, first)
                 else:
