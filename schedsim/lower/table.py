@@ -384,23 +384,9 @@ class Table:
         ``tmpls[i]`` named ``names[i]``, one rank, tag set and stream, no peer, batch or message; the first
         waits for the name ids ``first``, the others for nothing (their stream orders them). ``tmpls``, ``names``:
         sequences of ints (an ``array("i")`` is copied whole, not item by item)."""
-        n = len(tmpls)
-        if not n:
-            return
-        if first:
-            self._dep_at.append(len(self.o_tmpl))
-            self._dep_n.append(len(first))
-            self._dep.extend(first)
-        self.o_tmpl.extend(tmpls)
-        self.o_name.extend(names)
-        self._seg.append(n)
-        self.s_rank.append(rank)
-        self.s_tags.append(tags)
-        self.s_stream.extend(array("i", (stream,)) * n)
-        none = _NONE * n
-        self.s_peer.extend(none)
-        self.s_batch.extend(none)
-        self.s_msg.extend(none)
+        none = _NONE * len(tmpls)
+        self.add_placed(tmpls, rank, names, tags, array("i", (stream,)) * len(tmpls), first, (), (), (), none, none,
+                        none)
 
     def add_placed(self, tmpls: Any, rank: int, names: Any, tags: int, streams: Any, first: tuple[int, ...],
                    dep_at: Any, dep_n: Any, dep: list[int], peers: Any, batches: Any, msgs: Any) -> None:
