@@ -17,7 +17,7 @@ from schedsim.lower.program import required as _required
 
 __all__ = ["H_KERNEL", "H_ELEMENTWISE", "H_MEMCPY", "H_P2P", "H_BATCH_P2P", "H_COLL", "H_GRAPH", "HOST_CALL_META_MAX",
            "host_class", "host_issue_columns", "kernel_release", "end_event_bound",
-           "host_end_per_rank", "host_waited"]
+           "host_end_per_rank", "host_waited", "cold_wait_s"]
 
 #: Host-call classes of rule host-issue (:func:`host_class`): what one op's call costs on the host.
 H_KERNEL, H_ELEMENTWISE, H_MEMCPY, H_P2P, H_BATCH_P2P, H_COLL = range(6)
@@ -248,7 +248,18 @@ def host_waited(end: np.ndarray, host_end: np.ndarray, profile: HardwareProfile,
     >>> host_waited(end, host, p, "eager"), host_waited(host, host, p, "eager"), host_waited(end, host, p, "cuda_graph")
     (True, False, False)
     """
-    lp = profile.launch
-    if mode != "eager" or not any(lp.cold_first_call_us.values()) or not len(end):
+    cw = cold_wait_s(profile, mode)
+    if cw is None or not len(end):
         return False
-    return float(np.max(end)) - float(np.max(host_end)) >= lp.cold_wait_us * 1e-6
+    return float(np.max(end)) - float(np.max(host_end)) >= cw
+
+
+def cold_wait_s(profile: HardwareProfile, mode: str) -> float | None:
+    """The host's wait (s, ``launch.cold_wait_us`` · 1e-6) from which :func:`host_waited` is true, or None where it
+    is never true (a graph replay, or a profile without ``launch.cold_first_call_us``). Since it compares the
+    latest end, an op that ends ``end`` with ``end - max(host_end) >=`` this settles it (the event loop's halt,
+    :func:`schedsim.sim.waves_columns.run_waves_program`)."""
+    lp = profile.launch
+    if mode != "eager" or not any(lp.cold_first_call_us.values()):
+        return None
+    return lp.cold_wait_us * 1e-6

@@ -24,11 +24,14 @@ if TYPE_CHECKING:
 __all__ = ["Program", "check_program", "lower"]
 
 
-def lower(spec: ScheduleSpec, check: bool = True, symmetric: bool = False) -> Program:
+def lower(spec: ScheduleSpec, check: bool = True, symmetric: bool = False, warn: bool = True) -> Program:
     """Lower ``spec`` (a ScheduleSpec) to a :class:`Program`; with ``check``, run the static checks. With
     ``symmetric``, a ``training:`` block writes only one representative rank of each class of ranks that run
     alike (:func:`schedsim.lower.training.represented_ranks`, recorded in :attr:`Program.represented`); the
-    Program then holds only their ops, and each collective only its represented members.
+    Program then holds only their ops, and each collective only its represented members. Without ``warn``, the
+    warnings that are only words (send/recv names suggesting another pairing, "may hang") are not worked out
+    (:attr:`Program.warnings` holds the others): ``schedsim search``, which keeps none; the checks that raise
+    run as with it.
 
     Raises
     ------
@@ -73,7 +76,7 @@ def lower(spec: ScheduleSpec, check: bool = True, symmetric: bool = False) -> Pr
             info["represented"] = represented
         if pipeline is not None:
             info["pipeline"] = pipeline  # G.graph's form (to_dict) only when the reference build words an error
-        cols, linked = link(table, spec._file, info, check)
+        cols, linked = link(table, spec._file, info, check, warn)
         uniform = bool(linked.pop("uniform", False))  # rank 0's ops on every rank (link._link_uniform)
         c = cols.c
         prog = Program(spec.name, spec.world_size, spec.launch, spec._file, conns, pipeline, tuple(table.templates),
@@ -85,14 +88,15 @@ def lower(spec: ScheduleSpec, check: bool = True, symmetric: bool = False) -> Pr
 
         check_graph_segments(prog)
         if check:
-            prog = replace(prog, warnings=prog.warnings + tuple(check_program(prog, uniform)), checked=True)
+            prog = replace(prog, warnings=prog.warnings + tuple(check_program(prog, uniform, warn)), checked=True)
         return prog
 
 
-def check_program(prog: Program, uniform: bool = False) -> list[str]:
+def check_program(prog: Program, uniform: bool = False, warn: bool = True) -> list[str]:
     """Run every static check on ``prog`` (:func:`schedsim.lower.checks.check_arrays`, ``uniform`` passed on: a
     Program linked as rank 0's ops on every rank); returns the extra "may hang" warnings
-    (:func:`schedsim.lower.check_errors.hang_warnings`, then the split-batch one).
+    (:func:`schedsim.lower.check_errors.hang_warnings`, then the split-batch one), those worded by
+    ``hang_warnings`` only with ``warn``.
 
     Raises
     ------
@@ -110,7 +114,7 @@ def check_program(prog: Program, uniform: bool = False) -> list[str]:
             raise AssertionError("the array checks found a fault that no rule's witness names; please report it")
         raise err
     extra = [v.split] if v.split else []
-    if not v.word_warnings:
+    if not (v.word_warnings and warn):
         return extra
     from schedsim.lower.check_errors import hang_warnings
 
@@ -121,8 +125,8 @@ class _LowerPackage(types.ModuleType):
     """This package is also ``schedsim``'s public :func:`lower`: once it is imported, ``schedsim.lower`` (and so
     ``from schedsim import lower``) is the package, not the function, so calling the package lowers."""
 
-    def __call__(self, spec: ScheduleSpec, check: bool = True, symmetric: bool = False) -> Program:
-        return lower(spec, check, symmetric)
+    def __call__(self, spec: ScheduleSpec, check: bool = True, symmetric: bool = False, warn: bool = True) -> Program:
+        return lower(spec, check, symmetric, warn)
 
 
 sys.modules[__name__].__class__ = _LowerPackage

@@ -476,8 +476,9 @@ def _link_uniform(table: Table, W: int) -> tuple[_Cols, dict[str, Any]] | None:
                   "warnings": (), "uniform": True}
 
 
-def link(table: Table, file: str, info: dict[str, Any], check: bool) -> tuple[_Cols, dict[str, Any]]:
-    """Program order, dependencies, edges, collectives and p2p pairs of the expanded ``table``.
+def link(table: Table, file: str, info: dict[str, Any], check: bool, warn: bool = True) -> tuple[_Cols, dict[str, Any]]:
+    """Program order, dependencies, edges, collectives and p2p pairs of the expanded ``table``; ``warn``: word the
+    send/recv name warnings (:func:`schedsim.lower.p2p.match_p2p`).
 
     Returns the columns and the Program's linked arrays. Raises what the object-based build raises
     (:class:`~schedsim.errors.GraphError`, :class:`~schedsim.errors.DeadlockError`) when a rule is broken.
@@ -499,7 +500,7 @@ def link(table: Table, file: str, info: dict[str, Any], check: bool) -> tuple[_C
     keys, cptr, cidx, ok = _collectives(cols, represented)
     if not ok:
         raise build_fault(cols, file, represented)
-    pairs, warnings = match_p2p(cols)
+    pairs, warnings = match_p2p(cols, warn)
     if pairs is None:
         raise build_fault(cols, file, represented)
     dep_ptr = np.zeros(cols.N + 1, I64)

@@ -80,9 +80,10 @@ def _msg_values(cols: Any, s: np.ndarray, r: np.ndarray) -> tuple[np.ndarray, np
     return out[:len(s)], out[len(s):]
 
 
-def match_p2p(cols: Any) -> tuple[np.ndarray | None, list[str]]:
+def match_p2p(cols: Any, warn: bool = True) -> tuple[np.ndarray | None, list[str]]:
     """``(pairs, warnings)``: matched ``(send, recv)`` op indices (sorted by (src, dst), then issue order), or
-    None when the pairing breaks a rule (unmatched op, tags, messages or sizes that disagree)."""
+    None when the pairing breaks a rule (unmatched op, tags, messages or sizes that disagree); the warnings (names
+    that suggest another pairing) only with ``warn``."""
     c = cols.c
     idx = np.flatnonzero(cols.is_p2p)
     if not len(idx):
@@ -117,7 +118,7 @@ def match_p2p(cols: Any) -> tuple[np.ndarray | None, list[str]]:
     nbytes = np.array([t.nbytes for t in tp], np.float64)[c["tmpl"]]
     if bool((nbytes[s] != nbytes[r]).any()):
         return None, []
-    return np.stack([s, r], axis=1).astype(I64, copy=False), _name_warnings(cols, s, r, ss, sd, ms)
+    return np.stack([s, r], axis=1).astype(I64, copy=False), _name_warnings(cols, s, r, ss, sd, ms) if warn else []
 
 
 def _name_warnings(cols: Any, s: np.ndarray, r: np.ndarray, ss: np.ndarray, sd: np.ndarray,

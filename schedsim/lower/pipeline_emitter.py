@@ -9,6 +9,8 @@ tests/pipeline/test_expand_columns.py asserts both emitters give the same table 
 
 from __future__ import annotations
 
+from array import array
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +23,24 @@ from schedsim.pipeline.actions import COMM_TYPES
 from schedsim.pipeline.actions import ComputationType as CT
 
 _VALUE = {t: t.value for t in CT}  # an enum's .value is a descriptor call; this is a dict lookup
+
+#: In this process: (name prefix, a phase's op names or NCCL group / message suffixes) -> the full strings, kept
+#: across lowerings (the points of a ``schedsim search`` name their ops alike), so that each string is made and
+#: hashed once, not once a lowering; at most this many runs, then forgotten all at once. A pure cache: the names
+#: interned are the same.
+NAME_RUNS_MAX = 1 << 14
+_NAME_RUNS: dict[tuple[str, tuple[str, ...]], list[str]] = {}
+
+
+def _full_names(pre: str, suffixes: tuple[str, ...]) -> list[str]:
+    """``[pre + x for x in suffixes]``, kept in :data:`_NAME_RUNS` (the list is shared: not to be changed)."""
+    key = (pre, suffixes)
+    full = _NAME_RUNS.get(key)
+    if full is None:
+        if len(_NAME_RUNS) >= NAME_RUNS_MAX:
+            _NAME_RUNS.clear()
+        full = _NAME_RUNS[key] = list(map(pre.__add__, suffixes))
+    return full
 
 
 @dataclass(frozen=True)
@@ -58,6 +78,10 @@ class _Run:
     after: tuple[tuple[int, tuple[int, ...]], ...]  # (op, the earlier ops it waits for), where it waits
     strs: tuple[tuple[int, int, str], ...]  # (op, 2·op for its group name or 2·op + 1 its message, suffix)
     distinct: bool  # no two ops of the phase share a name
+    cols: tuple[array, array, array]  # tmpls, streams and peers as C int arrays (Table copies them whole)
+    # of ``after`` and ``strs``: the ops with in-phase dependencies, how many each, their op indices concatenated,
+    # and per suffix its place (2·op or 2·op + 1) and the suffix, in order
+    shape: tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[str, ...]]
     end: int = -1  # the op the phase ends with: the last one not ProtoPlace.side
 
 
@@ -92,7 +116,7 @@ class _Emitter:
     on_op_at: Any = None
     # (name prefix, the phase's op names) -> their name ids: the same on every rank of a stage, so an emitter
     # that shares it with the other ranks' (the training block) interns each name once
-    name_ids: dict[tuple[str, tuple[str, ...]], list[int]] = field(default_factory=dict)
+    name_ids: dict[tuple[str, tuple[str, ...]], Any] = field(default_factory=dict)
     # intern a send's or recv's tag set (Table.tag_id) instead of a fresh one per op: the training block, whose
     # data-parallel replicas repeat every pipeline rank's tag sets
     shared_p2p_tags: bool = False
@@ -215,33 +239,34 @@ class _Emitter:
                 placed = [k for k, a in enumerate(at) if a is not None and a.after]
                 sfx = [(k, x) for k, a in enumerate(at) if a is not None for x in (a.batch, a.msg)]
                 names = tuple(r[0] for r in rows)
-                run = _Run(tuple(r[1] for r in rows), names, all(a is None for a in at),
-                           tuple(cs if a is None or a.stream < 0 else a.stream for a in at),
-                           tuple(-1 if a is None else a.peer for a in at),
-                           tuple((k, at[k].after) for k in placed),  # type: ignore[union-attr]
-                           tuple((k, 2 * k + (i % 2), x) for i, (k, x) in enumerate(sfx) if x),
-                           len(set(names)) == len(names),
-                           max([k for k, a in enumerate(at) if a is None or not a.side], default=len(rows) - 1))
+                tmpls = tuple(r[1] for r in rows)
+                streams = tuple(cs if a is None or a.stream < 0 else a.stream for a in at)
+                peers = tuple(-1 if a is None else a.peer for a in at)
+                after = tuple((k, at[k].after) for k in placed)  # type: ignore[union-attr]
+                strs = tuple((k, 2 * k + (i % 2), x) for i, (k, x) in enumerate(sfx) if x)
+                run = _Run(tmpls, names, all(a is None for a in at), streams, peers, after, strs,
+                           len(set(names)) == len(names), (array("i", tmpls), array("i", streams), array("i", peers)),
+                           (tuple(k for k, _a in after), tuple(len(a) for _k, a in after),
+                            tuple(i for _k, a in after for i in a), tuple(x[1] for x in strs),
+                            tuple(x[2] for x in strs)),
+                           end=max([k for k, a in enumerate(at) if a is None or not a.side], default=len(rows) - 1))
             self.runs[key] = run
         return self.runs[key]  # type: ignore[no-any-return]
 
-    def _placed_cols(self, pre: str, run: _Run, ids: list[int]) -> tuple[list[tuple[int, ...]], list[int],
-                                                                      list[int]]:
-        """Of a run with placed ops under name prefix ``pre`` (name ids ``ids``): each op's dependencies on ops
-        of its own phase (name ids), its NCCL group name's and message's string ids (-1: none), interned in the
-        op-by-op order (each op's group name, then its message) and kept for the other ranks (the same strings)."""
+    def _placed_cols(self, pre: str, run: _Run, ids: Any) -> tuple[Any, Any, list[int], array, array]:
+        """Of a run with placed ops under name prefix ``pre`` (name ids ``ids``): the ops that wait for ops of
+        their own phase, how many each, those ops' name ids (concatenated), and each op's NCCL group name's and
+        message's string ids (-1: none), interned in the op-by-op order (each op's group name, then its message)
+        and kept for the other ranks (the same strings): :meth:`Table.add_placed`'s arguments."""
         key = (pre, run.names)
         got = self.placed_ids.get(key)
         if got is None:
-            n = len(ids)
-            deps: list[tuple[int, ...]] = [()] * n
-            for k, after in run.after:
-                deps[k] = tuple([ids[i] for i in after])
-            both = [-1] * (2 * n)  # each op's group name, then its message
-            sids = intern_list(self.table.strs, [pre + x for _k, _a, x in run.strs])
-            for (_k, at, _x), sid in zip(run.strs, sids, strict=True):
-                both[at] = sid
-            got = self.placed_ids[key] = (deps, both[0::2], both[1::2])
+            dep_at, dep_n, flat, ats, sfx = run.shape
+            both = [-1] * (2 * len(ids))  # each op's group name, then its message
+            sids = intern_list(self.table.strs, _full_names(pre, sfx))
+            deque(map(both.__setitem__, ats, sids), maxlen=0)  # both[at] = sid, in C
+            got = self.placed_ids[key] = (dep_at, dep_n, list(map(ids.__getitem__, flat)), array("i", both[0::2]),
+                                          array("i", both[1::2]))
         return got  # type: ignore[no-any-return]
 
     def compute(self, sub: Any) -> None:
@@ -271,18 +296,17 @@ class _Emitter:
                 first += (self.last_on_compute,)
             if run is not None and (self.on_op is None or (
                     self.on_op_at is not None and not self.on_op_at(s, j, phase))):
-                tnames = run.names
-                ids = self.name_ids.get((pre, tnames))
+                key = (pre, run.names)
+                ids = self.name_ids.get(key)
                 if ids is None:
-                    ids = self.name_ids[(pre, tnames)] = intern_list(names, list(map(pre.__add__, tnames)),
-                                                                     run.distinct)
+                    ids = self.name_ids[key] = array("i", intern_list(names, _full_names(pre, run.names),
+                                                                      run.distinct))
                 if run.plain:
-                    table.add_run(run.tmpls, self.rank, ids, tags, compute, first)
+                    table.add_run(run.cols[0], self.rank, ids, tags, compute, first)
                 else:
-                    waits, batch, msg = self._placed_cols(pre, run, ids)
-                    if first:
-                        waits = [first + waits[0], *waits[1:]]
-                    table.add_placed(run.tmpls, self.rank, ids, tags, run.streams, waits, run.peers, batch, msg)
+                    dep_at, dep_n, dep, batch, msg = self._placed_cols(pre, run, ids)
+                    table.add_placed(run.cols[0], self.rank, ids, tags, run.cols[1], first, dep_at, dep_n, dep,
+                                     run.cols[2], batch, msg)
                 on = [k for k, st in enumerate(run.streams) if st == compute]
                 if on:
                     self.last_on_compute = ids[on[-1]]

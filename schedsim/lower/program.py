@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
 import numpy as np
@@ -337,7 +338,7 @@ class Program:
         has the tag), from the distinct sets, a pipeline block's lazy run through its columns (unmade): no
         per-op column built."""
         def holds(s: tuple[tuple[str, object], ...]) -> bool:
-            return any(k == key for k, _v in s)
+            return key in map(itemgetter(0), s)  # compared in C
 
         t = self.tag_table
         if isinstance(t, tuple):

@@ -17,7 +17,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from itertools import chain, count, filterfalse, repeat
+from itertools import accumulate, count, filterfalse, repeat
 from typing import Any
 
 import numpy as np
@@ -287,16 +287,19 @@ class Table:
         self.tags(())
         self._shared: dict[tuple[Any, ...], int] = {}
         self._rows: list[tuple[np.ndarray, Any, np.ndarray, np.ndarray, Any, Any, Any]] = []
-        # single instances
-        self.o_tmpl: list[int] = []
-        self.o_rank: list[int] = []
-        self.o_name: list[int] = []
-        self.o_tags: list[int] = []
-        self.o_stream: list[int] = []
-        self.o_peer: list[int] = []
-        self.o_batch: list[int] = []
-        self.o_msg: list[int] = []
-        self._o_deps: list[tuple[int, ...]] = []
+        # single instances. Per op, C int columns (int32; a value past it is an OverflowError): template, name,
+        # stream, peer, batch and message ids, extended by whole arrays where the ops come in runs; rank and tag
+        # set as values of *segments* (``_seg``: their lengths; an op of add_ids / add_one a segment of 1, a run
+        # of add_run / add_placed one segment); the dependencies as (op, count) where an op has some, and the
+        # name ids concatenated. Made arrays at the end (:meth:`_singles`).
+        self.o_tmpl, self.o_name = array("i"), array("i")
+        self.s_stream, self.s_peer, self.s_batch, self.s_msg = array("i"), array("i"), array("i"), array("i")
+        self._seg: list[int] = []
+        self.s_rank: list[int] = []
+        self.s_tags: list[int] = []
+        self._dep_at: list[int] = []  # ops (index among the single instances) with dependencies
+        self._dep_n: list[int] = []  # how many each
+        self._dep: list[int] = []  # their name ids, concatenated in order
         self._blocks: list[tuple[int, Block]] = []  # (single instances before it, block)
         self._msg_col: list[tuple[int, np.ndarray]] = []  # (first tag id, mask): see mark_msg_tags
 
@@ -366,66 +369,67 @@ class Table:
                 batch: int, msg: int) -> None:
         """One instance of template ``t`` from interned ids (name, tags, stream, dependency names, batch and
         message strings; -1 = none): what the pipeline emitter, which keeps ids, writes."""
+        if deps:
+            self._dep_at.append(len(self.o_tmpl))
+            self._dep_n.append(len(deps))
+            self._dep.extend(deps)
         self.o_tmpl.append(t)
-        self.o_rank.append(rank)
         self.o_name.append(name)
-        self.o_tags.append(tags)
-        self.o_stream.append(stream)
-        self.o_peer.append(peer)
-        self.o_batch.append(batch)
-        self.o_msg.append(msg)
-        self._o_deps.append(deps)
+        self._seg.append(1)
+        self.s_rank.append(rank)
+        self.s_tags.append(tags)
+        self.s_stream.append(stream)
+        self.s_peer.append(peer)
+        self.s_batch.append(batch)
+        self.s_msg.append(msg)
 
-    def add_run(self, tmpls: tuple[int, ...], rank: int, names: list[int], tags: int, stream: int,
-                first: tuple[int, ...]) -> None:
+    def add_run(self, tmpls: Any, rank: int, names: Any, tags: int, stream: int, first: tuple[int, ...]) -> None:
         """``len(tmpls)`` instances in a row, as that many :meth:`add_ids` calls would write them: template
         ``tmpls[i]`` named ``names[i]``, one rank, tag set and stream, no peer, batch or message; the first
-        waits for the name ids ``first``, the others for nothing (their stream orders them)."""
+        waits for the name ids ``first``, the others for nothing (their stream orders them). ``tmpls``, ``names``:
+        sequences of ints (an ``array("i")`` is copied whole, not item by item)."""
+        none = _NONE * len(tmpls)
+        self.add_placed(tmpls, rank, names, tags, array("i", (stream,)) * len(tmpls), first, (), (), (), none, none,
+                        none)
+
+    def add_placed(self, tmpls: Any, rank: int, names: Any, tags: int, streams: Any, first: tuple[int, ...],
+                   dep_at: Any, dep_n: Any, dep: Any, peers: Any, batches: Any, msgs: Any) -> None:
+        """``len(tmpls)`` instances on one rank with one tag set, as that many :meth:`add_ids` calls would write
+        them: op ``i`` of template ``tmpls[i]``, name id ``names[i]``, stream id ``streams[i]``, peer
+        ``peers[i]``, batch and message string ids ``batches[i]``, ``msgs[i]`` (-1 none); op 0 waits for the name
+        ids ``first``, and ops ``dep_at`` (ascending) for ``dep_n`` name ids each (``dep``, concatenated) too.
+        The per-op columns: sequences of ints (an ``array("i")`` is copied whole)."""
         n = len(tmpls)
         if not n:
             return
+        base = len(self.o_tmpl)
+        at, cnt = self._dep_at, self._dep_n
+        if first:
+            at.append(base)
+            cnt.append(len(first))
+            self._dep.extend(first)
+            if dep_at and dep_at[0] == 0:  # op 0's own after first's
+                cnt[-1] += dep_n[0]
+                dep_at, dep_n = dep_at[1:], dep_n[1:]
+        at.extend(map(base.__add__, dep_at))
+        cnt.extend(dep_n)
+        self._dep.extend(dep)
         self.o_tmpl.extend(tmpls)
-        self.o_rank.extend([rank] * n)
         self.o_name.extend(names)
-        self.o_tags.extend([tags] * n)
-        self.o_stream.extend([stream] * n)
-        none = [-1] * n
-        self.o_peer.extend(none)
-        self.o_batch.extend(none)
-        self.o_msg.extend(none)
-        self._o_deps.append(first)
-        self._o_deps.extend([()] * (n - 1))
-
-    def add_placed(self, tmpls: tuple[int, ...], rank: int, names: list[int], tags: int, streams: tuple[int, ...],
-                   deps: list[tuple[int, ...]], peers: tuple[int, ...], batches: list[int], msgs: list[int]) -> None:
-        """``len(tmpls)`` instances on one rank with one tag set, as that many :meth:`add_ids` calls would write
-        them: op ``i`` of template ``tmpls[i]``, name id ``names[i]``, stream id ``streams[i]``, dependency name
-        ids ``deps[i]``, peer ``peers[i]``, batch and message string ids ``batches[i]``, ``msgs[i]`` (-1 none)."""
-        n = len(tmpls)
-        self.o_tmpl.extend(tmpls)
-        self.o_rank.extend([rank] * n)
-        self.o_name.extend(names)
-        self.o_tags.extend([tags] * n)
-        self.o_stream.extend(streams)
-        self.o_peer.extend(peers)
-        self.o_batch.extend(batches)
-        self.o_msg.extend(msgs)
-        self._o_deps.extend(deps)
+        self._seg.append(n)
+        self.s_rank.append(rank)
+        self.s_tags.append(tags)
+        self.s_stream.extend(streams)
+        self.s_peer.extend(peers)
+        self.s_batch.extend(batches)
+        self.s_msg.extend(msgs)
 
     def add_one(self, t: int, rank: int, name: str, tags: int, stream: str, deps: tuple[str, ...] = (),
                 peer: int = -1, batch: str | None = None, msg: str | None = None) -> None:
         """One instance of template ``t``; ``tags`` is an id from :meth:`tag_id` or :meth:`new_tag_id`."""
         names = self.names
-        n = names(name)
-        self.o_tmpl.append(t)
-        self.o_rank.append(rank)
-        self.o_name.append(n)
-        self.o_tags.append(tags)
-        self.o_stream.append(self.streams(stream))
-        self.o_peer.append(peer)
-        self.o_batch.append(-1 if batch is None else self.strs(batch))
-        self.o_msg.append(-1 if msg is None else self.strs(msg))
-        self._o_deps.append(tuple([names(d) for d in deps]) if deps else ())
+        self.add_ids(t, rank, names(name), tags, self.streams(stream), tuple([names(d) for d in deps]), peer,
+                     -1 if batch is None else self.strs(batch), -1 if msg is None else self.strs(msg))
 
     def mark_msg_tags(self, base: int, mask: np.ndarray) -> None:
         """Tag sets ``base + k`` for ``k`` where ``mask`` (bool) is set carry a ``msg`` equal to the message
@@ -450,13 +454,19 @@ class Table:
     def o_deps(self) -> list[tuple[int, ...]]:
         """Per single instance (:meth:`add_ids`, :meth:`add_one`, :meth:`add_block`, in order) the name ids
         of its dependencies (built on each call; the tests compare it)."""
+        cnt = [0] * len(self.o_tmpl)
+        for i, k in zip(self._dep_at, self._dep_n, strict=True):
+            cnt[i] = k
+        flat = self._dep
+        ptr = [0, *accumulate(cnt)]
+        mine = [tuple(flat[a:z]) for a, z in zip(ptr[:-1], ptr[1:], strict=True)]
         out: list[tuple[int, ...]] = []
         at = 0
         for pos, b in self._blocks:
-            out.extend(self._o_deps[at:pos])
+            out.extend(mine[at:pos])
             out.extend(b.dep_tuples())
             at = pos
-        out.extend(self._o_deps[at:])
+        out.extend(mine[at:])
         return out
 
     def _tmpl_cols(self) -> dict[str, np.ndarray]:
@@ -548,12 +558,20 @@ class Table:
     def _singles(self) -> dict[str, np.ndarray]:
         """The single instances' columns (``tmpl`` .. ``msg`` int32) and declared dependencies (``dep_op``
         int64, from 0 at the first single instance; ``dep_name`` int32), the blocks spliced in order."""
-        lists = {"tmpl": self.o_tmpl, "rank": self.o_rank, "name": self.o_name, "tags": self.o_tags,
-                 "stream": self.o_stream, "peer": self.o_peer, "batch": self.o_batch, "msg": self.o_msg}
-        k_o = np.fromiter(map(len, self._o_deps), np.int64, len(self._o_deps))
-        flat = np.fromiter(chain.from_iterable(self._o_deps), I32, int(k_o.sum()))
+        n = len(self.o_tmpl)
+        lists: dict[str, np.ndarray] = {"tmpl": _ints(self.o_tmpl), "name": _ints(self.o_name)}
+        for k in ("stream", "peer", "batch", "msg"):
+            lists[k] = _ints(getattr(self, "s_" + k))
+        seg = _ints(self._seg) if len(self._seg) != n else None  # None: every segment one op
+        for k in ("rank", "tags"):
+            v = _ints(getattr(self, "s_" + k))
+            lists[k] = v if seg is None else np.repeat(v, seg)
+        lists = {k: lists[k] for k in ("tmpl", "rank", "name", "tags", "stream", "peer", "batch", "msg")}
+        k_o = np.zeros(n, np.int64)
+        k_o[_ints(self._dep_at)] = _ints(self._dep_n)
+        flat = _ints(self._dep)
         if not self._blocks:  # no splicing
-            out = {k: _ints(v) for k, v in lists.items()}
+            out = dict(lists)
             out["dep_op"] = np.repeat(np.arange(len(k_o)), k_o)
             out["dep_name"] = flat
             return out
@@ -562,7 +580,7 @@ class Table:
         at = 0
         for pos, b in [*self._blocks, (len(self.o_tmpl), None)]:
             for k, v in lists.items():
-                parts[k].append(_ints(v[at:pos]))
+                parts[k].append(v[at:pos])
             parts["dep_cnt"].append(k_o[at:pos])
             parts["dep_name"].append(flat[ptr[at]:ptr[pos]])
             if b is not None:
@@ -577,11 +595,17 @@ class Table:
         return out
 
 
-def _ints(v: list[int]) -> np.ndarray:
-    """``v`` (Python ints) as int32, shape (len(v),), writable: through ``array("i")`` (C int, a C loop over the
-    list: half the time of ``np.fromiter``), or ``np.fromiter`` where a C int is not 32 bits; OverflowError for a
-    value outside int32, as ``np.array`` raises."""
+def _ints(v: list[int] | array) -> np.ndarray:
+    """``v`` (Python ints, or an ``array("i")``: copied, so that the array may grow on) as int32, shape (len(v),),
+    writable: a list through ``array("i")`` (C int, a C loop over the list: half the time of ``np.fromiter``), or
+    ``np.fromiter`` where a C int is not 32 bits; OverflowError for a value outside int32, as ``np.array``
+    raises."""
+    if isinstance(v, array) and v.itemsize == 4:
+        return np.frombuffer(v, I32).copy() if len(v) else np.zeros(0, I32)
     return np.frombuffer(array("i", v), I32) if I32_C else np.fromiter(v, I32, len(v))
+
+
+_NONE = array("i", (-1,))  # repeated: a run's column of "none" (-1)
 
 
 def _cat(parts: list[np.ndarray], dtype: Any) -> np.ndarray:

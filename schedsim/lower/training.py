@@ -633,7 +633,7 @@ def _stage_op(spec: ScheduleSpec, o: dict[str, Any], k: int, phase: str) -> Op:
     object (templates are not changed once registered). An entry with an unhashable value, or one that fails
     (raising the error that names ``k``), is validated each time."""
     try:
-        key = (phase, *((kk, type(v), v) for kk, v in o.items()))
+        key = (phase, tuple(o.items()), tuple(map(type, o.values())))  # the types: 1, 1.0 and True differ
         got = _STAGE_OPS.get(key)
     except TypeError:  # a list or dict value
         return _stage_proto(spec, o, k, phase)
@@ -650,7 +650,7 @@ class _Ranks:
 
     def __init__(self, spec: ScheduleSpec, table: Table, t: TrainingSpec, plan: TrainingPlan, num_stages: int):
         self.spec, self.table, self.t, self.plan = spec, table, t, plan
-        self.name_ids: dict[tuple[str, tuple[str, ...]], list[int]] = {}  # every rank's emitter shares them
+        self.name_ids: dict[tuple[str, tuple[str, ...]], Any] = {}  # every rank's emitter shares them
         self.placed_ids: dict[tuple[str, tuple[str, ...]], Any] = {}  # likewise (_Emitter.placed_ids)
         self.lists = {s: stage_lists(t, plan, s, num_stages) for s in range(num_stages)}
         self.hot_lists = {s: stage_lists(t, plan, s, num_stages, hot=True) for s in range(num_stages)} \

@@ -191,6 +191,10 @@ typedef struct {
     i64 seq, stamp;
     int oom;
     int stop;         /* a signal handler raised (Ctrl-C): the exception is set */
+    /* run()'s optional halt (halt_h, halt_cw): stop at the first op end t with t - halt_h >= halt_cw (rule host-issue's
+     * cold-wait test already true: schedsim.gpu.host.host_waited); halted once it did */
+    int halt, halted;
+    double halt_h, halt_cw;
     PyThreadState *ts; /* the loop runs without the GIL; it takes it back to run signal handlers */
     /* shared links (schedsim.network.share.LinkShare; NULL without): a NIC end (tier 1) is worth
      * crate x gshare[g], the flow's max-min share, which share_cb(g, started) updates at flow starts and ends */
@@ -644,6 +648,7 @@ static void push_ready(W *w, i64 v, double at) { CHECK(event_push(w, at, w->seq+
 
 static void release(W *w, i64 i, double t) {
     w->end[i] = t;
+    if (w->halt && t - w->halt_h >= w->halt_cw) w->halted = 1;
     for (i64 p = w->succ_ptr[i]; p < w->succ_ptr[i + 1]; p++) {
         i64 v = w->succ_idx[p];
         if (--w->npred[v]) continue;
@@ -768,7 +773,7 @@ static void loop(W *w) {
     i64 events = 0;
     for (;;) {
         lane_t *lm = lane_min(w);
-        if (!(w->heap.n || lm) || w->oom || w->stop) break;
+        if (!(w->heap.n || lm) || w->oom || w->stop || w->halted) break;
         if (!(++events & SIGNAL_EVERY)) { /* Python's signal handlers (Ctrl-C) run here, not after the loop */
             PyEval_RestoreThread(w->ts);
             w->stop = PyErr_CheckSignals() < 0;
@@ -812,8 +817,8 @@ static void loop(W *w) {
  * share argument, the shared links; 11: run's and stream_reached's compact forms: kern, kops_ptr, kops_idx empty for
  * the identity, kmem, ktail, ktail_tau, kgain, kneed of one entry when every kernel has that value; 12: share's
  * optional link CSR, counts and firsts, for flows alone on their links; 13: issue_times' optional per-op call
- * extra (issue_sums removed)). */
-#define LAYOUT 13
+ * extra (issue_sums removed); 14: run's optional halt argument after share, and its result -1 when it halted). */
+#define LAYOUT 14
 /* Entries of the copy rate table: 3 engines x reverse engine busy x compute resident (gpu.rates.rate_tables) */
 #define COPY_TAB 12
 /* Each buffer's type, in argument order: d float64, i int32 (see the struct's fields and run()'s unpacking) */
@@ -822,8 +827,8 @@ static const char KINDS[NBUF + 1] = "ddd" "iiiiiiidd" "iiiiiiiid" "idd" "ii" "ii
 static const char WRITES[NBUF + 1] = "..." "w........" "......ww." "w.." ".." "..........." "wwwww" "w" "wwww";
 
 static PyObject *run(PyObject *self, PyObject *args) {
-    PyObject *ints, *floats, *arrays, *share = Py_None;
-    if (!PyArg_ParseTuple(args, "OOO|O", &ints, &floats, &arrays, &share)) return NULL;
+    PyObject *ints, *floats, *arrays, *share = Py_None, *halt = Py_None;
+    if (!PyArg_ParseTuple(args, "OOO|OO", &ints, &floats, &arrays, &share, &halt)) return NULL;
     if (!PyTuple_Check(ints) || PyTuple_GET_SIZE(ints) != 6 || !PyTuple_Check(floats) ||
         PyTuple_GET_SIZE(floats) != 3 || !PyTuple_Check(arrays) || PyTuple_GET_SIZE(arrays) != NBUF) {
         PyErr_SetString(PyExc_TypeError, "run(ints[6], floats[3], arrays[46])");
@@ -847,6 +852,16 @@ static PyObject *run(PyObject *self, PyObject *args) {
     w->xlat = PyFloat_AsDouble(PyTuple_GET_ITEM(floats, 1));
     w->mem_boost = PyFloat_AsDouble(PyTuple_GET_ITEM(floats, 2));
     if (PyErr_Occurred()) return NULL;
+    if (halt != Py_None) { /* (host_end, cold_wait): stop once an op ends at t with t - host_end >= cold_wait */
+        if (!PyTuple_Check(halt) || PyTuple_GET_SIZE(halt) != 2) {
+            PyErr_SetString(PyExc_TypeError, "run: halt must be None or (host_end, cold_wait)");
+            return NULL;
+        }
+        w->halt = 1;
+        w->halt_h = PyFloat_AsDouble(PyTuple_GET_ITEM(halt, 0));
+        w->halt_cw = PyFloat_AsDouble(PyTuple_GET_ITEM(halt, 1));
+        if (PyErr_Occurred()) return NULL;
+    }
 
     if (w->N >= INT32_MAX || w->K >= INT32_MAX || w->G >= INT32_MAX || w->world >= INT32_MAX) {
         PyErr_SetString(PyExc_ValueError, "run: more than 2**31 - 1 ops, kernels, groups or ranks");
@@ -1014,7 +1029,7 @@ static PyObject *run(PyObject *self, PyObject *args) {
         else if (w->oom)
             PyErr_NoMemory();
         else
-            result = PyLong_FromLongLong(w->njobs);
+            result = PyLong_FromLongLong(w->halted ? -1 : w->njobs); /* -1: halted (the outputs are partial) */
         free(w->kstarted); free(w->kready); free(w->gres); free(w->garr); free(w->xcnt); free(w->xmin);
         free(w->xinit); free(w->xval); free(w->free_); free(w->held); free(w->nccl_n); free(w->nmem);
         free(w->ncomm); free(w->ncopy); free(w->nwait); free(w->nlink); free(w->cqhead); free(w->cqtail); free(w->crate);

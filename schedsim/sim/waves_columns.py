@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
+from schedsim.errors import DeadlockError
 from schedsim.gpu import host as gh
 from schedsim.gpu import kernels as gk
 from schedsim.gpu import rates as gr
@@ -522,25 +523,39 @@ def run_waves_program(prog: Program, profile: HardwareProfile, mode: str, rules:
     up to :data:`COLD_RERUN_MAX` ops.
     """
     keep: dict[str, Any] = {}  # the first pass's preparation, which does not depend on cold first calls
-    run = _run_program_once(prog, profile, mode, rules, tab, serial, model_executor, loop, False, keep)
+    # the first pass stops as soon as an op ends late enough that host_waited holds (its answer is then known:
+    # the latest end is no earlier), since only the second pass's times are kept
+    cw = gh.cold_wait_s(profile, mode) if prog.N <= COLD_RERUN_MAX else None
+    run = _run_program_once(prog, profile, mode, rules, tab, serial, model_executor, loop, False, keep, cw)
+    if run is None:  # halted: the host waited
+        try:
+            cold = _run_program_once(prog, profile, mode, rules, tab, serial, model_executor, loop, True, keep)
+            assert cold is not None  # not halted: no halt_cw
+            return cold
+        except DeadlockError:  # the whole first pass, so that its error is raised, as without the halt
+            _run_program_once(prog, profile, mode, rules, tab, serial, model_executor, loop, False, keep)
+            raise
     if prog.N <= COLD_RERUN_MAX and run.host_s is not None and gh.host_waited(run.end, run.host_s, profile, mode):
-        run = _run_program_once(prog, profile, mode, rules, tab, serial, model_executor, loop, True, keep)
+        again = _run_program_once(prog, profile, mode, rules, tab, serial, model_executor, loop, True, keep)
+        assert again is not None
+        run = again
     return run
 
 
-def share_args(share: LinkShare | None) -> tuple[tuple[object, ...], ...]:
-    """The compiled loop's optional ``share`` argument (:meth:`LinkShare.loop_args`), as a tuple of the extra
-    arguments (none without shared links: the call is then as before)."""
-    return () if share is None else (share.loop_args(),)
+def share_args(share: LinkShare | None) -> tuple[object, ...] | None:
+    """The compiled loop's ``share`` argument (:meth:`LinkShare.loop_args`), None without shared links."""
+    return None if share is None else share.loop_args()
 
 
 def _run_program_once(prog: Program, profile: HardwareProfile, mode: str, rules: gm.GpuRules,
                       tab: gr.RateTables, serial: bool, model_executor: bool, loop, cold: bool,
-                      keep: dict[str, Any] | None = None) -> ProgramRun:
+                      keep: dict[str, Any] | None = None, halt_cw: float | None = None) -> ProgramRun | None:
     """One pass of :func:`run_waves_program` (``cold``: the iteration's first calls run cold, rule host-issue).
     ``keep``: a dict in which the first pass of ``prog`` on these arguments leaves what does not depend on ``cold``
     (the ops' solo times, kernels, link ends, shared links, communicator order), for a second pass to reuse
-    instead of working it out again; only the host issue times are made anew.
+    instead of working it out again; only the host issue times are made anew. ``halt_cw`` (s, from
+    :func:`schedsim.gpu.host.cold_wait_s`): stop the loop at the first op that ends ``halt_cw`` or more after the
+    host's last call (:func:`schedsim.gpu.host.host_waited` is then true, whatever the later ends) and return None.
 
     Memory: the loop's per-op, per-kernel and per-group buffers are int32 (indices below 2**31) and every
     int64 temporary of the preparation is freed before the loop starts, so a run holds about 4 float64 and
@@ -585,9 +600,16 @@ def _run_program_once(prog: Program, profile: HardwareProfile, mode: str, rules:
         np.zeros(K, I32), kneed0, np.zeros(len(qptr) - 1, I32), np.zeros(K, I32),
     )
     del p
-    loop.run((N, K, G, prog.world_size, rules.sms, rules.nccl_sms),
-             (tab.one_way, rules.cross_stream_s, tab.mem_boost), arrays, *share_args(share))
+    halt = None if halt_cw is None else (float(np.max(gh.host_end_per_rank(issue, prog.rank, prog.world_size))),
+                                         halt_cw)
+    opt = [share_args(share), halt]  # the optional arguments, trailing Nones left out
+    while opt and opt[-1] is None:
+        opt.pop()
+    done = loop.run((N, K, G, prog.world_size, rules.sms, rules.nccl_sms),
+                    (tab.one_way, rules.cross_stream_s, tab.mem_boost), arrays, *opt)
     del arrays, link, kneed0, kleft, kneed, ktail
+    if done < 0:  # halted (halt_cw): the host waited
+        return None
     if N and end.min() < 0.0:
         from schedsim.sim.loop import _raise_deadlock
 

@@ -70,6 +70,24 @@ def test_names_that_suggest_another_pairing_warn():
                  .replace("tmp", "recv_grad_shape")).graph["warnings"] == []
 
 
+def test_without_warn_the_name_warnings_are_not_worked_out():
+    """``lower(spec, warn=False)`` (``schedsim search``): the Program of the case above, array for array, without
+    its two name warnings."""
+    import numpy as np
+
+    from schedsim.lower import lower
+
+    ops = ("  - {name: send_grad_shape, kind: send, peer: 1, bytes: 64, ranks: [0]}\n"
+           "  - {name: send_act_shape, kind: send, peer: 1, bytes: 64, ranks: [0]}\n"
+           "  - {name: recv_act_shape, kind: recv, peer: 0, bytes: 64, ranks: [1]}\n"
+           "  - {name: recv_grad_shape, kind: recv, peer: 0, bytes: 64, ranks: [1]}\n")
+    spec = load_text(HEAD.format(w=2) + ops)
+    loud, quiet = lower(spec), lower(spec, warn=False)
+    assert len(loud.warnings) == 2 and quiet.warnings == ()
+    for k in ("tmpl", "rank", "name", "dep_idx", "stream_edges", "dep_edges", "p2p"):
+        assert np.array_equal(getattr(loud, k), getattr(quiet, k)), k
+
+
 def test_name_check_reads_each_name_a_bounded_number_of_times():
     """Sends and recvs whose names never pair (``s{k}`` / ``r{k}``): the naming check looks each recv's name up
     in a per-(src, dst) table, so it reads every op's message name a bounded number of times (a scan of all

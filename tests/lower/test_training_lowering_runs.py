@@ -144,3 +144,23 @@ def test_a_process_validates_each_stage_op_entry_once(monkeypatch: pytest.Monkey
     assert again["text"] == first["text"]
     for k in ARRAYS:
         np.testing.assert_array_equal(again[k], first[k], err_msg=k)
+
+
+def test_the_kept_op_names_change_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The full op names kept across lowerings (``pipeline_emitter._NAME_RUNS``, for ``schedsim search``'s
+    points): each case's Program the same with an empty store, after every other case filled it, and when it is
+    forgotten at every run (``NAME_RUNS_MAX`` 1)."""
+    from schedsim.lower import pipeline_emitter as pe
+
+    texts = [_text(*CASES[c]) for c in sorted(CASES)]
+    pe._NAME_RUNS.clear()
+    cold = [_state(t) for t in texts]
+    assert pe._NAME_RUNS
+    warm = [_state(t) for t in reversed(texts)][::-1]
+    monkeypatch.setattr(pe, "NAME_RUNS_MAX", 1)
+    tiny = [_state(t) for t in texts]
+    for a, b, c in zip(cold, warm, tiny, strict=True):
+        for k in ARRAYS:
+            np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+            np.testing.assert_array_equal(a[k], c[k], err_msg=k)
+        assert a["text"] == b["text"] == c["text"]

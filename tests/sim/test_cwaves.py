@@ -45,7 +45,7 @@ def test_a_signal_reaches_python_while_the_compiled_loop_runs(monkeypatch):
     seen: list[int] = []
     real_run = _cwaves.run
 
-    def run(ints, floats, arrays):  # type: ignore[no-untyped-def]
+    def run(ints, floats, arrays, *opt):  # type: ignore[no-untyped-def]
         end = arrays[-9]  # the `end` column (waves_columns._run_program_once), written by the loop as it goes
         assert len(end) == n
 
@@ -57,7 +57,7 @@ def test_a_signal_reaches_python_while_the_compiled_loop_runs(monkeypatch):
         try:  # signal, then enter the loop, with no bytecode in between (where Python would run the handler;
             # libc's raise(), not os.kill or signal.pthread_kill, which run it at once)
             kill = functools.partial(getattr(ctypes.CDLL(None), "raise"), signal.SIGUSR1)
-            return list(map(operator.call, [kill, functools.partial(real_run, ints, floats, arrays)]))[1]
+            return list(map(operator.call, [kill, functools.partial(real_run, ints, floats, arrays, *opt)]))[1]
         finally:
             signal.signal(signal.SIGUSR1, old)
 
