@@ -113,14 +113,20 @@ def _stage_proto(spec: ScheduleSpec, o: dict[str, Any], k: int, phase: str,
                           "recvs), or write it as hand-written ops")
     if not coll and "group" in o:
         raise block_error(spec, f"`group` is for collectives, not {kind!r}", f"{where}.group", "remove `group`")
+    if coll and d.get("send_bytes") is not None:
+        raise block_error(spec, "an all_to_all in a stage cannot take per-peer sizes (send_bytes): one stage op "
+                          "list is written once for every member of its group, so the sizes could not differ "
+                          "per rank as all_to_all_single's split sizes do", f"{where}.send_bytes",
+                          "give the stage's all_to_all uniform `bytes`, or write the per-peer all_to_all as "
+                          "hand-written ops with `ranks`")
     group = _stage_group(spec, o, where, dp_group) if coll else ()
-    stream = d.pop("stream", None) or (STAGE_COMM_STREAM if coll else "compute")
     try:
         model = OP_MODELS[str(kind)].model_validate({**d, "name": "x"})
     except ValidationError as e:
         err = e.errors(include_url=False)[0]
         raise block_error(spec, f"{err['msg']} at {'.'.join(map(str, err['loc']))}", where,
                    "stage ops take the fields of ordinary ops (kind, m/n/k, duration_us, bytes, ...)") from None
+    stream = model.stream or (STAGE_COMM_STREAM if coll else "compute")
     op = op_instance(model, 0, 0, stream=stream, group=group, tags=(), source="pipeline")
     if coll and KINDS[str(kind)].rooted:  # root: the data-parallel replica whose rank of the stage is the root
         if not 0 <= op.root < len(group):  # type: ignore[operator]
