@@ -33,6 +33,7 @@ torch's sweeps and rows (``torch_rows``). Their numpy forms are test oracles (``
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import replace
 from itertools import compress
 from typing import Any
@@ -126,6 +127,11 @@ def _stage_proto(spec: ScheduleSpec, o: dict[str, Any], k: int, phase: str,
         err = e.errors(include_url=False)[0]
         raise block_error(spec, f"{err['msg']} at {'.'.join(map(str, err['loc']))}", where,
                    "stage ops take the fields of ordinary ops (kind, m/n/k, duration_us, bytes, ...)") from None
+    if model.stream and spec.streams is not None and model.stream not in spec.streams:
+        near = difflib.get_close_matches(model.stream, spec.streams, n=1)
+        raise block_error(spec, f"stream {model.stream!r} is not declared in `streams` {spec.streams}",
+                          f"{where}.stream", f"did you mean {near[0]!r}?" if near
+                          else f"add {model.stream!r} to `streams`, or fix the stage op's `stream:`")
     stream = model.stream or (STAGE_COMM_STREAM if coll else "compute")
     op = op_instance(model, 0, 0, stream=stream, group=group, tags=(), source="pipeline")
     if coll and KINDS[str(kind)].rooted:  # root: the data-parallel replica whose rank of the stage is the root

@@ -188,3 +188,13 @@ def test_a_stage_op_stream_that_is_not_a_string_is_refused(tmp_path: Path) -> No
     """``stream: 3`` is refused as on a hand-written op (it reached the trace writer: an internal error)."""
     err = _refused(HAND.replace("bytes: 1000, duration_us: 4}", "bytes: 1000, duration_us: 4, stream: 3}"), tmp_path)
     assert err.path == "pipeline.stage.F[0]" and "valid string" in str(err)
+
+
+def test_a_stage_op_stream_not_declared_in_streams_is_refused(tmp_path: Path) -> None:
+    """With ``streams:`` declared, a stage op's ``stream:`` typo is refused as a hand-written op's is."""
+    text = HAND.replace("durations: recorded\n", "durations: recorded\nstreams: [compute, fsdp]\n")
+    err = _refused(text.replace("bytes: 1000, duration_us: 4}", "bytes: 1000, duration_us: 4, stream: fsbp}"), tmp_path)
+    assert err.path == "pipeline.stage.F[0].stream" and "'fsdp'" in (err.fix or "")
+    f = tmp_path / "ok.yaml"
+    f.write_text(text.replace("bytes: 1000, duration_us: 4}", "bytes: 1000, duration_us: 4, stream: fsdp}"))
+    assert api.predict(f).timeline.spans
