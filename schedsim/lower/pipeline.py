@@ -72,6 +72,9 @@ STAGE_COMM_STREAM = "fsdp"
 #: The groups a collective in a stage's op list may name (``group:``).
 STAGE_GROUPS = ("dp",)
 
+#: The ``stage:`` key of each phase's op list, as errors name the field (F, I, W: the schedule's phases).
+PHASE_KEYS = {"F": "forward", "I": "backward_input", "W": "backward_weight"}
+
 
 def _stage_group(spec: ScheduleSpec, o: dict[str, Any], where: str,
                  dp_group: tuple[int, ...] | None) -> tuple[int, ...]:
@@ -97,7 +100,7 @@ def _stage_proto(spec: ScheduleSpec, o: dict[str, Any], k: int, phase: str,
     :data:`STAGE_COMM_STREAM`); other ops run on stream ``compute`` unless they set ``stream``."""
     d = {kk: vv for kk, vv in o.items() if kk not in ("name", "deps", "group")}
     kind = d.get("kind")
-    where = f"pipeline.stage.{phase}[{k}]"
+    where = f"pipeline.stage.{PHASE_KEYS[phase]}[{k}]"
     if d.get("tags"):
         raise block_error(spec, "stage ops cannot set 'tags': the pipeline tags each instance itself (stage, "
                           "microbatch, phase, chunk), and a stage op's own tags would be lost", where,
@@ -151,7 +154,7 @@ def _stage_row(spec: ScheduleSpec, o: dict[str, Any], k: int, phase: str, lst: l
     name)."""
     name = str(o.get("name", k))
     deps = o.get("deps") or []
-    where = f"pipeline.stage.{phase}[{k}].deps"
+    where = f"pipeline.stage.{PHASE_KEYS[phase]}[{k}].deps"
     if not isinstance(deps, list) or not all(isinstance(x, str) for x in deps):
         raise block_error(spec, f"deps must be a list of op names of the same list, got {deps!r}", where,
                           "write e.g. deps: [ag] (names of ops written earlier in this phase's list)")
