@@ -22,7 +22,7 @@ from schedsim.errors import SpecError
 if TYPE_CHECKING:
     from schedsim.lower.program import Program
 
-__all__ = ["graph_segments", "check_graph_segments"]
+__all__ = ["graph_segments", "check_graph_segments", "graph_fork_edges"]
 
 
 def _graph_of_template(prog: Program) -> np.ndarray | None:
@@ -137,3 +137,39 @@ def _check_joined(prog: Program, seg: np.ndarray, member: np.ndarray) -> None:
                     fix=f"make a later op of the graph on stream {prog.streams[cap]!r} wait for it "
                     f"(deps: [{prog.names[int(prog.name_id[i])]}]), or take it "
                     "out of the graph")
+
+
+def graph_fork_edges(prog: Program) -> np.ndarray:
+    """The waits a graph launch adds on the GPU: ``(E, 2)`` int64 pairs ``(a, b)``, op ``b`` after op ``a``.
+
+    A graph is launched on its capture stream (module docstring), so every node of it, those captured from a
+    forked stream included, runs after the work issued on that stream before the launch (CUDA Programming
+    Guide, "CUDA Graphs": a launch is ordered in its stream like a kernel). Per segment with ops on other
+    streams: an edge from the op before the segment on the capture stream (same rank) to the segment's first op
+    on each other stream. Empty (shape (0, 2)) without such segments, or without an op before them."""
+    seg = graph_segments(prog)
+    out: list[tuple[int, int]] = []
+    if seg is not None:
+        sid = prog.stream_id
+        member = np.flatnonzero(seg >= 0)
+        cut = np.flatnonzero(np.diff(seg[member]) != 0) + 1
+        on_stream: dict[tuple[int, int], np.ndarray] = {}  # (rank, stream) -> its ops, ascending
+        for run in np.split(member, cut):
+            head = int(run[0])
+            cap = int(sid[head])
+            sides = sid[run] != cap
+            if not bool(sides.any()):
+                continue
+            key = (int(prog.rank[head]), cap)
+            if key not in on_stream:
+                on_stream[key] = np.flatnonzero((prog.rank == key[0]) & (sid == cap))
+            ops = on_stream[key]
+            k = int(np.searchsorted(ops, head))
+            if k == 0:
+                continue
+            before = int(ops[k - 1])
+            firsts: dict[int, int] = {}
+            for i in run[sides].tolist():
+                firsts.setdefault(int(sid[i]), i)
+            out += [(before, i) for i in firsts.values()]
+    return np.array(out, np.int64).reshape(-1, 2)

@@ -33,6 +33,7 @@ torch's sweeps and rows (``torch_rows``). Their numpy forms are test oracles (``
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import replace
 from itertools import compress
 from typing import Any
@@ -71,6 +72,9 @@ STAGE_COMM_STREAM = "fsdp"
 #: The groups a collective in a stage's op list may name (``group:``).
 STAGE_GROUPS = ("dp",)
 
+#: The ``stage:`` key of each phase's op list, as errors name the field (F, I, W: the schedule's phases).
+PHASE_KEYS = {"F": "forward", "I": "backward_input", "W": "backward_weight"}
+
 
 def _stage_group(spec: ScheduleSpec, o: dict[str, Any], where: str,
                  dp_group: tuple[int, ...] | None) -> tuple[int, ...]:
@@ -96,7 +100,7 @@ def _stage_proto(spec: ScheduleSpec, o: dict[str, Any], k: int, phase: str,
     :data:`STAGE_COMM_STREAM`); other ops run on stream ``compute`` unless they set ``stream``."""
     d = {kk: vv for kk, vv in o.items() if kk not in ("name", "deps", "group")}
     kind = d.get("kind")
-    where = f"pipeline.stage.{phase}[{k}]"
+    where = f"pipeline.stage.{PHASE_KEYS[phase]}[{k}]"
     if d.get("tags"):
         raise block_error(spec, "stage ops cannot set 'tags': the pipeline tags each instance itself (stage, "
                           "microbatch, phase, chunk), and a stage op's own tags would be lost", where,
@@ -113,14 +117,25 @@ def _stage_proto(spec: ScheduleSpec, o: dict[str, Any], k: int, phase: str,
                           "recvs), or write it as hand-written ops")
     if not coll and "group" in o:
         raise block_error(spec, f"`group` is for collectives, not {kind!r}", f"{where}.group", "remove `group`")
+    if coll and d.get("send_bytes") is not None:
+        raise block_error(spec, "an all_to_all in a stage cannot take per-peer sizes (send_bytes): one stage op "
+                          "list is written once for every member of its group, so the sizes could not differ "
+                          "per rank as all_to_all_single's split sizes do", f"{where}.send_bytes",
+                          "give the stage's all_to_all uniform `bytes`, or write the per-peer all_to_all as "
+                          "hand-written ops with `ranks`")
     group = _stage_group(spec, o, where, dp_group) if coll else ()
-    stream = d.pop("stream", None) or (STAGE_COMM_STREAM if coll else "compute")
     try:
         model = OP_MODELS[str(kind)].model_validate({**d, "name": "x"})
     except ValidationError as e:
         err = e.errors(include_url=False)[0]
         raise block_error(spec, f"{err['msg']} at {'.'.join(map(str, err['loc']))}", where,
                    "stage ops take the fields of ordinary ops (kind, m/n/k, duration_us, bytes, ...)") from None
+    if model.stream and spec.streams is not None and model.stream not in spec.streams:
+        near = difflib.get_close_matches(model.stream, spec.streams, n=1)
+        raise block_error(spec, f"stream {model.stream!r} is not declared in `streams` {spec.streams}",
+                          f"{where}.stream", f"did you mean {near[0]!r}?" if near
+                          else f"add {model.stream!r} to `streams`, or fix the stage op's `stream:`")
+    stream = model.stream or (STAGE_COMM_STREAM if coll else "compute")
     op = op_instance(model, 0, 0, stream=stream, group=group, tags=(), source="pipeline")
     if coll and KINDS[str(kind)].rooted:  # root: the data-parallel replica whose rank of the stage is the root
         if not 0 <= op.root < len(group):  # type: ignore[operator]
@@ -139,7 +154,7 @@ def _stage_row(spec: ScheduleSpec, o: dict[str, Any], k: int, phase: str, lst: l
     name)."""
     name = str(o.get("name", k))
     deps = o.get("deps") or []
-    where = f"pipeline.stage.{phase}[{k}].deps"
+    where = f"pipeline.stage.{PHASE_KEYS[phase]}[{k}].deps"
     if not isinstance(deps, list) or not all(isinstance(x, str) for x in deps):
         raise block_error(spec, f"deps must be a list of op names of the same list, got {deps!r}", where,
                           "write e.g. deps: [ag] (names of ops written earlier in this phase's list)")

@@ -109,6 +109,12 @@ def _compile_program(prog: Program, profile: HardwareProfile, mode: str) -> _Com
     p, d = ptr.tolist(), dst.tolist()
     succ = [d[p[i]:p[i + 1]] for i in range(N)]
     npred = np.bincount(dst, minlength=N).tolist()
+    if mode != "cuda_graph":  # a graph launch orders its forked streams' nodes after its capture stream's work
+        from schedsim.lower.graphs import graph_fork_edges
+
+        for a, b in graph_fork_edges(prog).tolist():
+            succ[a].append(b)
+            npred[b] += 1
     gmem, lone = _coll_groups(prog.coll_ptr, prog.coll_idx)
     gmem += [list(x) for x in prog.p2p.tolist()]
     J = N + len(gmem)

@@ -442,6 +442,12 @@ def _order_and_issue(prog: Program, tps: list[Op], tmpl: np.ndarray, rank: np.nd
     comm = _communicators(tps, prog.world_size, tmpl, rank, prog.peer, batch, res, is_p2p, serial)
     fifo = _fifo(rank, comm, batch)
     del comm
+    if mode != "cuda_graph":  # a graph launch orders its forked streams' nodes after its capture stream's work
+        from schedsim.lower.graphs import graph_fork_edges
+
+        forks = graph_fork_edges(prog)
+        if len(forks):
+            fifo = np.concatenate([fifo.reshape(-1, 2).astype(I64), forks])
     sptr, sidx, npred, xdeps = _succ(prog, fifo, sid)
     del fifo
     # a send/recv's host class is per op: batched or not (Program.batch); the rest per template

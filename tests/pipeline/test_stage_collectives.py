@@ -165,3 +165,42 @@ def test_a_rooted_collective_names_its_root_by_replica(tmp_path: Path) -> None:
     prog = api.lower_spec(api.load(f))
     roots = {(o.name, o.rank): o.root for o in prog.ops() if o.kind == "broadcast" and ".0.ag" in o.name}
     assert roots == {("F0.0.ag", 0): 2, ("F0.0.ag", 2): 2, ("F1.0.ag", 1): 3, ("F1.0.ag", 3): 3}
+
+
+def _refused(text: str, tmp_path: Path) -> SpecError:
+    f = tmp_path / "bad.yaml"
+    f.write_text(text)
+    with pytest.raises(SpecError) as e:
+        api.predict(f)
+    return e.value
+
+
+@pytest.mark.parametrize("sizes", ["send_bytes: [10, 20], recv_bytes: [10, 20]", "send_bytes: [[10, 20], [20, 10]]"])
+def test_a_stage_all_to_all_with_per_peer_sizes_is_refused(tmp_path: Path, sizes: str) -> None:
+    """One stage list is written once for every member of its group: per-peer sizes cannot differ per rank (and
+    were costed as if rank 0 were a member: an internal error on the second stage)."""
+    err = _refused(HAND.replace("{name: ag, kind: all_gather, group: dp, bytes: 1000, duration_us: 4}",
+                                f"{{name: ag, kind: all_to_all, group: dp, {sizes}}}"), tmp_path)
+    assert err.path == "pipeline.stage.forward[0].send_bytes" and "bytes" in (err.fix or "")
+
+
+def test_a_stage_op_stream_that_is_not_a_string_is_refused(tmp_path: Path) -> None:
+    """``stream: 3`` is refused as on a hand-written op (it reached the trace writer: an internal error)."""
+    err = _refused(HAND.replace("bytes: 1000, duration_us: 4}", "bytes: 1000, duration_us: 4, stream: 3}"), tmp_path)
+    assert err.path == "pipeline.stage.forward[0]" and "valid string" in str(err)
+
+
+def test_a_stage_op_stream_not_declared_in_streams_is_refused(tmp_path: Path) -> None:
+    """With ``streams:`` declared, a stage op's ``stream:`` typo is refused as a hand-written op's is."""
+    text = HAND.replace("durations: recorded\n", "durations: recorded\nstreams: [compute, fsdp]\n")
+    err = _refused(text.replace("bytes: 1000, duration_us: 4}", "bytes: 1000, duration_us: 4, stream: fsbp}"), tmp_path)
+    assert err.path == "pipeline.stage.forward[0].stream" and "'fsdp'" in (err.fix or "")
+    f = tmp_path / "ok.yaml"
+    f.write_text(text.replace("bytes: 1000, duration_us: 4}", "bytes: 1000, duration_us: 4, stream: fsdp}"))
+    assert api.predict(f).timeline.spans
+
+
+def test_stage_errors_name_the_list_as_written(tmp_path: Path) -> None:
+    """An error in a stage list names its key (``backward_weight``), not the phase letter (``W``)."""
+    err = _refused(HAND.replace("deps: [wgrad]}", "deps: [later]}"), tmp_path)
+    assert err.path == "pipeline.stage.backward_weight[1].deps"

@@ -81,5 +81,5 @@ pipeline:
 """)
     r = subprocess.run([sys.executable, "-m", "schedsim", "check", str(f)], capture_output=True, text=True)
     assert r.returncode == 2, r.stderr
-    assert "stage ops cannot set 'tags'" in r.stderr and "pipeline.stage.F[0]" in r.stderr
+    assert "stage ops cannot set 'tags'" in r.stderr and "pipeline.stage.forward[0]" in r.stderr
     assert "Traceback" not in r.stderr

@@ -1,0 +1,59 @@
+"""A CUDA graph beside eager ops (``graph:``) is launched on its capture stream, the stream of its first op: its
+nodes captured from a forked stream run after the work issued on the capture stream before the launch (CUDA
+Programming Guide, "CUDA Graphs"; ``execute`` captures the segment with the other streams forked from the capture
+stream). A timeline computed by hand (recorded durations: no host cost), and the edge list itself."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from schedsim import api
+from schedsim.lower.graphs import graph_fork_edges
+
+# x (1000 µs) on compute; then graph G: a on compute (its capture stream), b (500 µs) forked to s2, c on compute
+# joining b; then d on s2, eager.
+SCHED = """\
+schema_version: 1
+name: fork
+world_size: 1
+durations: recorded
+ops:
+  - {name: x, kind: compute, duration_us: 1000}
+  - {name: a, kind: compute, duration_us: 10, graph: G}
+  - {name: b, kind: compute, duration_us: 500, graph: G, stream: s2}
+  - {name: c, kind: compute, duration_us: 10, graph: G, deps: [b]}
+  - {name: d, kind: compute, duration_us: 10, stream: s2}
+"""
+
+
+@pytest.fixture()
+def sched(tmp_path: Path) -> Path:
+    f = tmp_path / "fork.yaml"
+    f.write_text(SCHED)
+    return f
+
+
+def test_a_forked_node_waits_for_the_capture_streams_earlier_work(sched: Path) -> None:
+    tl = api.predict(sched).timeline
+    sp = {s.id: (s.start_s * 1e6, s.end_s * 1e6) for s in tl.spans}
+    # by hand: x 0-1000; the graph starts when x ends: a 1000-1010 and b 1000-1500 (it ran beside x before);
+    # c after a and b: 1500-1510; d after b on s2: 1500-1510
+    assert sp["x@r0"] == pytest.approx((0, 1000))
+    assert sp["a@r0"] == pytest.approx((1000, 1010))
+    assert sp["b@r0"] == pytest.approx((1000, 1500))
+    assert sp["c@r0"] == pytest.approx((1500, 1510))
+    assert sp["d@r0"] == pytest.approx((1500, 1510))
+
+
+def test_the_fork_edges_run_from_the_op_before_the_launch_on_its_stream(sched: Path) -> None:
+    prog = api.lower_spec(api.load(sched))
+    names = [prog.names[int(i)] for i in prog.name_id]
+    edges = [(names[a], names[b]) for a, b in graph_fork_edges(prog).tolist()]
+    assert edges == [("x", "b")]
+    assert graph_fork_edges(prog).dtype == np.int64
+    eager = sched.with_name("eager.yaml")
+    eager.write_text(SCHED.replace(", graph: G", ""))
+    assert graph_fork_edges(api.lower_spec(api.load(eager))).shape == (0, 2)
