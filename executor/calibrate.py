@@ -78,6 +78,7 @@ from executor.calibrate_gemm import CALL_ROW_MAX_S, _gemm_shapes, _measure_gemms
 from executor.calibrate_graph import _l2_fields, _measure_launch, _set_graph_edge, _sig
 from executor.calibrate_host import (
     comm_host_costs,
+    fresh_comm_fields,
     fresh_process_costs,
     gemm_call_rows,
     host_costs,
@@ -160,6 +161,7 @@ def run_calibrate(o: CalibrateOptions) -> dict[str, Any]:
                 raw["power"] = measure_power(b.torch, ctx.device, log)
     ctx.barrier()
     if ctx.rank == 0:
+        comm_host = fresh_comm_fields(comm_host, median_costs(raw.get("host_fresh_processes") or []), world)
         raw["host"].update(comm_host)
         log("[launch] communication calls, host time: " + ", ".join(f"{k} {v:.2f} us" for k, v in comm_host.items()))
     if world >= 2:
@@ -268,7 +270,12 @@ def _assemble(o: CalibrateOptions, raw: dict[str, Any], ctx: Any, dev_name: str)
     fresh = raw.get("host_fresh_processes") or []
     fresh_kinds = [k for k in ("eager_per_op_us", "event_wait_us", "stream_switch_us", "memcpy_call_us",
                                "elementwise_call_us", "call_launch_fraction",
-                               "executor_extra_per_op_us") if any(k in f for f in fresh)]
+                               "executor_extra_per_op_us", "first_op_extra_us",
+                               *(("eager_per_collective_us", "first_collective_extra_us")
+                                 if raw["world_size"] == 1 else ())) if any(k in f for f in fresh)]
+    if any("cold_kernel_extra_us" in f for f in fresh):  # CUDA only; its collective kind at world 1 only
+        fresh_kinds.append("cold_first_call_us" if raw["world_size"] == 1
+                           else "cold_first_call_us (kernel, elementwise)")
     fresh_note = (f"; {', '.join(fresh_kinds)} are medians over {len(fresh)} fresh processes "
                   f"(calibrate_host.fresh_process_costs; this process's own figures are host_in_process in the .json)"
                   if fresh else

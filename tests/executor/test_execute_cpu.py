@@ -128,8 +128,15 @@ def test_calibrate_quick_2_ranks_writes_a_profile_predict_accepts(gloo2, tmp_pat
     for k in ("eager_per_op_us", "memcpy_call_us", "elementwise_call_us"):
         assert raw["host"][k] == pytest.approx((fresh[0][k] + fresh[1][k]) / 2)
         assert getattr(p.launch, k) == round(raw["host"][k], 2)
-    assert ("eager_per_op_us, memcpy_call_us, elementwise_call_us, executor_extra_per_op_us are medians over 2 fresh "
-            "processes") in p.launch.source  # only the kinds a CPU rank measures
+    assert ("eager_per_op_us, memcpy_call_us, elementwise_call_us, executor_extra_per_op_us, first_op_extra_us are "
+            "medians over 2 fresh processes") in p.launch.source  # only the kinds a CPU rank measures
+    # the first matmul after a synchronize is a call-side figure: the fresh processes' (worlds of one) median; the
+    # collective call's figure is this 2-rank communicator's own (a fresh process measures a world of one)
+    assert raw["host"]["first_op_extra_us"] == pytest.approx(
+        (fresh[0]["first_op_extra_us"] + fresh[1]["first_op_extra_us"]) / 2)
+    assert "eager_per_collective_us" in fresh[0] and raw["host"]["eager_per_collective_us"] > 0
+    assert "[launch] communication calls, host time: collective_loop_us " + \
+        f"{raw['host']['collective_loop_us']:.2f}" in r.stdout
     assert raw["host_fresh_requested"] == 2
     # what CPU ranks cannot measure comes from the base profile, and the source says so
     assert "duplex factors (h2d_slowdown_beside_d2h, d2h_slowdown_beside_h2d) from 'h200'" in p.contention.source
