@@ -23,7 +23,7 @@ import math
 import operator
 import re
 from collections.abc import Callable, Mapping
-from typing import Any, cast
+from typing import Any
 
 __all__ = ["ExprError", "evaluate", "interpolate", "FUNCTIONS"]
 
@@ -610,7 +610,7 @@ def compile_interpolate_vector(text: str) -> Callable[[Mapping[str, Any], Mappin
     fns = [compile_vector(e) for e in pieces[1::2]]
 
     def run(env: Mapping[str, Any], loop: Mapping[str, _Vec], n: int) -> Any:
-        parts: list[str | None] = [lits[0]]  # the text, None where a column's value goes
+        fmt = [lits[0].replace("{", "{{").replace("}", "}}")]
         cols: list[list[Any]] = []
         for f, lit in zip(fns, lits[1:], strict=True):
             v = f(env, loop, n)
@@ -619,21 +619,15 @@ def compile_interpolate_vector(text: str) -> Callable[[Mapping[str, Any], Mappin
                 if not set(map(type, vals)) <= {int, float, str, bool}:
                     raise NotVectorisable("a value that is not a number or string")
                 cols.append(vals)
-                parts.append(None)
+                fmt.append("{}")  # format(x, "") is str(x) for these types
             else:
-                parts.append(str(v))
-            parts.append(lit)
+                fmt.append(str(v).replace("{", "{{").replace("}", "}}"))
+            fmt.append(lit.replace("{", "{{").replace("}", "}}"))
+        form = "".join(fmt)
         if not cols:
-            return "".join(cast("list[str]", parts))
+            return form.format()
         out = np.empty(n, object)
-        if len(cols) == 1:  # one column (a foreach's ``mm{i}``): its values' str between the text, joined in C
-            k = parts.index(None)
-            pre, post = "".join(cast("list[str]", parts[:k])), "".join(cast("list[str]", parts[k + 1:]))
-            strs = map(str, cols[0])
-            out[:] = [pre + x + post for x in strs] if post else [pre + x for x in strs]
-        else:  # format(x, "") is str(x) for these types
-            form = "".join("{}" if p is None else p.replace("{", "{{").replace("}", "}}") for p in parts)
-            out[:] = list(map(form.format, *cols))
+        out[:] = list(map(form.format, *cols))
         return _Vec(out, False)
 
     return run
