@@ -94,7 +94,9 @@ def categorical(values: tuple[str, ...], codes: np.ndarray) -> tuple[list[str], 
     if len(cats) <= 1:
         return cats, np.zeros(n, np.int32)
     if len(used) == len(values) and bool((used == np.arange(len(used))).all()):
-        return cats, codes.astype(np.int32)  # first used in code order: the codes as they are (a copy)
+        # first used in code order: the codes as they are, not copied where they are int32 already (a Program's
+        # read-only stream column, a fresh array of codes)
+        return cats, codes.astype(np.int32, copy=False)
     num = np.zeros(len(values), np.int32)
     num[used] = np.arange(len(used), dtype=np.int32)
     return cats, num[codes]
