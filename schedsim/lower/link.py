@@ -456,8 +456,12 @@ def _link_uniform(table: Table, W: int) -> tuple[_Cols, dict[str, Any]] | None:
     off = np.arange(W, dtype=I64) * R
     cols = object.__new__(_Cols)
     cols.table, cols.N = table, R * W
-    cols.c = {k: np.tile(v, W) for k, v in one.c.items()}
-    cols.c["rank"] = np.repeat(np.arange(W, dtype=one.c["rank"].dtype), R)
+    # rank k's copy of each column; a column of one value whose Program field is shared (Program.SHARED: no tags,
+    # peer, batch or message tag) is that value, broadcast (no copy per rank)
+    shared = {"tags", "peer", "batch", "msg"}
+    cols.c = {k: np.repeat(np.arange(W, dtype=v.dtype), R) if k == "rank" else
+              np.broadcast_to(v[:1], (R * W,)) if k in shared and R and bool((v == v[0]).all()) else np.tile(v, W)
+              for k, v in one.c.items()}
     cols.is_p2p, cols.is_coll = np.tile(one.is_p2p, W), np.tile(one.is_coll, W)
     cols.dep_op = (one.dep_op[None, :] + off[:, None]).reshape(-1)
     cols.dep_name = np.tile(one.dep_name, W)

@@ -15,7 +15,9 @@ pipeline block's ops after the hand-written ones)::
     p2p int64[P, 2]                                         matched (send, recv) pairs, NCCL's pairing order
 
 The dependency CSR and the edges are int32 (:data:`NARROW`; int64 when N or their length is 2**31 or more, where the
-event loop stops with its own error): half the memory of the int64 arrays the lowering builds.
+event loop stops with its own error): half the memory of the int64 arrays the lowering builds. A column of
+:data:`SHARED` that holds one value throughout (no tags, no peer, no batch, no message tag: every op of a
+compute and collective schedule) is a read-only broadcast of it (stride 0), no memory per op (:func:`_shared`).
 
 The op names, tag sets and strings those ids index are ``names``, ``tagsets`` and ``strs``, made on first
 read from ``name_table``, ``tag_table`` and ``str_table`` (the lowering's interners, whose pipeline runs are
@@ -145,6 +147,19 @@ def _narrow(a: NDArray[np.int64], bound: int) -> NDArray[np.int32] | NDArray[np.
     return a
 
 
+#: The per-op columns kept as one shared value where every op has the same (:func:`_shared`).
+SHARED = ("tags_id", "peer", "batch", "msg")
+
+
+def _shared(a: NDArray[np.int32]) -> NDArray[np.int32]:
+    """``a`` (a 1-d column) as a read-only broadcast of its one value when every entry holds it (at 1M ops, 4 MB
+    less each), else as it is. Readers index it as any array; a compiled pass that needs a contiguous buffer
+    copies it (``np.ascontiguousarray``), a temporary."""
+    if isinstance(a, np.ndarray) and a.ndim == 1 and len(a) > 1 and a.strides != (0,) and bool((a == a[0]).all()):
+        return np.broadcast_to(a[:1].copy(), a.shape)
+    return a
+
+
 _T = TypeVar("_T")
 
 
@@ -217,6 +232,8 @@ class Program:
         for f in NARROW:  # op indices below N, dep_ptr's offsets up to len(dep_idx)
             a = getattr(self, f)
             object.__setattr__(self, f, _narrow(a, max(n, len(self.dep_idx), a.size)))
+        for f in SHARED:
+            object.__setattr__(self, f, _shared(getattr(self, f)))
         for v in self.__dict__.values():
             _freeze(v)
 

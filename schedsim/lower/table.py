@@ -17,7 +17,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from itertools import accumulate, count, filterfalse, repeat
+from itertools import accumulate, compress, count, filterfalse, repeat
 from typing import Any
 
 import numpy as np
@@ -238,11 +238,27 @@ def _intern_new(interner: _Interner, seq: list[Any]) -> dict[Any, int]:
 
 def _intern_all(interner: _Interner, seq: list[Any]) -> np.ndarray:
     """Ids of every item of ``seq`` (int32), interning the new ones in first-seen order. One item throughout (a
-    row's tags, most often none) is looked up once: ``list.count`` compares in C, no hashing per item."""
+    row's tags, most often none) is looked up once: ``list.count`` compares in C, no hashing per item. Otherwise
+    each item is looked up once; the new ones, when each occurs once (a ``foreach``'s names), take the next ids in
+    order without a second lookup (a run's 1.25M names at 10M ops: three dict operations per name before)."""
     n = len(seq)
     if n > 1 and seq[0] == seq[-1] and seq.count(seq[0]) == n:
         return np.full(n, interner(seq[0]), I32)
-    return np.fromiter(map(_intern_new(interner, seq).__getitem__, seq), I32, n)
+    if interner._unreg:  # lazy runs to register first, item by item
+        return np.fromiter(map(_intern_new(interner, seq).__getitem__, seq), I32, n)
+    ids, items = interner._ids, interner._items
+    got = np.fromiter(map(ids.get, seq, repeat(-1)), I32, n)
+    new = got < 0
+    if not new.any():
+        return got
+    fresh = list(compress(seq, new.tolist()))
+    first = dict.fromkeys(fresh)  # the new items in first-seen order
+    base = len(items)
+    ids.update(zip(first, count(base)))
+    items.extend(first)
+    got[new] = np.arange(base, base + len(fresh), dtype=I32) if len(first) == len(fresh) else \
+        np.fromiter(map(ids.__getitem__, fresh), I32, len(fresh))
+    return got
 
 
 def intern_list(interner: _Interner, seq: list[Any], distinct: bool = False) -> list[int]:

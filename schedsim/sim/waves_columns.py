@@ -94,7 +94,9 @@ def categorical(values: tuple[str, ...], codes: np.ndarray) -> tuple[list[str], 
     if len(cats) <= 1:
         return cats, np.zeros(n, np.int32)
     if len(used) == len(values) and bool((used == np.arange(len(used))).all()):
-        return cats, codes.astype(np.int32)  # first used in code order: the codes as they are (a copy)
+        # first used in code order: the codes as they are, not copied where they are int32 already (a Program's
+        # read-only stream column, a fresh array of codes)
+        return cats, codes.astype(np.int32, copy=False)
     num = np.zeros(len(values), np.int32)
     num[used] = np.arange(len(used), dtype=np.int32)
     return cats, num[codes]
@@ -249,12 +251,7 @@ def _link_ends(gptr: np.ndarray, gidx: np.ndarray, rank: np.ndarray, C: int, one
         rptr = np.concatenate([np.zeros(C + 1, I64), 2 * np.arange(1, P + 1)])
     else:
         rev, rptr = np.zeros(0, I64), np.zeros(C + P + 1, I64)
-    gid = np.repeat(np.arange(C), sizes)
-    dup = np.zeros(0, bool)
-    if nc:
-        key = np.sort(gid * (int(cr.max()) + 1) + cr, kind="stable")  # sorted runs: timsort merges them
-        dup = key[1:] == key[:-1]
-    if dup.any() or (P and (pr[:, 0] == pr[:, 1]).any()):
+    if _rank_repeats(gptr, cr, C) or (P and (pr[:, 0] == pr[:, 1]).any()):
         return (eptr, ends, rptr, rev, *_epos_generic(eptr, ends, gptr, gidx, rank))
     # distinct ranks per group: collective member slot s of a group with k ends per member owns positions
     # k·s .. k·s + k - 1; a send owns the lower end when its rank is below the receiver's
@@ -267,6 +264,24 @@ def _link_ends(gptr: np.ndarray, gidx: np.ndarray, rank: np.ndarray, C: int, one
     mptr = kk * np.arange(1, nc + 1, dtype=I64) if km is None else np.cumsum(km)  # each member's ends' end
     pptr = np.concatenate([np.zeros(1, I64), mptr, nce + np.arange(1, 2 * P + 1)])
     return eptr, ends, rptr, rev, pptr, pos
+
+
+def _rank_repeats(gptr: np.ndarray, cr: np.ndarray, C: int) -> bool:
+    """Whether a rank appears twice in one of the first ``C`` groups (CSR ``gptr``; ``cr``: the members' ranks,
+    int64). Groups whose ranks ascend strictly (a lowering's collectives, one member per rank in rank order) hold
+    none, which one comparison of neighbours shows; only otherwise are the (group, rank) keys sorted (a sort of
+    every member: 0.5M at 1M ops, 5M at 10M)."""
+    nc = len(cr)
+    if nc < 2:
+        return False
+    rise = cr[1:] > cr[:-1]
+    heads = gptr[1:C].astype(I64)  # each group's first member: its pair with the member before it is not compared
+    rise[heads[(heads > 0) & (heads < nc)] - 1] = True
+    if bool(rise.all()):
+        return False
+    gid = np.repeat(np.arange(C), np.diff(gptr[:C + 1]))
+    key = np.sort(gid * (int(cr.max()) + 1) + cr, kind="stable")  # sorted runs: timsort merges them
+    return bool((key[1:] == key[:-1]).any())
 
 
 def _epos_generic(eptr, ends, gptr, gidx, rank):
@@ -682,7 +697,10 @@ def _prepare(prog: Program, profile: HardwareProfile, mode: str, rules: gm.GpuRu
     cost = cost_model(profile)
     timing_s, empty_s = gm.graph_node_terms(profile, mode)
     tcls, tps = template_classes(prog.templates)  # the rules run once per class of templates
-    tmpl = tcls.astype(I32)[prog.tmpl] if N else np.zeros(0, I32)
+    # each template its own class (two entries of a foreach: two templates): the Program's column as it is, read-only,
+    # not a copy held through the loop
+    same = len(tcls) == len(tps) and prog.tmpl.dtype == I32
+    tmpl = prog.tmpl if same else tcls.astype(I32)[prog.tmpl] if N else np.zeros(0, I32)
     del tcls
     rank = prog.rank.astype(I64)
     sid = prog.stream_id.astype(I64)

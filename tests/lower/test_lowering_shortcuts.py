@@ -114,7 +114,7 @@ def test_canonical_actions_test_is_the_regular_expression():
 
 
 @pytest.mark.parametrize("seq", [[()] * 5, [(("a", 1),)] * 3, ["x"], [], ["x", "y", "x"], [("k",), ("k",), ()],
-                                 ["y", "x", "y"]])
+                                 ["y", "x", "y"], ["a", "x", "b", "c"], ["a", "b"], ["x", "x", "a"]])
 def test_intern_all_gives_the_ids_one_call_per_item_gives(seq):
     from schedsim.lower.table import _intern_all, _Interner
 

@@ -58,3 +58,28 @@ def test_single_instance_columns_are_int32_and_refuse_values_past_it():
     for bad in (2**31, -(2**31) - 1):
         with pytest.raises(OverflowError):
             _ints([1, bad])
+
+
+def test_a_column_of_one_value_is_a_broadcast_and_reads_as_the_full_one():
+    # no op has tags, a peer, a batch or a message tag: those columns are one shared value each (no memory per op);
+    # a schedule with send/recv keeps its peer and message columns per op
+    from schedsim.lower.program import SHARED
+
+    text = ("schema_version: 1\nname: s\nworld_size: 2\nops:\n"
+            "  - {name: mm, kind: matmul, m: 64, n: 64, k: 64, dtype: bf16, stream: c}\n"
+            "  - {name: ar, kind: all_reduce, bytes: 1024, stream: m, deps: [mm]}\n")
+    prog = lower(load_text(text, "s.yaml"))
+    assert prog.N == 4
+    for f in SHARED:
+        a = getattr(prog, f)
+        assert a.strides == (0,) and not a.flags.writeable and a.shape == (4,)
+    assert prog.peer.tolist() == prog.batch.tolist() == prog.msg.tolist() == [-1] * 4
+    assert prog.tags_id.tolist() == [0] * 4
+    assert [o.peer for o in prog.ops()] == [None] * 4
+    p2p = ("schema_version: 1\nname: p\nworld_size: 2\nops:\n"
+           "  - {name: s, kind: send, ranks: [0], peer: 1, bytes: 1024, stream: m}\n"
+           "  - {name: r, kind: recv, ranks: [1], peer: 0, bytes: 1024, stream: m}\n")
+    prog = lower(load_text(p2p, "p.yaml"))
+    assert prog.peer.strides == (4,) and prog.peer.tolist() == [1, 0]
+    assert prog.batch.strides == (0,) and prog.batch.tolist() == [-1, -1]
+    assert len(simulate(prog, load_profile("h200"))) == 2

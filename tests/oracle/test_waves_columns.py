@@ -152,3 +152,22 @@ def test_member_link_positions_vectorised_equal_the_generic_scan():
         eptr, ends, _rptr, _rev, pptr, pos = wcol._link_ends(gptr, gidx, rank, C, one_way)
         gptr2, gpos2 = wcol._epos_generic(eptr, ends, gptr, gidx, rank)
         assert pptr.tolist() == gptr2.tolist() and pos.tolist() == gpos2.tolist()
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_a_rank_twice_in_a_group_is_found_as_the_sort_of_every_member_finds_it(seed):
+    # _rank_repeats compares neighbours when each group's ranks rise; any group's repeat, rising or not, and
+    # empty groups, against the set of each group's ranks
+    import numpy as np
+
+    from schedsim.sim import waves_columns as wcol
+
+    rng = np.random.default_rng(seed)
+    C = int(rng.integers(0, 6))
+    sizes = rng.integers(0, 5, C)
+    groups = [np.sort(rng.choice(8, int(s), replace=bool(rng.random() < 0.4))) if rng.random() < 0.7
+              else rng.integers(0, 8, int(s)) for s in sizes]
+    gptr = np.concatenate([[0], np.cumsum([len(g) for g in groups])]).astype(np.int64)
+    cr = np.concatenate(groups + [np.zeros(0)]).astype(np.int64)
+    want = any(len(set(g.tolist())) < len(g) for g in groups)
+    assert wcol._rank_repeats(gptr, cr, C) is want

@@ -196,3 +196,19 @@ def test_compiled_expressions_equal_evaluate(text):
             continue
         got = compiled(t)(env)
         assert got == want and type(got) is type(want)
+
+
+@pytest.mark.parametrize("text", ["mm{i}", "{i}x", "a{i}b-c", "x{i}y{i+1}", "{s}_{i}_{n}", "p{n}q", "{i}", "{f}",
+                                  "r{b}", "{i}{s}{f}"])
+def test_a_foreach_field_vectorised_is_each_iteration_interpolated(text):
+    """compile_interpolate_vector over the iterations of a loop (int, str, float and bool values; ``n`` the same in
+    all) gives what interpolate gives for each, value and type."""
+    from schedsim.expr import _Vec, compile_interpolate_vector, interpolate, vector_values
+
+    loops = {"i": [0, 7, -3, 10**20], "s": ["a", "", "b{c}", "x"], "f": [0.5, 1e300, -0.0, 2.0],
+             "b": [True, False, True, False]}
+    got = compile_interpolate_vector(text)({"n": 4, **{k: None for k in loops}},
+                                           {k: vector_values(v) for k, v in loops.items()}, 4)
+    want = [interpolate(text, {"n": 4, **{k: v[j] for k, v in loops.items()}}) for j in range(4)]
+    vals = got.a.tolist() if isinstance(got, _Vec) else [got] * 4
+    assert vals == want and [type(x) for x in vals] == [type(x) for x in want]
