@@ -21,6 +21,7 @@ from schedsim.report.chart_base import (
     _PHASES,
     MAKESPAN_GID,
     RASTER_MIN_BOXES,
+    _AggGlyphs,
     _bars,
     _box_raster,
     _color,
@@ -593,71 +594,6 @@ def _label_set(items: list[tuple[float, float, str, float, str]]) -> Any:
 
         _LabelSet = LabelSet
     return _LabelSet(items)
-
-
-class _AggGlyphs:
-    """Agg's ``draw_text`` for many short labels, each string laid out once and each glyph rasterised once per
-    sub-pixel phase: the same calls as matplotlib 3.11's ``RendererAgg.draw_text`` at angle 0 (its
-    ``_draw_text_glyphs_and_boxes``: FreeType places a glyph at a 26.6 fixed-point origin, so a glyph at the
-    same fraction of a pixel is the same bitmap moved by whole pixels), hence the same pixels. Text layout
-    with libraqm and per-glyph rendering cost ~1 ms per label on matplotlib 3.11 (2-vCPU VM): the
-    ~500 microbatch numbers of a pipeline chart were most of its time. Used only where matplotlib has those
-    internals; otherwise :meth:`of` returns None and the labels go through ``renderer.draw_text``."""
-
-    def __init__(self, renderer: Any) -> None:
-        from matplotlib.backends.backend_agg import get_hinting_flag
-        from matplotlib.ft2font import RenderMode
-
-        self.r = renderer
-        self.flags = get_hinting_flag()
-        self.modes = (RenderMode.MONO, RenderMode.NORMAL)
-        self.layouts: dict[tuple[str, Any], tuple[float, list[tuple[Any, int, float, float]]]] = {}
-        self.bitmaps: dict[tuple[int, float, int, int, int, bool], tuple[Any, int, int]] = {}
-
-    @classmethod
-    def of(cls, renderer: Any) -> _AggGlyphs | None:
-        """The fast path for ``renderer``, or None when it is not matplotlib's own Agg renderer of a version
-        with per-glyph rendering (``FT2Font._layout``, ``_render_glyph``, ``_set_transform``)."""
-        try:
-            from matplotlib.backends.backend_agg import RendererAgg
-            from matplotlib.ft2font import FT2Font, RenderMode  # noqa: F401
-        except ImportError:
-            return None
-        if type(renderer) is not RendererAgg or not all(
-                hasattr(FT2Font, a) for a in ("_layout", "_render_glyph", "_set_transform")) or not hasattr(
-                RendererAgg, "_draw_text_glyphs_and_boxes"):
-            return None
-        return cls(renderer)
-
-    def draw(self, gc: Any, x: float, y: float, text: str, prop: Any) -> None:
-        """``renderer.draw_text(gc, x, y, text, prop, 0.0)`` (``y`` downwards, as Agg takes it)."""
-        import numpy as np
-
-        r = self.r
-        key = (text, prop)
-        lay = self.layouts.get(key)
-        if lay is None:
-            font = r._prepare_font(prop)
-            items = font._layout(text, flags=self.flags, features=None, language=None)
-            lay = self.layouts[key] = (prop.get_size_in_points(),
-                                       [(it.ft_object, it.glyph_index, it.x, it.y) for it in items])
-        size, items = lay
-        aa = bool(gc.get_antialiased())
-        height = int(r.height)
-        for font, gi, gx, gy in items:
-            x26, y26 = round(0x40 * (x + gx)), round(0x40 * (r.height - y + gy))
-            bkey = (id(font), size, gi, x26 & 63, y26 & 63, aa)
-            hit = self.bitmaps.get(bkey)
-            if hit is None:
-                font.set_size(size, r.dpi)
-                font._set_transform(np.array([[0x10000, 0], [0, 0x10000]]), [x26, y26])
-                bm = font._render_glyph(gi, self.flags, self.modes[aa])
-                buf = np.array(bm.buffer)  # a copy: the font may reuse its buffer
-                if not aa:
-                    buf *= 0xff
-                hit = self.bitmaps[bkey] = (buf, bm.left - (x26 >> 6), bm.top - (y26 >> 6))
-            buf, left, top = hit
-            r._renderer.draw_text_image(buf, (x26 >> 6) + left, height - ((y26 >> 6) + top) + buf.shape[0], 0, gc)
 
 
 def _stages_of(s2r: dict[int, int], r: int) -> str:
