@@ -15,7 +15,7 @@ import io
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from schedsim.io import atomic_write_bytes
 from schedsim.kinds import KINDS
@@ -354,10 +354,12 @@ def _box_raster(ax: Any) -> Any:
                 super().__init__()
                 self.strips: dict[tuple[float, float], _Strip] = {}
                 self.gids: dict[str, tuple[Any, Any]] = {}
+                self.painted: tuple[Any, Any] | None = None  # (pixel grid, image) of the last draw
 
             def add(self, x0: Any, w: Any, y0: float, h: float, colour: str, gid: str | None = None) -> None:
                 import numpy as np
 
+                self.painted = None
                 if gid is not None:  # the boxes of a named group, to read back as (x0, x1) (tests)
                     self.gids[gid] = (np.asarray(x0, dtype=float), np.asarray(x0, dtype=float) + w)
 
@@ -382,9 +384,15 @@ def _box_raster(ax: Any) -> Any:
                 inv = ax.transData.inverted()
                 xe = inv.transform(np.stack([np.arange(x0, x1 + 1.0), np.full(x1 - x0 + 1, float(y0))], 1))[:, 0]
                 ye = inv.transform(np.stack([np.full(y1 - y0 + 1, float(x0)), np.arange(y0, y1 + 1.0)], 1))[:, 1]
+                grid = (xe.tobytes(), ye.tobytes())  # the same grid again (a PNG, then the SVG's raster): reused
+                if self.painted is not None and self.painted[0] == grid:
+                    return self.painted[1], x0, y0
                 if xe[0] > xe[-1]:  # an inverted x axis: paint left to right in data order, then flip
-                    return _paint(list(self.strips.values()), xe[::-1], ye)[:, ::-1], x0, y0
-                return _paint(list(self.strips.values()), xe, ye), x0, y0
+                    img = _paint(list(self.strips.values()), xe[::-1], ye)[:, ::-1]
+                else:
+                    img = _paint(list(self.strips.values()), xe, ye)
+                self.painted = (grid, img)
+                return img, x0, y0
 
             @allow_rasterization
             def draw(self, renderer: Any) -> None:
@@ -428,6 +436,14 @@ class _AggGlyphs:
     (ticks, legend, title) ~0.1 s a PNG. Used only where matplotlib has those internals; otherwise :meth:`of`
     returns None and the labels go through ``renderer.draw_text``."""
 
+    #: Each text's layout, shared by every renderer of the process (a pipeline's two charts have the same lane
+    #: labels and legend): (text, font properties, features, language, dpi, hinting) -> (size in points, per glyph
+    #: its font, index and offset); emptied past :data:`TEXT_CACHE_MAX` entries.
+    layouts: ClassVar[dict[tuple[Any, ...], tuple[float, list[tuple[Any, int, float, float]]]]] = {}
+    #: Each text's (width, height, descent) in pixels as ``RendererAgg.get_text_width_height_descent`` gives it,
+    #: shared likewise: (text, font properties, dpi, hinting) -> the three.
+    metrics: ClassVar[dict[tuple[Any, ...], tuple[float, float, float]]] = {}
+
     def __init__(self, renderer: Any) -> None:
         from matplotlib.backends.backend_agg import get_hinting_flag
         from matplotlib.ft2font import RenderMode
@@ -435,7 +451,6 @@ class _AggGlyphs:
         self.r = renderer
         self.flags = get_hinting_flag()
         self.modes = (RenderMode.MONO, RenderMode.NORMAL)
-        self.layouts: dict[tuple[Any, ...], tuple[float, list[tuple[Any, int, float, float]]]] = {}
         self.bitmaps: dict[tuple[int, float, int, int, int, bool], tuple[Any, int, int]] = {}
 
     @staticmethod
@@ -469,13 +484,12 @@ class _AggGlyphs:
         import numpy as np
 
         r = self.r
-        key = (text, prop, features, language)
-        lay = self.layouts.get(key)
+        lay = self.layouts.get((text, prop, features, language, r.dpi, self.flags))
         if lay is None:
             font = r._prepare_font(prop)
             items = font._layout(text, flags=self.flags, features=features, language=language)
-            lay = self.layouts[key] = (prop.get_size_in_points(),
-                                       [(it.ft_object, it.glyph_index, it.x, it.y) for it in items])
+            lay = _cached(self.layouts, (text, prop.copy(), features, language, r.dpi, self.flags),
+                          (prop.get_size_in_points(), [(it.ft_object, it.glyph_index, it.x, it.y) for it in items]))
         size, items = lay
         aa = bool(gc.get_antialiased())
         height = int(r.height)
@@ -493,6 +507,18 @@ class _AggGlyphs:
                 hit = self.bitmaps[bkey] = (buf, bm.left - (x26 >> 6), bm.top - (y26 >> 6))
             buf, left, top = hit
             r._renderer.draw_text_image(buf, (x26 >> 6) + left, height - ((y26 >> 6) + top) + buf.shape[0], 0, gc)
+
+
+#: Entries of each of :class:`_AggGlyphs`' shared caches past which it is emptied (a long session's charts).
+TEXT_CACHE_MAX = 4096
+
+
+def _cached(cache: dict[Any, Any], key: Any, value: Any) -> Any:
+    """``cache[key] = value`` (the cache emptied first when full, :data:`TEXT_CACHE_MAX`); returns ``value``."""
+    if len(cache) >= TEXT_CACHE_MAX:
+        cache.clear()
+    cache[key] = value
+    return value
 
 
 _Canvas: Any = None
@@ -523,6 +549,15 @@ def _agg_canvas() -> Any:
                     super().draw_text(gc, x, y, s, prop, angle, ismath=ismath, mtext=mtext)
                     return
                 self.glyphs.draw(gc, x, y, s, prop, None if feats is None else tuple(feats), lang)
+
+            def get_text_width_height_descent(self, s: str, prop: Any, ismath: Any) -> Any:
+                if ismath is not False:  # mathtext, TeX
+                    return super().get_text_width_height_descent(s, prop, ismath)
+                got = _AggGlyphs.metrics.get((s, prop, self.dpi, self.glyphs.flags))
+                if got is None:
+                    got = _cached(_AggGlyphs.metrics, (s, prop.copy(), self.dpi, self.glyphs.flags),
+                                  super().get_text_width_height_descent(s, prop, ismath))
+                return got
 
         glyphs = _AggGlyphs.usable()  # else another matplotlib: its own text drawing, the PNG writer still ours
 

@@ -91,3 +91,33 @@ def test_charts_are_the_pixels_of_matplotlibs_agg_canvas_and_png_writer(tmp_path
     B.write_figure(fig, tmp_path / "d.png")
     if B._AggGlyphs.usable():
         assert fig.canvas.get_renderer().glyphs.layouts
+
+
+def test_text_metrics_are_matplotlibs_and_shared_between_renderers():
+    from matplotlib.backends.backend_agg import RendererAgg
+    from matplotlib.figure import Figure
+    from matplotlib.font_manager import FontProperties
+
+    if not B._AggGlyphs.usable():
+        pytest.skip("matplotlib without per-glyph text rendering")
+    canvas = B._agg_canvas()(Figure(dpi=110))
+    r = canvas.get_renderer()
+    prop = FontProperties(size=7)
+    plain = RendererAgg(100, 100, 110)
+    for text in ("rank 17 (stage 17,49)", "makespan 341.975 ms", "W"):
+        assert r.get_text_width_height_descent(text, prop, False) == plain.get_text_width_height_descent(
+            text, prop, False)
+        assert (text, prop, 110, r.glyphs.flags) in B._AggGlyphs.metrics
+    # another canvas of the same dpi finds them (a pipeline's two charts share their labels)
+    other = B._agg_canvas()(Figure(dpi=110)).get_renderer()
+    assert other is not r and other.glyphs.metrics is r.glyphs.metrics
+
+
+def test_a_raster_drawn_again_on_the_same_pixels_is_painted_once(tmp_path, monkeypatch):
+    # a Gantt past RASTER_MIN_BOXES written as PNG then SVG: the SVG's raster is the PNG's image
+    monkeypatch.setattr(G, "RASTER_MIN_BOXES", 0)
+    calls = []
+    paint = B._paint
+    monkeypatch.setattr(B, "_paint", lambda *a: calls.append(1) or paint(*a))
+    G.write_gantt(tmp_path / "g", [("predicted", _small_pipeline())], "pp")
+    assert len(calls) == 1
