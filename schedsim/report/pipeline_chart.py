@@ -4,10 +4,10 @@
 microbatch number, in unit steps (F, I and W one step each, a full backward B two: the ZB paper's
 T_B = T_I + T_W with T_F = T_I = T_W, arXiv 2401.10241 §2) or in time. :func:`pipeline_view` keeps the
 pipeline actions of a timeline, :func:`pipeline_lanes` picks the ranks drawn, :func:`unit_steps` places
-the actions in unit steps (array sweeps over the ranks, :func:`_steps_by_arrays`), the labels inside boxes are drawn as one
-artist past :data:`LABEL_SET_MIN` labels, and past ``chart_base.RASTER_MIN_BOXES`` actions the boxes under 4 px
-are painted into one raster (``chart_base._box_raster``). The chart reads the actions as columns, never as one
-Span each.
+the actions in unit steps (array sweeps over the ranks, :func:`_steps_by_arrays`), the labels inside boxes are
+drawn as one artist past :data:`LABEL_SET_MIN` labels, and past ``chart_base.RASTER_MIN_BOXES`` actions the boxes
+under 4 px are painted into one raster (``chart_base._box_raster``). The chart reads the actions as columns, never
+as one Span each.
 """
 
 from __future__ import annotations
@@ -244,27 +244,14 @@ def unit_steps(view: Timeline) -> dict[str, tuple[int, int]]:
     return _steps_by_loop(spans)
 
 
-def _steps_by_arrays(rank: Any, ops: list[str], op: Any, stage: Any, mb: Any, start_s: Any) -> tuple[Any, Any] | None:
-    """:func:`unit_steps` of actions given as columns (numpy, one entry per action; ``op`` codes into ``ops``):
-    (start step, end step) int64 arrays, or None where the rules do not explain the order (an action whose
-    dependency is not among the actions, two actions of one key, or a cycle), which the loop
-    (:func:`_steps_by_loop`) places instead.
-
-    With each rank's actions in timeline order, the start step of a rank's i-th action is
-    t_i = max(t_{i−1} + u_{i−1}, D_i) (u its unit, D_i the latest end of its dependencies, 0 for none), so
-    t_i = S_i + max(0, max_{j ≤ i} (D_j − S_j)) with S_i the units of the rank's actions before it: a running
-    maximum per rank, given D. The dependency graph (each rank's order and the dependencies) is tested acyclic
-    first (Kahn's sweep, ``schedsim.lower.checks._acyclic``); then, from t = S, each rank's steps are set from the
-    latest ends of all ranks, rank after rank, in sweeps up the ranks and back down (Gauss–Seidel: F flows up the
-    ranks, I/B down), until a sweep moves nothing. From below, every update stays at or under the longest path,
-    so this ends at the longest path: the same steps as the Jacobi rounds of ``tests/oracle/unit_steps_rounds.py``
-    (every rank from the last round's ends; as many rounds as the longest path crosses ranks, ~2p, each a pass
-    over all actions), in a sweep per chunk or so (pp=32 m=512 v=4, 131,072 actions: 0.13 → ~0.04 CPU s)."""
+def _step_graph(rank: Any, ops: list[str], op: Any, stage: Any, mb: Any, start_s: Any) -> tuple[Any, ...] | None:
+    """What :func:`_steps_by_arrays` solves, from its columns (``n`` ≥ 1 actions): ``(o, rank, unit, d1, d2)`` with
+    ``o`` the actions in each rank's timeline order (the others in that order), each action's rank and unit, and
+    the positions (in that order) of its one or two dependencies (n: none); None when an action is not F/B/I/W,
+    two actions share a key, or a dependency is not among the actions."""
     import numpy as np
 
     n = len(rank)
-    if n == 0:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
     o = np.lexsort((start_s, rank))  # each rank's actions in timeline order (stable: ties keep the view's order)
     rank, op, stage, mb = rank[o], op[o], stage[o], mb[o]
     code = {v: ops.index(v) if v in ops else -1 for v in _PHASES}
@@ -314,6 +301,34 @@ def _steps_by_arrays(rank: Any, ops: list[str], op: Any, stage: Any, mb: Any, st
     d2 = look(ibk, is_ib & (stage < last), key + width)
     if missing:
         return None
+    return o, rank, unit, d1, d2
+
+
+def _steps_by_arrays(rank: Any, ops: list[str], op: Any, stage: Any, mb: Any, start_s: Any) -> tuple[Any, Any] | None:
+    """:func:`unit_steps` of actions given as columns (numpy, one entry per action; ``op`` codes into ``ops``):
+    (start step, end step) int64 arrays, or None where the rules do not explain the order (an action whose
+    dependency is not among the actions, two actions of one key, or a cycle), which the loop
+    (:func:`_steps_by_loop`) places instead.
+
+    With each rank's actions in timeline order, the start step of a rank's i-th action is
+    t_i = max(t_{i−1} + u_{i−1}, D_i) (u its unit, D_i the latest end of its dependencies, 0 for none), so
+    t_i = S_i + max(0, max_{j ≤ i} (D_j − S_j)) with S_i the units of the rank's actions before it: a running
+    maximum per rank, given D. The dependency graph (each rank's order and the dependencies) is tested acyclic
+    first (Kahn's sweep, ``schedsim.lower.checks._acyclic``); then, from t = S, each rank's steps are set from the
+    latest ends of all ranks, rank after rank, in sweeps up the ranks and back down (Gauss–Seidel: F flows up the
+    ranks, I/B down), until a sweep moves nothing. From below, every update stays at or under the longest path,
+    so this ends at the longest path: the same steps as the Jacobi rounds of ``tests/oracle/unit_steps_rounds.py``
+    (every rank from the last round's ends; as many rounds as the longest path crosses ranks, ~2p, each a pass
+    over all actions), in a sweep per chunk or so (pp=32 m=512 v=4, 131,072 actions: 0.13 → ~0.04 CPU s)."""
+    import numpy as np
+
+    n = len(rank)
+    if n == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    got = _step_graph(rank, ops, op, stage, mb, start_s)
+    if got is None:
+        return None
+    o, rank, unit, d1, d2 = got
     head = np.r_[True, rank[1:] != rank[:-1]]
     heads = np.flatnonzero(head)
     before = np.cumsum(unit) - unit
