@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import io
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -354,7 +355,8 @@ def _box_raster(ax: Any) -> Any:
                 super().__init__()
                 self.strips: dict[tuple[float, float], _Strip] = {}
                 self.gids: dict[str, tuple[Any, Any]] = {}
-                self.painted: tuple[Any, Any] | None = None  # (pixel grid, image) of the last draw
+                self.painted: tuple[Any, Any] | None = None  # (pixel grid, image) of the last draw, kept ...
+                self.keep = False  # ... while the figure is to be drawn again (write_figure's ``again``)
 
             def add(self, x0: Any, w: Any, y0: float, h: float, colour: str, gid: str | None = None) -> None:
                 import numpy as np
@@ -391,7 +393,7 @@ def _box_raster(ax: Any) -> Any:
                     img = _paint(list(self.strips.values()), xe[::-1], ye)[:, ::-1]
                 else:
                     img = _paint(list(self.strips.values()), xe, ye)
-                self.painted = (grid, img)
+                self.painted = (grid, img) if self.keep else None
                 return img, x0, y0
 
             @allow_rasterization
@@ -448,7 +450,7 @@ class _AggGlyphs:
         from matplotlib.backends.backend_agg import get_hinting_flag
         from matplotlib.ft2font import RenderMode
 
-        self.r = renderer
+        self.r = weakref.proxy(renderer)  # not a cycle: a renderer holds its glyphs (and the GC may be paused)
         self.flags = get_hinting_flag()
         self.modes = (RenderMode.MONO, RenderMode.NORMAL)
         self.bitmaps: dict[tuple[int, float, int, int, int, bool], tuple[Any, int, int]] = {}
@@ -606,13 +608,22 @@ def png_bytes(rgba: Any, dpi: float, metadata: dict[str, Any] | None = None) -> 
     import numpy as np
 
     h, w = rgba.shape[:2]
-    opaque = bool((np.ascontiguousarray(rgba).view("<u4") >= 0xFF000000).all())  # alpha, the last byte, 255
-    px = np.ascontiguousarray(rgba[..., :3]) if opaque else rgba  # contiguous: the subtraction below 2x as fast
-    rows = np.empty((h, w * px.shape[2] + 1), np.uint8)  # each row: its filter type, then its filtered bytes
-    rows[:, 0] = 2
-    body = rows[:, 1:].reshape(h, w, px.shape[2])  # a view: the pixels written in place, no copy of the image
-    body[0] = px[0]
-    np.subtract(px[1:], px[:-1], out=body[1:])
+    step = max(1, (1 << 20) // (w * 4 + 1))  # rows per block: ~1 MB at a time, not the image
+    opaque = all(bool((rgba[r0:r0 + step, :, 3] == 255).all()) for r0 in range(0, h, step))
+    c = 3 if opaque else 4
+    deflate = zlib.compressobj(6)
+    idat = []
+    prev = None
+    for r0 in range(0, h, step):
+        px = np.ascontiguousarray(rgba[r0:r0 + step, :, :c])  # contiguous: the subtraction below 2x as fast
+        rows = np.empty((len(px), w * c + 1), np.uint8)  # each row: its filter type, then its filtered bytes
+        rows[:, 0] = 2
+        body = rows[:, 1:].reshape(len(px), w, c)  # a view: the pixels written in place
+        body[0] = px[0] if prev is None else px[0] - prev
+        np.subtract(px[1:], px[:-1], out=body[1:])
+        prev = px[-1]
+        idat.append(deflate.compress(rows.data))
+    idat.append(deflate.flush())
 
     def chunk(kind: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
@@ -632,25 +643,38 @@ def png_bytes(rgba: Any, dpi: float, metadata: dict[str, Any] | None = None) -> 
             out.append(chunk(b"iTXt", key + b"\0\0\0\0\0" + v.encode("utf-8")))
     ppm = int(dpi / 0.0254 + 0.5)
     out.append(chunk(b"pHYs", struct.pack(">IIB", ppm, ppm, 1)))
-    out.append(chunk(b"IDAT", zlib.compress(rows.data, 6)))
+    out.append(chunk(b"IDAT", b"".join(idat)))
     out.append(chunk(b"IEND", b""))
     return b"".join(out)
 
 
-def write_figure(fig: Any, path: str | Path, fmt: str = "png") -> Path:
+def write_figure(fig: Any, path: str | Path, fmt: str = "png", again: bool = False) -> Path:
     """Save a Figure atomically; returns the path. The same figure gives the same bytes: SVG and PDF get no save
     date and SVG fixed element ids (matplotlib draws them at random unless ``svg.hashsalt`` is set). A PNG is drawn
-    by :func:`_agg_canvas` (set as the figure's canvas where it had none of its own: a ``Figure()`` has
-    matplotlib's base canvas)."""
+    by :func:`_agg_canvas` where the figure has matplotlib's base canvas (a ``Figure()``), set for the save only, as
+    ``savefig`` sets matplotlib's own Agg canvas: its renderer's pixels are not kept with the figure (a figure is a
+    reference cycle, and ``predict`` pauses the cyclic GC); nor are its box rasters' images (:func:`_box_raster`)
+    unless ``again`` (the figure is saved again, in another format)."""
     import matplotlib
     from matplotlib.backend_bases import FigureCanvasBase
 
-    if fmt == "png" and type(fig.canvas) is FigureCanvasBase:
+    base = fig.canvas if fmt == "png" and type(fig.canvas) is FigureCanvasBase else None
+    if base is not None:
         _agg_canvas()(fig)
+    rasters = fig.findobj(lambda x: hasattr(x, "painted"))
+    for a in rasters:
+        a.keep = again
     buf = io.BytesIO()
-    with matplotlib.rc_context({"svg.hashsalt": "schedsim"}):
-        fig.savefig(buf, format=fmt, **({"metadata": {"Date": None}} if fmt == "svg" else
-                                        {"metadata": {"CreationDate": None}} if fmt == "pdf" else {}))
+    try:
+        with matplotlib.rc_context({"svg.hashsalt": "schedsim"}):
+            fig.savefig(buf, format=fmt, **({"metadata": {"Date": None}} if fmt == "svg" else
+                                            {"metadata": {"CreationDate": None}} if fmt == "pdf" else {}))
+    finally:
+        if base is not None:
+            fig.set_canvas(base)
+        if not again:
+            for a in rasters:
+                a.painted = None
     atomic_write_bytes(path, buf.getvalue())
     return Path(path)
 
