@@ -16,7 +16,7 @@ import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from schedsim.io import atomic_write_bytes
 from schedsim.kinds import KINDS
@@ -272,27 +272,39 @@ class _Strip:
 def _coverage(starts: Any, ends: Any, edges: Any) -> Any:
     """Σ over the intervals [starts, ends) of their overlap with each bin [edges[j], edges[j + 1]): len(edges) − 1
     values, in the units of the edges (numpy; ``edges`` ascending, the intervals in any order). The busy time
-    before an edge e is Σ_{s < e} (e − s) − Σ_{t < e} (e − t) over the sorted starts s and ends t: two searchsorted
-    and two cumulative sums, no loop over intervals (exact for intervals that do not overlap each other; overlaps
-    count twice)."""
+    before an edge e is Σ_{s < e} (e − s) − Σ_{t < e} (e − t) over the sorted starts s and ends t: two counts
+    (:func:`_counts`) and two cumulative sums, no loop over intervals (exact for intervals that do not overlap each
+    other; overlaps count twice)."""
     import numpy as np
 
     st, en = np.sort(starts), np.sort(ends)
     cs, ce = np.concatenate([[0.0], np.cumsum(st)]), np.concatenate([[0.0], np.cumsum(en)])
-    ks = np.searchsorted(st, edges, side="right")
-    ke = np.searchsorted(en, edges, side="right")
+    ks = _counts(st, edges, "right", True)
+    ke = _counts(en, edges, "right", True)
     return np.diff((edges * ks - cs[ks]) - (edges * ke - ce[ke]))
+
+
+def _counts(vals: Any, edges: Any, side: Literal["left", "right"], ordered: bool = False) -> Any:
+    """``np.searchsorted(np.sort(vals), edges, side)``: per edge (``edges`` ascending) how many values are at or
+    below it (``side`` "right") or below it ("left"), int. Where the values are fewer than the edges (a lane's
+    boxes of one colour against a chart's ~3,000 pixel columns), each value is placed among the edges instead (a
+    search per value, not per edge) and the counts are the running sum of those places (no sort of the values);
+    the same integers either way. ``ordered``: the values are sorted already."""
+    import numpy as np
+
+    if len(vals) >= len(edges):
+        return np.searchsorted(vals if ordered else np.sort(vals), edges, side=side)
+    at = np.searchsorted(edges, vals, side="left" if side == "right" else "right")  # the first edge it counts for
+    return np.cumsum(np.bincount(at, minlength=len(edges) + 1)[:len(edges)])
 
 
 def _boxes_in(x0: Any, x1: Any, edges: Any) -> Any:
     """How many of the boxes [x0, x1] (of positive width) overlap each column [edges[j], edges[j + 1]] (``edges``
     ascending; len(edges) − 1 counts, int): those starting before its end less those ending at or before its
-    start, by two searchsorted over the sorted starts and ends (exact: no sums of floats)."""
-    import numpy as np
+    start, by counts of the starts and ends (:func:`_counts`; exact: no sums of floats)."""
 
     keep = x1 > x0
-    x0, x1 = np.sort(x0[keep]), np.sort(x1[keep])
-    return np.searchsorted(x0, edges[1:], side="left") - np.searchsorted(x1, edges[:-1], side="right")
+    return _counts(x0[keep], edges[1:], "left") - _counts(x1[keep], edges[:-1], "right")
 
 
 def _paint(strips: list[_Strip], x_edges: Any, y_edges: Any) -> Any:

@@ -205,3 +205,16 @@ def test_pipeline_styles_per_action_and_chunk(monkeypatch):
         x, y = ax.transData.transform((t + 0.25, r))
         want = B.KIND_COLORS[op] if ch == 0 else P._lighten(B.KIND_COLORS[op], 0.22 * ch)
         assert px[px.shape[0] - 1 - int(np.floor(y)), int(np.floor(x)), :3].tolist() == _rgb(want), (r, op, t)
+
+
+def test_counts_are_searchsorted_of_the_sorted_values():
+    # fewer values than edges (placed among the edges) and more (searched): the same integers as searchsorted,
+    # ties on the edges included (halves on a grid of halves)
+    rng = np.random.default_rng(5)
+    for _ in range(500):
+        vals = rng.integers(0, 20, rng.integers(0, 60)) / 2
+        edges = np.sort(rng.integers(0, 20, rng.integers(1, 60)) / 2)
+        for side in ("left", "right"):
+            want = np.searchsorted(np.sort(vals), edges, side=side)
+            assert (B._counts(vals, edges, side) == want).all()
+            assert (B._counts(np.sort(vals), edges, side, ordered=True) == want).all()
