@@ -1,6 +1,6 @@
 """Oracle: a chart's PNG as ``chart_base.write_figure`` wrote it before it drew with ``chart_base._agg_canvas``:
 matplotlib's own Agg canvas (``FigureCanvasAgg``: every text through ``RendererAgg.draw_text``, glyph by glyph) and
-its PNG writer (``print_png``: PIL, RGBA, a filter chosen per row). ``tests/report/test_chart_png.py`` holds the
+its PNG writer (``print_png``: PIL, RGBA). ``tests/report/test_chart_png.py`` holds the
 decoded pixels of the two equal."""
 
 from __future__ import annotations
