@@ -65,8 +65,11 @@ def main() -> None:
     print("| function | calls | cumulative s |\n|---|---:|---:|")
     for file_part, func in (("charts.py", "write_charts"), ("gantt.py", "write_gantt"), ("gantt.py", "draw_gantt"),
                             ("pipeline_chart.py", "write_pipeline"), ("pipeline_chart.py", "draw_pipeline"),
-                            ("pipeline_chart.py", "pipeline_view"), ("memory_chart.py", "write_memory_plot"),
-                            ("figure.py", "savefig"), ("text.py", "draw"), ("backend_agg.py", "draw_text")):
+                            ("pipeline_chart.py", "pipeline_view"), ("pipeline_chart.py", "_steps_by_arrays"),
+                            ("memory_chart.py", "write_memory_plot"), ("figure.py", "savefig"),
+                            ("chart_base.py", "png_bytes"), ("chart_base.py", "_paint"), ("text.py", "draw"),
+                            ("backend_agg.py", "draw_text"), ("chart_base.py", "draw_text"),
+                            ("backend_svg.py", "print_svg")):
         n, t = _cum(st, file_part, func)
         if n:
             print(f"| {func} ({file_part}) | {n} | {t:.2f} |")

@@ -504,7 +504,7 @@ def write_gantt(path_stem: str | Path, timelines: list[tuple[str, Timeline]], ti
     """
     fig = draw_gantt(timelines, title, **kw)
     paths = []
-    for fmt in formats:
+    for k, fmt in enumerate(formats):
         with _compound_boxes(fig) if fmt in _VECTOR else nullcontext():
-            paths.append(write_figure(fig, Path(f"{path_stem}.{fmt}"), fmt))
+            paths.append(write_figure(fig, Path(f"{path_stem}.{fmt}"), fmt, again=k + 1 < len(formats)))
     return paths

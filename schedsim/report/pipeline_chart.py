@@ -4,10 +4,10 @@
 microbatch number, in unit steps (F, I and W one step each, a full backward B two: the ZB paper's
 T_B = T_I + T_W with T_F = T_I = T_W, arXiv 2401.10241 §2) or in time. :func:`pipeline_view` keeps the
 pipeline actions of a timeline, :func:`pipeline_lanes` picks the ranks drawn, :func:`unit_steps` places
-the actions in unit steps (array rounds, :func:`_steps_by_arrays`), the labels inside boxes are drawn as one
-artist past :data:`LABEL_SET_MIN` labels, and past ``chart_base.RASTER_MIN_BOXES`` actions the boxes under 4 px
-are painted into one raster (``chart_base._box_raster``). The chart reads the actions as columns, never as one
-Span each.
+the actions in unit steps (array sweeps over the ranks, :func:`_steps_by_arrays`), the labels inside boxes are
+drawn as one artist past :data:`LABEL_SET_MIN` labels, and past ``chart_base.RASTER_MIN_BOXES`` actions the boxes
+under 4 px are painted into one raster (``chart_base._box_raster``). The chart reads the actions as columns, never
+as one Span each.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from schedsim.report.chart_base import (
     _PHASES,
     MAKESPAN_GID,
     RASTER_MIN_BOXES,
+    _AggGlyphs,
     _bars,
     _box_raster,
     _color,
@@ -243,25 +244,14 @@ def unit_steps(view: Timeline) -> dict[str, tuple[int, int]]:
     return _steps_by_loop(spans)
 
 
-def _steps_by_arrays(rank: Any, ops: list[str], op: Any, stage: Any, mb: Any, start_s: Any) -> tuple[Any, Any] | None:
-    """:func:`unit_steps` of actions given as columns (numpy, one entry per action; ``op`` codes into ``ops``):
-    (start step, end step) int64 arrays, or None where the rules do not explain the order (an action whose
-    dependency is not among the actions, two actions of one key, or a cycle), which the loop
-    (:func:`_steps_by_loop`) places instead.
-
-    With each rank's actions in timeline order, the start step of a rank's i-th action is
-    t_i = max(t_{i−1} + u_{i−1}, D_i) (u its unit, D_i the latest end of its dependencies, 0 for none), so
-    t_i = S_i + max(0, max_{j ≤ i} (D_j − S_j)) with S_i the units of the rank's actions before it: a running
-    maximum per rank, given D. Starting from D = 0, that step is repeated with D from the last starts until
-    nothing moves (Jacobi iteration of the longest path through the ranks' orders and the dependencies: as many
-    rounds as the longest path crosses ranks, ~2p for a pipeline of p ranks, each a few array passes over the
-    actions). Every end is positive, so a cycle never settles: past 8 rounds per rank (+ 16), None (the loop then
-    places them, as it does any order these rounds do not settle)."""
+def _step_graph(rank: Any, ops: list[str], op: Any, stage: Any, mb: Any, start_s: Any) -> tuple[Any, ...] | None:
+    """What :func:`_steps_by_arrays` solves, from its columns (``n`` ≥ 1 actions): ``(o, rank, unit, d1, d2)`` with
+    ``o`` the actions in each rank's timeline order (the others in that order), each action's rank and unit, and
+    the positions (in that order) of its one or two dependencies (n: none); None when an action is not F/B/I/W,
+    two actions share a key, or a dependency is not among the actions."""
     import numpy as np
 
     n = len(rank)
-    if n == 0:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
     o = np.lexsort((start_s, rank))  # each rank's actions in timeline order (stable: ties keep the view's order)
     rank, op, stage, mb = rank[o], op[o], stage[o], mb[o]
     code = {v: ops.index(v) if v in ops else -1 for v in _PHASES}
@@ -311,26 +301,67 @@ def _steps_by_arrays(rank: Any, ops: list[str], op: Any, stage: Any, mb: Any, st
     d2 = look(ibk, is_ib & (stage < last), key + width)
     if missing:
         return None
+    return o, rank, unit, d1, d2
+
+
+def _steps_by_arrays(rank: Any, ops: list[str], op: Any, stage: Any, mb: Any, start_s: Any) -> tuple[Any, Any] | None:
+    """:func:`unit_steps` of actions given as columns (numpy, one entry per action; ``op`` codes into ``ops``):
+    (start step, end step) int64 arrays, or None where the rules do not explain the order (an action whose
+    dependency is not among the actions, two actions of one key, or a cycle), which the loop
+    (:func:`_steps_by_loop`) places instead.
+
+    With each rank's actions in timeline order, the start step of a rank's i-th action is
+    t_i = max(t_{i−1} + u_{i−1}, D_i) (u its unit, D_i the latest end of its dependencies, 0 for none), so
+    t_i = S_i + max(0, max_{j ≤ i} (D_j − S_j)) with S_i the units of the rank's actions before it: a running
+    maximum per rank, given D. The dependency graph (each rank's order and the dependencies) is tested acyclic
+    first (Kahn's sweep, ``schedsim.lower.checks._acyclic``); then, from t = S, each rank's steps are set from the
+    latest ends of all ranks, rank after rank, in sweeps up the ranks and back down (Gauss–Seidel: F flows up the
+    ranks, I/B down), until a sweep moves nothing. From below, every update stays at or under the longest path,
+    so this ends at the longest path: the same steps as the Jacobi rounds of ``tests/oracle/unit_steps_rounds.py``
+    (every rank from the last round's ends; as many rounds as the longest path crosses ranks, ~2p, each a pass
+    over all actions), in a sweep per chunk or so (pp=32 m=512 v=4, 131,072 actions: 0.13 → ~0.04 CPU s)."""
+    import numpy as np
+
+    n = len(rank)
+    if n == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    got = _step_graph(rank, ops, op, stage, mb, start_s)
+    if got is None:
+        return None
+    o, rank, unit, d1, d2 = got
     head = np.r_[True, rank[1:] != rank[:-1]]
+    heads = np.flatnonzero(head)
     before = np.cumsum(unit) - unit
-    seg = np.cumsum(head) - 1
-    s = before - before[np.flatnonzero(head)][seg]  # units of the rank's actions before each
-    lift = seg * (4 * int(unit.sum()) + 4)  # keeps the running maximum inside each rank
+    s = before - before[heads][np.cumsum(head) - 1]  # units of the rank's actions before each
+    at = np.arange(n)
+    chain, h1, h2 = ~head, d1 < n, d2 < n
+    from schedsim.lower.checks import _acyclic
+
+    if not _acyclic(n, np.concatenate([at[chain] - 1, d1[h1], d2[h2]]),
+                    np.concatenate([at[chain], at[h1], at[h2]])):
+        return None
     t = s.copy()
     end = np.zeros(n + 1, np.int64)  # end[n] = 0: "no dependency"
-    up, down = lift - s, s - lift  # t = s + max(0, running max of (ready − s + lift) − lift)
-    for _ in range(8 * (int(seg[-1]) + 1) + 16):
-        np.add(t, unit, out=end[:n])
-        ready = np.maximum(end[d1], end[d2])
-        ready += up
-        nt = np.maximum(np.maximum.accumulate(ready, out=ready), lift, out=ready)
-        nt += down
-        if np.array_equal(nt, t):
-            a, b = np.empty(n, np.int64), np.empty(n, np.int64)
-            a[o], b[o] = t, end[:n]
-            return a, b
-        t = nt
-    return None
+    np.add(t, unit, out=end[:n])
+    bounds = np.append(heads, n).tolist()
+    segs = list(zip(bounds[:-1], bounds[1:], strict=True))
+    sweep = segs + segs[::-1]
+    moved = True
+    while moved:
+        moved = False
+        for a, b in sweep:
+            ready = np.maximum(end[d1[a:b]], end[d2[a:b]])
+            ready -= s[a:b]
+            np.maximum.accumulate(ready, out=ready)
+            np.maximum(ready, 0, out=ready)
+            ready += s[a:b]
+            if not np.array_equal(ready, t[a:b]):
+                t[a:b] = ready
+                np.add(ready, unit[a:b], out=end[a:b])
+                moved = True
+    a_, b_ = np.empty(n, np.int64), np.empty(n, np.int64)
+    a_[o], b_[o] = t, end[:n]
+    return a_, b_
 
 
 def _steps_by_loop(spans: list[Span]) -> dict[str, tuple[int, int]]:
@@ -593,71 +624,6 @@ def _label_set(items: list[tuple[float, float, str, float, str]]) -> Any:
 
         _LabelSet = LabelSet
     return _LabelSet(items)
-
-
-class _AggGlyphs:
-    """Agg's ``draw_text`` for many short labels, each string laid out once and each glyph rasterised once per
-    sub-pixel phase: the same calls as matplotlib 3.11's ``RendererAgg.draw_text`` at angle 0 (its
-    ``_draw_text_glyphs_and_boxes``: FreeType places a glyph at a 26.6 fixed-point origin, so a glyph at the
-    same fraction of a pixel is the same bitmap moved by whole pixels), hence the same pixels. Text layout
-    with libraqm and per-glyph rendering cost ~1 ms per label on matplotlib 3.11 (2-vCPU VM): the
-    ~500 microbatch numbers of a pipeline chart were most of its time. Used only where matplotlib has those
-    internals; otherwise :meth:`of` returns None and the labels go through ``renderer.draw_text``."""
-
-    def __init__(self, renderer: Any) -> None:
-        from matplotlib.backends.backend_agg import get_hinting_flag
-        from matplotlib.ft2font import RenderMode
-
-        self.r = renderer
-        self.flags = get_hinting_flag()
-        self.modes = (RenderMode.MONO, RenderMode.NORMAL)
-        self.layouts: dict[tuple[str, Any], tuple[float, list[tuple[Any, int, float, float]]]] = {}
-        self.bitmaps: dict[tuple[int, float, int, int, int, bool], tuple[Any, int, int]] = {}
-
-    @classmethod
-    def of(cls, renderer: Any) -> _AggGlyphs | None:
-        """The fast path for ``renderer``, or None when it is not matplotlib's own Agg renderer of a version
-        with per-glyph rendering (``FT2Font._layout``, ``_render_glyph``, ``_set_transform``)."""
-        try:
-            from matplotlib.backends.backend_agg import RendererAgg
-            from matplotlib.ft2font import FT2Font, RenderMode  # noqa: F401
-        except ImportError:
-            return None
-        if type(renderer) is not RendererAgg or not all(
-                hasattr(FT2Font, a) for a in ("_layout", "_render_glyph", "_set_transform")) or not hasattr(
-                RendererAgg, "_draw_text_glyphs_and_boxes"):
-            return None
-        return cls(renderer)
-
-    def draw(self, gc: Any, x: float, y: float, text: str, prop: Any) -> None:
-        """``renderer.draw_text(gc, x, y, text, prop, 0.0)`` (``y`` downwards, as Agg takes it)."""
-        import numpy as np
-
-        r = self.r
-        key = (text, prop)
-        lay = self.layouts.get(key)
-        if lay is None:
-            font = r._prepare_font(prop)
-            items = font._layout(text, flags=self.flags, features=None, language=None)
-            lay = self.layouts[key] = (prop.get_size_in_points(),
-                                       [(it.ft_object, it.glyph_index, it.x, it.y) for it in items])
-        size, items = lay
-        aa = bool(gc.get_antialiased())
-        height = int(r.height)
-        for font, gi, gx, gy in items:
-            x26, y26 = round(0x40 * (x + gx)), round(0x40 * (r.height - y + gy))
-            bkey = (id(font), size, gi, x26 & 63, y26 & 63, aa)
-            hit = self.bitmaps.get(bkey)
-            if hit is None:
-                font.set_size(size, r.dpi)
-                font._set_transform(np.array([[0x10000, 0], [0, 0x10000]]), [x26, y26])
-                bm = font._render_glyph(gi, self.flags, self.modes[aa])
-                buf = np.array(bm.buffer)  # a copy: the font may reuse its buffer
-                if not aa:
-                    buf *= 0xff
-                hit = self.bitmaps[bkey] = (buf, bm.left - (x26 >> 6), bm.top - (y26 >> 6))
-            buf, left, top = hit
-            r._renderer.draw_text_image(buf, (x26 >> 6) + left, height - ((y26 >> 6) + top) + buf.shape[0], 0, gc)
 
 
 def _stages_of(s2r: dict[int, int], r: int) -> str:

@@ -1,7 +1,7 @@
 """Charts of many boxes painted as a raster (``chart_base._box_raster``, past ``RASTER_MIN_BOXES`` boxes): the
 pixels of hand-computed boxes, the pipeline chart's actions in their legend colours at their pixel columns, the
 raster embedded as one image in SVG (the same bytes each time), and the pipeline chart's unit steps as array
-rounds."""
+sweeps, the steps of the loop and of the Jacobi rounds (``tests/oracle/unit_steps_rounds.py``)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from schedsim.report import chart_base as B
 from schedsim.report import gantt as G
 from schedsim.report import pipeline_chart as P
 from schedsim.sim.timeline import Span, Timeline
+from tests.oracle.unit_steps_rounds import steps_by_rounds
 
 
 def _rgb(c: str) -> list[int]:
@@ -113,6 +114,39 @@ def test_unit_steps_by_array_rounds_are_the_loops(schedule):
     assert got is not None
     want = P._steps_by_loop(acts.spans())
     assert [want[s.id] for s in acts.spans()] == list(zip(got[0].tolist(), got[1].tolist(), strict=True))
+    old = steps_by_rounds(acts.rank, acts.ops, acts.op, acts.stage, acts.mb, acts.start_s)  # the Jacobi rounds
+    assert old is not None and (old[0] == got[0]).all() and (old[1] == got[1]).all()
+
+
+def test_unit_steps_sweeps_are_the_rounds_on_shuffled_orders():
+    # 4 ranks × 4 microbatches of F/B (stage = rank), each rank's Fs and Bs in microbatch order, merged at random
+    # (each B after its F): where the Jacobi rounds (the oracle) settle, the sweeps give the same steps; where the
+    # ranks' orders wait on each other in a cycle, both give None
+    rng = np.random.default_rng(3)
+    ops = ["F", "B"]
+    settled = cycles = 0
+    for _ in range(300):
+        rows = []
+        for r in range(4):
+            f = b = 0
+            while b < 4:
+                if f < 4 and (f == b or rng.random() < 0.5):
+                    rows.append((r, 0, r, f))
+                    f += 1
+                else:
+                    rows.append((r, 1, r, b))
+                    b += 1
+        cols = (np.array([r for r, *_ in rows]), ops, np.array([o for _r, o, _s, _m in rows]),
+                np.array([s for *_x, s, _m in rows]), np.array([m for *_x, m in rows]),
+                np.arange(len(rows), dtype=float))
+        got, want = P._steps_by_arrays(*cols), steps_by_rounds(*cols)
+        assert (got is None) == (want is None)
+        if want is not None:
+            settled += 1
+            assert (got[0] == want[0]).all() and (got[1] == want[1]).all()
+        else:
+            cycles += 1
+    assert settled >= 5 and cycles >= 100  # both kinds drawn (10 and 290)
 
 
 def test_unit_steps_by_array_rounds_leave_unexplained_orders_to_the_loop():
@@ -171,3 +205,16 @@ def test_pipeline_styles_per_action_and_chunk(monkeypatch):
         x, y = ax.transData.transform((t + 0.25, r))
         want = B.KIND_COLORS[op] if ch == 0 else P._lighten(B.KIND_COLORS[op], 0.22 * ch)
         assert px[px.shape[0] - 1 - int(np.floor(y)), int(np.floor(x)), :3].tolist() == _rgb(want), (r, op, t)
+
+
+def test_counts_are_searchsorted_of_the_sorted_values():
+    # fewer values than edges (placed among the edges) and more (searched): the same integers as searchsorted,
+    # ties on the edges included (halves on a grid of halves)
+    rng = np.random.default_rng(5)
+    for _ in range(500):
+        vals = rng.integers(0, 20, rng.integers(0, 60)) / 2
+        edges = np.sort(rng.integers(0, 20, rng.integers(1, 60)) / 2)
+        for side in ("left", "right"):
+            want = np.searchsorted(np.sort(vals), edges, side=side)
+            assert (B._counts(vals, edges, side) == want).all()
+            assert (B._counts(np.sort(vals), edges, side, ordered=True) == want).all()

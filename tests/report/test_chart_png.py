@@ -1,0 +1,127 @@
+"""The PNG writer of the charts (``chart_base.png_bytes``, through ``chart_base._agg_canvas``): the pixels, size,
+resolution and text chunks read back by PIL, and every chart the same pixels as matplotlib's own Agg canvas and PNG
+writer drew (``tests/oracle/agg_png.py``), its text included."""
+
+from __future__ import annotations
+
+import io
+import zlib
+
+import numpy as np
+import pytest
+
+from schedsim.report import chart_base as B
+from schedsim.report import gantt as G
+from schedsim.report import pipeline_chart as P
+from schedsim.sim.timeline import Span, Timeline
+from tests.oracle.agg_png import matplotlib_png, pixels
+
+
+def _chunks(png: bytes) -> list[tuple[bytes, bytes]]:
+    """(type, data) of each chunk of a PNG file, its CRC checked."""
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    out, i = [], 8
+    while i < len(png):
+        n = int.from_bytes(png[i:i + 4], "big")
+        kind, data = png[i + 4:i + 8], png[i + 8:i + 8 + n]
+        assert int.from_bytes(png[i + 8 + n:i + 12 + n], "big") == zlib.crc32(kind + data)
+        out.append((kind, data))
+        i += 12 + n
+    return out
+
+
+def test_png_bytes_round_trip_opaque_as_rgb_and_translucent_as_rgba():
+    from PIL import Image
+
+    rng = np.random.default_rng(7)
+    img = rng.integers(0, 256, (5, 7, 4), dtype=np.uint8)
+    img[..., 3] = 255
+    png = B.png_bytes(img, 110, {"Title": "gantt", "Author": "Zoë Ω", "Skip": None})
+    got = Image.open(io.BytesIO(png))
+    assert got.mode == "RGB" and got.size == (7, 5)
+    assert (pixels(png) == img).all()
+    # pHYs: 110 dpi as 4,331 pixels per metre (int(110 / 0.0254 + 0.5)), as PIL writes it
+    kinds = dict(_chunks(png))
+    assert kinds[b"pHYs"] == (4331).to_bytes(4, "big") * 2 + b"\x01"
+    assert got.info["Software"].startswith("Matplotlib version") and got.info["Title"] == "gantt"
+    assert got.info["Author"] == "Zoë Ω" and "Skip" not in got.info  # not Latin-1: an iTXt chunk, UTF-8
+    assert [k for k, _ in _chunks(png)] == [b"IHDR", b"tEXt", b"tEXt", b"iTXt", b"pHYs", b"IDAT", b"IEND"]
+    # every row filtered "Up" (type 2): the first row as it is, each later one minus the row above, byte by byte
+    raw = np.frombuffer(zlib.decompress(kinds[b"IDAT"]), np.uint8).reshape(5, 7 * 3 + 1)
+    assert (raw[:, 0] == 2).all() and (raw[0, 1:] == img[0, :, :3].reshape(-1)).all()
+    assert (raw[1:, 1:] == (img[1:, :, :3].astype(int) - img[:-1, :, :3]).reshape(4, -1) % 256).all()
+    img[2, 3, 3] = 17  # one translucent pixel: RGBA kept
+    png = B.png_bytes(img, 72)
+    assert Image.open(io.BytesIO(png)).mode == "RGBA" and (pixels(png) == img).all()
+
+
+def _small_pipeline() -> Timeline:
+    spans = []
+    for r in range(3):
+        t = r * 1e-3
+        for op, d in (("F", 1e-3), ("B", 2e-3)):
+            for mb in range(4):
+                spans.append(Span(f"{op}{r}.{mb}@r{r}", f"{op}{r}.{mb}", r, "s0", "matmul", "compute", t, t + d,
+                                  tags={"pp_op": op, "stage": r, "mb": mb}))
+                t += d
+        spans.append(Span(f"ar@r{r}", "ar", r, "c", "all_reduce", "comm", t - 3e-3, t + 1e-3))
+    return Timeline("pp", "predict", 3, spans=spans)
+
+
+@pytest.mark.parametrize("chart", ["gantt", "steps", "time", "rotated"])
+def test_charts_are_the_pixels_of_matplotlibs_agg_canvas_and_png_writer(tmp_path, chart):
+    tl = _small_pipeline()
+
+    def figure():
+        if chart == "gantt":
+            return G.draw_gantt([("predicted", tl)], "pp: makespan")
+        if chart in ("steps", "time"):
+            return P.draw_pipeline(tl, "pp", mode=chart)
+        # text the fast path hands back to matplotlib: rotated, and mathtext
+        fig = G.draw_gantt([("predicted", tl)], r"$\alpha^2$ makespan")
+        fig.axes[0].set_ylabel("lanes (rotated)")
+        return fig
+
+    ours = B.write_figure(figure(), tmp_path / "c.png").read_bytes()
+    theirs = matplotlib_png(figure())
+    assert ours != theirs  # not PIL's bytes ...
+    assert pixels(ours).shape == pixels(theirs).shape and (pixels(ours) == pixels(theirs)).all()  # ... its pixels
+    # the text went through the glyph cache (matplotlib 3.11's per-glyph rendering); the figure keeps its own
+    # canvas (and no renderer's pixels)
+    B._AggGlyphs.layouts.clear()
+    fig = figure()
+    canvas = fig.canvas
+    B.write_figure(fig, tmp_path / "d.png")
+    assert fig.canvas is canvas
+    if B._AggGlyphs.usable():
+        assert B._AggGlyphs.layouts
+
+
+def test_text_metrics_are_matplotlibs_and_shared_between_renderers():
+    from matplotlib.backends.backend_agg import RendererAgg
+    from matplotlib.figure import Figure
+    from matplotlib.font_manager import FontProperties
+
+    if not B._AggGlyphs.usable():
+        pytest.skip("matplotlib without per-glyph text rendering")
+    canvas = B._agg_canvas()(Figure(dpi=110))
+    r = canvas.get_renderer()
+    prop = FontProperties(size=7)
+    plain = RendererAgg(100, 100, 110)
+    for text in ("rank 17 (stage 17,49)", "makespan 341.975 ms", "W"):
+        assert r.get_text_width_height_descent(text, prop, False) == plain.get_text_width_height_descent(
+            text, prop, False)
+        assert (text, prop, 110, r.glyphs.flags) in B._AggGlyphs.metrics
+    # another canvas of the same dpi finds them (a pipeline's two charts share their labels)
+    other = B._agg_canvas()(Figure(dpi=110)).get_renderer()
+    assert other is not r and other.glyphs.metrics is r.glyphs.metrics
+
+
+def test_a_raster_drawn_again_on_the_same_pixels_is_painted_once(tmp_path, monkeypatch):
+    # a Gantt past RASTER_MIN_BOXES written as PNG then SVG: the SVG's raster is the PNG's image
+    monkeypatch.setattr(G, "RASTER_MIN_BOXES", 0)
+    calls = []
+    paint = B._paint
+    monkeypatch.setattr(B, "_paint", lambda *a: calls.append(1) or paint(*a))
+    G.write_gantt(tmp_path / "g", [("predicted", _small_pipeline())], "pp")
+    assert len(calls) == 1
