@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from schedsim.coded import Codes
 from schedsim.expr import ExprError
 from schedsim.spec.context import _compile_ranks, _Ctx, _uses_rank
 from schedsim.spec.model import NUMERIC_FIELDS
@@ -152,29 +153,35 @@ class Block:
     row_rep : int64[R]
         Representative of each row.
     names : object[R]
-        Op name of each row (str).
+        Op name of each row (str), made from ``name_codes`` (:class:`~schedsim.coded.Codes`: the rows' names as
+        codes into the distinct strings the block evaluated, one per iteration for a name without ``rank``).
     dep_cnt : int64[R], deps : object[sum(dep_cnt)]
         Each row's ``deps`` (names, in the order written), concatenated row by row.
     tags : object[R]
         Each row's tags as ``tuple(sorted(tags.items()))`` (``()`` for none); ``rep_tags`` the keys of each
         representative's ``tags`` in the order written (None: not written).
-    strs : dict of str to object[R]
+    strs : dict of str to Codes
         Per field of :data:`_ROW_STRS` (``p2p_batch``, ``nccl_group``, ``tag``), each row's value (None: not
-        written); ``batch`` and ``msg`` each row's ``p2p_batch`` (either spelling) and ``tag``.
+        written); ``batch`` and ``msg`` (:class:`~schedsim.coded.Codes` too) each row's ``p2p_batch`` (either
+        spelling) and ``tag``.
     """
 
     def __init__(self, reps: list[LDict], rep_deps: list[bool], rep_tags: list[list[str] | None], row_rep: Any,
-                 names: Any, dep_cnt: Any, deps: Any, tags: Any, strs: dict[str, Any]) -> None:
-        import numpy as np
+                 names: Codes, dep_cnt: Any, deps: Any, tags: Any, strs: dict[str, Codes]) -> None:
         self.reps, self.rep_deps, self.rep_tags = reps, rep_deps, rep_tags
         self.rows = len(names)
-        self.row_rep, self.names, self.dep_cnt, self.deps, self.tags = row_rep, names, dep_cnt, deps, tags
+        self.row_rep, self.name_codes, self.dep_cnt, self.deps, self.tags = row_rep, names, dep_cnt, deps, tags
         self.strs = strs
-        written = np.not_equal(strs["p2p_batch"], np.array(None, dtype=object)).astype(bool)
-        self.batch: Any = np.where(written, strs["p2p_batch"], strs["nccl_group"])
-        self.msg: Any = strs["tag"]
+        p2p = strs["p2p_batch"]
+        self.batch = p2p.where(strs["nccl_group"], p2p.written())
+        self.msg = strs["tag"]
         self.models: list[Any] = []
         self.sources: list[tuple[int | None, int | None, str]] = []
+
+    @property
+    def names(self) -> Any:
+        """Each row's op name, an object array of R (made from :attr:`name_codes` on each call)."""
+        return self.name_codes.array()
 
     def ops(self) -> list[Any]:
         """The rows as pydantic op models, equal to what validating the general path's entries gives: each
@@ -390,7 +397,7 @@ class _Entry:
 
     e: int  # position in the body
     keep: Any  # int64[nk]: the iterations kept
-    names: Any  # object[nk]: name of each row
+    names: Codes  # name of each row
     deps: list[Any]  # per dependency: a name, or object[nk] of names
     combo: Any  # int64[nk]: combination of the other fields' values
     firsts: Any  # int64: first row of each combination
@@ -398,7 +405,7 @@ class _Entry:
     vals: dict[str, Any]  # field -> plain value, object[nk], or a list of those (a list field)
     tags: list[tuple[tuple[str, Any], ...]]
     chars: int
-    strs: dict[str, Any]  # field of _ROW_STRS -> object[nk]
+    strs: dict[str, Codes]  # field of _ROW_STRS -> each row's value
     rank: Any  # object[nk]: each row's rank (an entry instanced per rank), else None
 
 
@@ -423,9 +430,9 @@ def _block_rows(body: list[tuple[Any, ...]], names: list[str], loop: dict[str, A
     inv[order] = np.arange(R)
     reps, rep_deps, rep_tags, gid = _representatives(entries, body, loop, env, E)
     row_rep = np.concatenate([gid[j][x.combo] for j, x in enumerate(entries)])[order]
-    row_names = np.concatenate([x.names for x in entries])[order]
+    row_names = Codes.cat([x.names for x in entries]).take(order)
     row_tags = np.fromiter(itertools.chain.from_iterable(x.tags for x in entries), object, R)[order]
-    row_strs = {k: np.concatenate([x.strs[k] for x in entries])[order] for k in _ROW_STRS}
+    row_strs = {k: Codes.cat([x.strs[k] for x in entries]).take(order) for k in _ROW_STRS}
     dep_cnt = np.repeat(np.array([len(x.deps) for x in entries], np.int64), [len(x.keep) for x in entries])[order]
     dptr = np.cumsum(dep_cnt) - dep_cnt
     flat = np.empty(int(dep_cnt.sum()), object)
@@ -443,8 +450,8 @@ def _block_rows(body: list[tuple[Any, ...]], names: list[str], loop: dict[str, A
 
 def _empty_block() -> Block:
     import numpy as np
-    return Block([], [], [], np.zeros(0, np.int64), np.zeros(0, object), np.zeros(0, np.int64),
-                 np.zeros(0, object), np.zeros(0, object), {k: np.zeros(0, object) for k in _ROW_STRS})
+    return Block([], [], [], np.zeros(0, np.int64), Codes.of(None, 0), np.zeros(0, np.int64),
+                 np.zeros(0, object), np.zeros(0, object), {k: Codes.of(None, 0) for k in _ROW_STRS})
 
 
 def _entry_rows(e: int, b: tuple[Any, ...], loop: dict[str, Any], n: int, env: dict[str, Any],
@@ -509,13 +516,13 @@ def _entry_rows(e: int, b: tuple[Any, ...], loop: dict[str, Any], n: int, env: d
                 spread[k] = (per_it, it[keep])
             continue
         vals[k] = _field_values(k, f, fm, raw, vec, env, sub, nk, n, keep, envs_of, done)
-    names = _row_names(vals.get("name"), nk, _used(spread.get("name")))
+    names = _row_names(vals.get("name"), nk, spread.get("name"))
     tags = _tag_rows(vals.pop("tags", {}), nk)
     deps = vals.get("deps", [])
     if not isinstance(deps, list) or not all(
             type(d) is str or (isinstance(d, np.ndarray) and set(map(type, d.tolist())) == {str}) for d in deps):
         raise _Abandon
-    strs = {k: _row_strs(k, vals.get(k), nk, _used(spread.get(k))) for k in _ROW_STRS}
+    strs = {k: _row_strs(k, vals.get(k), nk, spread.get(k)) for k in _ROW_STRS}
     # the rank column's codes: its position in the entry's ranks (distinct ints), known without reading the column
     combo, firsts = _combos(vals, nk, None if it is None else (sub["rank"].a, keep % len(rl)))
     return _Entry(e=e, keep=keep if it is None else it[keep], names=names, deps=deps, combo=combo, firsts=firsts,
@@ -607,41 +614,47 @@ def _entry_ranks(ranks_of: Any, item: Mapping[str, Any], env: dict[str, Any], lo
 _ROW_STRS = ("p2p_batch", "nccl_group", "tag")
 
 
-def _row_strs(key: str, v: Any, nk: int, distinct: Any = None) -> Any:
-    """The rows' ``key`` (:data:`_ROW_STRS`) as an object array (None where not written), checked as pydantic
-    checks it where it varies (else _Abandon; a constant value is the representative's, validated there).
-    ``distinct``: the values the rows repeat, each once (:func:`_used`), checked in their place."""
+def _coded(v: Any, nk: int, sp: tuple[Any, Any] | None) -> Codes:
+    """The rows' values of a field as :class:`~schedsim.coded.Codes`: of a spread field (``sp``: values per
+    iteration, each row's iteration) the iterations' values and each row's iteration, else ``v`` (one value, or
+    an object array of ``nk``) as they are."""
+    if sp is None:
+        return Codes.of(v, nk)
+    per_it, rows = sp
+    return Codes(rows, Codes.of(per_it, len(per_it)).values)
+
+
+def _row_strs(key: str, v: Any, nk: int, sp: tuple[Any, Any] | None = None) -> Codes:
+    """The rows' ``key`` (:data:`_ROW_STRS`; None where not written), checked as pydantic checks it where it
+    varies (else _Abandon; a constant value is the representative's, validated there). ``sp``: the field's
+    values per iteration and each row's iteration (a spread field, :func:`_used`), checked once per value."""
     import numpy as np
-    out = np.empty(nk, object)
     if not isinstance(v, np.ndarray):
-        out.fill(v)
-        return out
-    lst = (v if distinct is None else distinct).tolist()
+        return Codes.of(v, nk)
+    lst = (v if sp is None else _used(sp)).tolist()
     if set(map(type, lst)) != {str}:
         raise _Abandon
     if key != "tag":
         if not _names_ok("\n".join(lst) + "\n", len(lst)):
             raise _Abandon
-    out[:] = v if v.dtype == object else v.tolist()
-    return out
+    return _coded(v, nk, sp)
 
 
-def _row_names(nm: Any, nk: int, distinct: Any = None) -> Any:
-    """The rows' names as an object array, checked as pydantic checks ``name`` (else _Abandon); ``distinct``: the
-    names the rows repeat, each once (:func:`_used`), checked in their place."""
+def _row_names(nm: Any, nk: int, sp: tuple[Any, Any] | None = None) -> Codes:
+    """The rows' names, checked as pydantic checks ``name`` (else _Abandon); ``sp``: the names per iteration and
+    each row's iteration (a spread field, :func:`_used`), checked once per name."""
     import numpy as np
     if not isinstance(nm, np.ndarray):
         if not isinstance(nm, str):
             raise _Abandon  # pydantic's error, worded by the general path
-        one = nm
-        nm = np.empty(nk, object)
-        nm.fill(one)  # one name for many rows: on one rank each, or a duplicate _load_blocks finds
-    lst = (nm if distinct is None else distinct).tolist()
+        lst = [nm]  # one name for many rows: on one rank each, or a duplicate _load_blocks finds
+    else:
+        lst = (nm if sp is None else _used(sp)).tolist()
     if set(map(type, lst)) != {str}:
         raise _Abandon  # pydantic's error, worded by the general path
     if not _names_ok("\n".join(lst) + "\n", len(lst)):
         raise _Abandon
-    return nm
+    return _coded(nm, nk, sp)
 
 
 def _tag_rows(tags: Any, nk: int) -> list[tuple[tuple[str, Any], ...]]:

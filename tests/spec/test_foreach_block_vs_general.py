@@ -169,9 +169,9 @@ def test_per_rank_rows_check_each_iterations_names_once(monkeypatch: pytest.Monk
     checked: list[list[str]] = []
     row_names = block._row_names
 
-    def spy(nm, nk, distinct=None):  # type: ignore[no-untyped-def]
-        checked.append(sorted((nm if distinct is None else distinct).tolist()))
-        return row_names(nm, nk, distinct)
+    def spy(nm, nk, sp=None):  # type: ignore[no-untyped-def]
+        checked.append(sorted((nm if sp is None else block._used(sp)).tolist()))
+        return row_names(nm, nk, sp)
 
     monkeypatch.setattr(block, "_row_names", spy)
     with pytest.raises(SpecError, match=r"name: String should match pattern .*\(got 'b c'\)"):
