@@ -501,11 +501,16 @@ def _entry_rows(e: int, b: tuple[Any, ...], loop: dict[str, Any], n: int, env: d
     sub = {k: _Vec(v.a[keep], v.num) for k, v in loop.items()}
     vals: dict[str, Any] = {}
     # the fields without `rank` of an entry instanced per rank: (values per iteration, each row's iteration), so
-    # that names, batch names and characters are checked and counted once per iteration, not once per row
+    # that names, batch names and characters are checked and counted once per iteration, not once per row; and
+    # those with `rank` but no loop variable: (values per rank of the entry, each row's rank position)
     spread: dict[str, tuple[Any, Any]] = {}
+    codes: dict[int, Any] = {}  # id of a column of vals -> its int codes where known (see _combos)
+    at_rank = None if it is None else keep % len(rl)  # each row's position among the entry's ranks
     for k, f, fm in fields:
         if ranks_of is not None and k == "ranks":
             vals[k] = [sub["rank"].a]
+            assert at_rank is not None
+            codes[id(vals[k][0])] = at_rank  # distinct ints: their positions are codes
             continue
         raw = item[k]
         if it is not None and not _uses_rank(raw, k):  # the same on every rank: once per iteration, then spread
@@ -515,6 +520,10 @@ def _entry_rows(e: int, b: tuple[Any, ...], loop: dict[str, Any], n: int, env: d
             if isinstance(per_it, np.ndarray):
                 spread[k] = (per_it, it[keep])
             continue
+        if it is not None and isinstance(raw, str) and not _names_any(raw, base_loop.keys()):
+            # `rank` but no loop variable (`peer: (rank + 1) % world_size`): once per rank a row takes, then spread
+            vals[k] = _per_rank(k, f, fm, raw, vec, env, rl, at_rank, spread, codes)
+            continue
         vals[k] = _field_values(k, f, fm, raw, vec, env, sub, nk, n, keep, envs_of, done)
     names = _row_names(vals.get("name"), nk, spread.get("name"))
     tags = _tag_rows(vals.pop("tags", {}), nk)
@@ -523,11 +532,56 @@ def _entry_rows(e: int, b: tuple[Any, ...], loop: dict[str, Any], n: int, env: d
             type(d) is str or (isinstance(d, np.ndarray) and set(map(type, d.tolist())) == {str}) for d in deps):
         raise _Abandon
     strs = {k: _row_strs(k, vals.get(k), nk, spread.get(k)) for k in _ROW_STRS}
-    # the rank column's codes: its position in the entry's ranks (distinct ints), known without reading the column
-    combo, firsts = _combos(vals, nk, None if it is None else (sub["rank"].a, keep % len(rl)))
+    combo, firsts = _combos(vals, nk, codes)
     return _Entry(e=e, keep=keep if it is None else it[keep], names=names, deps=deps, combo=combo, firsts=firsts,
                   has_deps="deps" in vals, vals=vals, tags=tags, chars=_chars(vals, nk, spread), strs=strs,
                   rank=None if it is None else sub["rank"].a)
+
+
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _names_any(text: str, names: Any) -> bool:
+    """Whether ``text`` holds one of ``names`` as a word (an identifier anywhere in it, inside a string literal
+    too: a field that may use a loop variable is evaluated per row)."""
+    return not set(names).isdisjoint(_WORD.findall(text))
+
+
+def _per_rank(k: str, f: Any, fm: Mark | None, raw: str, vec: dict[str, Any], env: dict[str, Any], rl: list[int],
+              at_rank: Any, spread: dict[str, tuple[Any, Any]], codes: dict[int, Any]) -> Any:
+    """Field ``k`` of an entry instanced per rank that uses ``rank`` and no loop variable: the rows' values
+    (:func:`_spread`), from its values at the entry's ranks ``rl`` (a plain value, an object array of
+    ``len(rl)``, or a list of those) evaluated (:func:`_values`) only at the positions ``at_rank`` (each row's
+    position in ``rl``) holds. An array of values per rank goes to ``spread`` (``(per rank, at_rank)``) and,
+    when they are ints, the rows' codes to ``codes`` (by the column's id; see :func:`_combos`)."""
+    import numpy as np
+
+    from schedsim.expr import _Vec
+
+    L = len(rl)
+    took = np.flatnonzero(np.bincount(at_rank, minlength=L))  # the positions some row takes
+    col = np.empty(L, object)
+    col[:] = rl
+    loop = {"rank": _Vec(col[took], True)}
+    got = _field_values(k, f, fm, raw, vec, env, loop, len(took), len(took), np.arange(len(took)),
+                        lambda keep_: _envs(env, loop, keep_), {})
+    if len(took) < L:  # back to one value per position (the positions no row takes hold None)
+        def full(v: Any) -> Any:
+            if not isinstance(v, np.ndarray):
+                return v
+            out = np.empty(L, object)
+            out[took] = v
+            return out
+        got = [full(x) for x in got] if isinstance(got, list) else full(got)
+    col = _spread(got, at_rank)
+    if isinstance(got, np.ndarray):
+        spread[k] = (got, at_rank)
+        c = _int_codes(got[took])
+        if c is not None:
+            num = np.zeros(L, np.int64)
+            num[took] = c
+            codes[id(col)] = num[at_rank]
+    return col
 
 
 def _used(sp: tuple[Any, Any] | None) -> Any:
@@ -696,17 +750,17 @@ def _chars(vals: dict[str, Any], nk: int, spread: dict[str, tuple[Any, Any]] | N
     return chars
 
 
-def _combos(vals: dict[str, Any], nk: int, known: tuple[Any, Any] | None = None) -> tuple[Any, Any]:
+def _combos(vals: dict[str, Any], nk: int, known: dict[int, Any] | None = None) -> tuple[Any, Any]:
     """``(combo, firsts)``: per row, the id of its values of the fields other than name, deps and
-    :data:`_ROW_STRS` (first-seen order), and the first row of each id. ``known``: ``(column, codes)``, a
-    column of ints whose codes (equal values, equal codes; any such numbering gives the same ids) are given."""
+    :data:`_ROW_STRS` (first-seen order), and the first row of each id. ``known``: ``id(column) -> codes`` of
+    columns of ints whose codes (equal values, equal codes; any such numbering gives the same ids) are given."""
     import numpy as np
     vary = [v for k, v in vals.items() if k not in ("name", "deps", *_ROW_STRS)
             and (isinstance(v, np.ndarray) or (isinstance(v, list) and any(isinstance(x, np.ndarray) for x in v)))]
     if not vary:
         return np.zeros(nk, np.int64), np.zeros(1, np.int64)
     flat = [c for v in vary for c in ([v] if isinstance(v, np.ndarray) else v) if isinstance(c, np.ndarray)]
-    codes = [known[1] if known is not None and c is known[0] else _int_codes(c) for c in flat]
+    codes = [known[id(c)] if known and id(c) in known else _int_codes(c) for c in flat]
     if all(c is not None for c in codes):  # every varying value an int (a rank, a size): in bulk
         key, span = np.zeros(nk, np.int64), 1
         for c in codes:
@@ -716,6 +770,15 @@ def _combos(vals: dict[str, Any], nk: int, known: tuple[Any, Any] | None = None)
                 key = np.unique(key, return_inverse=True)[1].reshape(-1)
                 span = int(key.max()) + 1
             key, span = key * r + c, span * r  # distinct values stay distinct
+        if span <= 4 * nk + 64:  # the keys in use numbered by a table of them (no sort): by their first rows
+            first = np.full(span, nk, np.int64)
+            np.minimum.at(first, key, np.arange(nk, dtype=np.int64))
+            used = np.flatnonzero(first < nk)
+            at = first[used]
+            o = np.argsort(at, kind="stable")
+            num = np.empty(span, np.int64)
+            num[used[o]] = np.arange(len(used))
+            return num[key], at[o]
         _u, first, inv = np.unique(key, return_index=True, return_inverse=True)
         rank_of = np.empty(len(first), np.int64)
         rank_of[np.argsort(first, kind="stable")] = np.arange(len(first))

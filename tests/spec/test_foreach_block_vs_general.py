@@ -200,3 +200,42 @@ def test_characters_of_spread_values_are_those_of_the_rows() -> None:
     want = block._chars({"name": spread, "n": nums, "s": "xyz"}, 8)
     assert want == 2 * 2 + 3 * 4 + 3 * 8
     assert block._chars({"name": spread, "n": nums, "s": "xyz"}, 8, {"name": (per_it, rows)}) == want
+
+
+#: sends on ranks 0..2 and recvs on ranks 1..3, in iterations 0 and 2; `PEER` the recvs' peer
+RANK_ONLY = """\
+{schema_version: 1, name: t, world_size: 4, params: {n: 3, i: 2}, ops: [{foreach: {i: range(n)}, ops: [
+  {name: "x{i}", kind: send, peer: "(rank + 1) % world_size", bytes: "64 * (rank % 2 + 1)", stream: p2p,
+   p2p_batch: "b{i}", when: "rank != 3 and i != 1"},
+  {name: "y{i}", kind: recv, peer: "PEER", bytes: "64 * ((rank - 1) % world_size % 2 + 1)", stream: p2p,
+   p2p_batch: "b{i}", when: "rank != 0 and i != 1"}]}]}
+"""
+
+
+@pytest.mark.parametrize(("peer", "per_rank"), [("(rank - 1) % world_size", 4),
+                                              ("12 // rank - 12 // rank + rank - 1", 4),
+                                              ("(rank - 1 + i - i) % world_size", 3)])
+def test_fields_with_rank_and_no_loop_variable_are_evaluated_per_rank(
+        monkeypatch: pytest.MonkeyPatch, peer: str, per_rank: int) -> None:
+    # `peer` and `bytes` with `rank` but no loop variable, evaluated once per rank that a row takes (not per
+    # row): `12 // rank` would fail on rank 0, which `when` drops; with the loop variable `i` (which the params'
+    # `i` must not stand for) evaluated per row: each the general path's program, op by op
+    text = RANK_ONLY.replace("PEER", peer)
+    calls: list[int] = []
+    real = block._per_rank
+
+    def spy(*a):  # type: ignore[no-untyped-def]
+        calls.append(len(a[6]))
+        return real(*a)
+
+    monkeypatch.setattr(block, "_per_rank", spy)
+    spec = load_text(text, "t.yaml")
+    assert spec.__pydantic_private__["_layout"] is not None  # kept as a block (rank 0's `12 // rank` not run)
+    fast = lower(spec)
+    assert calls[:per_rank] == [4] * per_rank  # peer and bytes of each entry (or all but y's peer), over the 4 ranks
+    monkeypatch.setattr(foreach, "TEMPLATES", False)
+    slow = lower(load_text(text, "t.yaml"))
+    assert fast.ops() == slow.ops()
+    assert sorted(f"{o.name}@r{o.rank}>{o.peer}:{o.nbytes:g}" for o in fast.ops()) == sorted(
+        [f"x{i}@r{r}>{r + 1}:{64 * (r % 2 + 1)}" for i in (0, 2) for r in (0, 1, 2)]
+        + [f"y{i}@r{r}>{r - 1}:{64 * ((r - 1) % 2 + 1)}" for i in (0, 2) for r in (1, 2, 3)])
