@@ -298,7 +298,7 @@ def _vector_field(key: str, v: Any) -> Any:
     return scalar(v)
 
 
-def _values(vf: Any, f: Any, env: Mapping[str, Any], loop: dict[str, Any], n: int,
+def _values(vf: Any, f: Any, env: Mapping[str, Any], loop: Mapping[str, Any], n: int,
             envs: Any) -> Any:
     """The field's value for each of the ``n`` iterations: a plain value (the same in all), an object array,
     or a list of those (a list field). Vectorised by ``vf``; where that cannot be, ``f`` (the compiled scalar
@@ -454,7 +454,7 @@ def _empty_block() -> Block:
                  np.zeros(0, object), np.zeros(0, object), {k: Codes.of(None, 0) for k in _ROW_STRS})
 
 
-def _entry_rows(e: int, b: tuple[Any, ...], loop: dict[str, Any], n: int, env: dict[str, Any],
+def _entry_rows(e: int, b: tuple[Any, ...], loop: Mapping[str, Any], n: int, env: dict[str, Any],
                 done: dict[tuple[bool, str], Any], vec: dict[str, Any]) -> _Entry | None:
     """Entry ``e`` of the body over the iterations its ``when`` keeps (None: none kept): its fields' values,
     names, ``deps``, tags and combinations of the other fields (one representative each).
@@ -476,9 +476,11 @@ def _entry_rows(e: int, b: tuple[Any, ...], loop: dict[str, Any], n: int, env: d
         if not rl:
             return None
         it = np.repeat(np.arange(n), len(rl))
-        rank_col = np.empty(len(it), object)
-        rank_col[:] = rl * n
-        loop = {**{k: _Vec(v.a[it], v.num) for k, v in loop.items()}, "rank": _Vec(rank_col, True)}
+        rl_col = np.empty(len(rl), object)
+        rl_col[:] = rl
+        L = len(rl)
+        loop = _Lazy({**{k: (lambda v=v: _Vec(v.a[it], v.num)) for k, v in loop.items()},
+                      "rank": lambda: _Vec(rl_col[np.arange(len(it)) % L], True)})
         n = len(it)
         done = {}  # the other entries' values are per iteration, not per (iteration, rank)
 
@@ -498,7 +500,7 @@ def _entry_rows(e: int, b: tuple[Any, ...], loop: dict[str, Any], n: int, env: d
     nk = len(keep)
     if not nk:
         return None
-    sub = {k: _Vec(v.a[keep], v.num) for k, v in loop.items()}
+    sub = _Lazy({k: (lambda k=k: _Vec(loop[k].a[keep], loop[k].num)) for k in loop})
     vals: dict[str, Any] = {}
     # the fields without `rank` of an entry instanced per rank: (values per iteration, each row's iteration), so
     # that names, batch names and characters are checked and counted once per iteration, not once per row; and
@@ -508,8 +510,8 @@ def _entry_rows(e: int, b: tuple[Any, ...], loop: dict[str, Any], n: int, env: d
     at_rank = None if it is None else keep % len(rl)  # each row's position among the entry's ranks
     for k, f, fm in fields:
         if ranks_of is not None and k == "ranks":
-            vals[k] = [sub["rank"].a]
             assert at_rank is not None
+            vals[k] = [rl_col[at_rank]]
             codes[id(vals[k][0])] = at_rank  # distinct ints: their positions are codes
             continue
         raw = item[k]
@@ -535,7 +537,7 @@ def _entry_rows(e: int, b: tuple[Any, ...], loop: dict[str, Any], n: int, env: d
     combo, firsts = _combos(vals, nk, codes)
     return _Entry(e=e, keep=keep if it is None else it[keep], names=names, deps=deps, combo=combo, firsts=firsts,
                   has_deps="deps" in vals, vals=vals, tags=tags, chars=_chars(vals, nk, spread), strs=strs,
-                  rank=None if it is None else sub["rank"].a)
+                  rank=None if it is None else vals["ranks"][0])
 
 
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -596,15 +598,44 @@ def _used(sp: tuple[Any, Any] | None) -> Any:
     return per_it[used]
 
 
-def _envs(env: dict[str, Any], loop: dict[str, Any], keep: Any) -> Any:
-    """``envs()``: the environment of each iteration ``keep`` (loop values over ``env``), one by one."""
+class _Lazy(Mapping[str, Any]):
+    """Loop values (name -> :class:`~schedsim.expr._Vec`), each made by its function on first read: an entry
+    instanced per rank has a row per (iteration, rank), and a column of a million Python objects is made only
+    for the fields, ``when`` or environments that read it."""
+
+    def __init__(self, make: dict[str, Any]) -> None:
+        self._make = make
+        self._got: dict[str, Any] = {}
+
+    def __getitem__(self, k: str) -> Any:
+        got = self._got.get(k)
+        if got is None:
+            got = self._got[k] = self._make[k]()
+        return got
+
+    def __contains__(self, k: object) -> bool:
+        return k in self._make
+
+    def __iter__(self) -> Any:
+        return iter(self._make)
+
+    def __len__(self) -> int:
+        return len(self._make)
+
+
+def _envs(env: dict[str, Any], loop: Mapping[str, Any], keep: Any) -> Any:
+    """``envs()``: the environment of each iteration ``keep`` (loop values over ``env``), one by one (the
+    loop values read when it is called)."""
     names = list(loop)
-    cols = [loop[nm].a[keep].tolist() for nm in names]
-    return lambda: ({**env, **dict(zip(names, vals, strict=True))} for vals in zip(*cols, strict=True))
+
+    def envs() -> Any:
+        cols = [loop[nm].a[keep].tolist() for nm in names]
+        return ({**env, **dict(zip(names, vals, strict=True))} for vals in zip(*cols, strict=True))
+    return envs
 
 
 def _field_values(k: str, f: Any, fm: Mark | None, raw: Any, vec: dict[str, Any], env: dict[str, Any],
-                  sub: dict[str, Any], nk: int, n: int, keep: Any, envs_of: Any, done: dict[Any, Any]) -> Any:
+                  sub: Mapping[str, Any], nk: int, n: int, keep: Any, envs_of: Any, done: dict[Any, Any]) -> Any:
     """Field ``k`` (written ``raw``, compiled ``f``) over the ``nk`` iterations ``keep`` of ``n`` (loop values
     ``sub``): :func:`_values` of its vectorised form (cached in ``vec``); a string evaluated over every iteration
     is evaluated alike in any field but a numeric one (`deps: ["mm{i}"]` and another entry's `name: mm{i}`),
@@ -637,7 +668,7 @@ def _spread(v: Any, idx: Any) -> Any:
     return v
 
 
-def _entry_ranks(ranks_of: Any, item: Mapping[str, Any], env: dict[str, Any], loop: dict[str, Any]) -> list[int]:
+def _entry_ranks(ranks_of: Any, item: Mapping[str, Any], env: dict[str, Any], loop: Mapping[str, Any]) -> list[int]:
     """The ranks an entry instanced per rank runs on, in the order written (its ``ranks``, else 0..world_size-1,
     as :func:`_expand_ops`); _Abandon where that depends on the iteration or is not a list of distinct ints
     (the general path then evaluates, or refuses, it per iteration)."""

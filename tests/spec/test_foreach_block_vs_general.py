@@ -7,11 +7,13 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
 from schedsim.cli import app
 from schedsim.errors import SpecError
+from schedsim.expr import _Vec
 from schedsim.lower import lower
 from schedsim.spec import block, foreach
 from schedsim.spec.loader import load_text
@@ -239,3 +241,14 @@ def test_fields_with_rank_and_no_loop_variable_are_evaluated_per_rank(
     assert sorted(f"{o.name}@r{o.rank}>{o.peer}:{o.nbytes:g}" for o in fast.ops()) == sorted(
         [f"x{i}@r{r}>{r + 1}:{64 * (r % 2 + 1)}" for i in (0, 2) for r in (0, 1, 2)]
         + [f"y{i}@r{r}>{r - 1}:{64 * ((r - 1) % 2 + 1)}" for i in (0, 2) for r in (1, 2, 3)])
+
+
+def test_loop_values_per_row_are_made_on_first_read() -> None:
+    # an entry instanced per rank has a row per (iteration, rank): its loop columns (`_Lazy`) are made when a
+    # field, `when` or an environment reads them, once; membership and the names do not make them
+    made: list[str] = []
+    lz = block._Lazy({"i": lambda: made.append("i") or 1, "rank": lambda: made.append("rank") or 2})
+    assert "i" in lz and "x" not in lz and list(lz) == ["i", "rank"] and len(lz) == 2 and made == []
+    assert lz["rank"] == 2 and lz["rank"] == 2 and made == ["rank"]
+    envs = block._envs({"w": 4}, {"i": _Vec(np.array([5, 6, 7], object), True)}, np.array([0, 2]))
+    assert list(envs()) == [{"w": 4, "i": 5}, {"w": 4, "i": 7}]
