@@ -769,7 +769,9 @@ def _chars(vals: dict[str, Any], nk: int, spread: dict[str, tuple[Any, Any]] | N
             chars += len(v) * nk
         elif spread and k in spread and v.dtype.kind in "OU":
             per_it, rows = spread[k]
-            lens = np.fromiter((len(x) if type(x) is str else 0 for x in per_it.tolist()), np.int64, len(per_it))
+            lst = per_it.tolist()
+            lens = np.fromiter(map(len, lst) if set(map(type, lst)) == {str} else
+                               (len(x) if type(x) is str else 0 for x in lst), np.int64, len(lst))
             chars += int(lens[rows].sum())
         elif isinstance(v, np.ndarray) and v.dtype.kind in "OU":  # (arrays of numbers have no characters)
             lst = v.tolist()
