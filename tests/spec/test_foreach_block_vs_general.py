@@ -252,3 +252,19 @@ def test_loop_values_per_row_are_made_on_first_read() -> None:
     assert lz["rank"] == 2 and lz["rank"] == 2 and made == ["rank"]
     envs = block._envs({"w": 4}, {"i": _Vec(np.array([5, 6, 7], object), True)}, np.array([0, 2]))
     assert list(envs()) == [{"w": 4, "i": 5}, {"w": 4, "i": 7}]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_combos_number_rows_by_first_seen_values(seed: int) -> None:
+    # per row, the id of its values of the varying fields in first-seen order, and each id's first row: by the
+    # table of small key ranges and by np.unique for wide ones (three columns of up to 40 values each on 30
+    # rows span 64,000 keys), against a dict of the value tuples
+    rng = np.random.default_rng(seed)
+    nk = 30
+    hi = 3 if seed % 2 else 40
+    cols = {k: rng.integers(0, hi, nk).astype(object) for k in ("peer", "bytes", "m")}
+    first: dict[tuple[int, ...], int] = {}
+    want = [first.setdefault(t, len(first)) for t in zip(*(c.tolist() for c in cols.values()), strict=True)]
+    combo, firsts = block._combos({"name": "x", **cols}, nk)
+    assert combo.tolist() == want
+    assert firsts.tolist() == [want.index(c) for c in range(len(first))]
