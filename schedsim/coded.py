@@ -63,8 +63,8 @@ class Codes:
 
     Parameters
     ----------
-    codes : int64 array of shape (N,)
-        Each row's index into ``values`` (0 .. len(values) - 1).
+    codes : int array of shape (N,)
+        Each row's index into ``values`` (0 .. len(values) - 1); int32 or int64, maybe a read-only view.
     values : object array of shape (K,)
         The values (strings or None); they may repeat, and some may be used by no row.
 
@@ -120,6 +120,15 @@ class Codes:
         np.minimum.at(first, self.codes, np.arange(R, dtype=np.int64))
         used = np.flatnonzero(first < R)
         return used[np.argsort(first[used], kind="stable")]
+
+    def compact(self) -> Codes:
+        """The same rows with int32 codes where the table allows, and one code held once (a read-only broadcast
+        view, no memory per row) where every row has it: what a block keeps through the lowering."""
+        c = self.codes
+        if len(c) and int(c.min()) == int(c.max()):
+            return Codes(np.broadcast_to(c[:1].astype(I32 if len(self.values) < 2**31 else np.int64), c.shape),
+                         self.values)
+        return Codes(c.astype(I32, copy=False), self.values) if len(self.values) < 2**31 else self
 
     def written(self) -> np.ndarray:
         """Per value of the table, whether it is not None (bool)."""

@@ -346,9 +346,9 @@ class Table:
         :meth:`shared_template`), ``names`` (R str, or :class:`~schedsim.coded.Codes` of R), ``dep_cnt``
         int64[R] and ``deps`` (the rows' dependency names, concatenated), ``ranks`` an int (every row on ranks
         0..ranks-1), a list of R int32 arrays, or an int array of R ranks (each row on one rank), ``tags`` (R tag
-        sets, each ``tuple(sorted(tags.items()))``); ``strs`` None (the templates' ``p2p_batch`` and ``tag``) or
-        ``(batch, msg)``, each row's ``p2p_batch`` and message ``tag`` (R str or None each, or both
-        :class:`~schedsim.coded.Codes`), whose templates then hold neither."""
+        sets, each ``tuple(sorted(tags.items()))``, or their Codes); ``strs`` None (the templates' ``p2p_batch``
+        and ``tag``) or ``(batch, msg)``, each row's ``p2p_batch`` and message ``tag`` (R str or None each, or
+        both :class:`~schedsim.coded.Codes`), whose templates then hold neither."""
         seq = deps.tolist() if isinstance(deps, np.ndarray) else list(deps)
         dep_ids = _intern_all(self.names, seq) if seq else np.zeros(0, I32)
         self._rows.append((np.asarray(tmpl, I32), names, np.asarray(dep_cnt, np.int64), dep_ids, ranks, tags, strs))
@@ -525,12 +525,9 @@ class Table:
         """``(cols, dep_op, dep_name)``: the per-instance columns in expansion order, and the declared
         dependencies as (instance, name id) pairs in declared order. With ``once``, each row is instanced once,
         on rank 0 (see :meth:`uniform`)."""
-        def seq(x: Any) -> list[Any]:
-            return x.tolist() if isinstance(x, np.ndarray) else list(x)
-
         # interned now, in row order, as the templates' names and tags were (after the pipeline's)
         row_names = [_ids_of(self.names, nm) for _t, nm, _c, _d, _r, _g, _s in self._rows]
-        row_tags = [_intern_all(self.tags, seq(tg)) for _t, _n, _c, _d, _r, tg, _s in self._rows]
+        row_tags = [_ids_of(self.tags, tg) for _t, _n, _c, _d, _r, tg, _s in self._rows]
         row_strs = self._row_strs()
         tc = self._tmpl_cols()
         tm_p, rank_p, name_p, tag_p, dop_p, dnm_p = [], [], [], [], [], []

@@ -150,20 +150,19 @@ class Block:
         Whether the representative's entry writes ``deps``.
     rows : int
         Number of rows R.
-    row_rep : int64[R]
+    row_rep : int32[R]
         Representative of each row.
     names : object[R]
         Op name of each row (str), made from ``name_codes`` (:class:`~schedsim.coded.Codes`: the rows' names as
         codes into the distinct strings the block evaluated, one per iteration for a name without ``rank``).
-    dep_cnt : int64[R], deps : object[sum(dep_cnt)]
+    dep_cnt : int64[R] (a read-only view of one count where every row has it), deps : object[sum(dep_cnt)]
         Each row's ``deps`` (names, in the order written), concatenated row by row.
-    tags : object[R]
+    tags : object[R] or Codes
         Each row's tags as ``tuple(sorted(tags.items()))`` (``()`` for none); ``rep_tags`` the keys of each
         representative's ``tags`` in the order written (None: not written).
-    strs : dict of str to Codes
-        Per field of :data:`_ROW_STRS` (``p2p_batch``, ``nccl_group``, ``tag``), each row's value (None: not
-        written); ``batch`` and ``msg`` (:class:`~schedsim.coded.Codes` too) each row's ``p2p_batch`` (either
-        spelling) and ``tag``.
+    batch, msg : Codes
+        Each row's ``p2p_batch`` (either spelling: :data:`_ROW_STRS`) and ``tag`` (None: not written), from the
+        constructor's ``strs`` (per field of :data:`_ROW_STRS`, each row's value).
     """
 
     def __init__(self, reps: list[LDict], rep_deps: list[bool], rep_tags: list[list[str] | None], row_rep: Any,
@@ -171,9 +170,9 @@ class Block:
         self.reps, self.rep_deps, self.rep_tags = reps, rep_deps, rep_tags
         self.rows = len(names)
         self.row_rep, self.name_codes, self.dep_cnt, self.deps, self.tags = row_rep, names, dep_cnt, deps, tags
-        self.strs = strs
         p2p = strs["p2p_batch"]
-        self.batch = p2p.where(strs["nccl_group"], p2p.written())
+        written = p2p.written()
+        self.batch = p2p if bool(written.all()) else p2p.where(strs["nccl_group"], written).compact()
         self.msg = strs["tag"]
         self.models: list[Any] = []
         self.sources: list[tuple[int | None, int | None, str]] = []
@@ -429,11 +428,17 @@ def _block_rows(body: list[tuple[Any, ...]], names: list[str], loop: dict[str, A
     inv = np.empty_like(order)
     inv[order] = np.arange(R)
     reps, rep_deps, rep_tags, gid = _representatives(entries, body, loop, env, E)
-    row_rep = np.concatenate([gid[j][x.combo] for j, x in enumerate(entries)])[order]
-    row_names = Codes.cat([x.names for x in entries]).take(order)
-    row_tags = np.fromiter(itertools.chain.from_iterable(x.tags for x in entries), object, R)[order]
-    row_strs = {k: Codes.cat([x.strs[k] for x in entries]).take(order) for k in _ROW_STRS}
-    dep_cnt = np.repeat(np.array([len(x.deps) for x in entries], np.int64), [len(x.keep) for x in entries])[order]
+    row_rep = np.concatenate([gid[j][x.combo] for j, x in enumerate(entries)])[order].astype(np.int32)
+    row_names = Codes.cat([x.names for x in entries]).take(order).compact()
+    one = entries[0].tags[0]
+    if all(x.tags.count(one) == len(x.tags) for x in entries):  # one tag set for every row (most often none)
+        row_tags: Any = Codes.of(one, R).compact()
+    else:
+        row_tags = np.fromiter(itertools.chain.from_iterable(x.tags for x in entries), object, R)[order]
+    row_strs = {k: Codes.cat([x.strs[k] for x in entries]).take(order).compact() for k in _ROW_STRS}
+    per = np.array([len(x.deps) for x in entries], np.int64)
+    dep_cnt = np.broadcast_to(per[:1], (R,)) if bool((per == per[0]).all()) else \
+        np.repeat(per, [len(x.keep) for x in entries])[order]  # one count for all rows: held once
     dptr = np.cumsum(dep_cnt) - dep_cnt
     flat = np.empty(int(dep_cnt.sum()), object)
     off = 0
