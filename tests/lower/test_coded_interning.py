@@ -53,6 +53,10 @@ def test_codes_first_used_cat_take_where() -> None:
     e = Codes.of(_obj([None, "p", None]), 3)
     f = Codes.of("q", 3)
     assert e.where(f, np.array([False, True, False])).tolist() == ["q", "p", "q"]
+    k = Codes.of("z", 4).compact()  # one code for every row: held once (a read-only view), the same rows
+    assert k.codes.strides == (0,) and k.codes.dtype == np.int32 and k.tolist() == ["z"] * 4
+    assert c.compact().codes.dtype == np.int32 and c.compact().tolist() == c.tolist()
+    assert _intern_codes(_Interner(), k).tolist() == [0, 0, 0, 0]
     assert _pair_repeats(c, [np.array([0, 1, 1, 0, 0])]) is False  # (d,0) (b,1) (d,1) (a,0) (b,0)
     assert _pair_repeats(c, [np.array([0, 1, 0, 0, 0])]) is True  # (d, 0) twice
 
