@@ -7,6 +7,8 @@ instead of N Python objects, and the timeline file writes it as numbers (``timel
 :mod:`schedsim.sim.timeline`). The strings and dicts are built only when something reads them.
 
 * :class:`Parts`: strings as the concatenation of categorical parts, ``"".join(values_k[codes_k[i]] for k)``.
+* :class:`Codes`: N values as codes into a table of values, ``values[codes[i]]``: a ``foreach`` block's names and
+  batch names, one string per iteration shared by the rows of that iteration's ranks.
 * :class:`TagColumns`: tag sets as one categorical column per key, code -1 where a row lacks the key; a row's
   tag set is ``tuple(sorted((key, values[code]) ...))``, the form the lowering interns.
 
@@ -25,7 +27,7 @@ import numpy as np
 
 from schedsim.tags import tag_value_key
 
-__all__ = ["Parts", "TagColumns", "coded_of", "non_finite"]
+__all__ = ["Codes", "Parts", "TagColumns", "coded_of", "non_finite"]
 
 I32 = np.int32
 #: The JSON scalars a tag value may be (``schedsim.spec.model``: strings, numbers, booleans or null).
@@ -54,6 +56,90 @@ def _codes(c: Any, n: int, where: str, lo: int, hi: int) -> np.ndarray:
     if len(a) and (int(a.min()) < lo or int(a.max()) >= hi):
         raise ValueError(f"{where}.codes has codes outside {lo}..{hi - 1}")
     return a.astype(I32)
+
+
+class Codes:
+    """N values as codes into a table of values: row ``i`` holds ``values[codes[i]]``.
+
+    Parameters
+    ----------
+    codes : int array of shape (N,)
+        Each row's index into ``values`` (0 .. len(values) - 1); int32 or int64, maybe a read-only view.
+    values : object array of shape (K,)
+        The values (strings or None); they may repeat, and some may be used by no row.
+
+    A ``foreach`` block whose ``name: "s{i}"`` is the same on every rank of an entry instanced per rank holds its
+    names as the iteration's string, once, and each row's iteration (:mod:`schedsim.spec.block`); the lowering
+    interns the strings in use, not a string per row (:func:`schedsim.lower.table._intern_codes`).
+    """
+
+    __slots__ = ("codes", "values")
+
+    def __init__(self, codes: np.ndarray, values: np.ndarray) -> None:
+        self.codes, self.values = codes, values
+
+    @classmethod
+    def of(cls, v: Any, n: int) -> Codes:
+        """``n`` rows of ``v``: a value (every row's; a string or None) or an object array of ``n``."""
+        if isinstance(v, np.ndarray):
+            return cls(np.arange(n, dtype=np.int64), v if v.dtype == object else _obj(v.tolist()))
+        one = np.empty(1, object)
+        one[0] = v
+        return cls(np.zeros(n, np.int64), one)
+
+    @classmethod
+    def cat(cls, parts: Sequence[Codes]) -> Codes:
+        """The rows of ``parts`` one after the other (their tables joined)."""
+        if len(parts) == 1:
+            return parts[0]
+        off = np.cumsum([0] + [len(p.values) for p in parts[:-1]])
+        codes = np.concatenate([p.codes + o for p, o in zip(parts, off.tolist(), strict=True)]) if parts else \
+            np.zeros(0, np.int64)
+        values = np.concatenate([p.values for p in parts]) if parts else np.zeros(0, object)
+        return cls(codes, values)
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    def take(self, idx: np.ndarray) -> Codes:
+        """Rows ``idx`` (an int array), the same table."""
+        return Codes(self.codes[idx], self.values)
+
+    def array(self) -> np.ndarray:
+        """Every row's value, an object array of N."""
+        return self.values[self.codes]
+
+    def tolist(self) -> list[Any]:
+        """Every row's value, a list of N."""
+        return self.array().tolist()
+
+    def first_used(self) -> np.ndarray:
+        """The codes some row holds, each once, in the order of their first row (int64)."""
+        R, K = len(self.codes), len(self.values)
+        first = np.full(K, R, np.int64)
+        np.minimum.at(first, self.codes, np.arange(R, dtype=np.int64))
+        used = np.flatnonzero(first < R)
+        return used[np.argsort(first[used], kind="stable")]
+
+    def compact(self) -> Codes:
+        """The same rows with int32 codes where the table allows, and one code held once (a read-only broadcast
+        view, no memory per row) where every row has it: what a block keeps through the lowering."""
+        c = self.codes
+        if len(c) and int(c.min()) == int(c.max()):
+            return Codes(np.broadcast_to(c[:1].astype(I32 if len(self.values) < 2**31 else np.int64), c.shape),
+                         self.values)
+        return Codes(c.astype(I32, copy=False), self.values) if len(self.values) < 2**31 else self
+
+    def written(self) -> np.ndarray:
+        """Per value of the table, whether it is not None (bool)."""
+        return np.fromiter((v is not None for v in self.values.tolist()), bool, len(self.values))
+
+    def where(self, other: Codes, mask_of_values: np.ndarray) -> Codes:
+        """Per row, this row's value where ``mask_of_values`` (bool, per value of this table) is true for it, else
+        ``other``'s row (the same N rows)."""
+        pick = mask_of_values[self.codes]
+        return Codes(np.where(pick, self.codes, other.codes + len(self.values)),
+                     np.concatenate([self.values, other.values]))
 
 
 class Parts:

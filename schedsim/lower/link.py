@@ -55,7 +55,7 @@ class _Cols:
         if not len(rk) or bool((rk[1:] >= rk[:-1]).all()):  # already in program order
             self.c = cols
         else:
-            order = np.argsort(rk, kind="stable")
+            order = stable_order(rk, int(rk.max()) + 1)  # by radix where the ranks fit 16 bits
             self.c = {k: v[order] for k, v in cols.items()}
             inv = np.empty_like(order)
             inv[order] = np.arange(len(order))

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from schedsim.coded import Codes
 from schedsim.graph.ops import Op, RankGroup
 
 __all__ = ["Block", "Table", "template_key"]
@@ -261,6 +262,28 @@ def _intern_all(interner: _Interner, seq: list[Any]) -> np.ndarray:
     return got
 
 
+def _intern_codes(interner: _Interner, col: Codes) -> np.ndarray:
+    """Ids of every row of ``col`` (int32; -1 for None), interning the new values in the order of their first row:
+    what :func:`_intern_all` of the rows' values (the Nones left out) gives, with a lookup per value of the table
+    in use, not per row (a ``foreach`` block's names: a string per iteration, its ranks' rows sharing it)."""
+    used = col.first_used()
+    vals = col.values[used].tolist()
+    tab = np.full(len(col.values), -1, I32)
+    at = [k for k, v in zip(used.tolist(), vals, strict=True) if v is not None]
+    if at:
+        vals = [v for v in vals if v is not None]
+        tab[at] = np.fromiter(map(_intern_new(interner, vals).__getitem__, vals), I32, len(vals))
+    return tab[col.codes]
+
+
+def _ids_of(interner: _Interner, x: Any) -> np.ndarray:
+    """Ids of every item of ``x`` (a sequence, or :class:`~schedsim.coded.Codes`), interning the new ones in
+    first-seen order (:func:`_intern_all`, :func:`_intern_codes`)."""
+    if isinstance(x, Codes):
+        return _intern_codes(interner, x)
+    return _intern_all(interner, x.tolist() if isinstance(x, np.ndarray) else list(x))
+
+
 def intern_list(interner: _Interner, seq: list[Any], distinct: bool = False) -> list[int]:
     """Ids of every item of ``seq`` (a list), interning the new ones in first-seen order: what ``[interner(x) for x
     in seq]`` gives, without a Python call per item. ``distinct``: the caller knows the items differ from each
@@ -336,12 +359,12 @@ class Table:
     def add_rows(self, tmpl: np.ndarray, names: Any, dep_cnt: np.ndarray, deps: Any, ranks: Any, tags: Any,
                  strs: tuple[Any, Any] | None = None) -> None:
         """Written op entries (rows), each instanced on its ranks: ``tmpl`` int32[R] (from
-        :meth:`shared_template`), ``names`` (R str), ``dep_cnt`` int64[R] and ``deps`` (the rows' dependency
-        names, concatenated), ``ranks`` an int (every row on ranks 0..ranks-1), a list of R int32 arrays, or
-        an int array of R ranks (each row on one rank), ``tags`` (R tag sets, each
-        ``tuple(sorted(tags.items()))``); ``strs`` None (the templates' ``p2p_batch`` and ``tag``) or
-        ``(batch, msg)``, each row's ``p2p_batch`` and message ``tag`` (R str or None each), whose templates
-        then hold neither."""
+        :meth:`shared_template`), ``names`` (R str, or :class:`~schedsim.coded.Codes` of R), ``dep_cnt``
+        int64[R] and ``deps`` (the rows' dependency names, concatenated), ``ranks`` an int (every row on ranks
+        0..ranks-1), a list of R int32 arrays, or an int array of R ranks (each row on one rank), ``tags`` (R tag
+        sets, each ``tuple(sorted(tags.items()))``, or their Codes); ``strs`` None (the templates' ``p2p_batch``
+        and ``tag``) or ``(batch, msg)``, each row's ``p2p_batch`` and message ``tag`` (R str or None each, or
+        both :class:`~schedsim.coded.Codes`), whose templates then hold neither."""
         seq = deps.tolist() if isinstance(deps, np.ndarray) else list(deps)
         dep_ids = _intern_all(self.names, seq) if seq else np.zeros(0, I32)
         self._rows.append((np.asarray(tmpl, I32), names, np.asarray(dep_cnt, np.int64), dep_ids, ranks, tags, strs))
@@ -356,7 +379,13 @@ class Table:
             if strs is None:
                 out.append(None)
                 continue
-            b, m = (_objects(x) for x in strs)
+            b, m = strs
+            if isinstance(b, Codes) and isinstance(m, Codes):
+                if not m.written()[m.codes].any():  # no message tag: the batches alone
+                    out.append((_intern_codes(self.strs, b), np.full(len(b), -1, I32)))
+                    continue
+                b, m = b.array(), m.array()
+            b, m = _objects(b), _objects(m)
             R = len(b)
             flat = b
             if bool(np.not_equal(m, none).any()):  # message tags: each row's batch, then its tag
@@ -512,12 +541,9 @@ class Table:
         """``(cols, dep_op, dep_name)``: the per-instance columns in expansion order, and the declared
         dependencies as (instance, name id) pairs in declared order. With ``once``, each row is instanced once,
         on rank 0 (see :meth:`uniform`)."""
-        def seq(x: Any) -> list[Any]:
-            return x.tolist() if isinstance(x, np.ndarray) else list(x)
-
         # interned now, in row order, as the templates' names and tags were (after the pipeline's)
-        row_names = [_intern_all(self.names, seq(nm)) for _t, nm, _c, _d, _r, _g, _s in self._rows]
-        row_tags = [_intern_all(self.tags, seq(tg)) for _t, _n, _c, _d, _r, tg, _s in self._rows]
+        row_names = [_ids_of(self.names, nm) for _t, nm, _c, _d, _r, _g, _s in self._rows]
+        row_tags = [_ids_of(self.tags, tg) for _t, _n, _c, _d, _r, tg, _s in self._rows]
         row_strs = self._row_strs()
         tc = self._tmpl_cols()
         tm_p, rank_p, name_p, tag_p, dop_p, dnm_p = [], [], [], [], [], []

@@ -167,7 +167,7 @@ def add_written(spec: ScheduleSpec, table: Table) -> None:
                 on = np.array([int(r[0]) for r in rep_ranks], np.int32)[s.row_rep]
             else:
                 on = [rep_ranks[j] for j in s.row_rep.tolist()]
-            table.add_rows(np.array(tids, np.int32)[s.row_rep], s.names, s.dep_cnt, s.deps, on, s.tags,
+            table.add_rows(np.array(tids, np.int32)[s.row_rep], s.name_codes, s.dep_cnt, s.deps, on, s.tags,
                            (s.batch, s.msg))
             idx += s.rows
             continue

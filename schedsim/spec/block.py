@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from schedsim.coded import Codes
 from schedsim.expr import ExprError
 from schedsim.spec.context import _compile_ranks, _Ctx, _uses_rank
 from schedsim.spec.model import NUMERIC_FIELDS
@@ -149,32 +150,37 @@ class Block:
         Whether the representative's entry writes ``deps``.
     rows : int
         Number of rows R.
-    row_rep : int64[R]
+    row_rep : int32[R]
         Representative of each row.
     names : object[R]
-        Op name of each row (str).
-    dep_cnt : int64[R], deps : object[sum(dep_cnt)]
+        Op name of each row (str), made from ``name_codes`` (:class:`~schedsim.coded.Codes`: the rows' names as
+        codes into the distinct strings the block evaluated, one per iteration for a name without ``rank``).
+    dep_cnt : int64[R] (a read-only view of one count where every row has it), deps : object[sum(dep_cnt)]
         Each row's ``deps`` (names, in the order written), concatenated row by row.
-    tags : object[R]
+    tags : object[R] or Codes
         Each row's tags as ``tuple(sorted(tags.items()))`` (``()`` for none); ``rep_tags`` the keys of each
         representative's ``tags`` in the order written (None: not written).
-    strs : dict of str to object[R]
-        Per field of :data:`_ROW_STRS` (``p2p_batch``, ``nccl_group``, ``tag``), each row's value (None: not
-        written); ``batch`` and ``msg`` each row's ``p2p_batch`` (either spelling) and ``tag``.
+    batch, msg : Codes
+        Each row's ``p2p_batch`` (either spelling: :data:`_ROW_STRS`) and ``tag`` (None: not written), from the
+        constructor's ``strs`` (per field of :data:`_ROW_STRS`, each row's value).
     """
 
     def __init__(self, reps: list[LDict], rep_deps: list[bool], rep_tags: list[list[str] | None], row_rep: Any,
-                 names: Any, dep_cnt: Any, deps: Any, tags: Any, strs: dict[str, Any]) -> None:
-        import numpy as np
+                 names: Codes, dep_cnt: Any, deps: Any, tags: Any, strs: dict[str, Codes]) -> None:
         self.reps, self.rep_deps, self.rep_tags = reps, rep_deps, rep_tags
         self.rows = len(names)
-        self.row_rep, self.names, self.dep_cnt, self.deps, self.tags = row_rep, names, dep_cnt, deps, tags
-        self.strs = strs
-        written = np.not_equal(strs["p2p_batch"], np.array(None, dtype=object)).astype(bool)
-        self.batch: Any = np.where(written, strs["p2p_batch"], strs["nccl_group"])
-        self.msg: Any = strs["tag"]
+        self.row_rep, self.name_codes, self.dep_cnt, self.deps, self.tags = row_rep, names, dep_cnt, deps, tags
+        p2p = strs["p2p_batch"]
+        written = p2p.written()
+        self.batch = p2p if bool(written.all()) else p2p.where(strs["nccl_group"], written).compact()
+        self.msg = strs["tag"]
         self.models: list[Any] = []
         self.sources: list[tuple[int | None, int | None, str]] = []
+
+    @property
+    def names(self) -> Any:
+        """Each row's op name, an object array of R (made from :attr:`name_codes` on each call)."""
+        return self.name_codes.array()
 
     def ops(self) -> list[Any]:
         """The rows as pydantic op models, equal to what validating the general path's entries gives: each
@@ -291,7 +297,7 @@ def _vector_field(key: str, v: Any) -> Any:
     return scalar(v)
 
 
-def _values(vf: Any, f: Any, env: Mapping[str, Any], loop: dict[str, Any], n: int,
+def _values(vf: Any, f: Any, env: Mapping[str, Any], loop: Mapping[str, Any], n: int,
             envs: Any) -> Any:
     """The field's value for each of the ``n`` iterations: a plain value (the same in all), an object array,
     or a list of those (a list field). Vectorised by ``vf``; where that cannot be, ``f`` (the compiled scalar
@@ -390,7 +396,7 @@ class _Entry:
 
     e: int  # position in the body
     keep: Any  # int64[nk]: the iterations kept
-    names: Any  # object[nk]: name of each row
+    names: Codes  # name of each row
     deps: list[Any]  # per dependency: a name, or object[nk] of names
     combo: Any  # int64[nk]: combination of the other fields' values
     firsts: Any  # int64: first row of each combination
@@ -398,7 +404,7 @@ class _Entry:
     vals: dict[str, Any]  # field -> plain value, object[nk], or a list of those (a list field)
     tags: list[tuple[tuple[str, Any], ...]]
     chars: int
-    strs: dict[str, Any]  # field of _ROW_STRS -> object[nk]
+    strs: dict[str, Codes]  # field of _ROW_STRS -> each row's value
     rank: Any  # object[nk]: each row's rank (an entry instanced per rank), else None
 
 
@@ -422,11 +428,17 @@ def _block_rows(body: list[tuple[Any, ...]], names: list[str], loop: dict[str, A
     inv = np.empty_like(order)
     inv[order] = np.arange(R)
     reps, rep_deps, rep_tags, gid = _representatives(entries, body, loop, env, E)
-    row_rep = np.concatenate([gid[j][x.combo] for j, x in enumerate(entries)])[order]
-    row_names = np.concatenate([x.names for x in entries])[order]
-    row_tags = np.fromiter(itertools.chain.from_iterable(x.tags for x in entries), object, R)[order]
-    row_strs = {k: np.concatenate([x.strs[k] for x in entries])[order] for k in _ROW_STRS}
-    dep_cnt = np.repeat(np.array([len(x.deps) for x in entries], np.int64), [len(x.keep) for x in entries])[order]
+    row_rep = np.concatenate([gid[j][x.combo] for j, x in enumerate(entries)])[order].astype(np.int32)
+    row_names = Codes.cat([x.names for x in entries]).take(order).compact()
+    one = entries[0].tags[0]
+    if all(x.tags.count(one) == len(x.tags) for x in entries):  # one tag set for every row (most often none)
+        row_tags: Any = Codes.of(one, R).compact()
+    else:
+        row_tags = np.fromiter(itertools.chain.from_iterable(x.tags for x in entries), object, R)[order]
+    row_strs = {k: Codes.cat([x.strs[k] for x in entries]).take(order).compact() for k in _ROW_STRS}
+    per = np.array([len(x.deps) for x in entries], np.int64)
+    dep_cnt = np.broadcast_to(per[:1], (R,)) if bool((per == per[0]).all()) else \
+        np.repeat(per, [len(x.keep) for x in entries])[order]  # one count for all rows: held once
     dptr = np.cumsum(dep_cnt) - dep_cnt
     flat = np.empty(int(dep_cnt.sum()), object)
     off = 0
@@ -443,11 +455,11 @@ def _block_rows(body: list[tuple[Any, ...]], names: list[str], loop: dict[str, A
 
 def _empty_block() -> Block:
     import numpy as np
-    return Block([], [], [], np.zeros(0, np.int64), np.zeros(0, object), np.zeros(0, np.int64),
-                 np.zeros(0, object), np.zeros(0, object), {k: np.zeros(0, object) for k in _ROW_STRS})
+    return Block([], [], [], np.zeros(0, np.int64), Codes.of(None, 0), np.zeros(0, np.int64),
+                 np.zeros(0, object), np.zeros(0, object), {k: Codes.of(None, 0) for k in _ROW_STRS})
 
 
-def _entry_rows(e: int, b: tuple[Any, ...], loop: dict[str, Any], n: int, env: dict[str, Any],
+def _entry_rows(e: int, b: tuple[Any, ...], loop: Mapping[str, Any], n: int, env: dict[str, Any],
                 done: dict[tuple[bool, str], Any], vec: dict[str, Any]) -> _Entry | None:
     """Entry ``e`` of the body over the iterations its ``when`` keeps (None: none kept): its fields' values,
     names, ``deps``, tags and combinations of the other fields (one representative each).
@@ -469,9 +481,11 @@ def _entry_rows(e: int, b: tuple[Any, ...], loop: dict[str, Any], n: int, env: d
         if not rl:
             return None
         it = np.repeat(np.arange(n), len(rl))
-        rank_col = np.empty(len(it), object)
-        rank_col[:] = rl * n
-        loop = {**{k: _Vec(v.a[it], v.num) for k, v in loop.items()}, "rank": _Vec(rank_col, True)}
+        rl_col = np.empty(len(rl), object)
+        rl_col[:] = rl
+        L = len(rl)
+        loop = _Lazy({**{k: (lambda v=v: _Vec(v.a[it], v.num)) for k, v in loop.items()},
+                      "rank": lambda: _Vec(rl_col[np.arange(len(it)) % L], True)})
         n = len(it)
         done = {}  # the other entries' values are per iteration, not per (iteration, rank)
 
@@ -491,14 +505,19 @@ def _entry_rows(e: int, b: tuple[Any, ...], loop: dict[str, Any], n: int, env: d
     nk = len(keep)
     if not nk:
         return None
-    sub = {k: _Vec(v.a[keep], v.num) for k, v in loop.items()}
+    sub = _Lazy({k: (lambda k=k: _Vec(loop[k].a[keep], loop[k].num)) for k in loop})
     vals: dict[str, Any] = {}
     # the fields without `rank` of an entry instanced per rank: (values per iteration, each row's iteration), so
-    # that names, batch names and characters are checked and counted once per iteration, not once per row
+    # that names, batch names and characters are checked and counted once per iteration, not once per row; and
+    # those with `rank` but no loop variable: (values per rank of the entry, each row's rank position)
     spread: dict[str, tuple[Any, Any]] = {}
+    codes: dict[int, Any] = {}  # id of a column of vals -> its int codes where known (see _combos)
+    at_rank = None if it is None else keep % len(rl)  # each row's position among the entry's ranks
     for k, f, fm in fields:
         if ranks_of is not None and k == "ranks":
-            vals[k] = [sub["rank"].a]
+            assert at_rank is not None
+            vals[k] = [rl_col[at_rank]]
+            codes[id(vals[k][0])] = at_rank  # distinct ints: their positions are codes
             continue
         raw = item[k]
         if it is not None and not _uses_rank(raw, k):  # the same on every rank: once per iteration, then spread
@@ -508,19 +527,68 @@ def _entry_rows(e: int, b: tuple[Any, ...], loop: dict[str, Any], n: int, env: d
             if isinstance(per_it, np.ndarray):
                 spread[k] = (per_it, it[keep])
             continue
+        if it is not None and isinstance(raw, str) and not _names_any(raw, base_loop.keys()):
+            # `rank` but no loop variable (`peer: (rank + 1) % world_size`): once per rank a row takes, then spread
+            vals[k] = _per_rank(k, f, fm, raw, vec, env, rl, at_rank, spread, codes)
+            continue
         vals[k] = _field_values(k, f, fm, raw, vec, env, sub, nk, n, keep, envs_of, done)
-    names = _row_names(vals.get("name"), nk, _used(spread.get("name")))
+    names = _row_names(vals.get("name"), nk, spread.get("name"))
     tags = _tag_rows(vals.pop("tags", {}), nk)
     deps = vals.get("deps", [])
     if not isinstance(deps, list) or not all(
             type(d) is str or (isinstance(d, np.ndarray) and set(map(type, d.tolist())) == {str}) for d in deps):
         raise _Abandon
-    strs = {k: _row_strs(k, vals.get(k), nk, _used(spread.get(k))) for k in _ROW_STRS}
-    # the rank column's codes: its position in the entry's ranks (distinct ints), known without reading the column
-    combo, firsts = _combos(vals, nk, None if it is None else (sub["rank"].a, keep % len(rl)))
+    strs = {k: _row_strs(k, vals.get(k), nk, spread.get(k)) for k in _ROW_STRS}
+    combo, firsts = _combos(vals, nk, codes)
     return _Entry(e=e, keep=keep if it is None else it[keep], names=names, deps=deps, combo=combo, firsts=firsts,
                   has_deps="deps" in vals, vals=vals, tags=tags, chars=_chars(vals, nk, spread), strs=strs,
-                  rank=None if it is None else sub["rank"].a)
+                  rank=None if it is None else vals["ranks"][0])
+
+
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _names_any(text: str, names: Any) -> bool:
+    """Whether ``text`` holds one of ``names`` as a word (an identifier anywhere in it, inside a string literal
+    too: a field that may use a loop variable is evaluated per row)."""
+    return not set(names).isdisjoint(_WORD.findall(text))
+
+
+def _per_rank(k: str, f: Any, fm: Mark | None, raw: str, vec: dict[str, Any], env: dict[str, Any], rl: list[int],
+              at_rank: Any, spread: dict[str, tuple[Any, Any]], codes: dict[int, Any]) -> Any:
+    """Field ``k`` of an entry instanced per rank that uses ``rank`` and no loop variable: the rows' values
+    (:func:`_spread`), from its values at the entry's ranks ``rl`` (a plain value, an object array of
+    ``len(rl)``, or a list of those) evaluated (:func:`_values`) only at the positions ``at_rank`` (each row's
+    position in ``rl``) holds. An array of values per rank goes to ``spread`` (``(per rank, at_rank)``) and,
+    when they are ints, the rows' codes to ``codes`` (by the column's id; see :func:`_combos`)."""
+    import numpy as np
+
+    from schedsim.expr import _Vec
+
+    L = len(rl)
+    took = np.flatnonzero(np.bincount(at_rank, minlength=L))  # the positions some row takes
+    col = np.empty(L, object)
+    col[:] = rl
+    loop = {"rank": _Vec(col[took], True)}
+    got = _field_values(k, f, fm, raw, vec, env, loop, len(took), len(took), np.arange(len(took)),
+                        lambda keep_: _envs(env, loop, keep_), {})
+    if len(took) < L:  # back to one value per position (the positions no row takes hold None)
+        def full(v: Any) -> Any:
+            if not isinstance(v, np.ndarray):
+                return v
+            out = np.empty(L, object)
+            out[took] = v
+            return out
+        got = [full(x) for x in got] if isinstance(got, list) else full(got)
+    col = _spread(got, at_rank)
+    if isinstance(got, np.ndarray):
+        spread[k] = (got, at_rank)
+        c = _int_codes(got[took])
+        if c is not None:
+            num = np.zeros(L, np.int64)
+            num[took] = c
+            codes[id(col)] = num[at_rank]
+    return col
 
 
 def _used(sp: tuple[Any, Any] | None) -> Any:
@@ -535,15 +603,44 @@ def _used(sp: tuple[Any, Any] | None) -> Any:
     return per_it[used]
 
 
-def _envs(env: dict[str, Any], loop: dict[str, Any], keep: Any) -> Any:
-    """``envs()``: the environment of each iteration ``keep`` (loop values over ``env``), one by one."""
+class _Lazy(Mapping[str, Any]):
+    """Loop values (name -> :class:`~schedsim.expr._Vec`), each made by its function on first read: an entry
+    instanced per rank has a row per (iteration, rank), and a column of a million Python objects is made only
+    for the fields, ``when`` or environments that read it."""
+
+    def __init__(self, make: dict[str, Any]) -> None:
+        self._make = make
+        self._got: dict[str, Any] = {}
+
+    def __getitem__(self, k: str) -> Any:
+        got = self._got.get(k)
+        if got is None:
+            got = self._got[k] = self._make[k]()
+        return got
+
+    def __contains__(self, k: object) -> bool:
+        return k in self._make
+
+    def __iter__(self) -> Any:
+        return iter(self._make)
+
+    def __len__(self) -> int:
+        return len(self._make)
+
+
+def _envs(env: dict[str, Any], loop: Mapping[str, Any], keep: Any) -> Any:
+    """``envs()``: the environment of each iteration ``keep`` (loop values over ``env``), one by one (the
+    loop values read when it is called)."""
     names = list(loop)
-    cols = [loop[nm].a[keep].tolist() for nm in names]
-    return lambda: ({**env, **dict(zip(names, vals, strict=True))} for vals in zip(*cols, strict=True))
+
+    def envs() -> Any:
+        cols = [loop[nm].a[keep].tolist() for nm in names]
+        return ({**env, **dict(zip(names, vals, strict=True))} for vals in zip(*cols, strict=True))
+    return envs
 
 
 def _field_values(k: str, f: Any, fm: Mark | None, raw: Any, vec: dict[str, Any], env: dict[str, Any],
-                  sub: dict[str, Any], nk: int, n: int, keep: Any, envs_of: Any, done: dict[Any, Any]) -> Any:
+                  sub: Mapping[str, Any], nk: int, n: int, keep: Any, envs_of: Any, done: dict[Any, Any]) -> Any:
     """Field ``k`` (written ``raw``, compiled ``f``) over the ``nk`` iterations ``keep`` of ``n`` (loop values
     ``sub``): :func:`_values` of its vectorised form (cached in ``vec``); a string evaluated over every iteration
     is evaluated alike in any field but a numeric one (`deps: ["mm{i}"]` and another entry's `name: mm{i}`),
@@ -576,7 +673,7 @@ def _spread(v: Any, idx: Any) -> Any:
     return v
 
 
-def _entry_ranks(ranks_of: Any, item: Mapping[str, Any], env: dict[str, Any], loop: dict[str, Any]) -> list[int]:
+def _entry_ranks(ranks_of: Any, item: Mapping[str, Any], env: dict[str, Any], loop: Mapping[str, Any]) -> list[int]:
     """The ranks an entry instanced per rank runs on, in the order written (its ``ranks``, else 0..world_size-1,
     as :func:`_expand_ops`); _Abandon where that depends on the iteration or is not a list of distinct ints
     (the general path then evaluates, or refuses, it per iteration)."""
@@ -607,41 +704,47 @@ def _entry_ranks(ranks_of: Any, item: Mapping[str, Any], env: dict[str, Any], lo
 _ROW_STRS = ("p2p_batch", "nccl_group", "tag")
 
 
-def _row_strs(key: str, v: Any, nk: int, distinct: Any = None) -> Any:
-    """The rows' ``key`` (:data:`_ROW_STRS`) as an object array (None where not written), checked as pydantic
-    checks it where it varies (else _Abandon; a constant value is the representative's, validated there).
-    ``distinct``: the values the rows repeat, each once (:func:`_used`), checked in their place."""
+def _coded(v: Any, nk: int, sp: tuple[Any, Any] | None) -> Codes:
+    """The rows' values of a field as :class:`~schedsim.coded.Codes`: of a spread field (``sp``: values per
+    iteration, each row's iteration) the iterations' values and each row's iteration, else ``v`` (one value, or
+    an object array of ``nk``) as they are."""
+    if sp is None:
+        return Codes.of(v, nk)
+    per_it, rows = sp
+    return Codes(rows, Codes.of(per_it, len(per_it)).values)
+
+
+def _row_strs(key: str, v: Any, nk: int, sp: tuple[Any, Any] | None = None) -> Codes:
+    """The rows' ``key`` (:data:`_ROW_STRS`; None where not written), checked as pydantic checks it where it
+    varies (else _Abandon; a constant value is the representative's, validated there). ``sp``: the field's
+    values per iteration and each row's iteration (a spread field, :func:`_used`), checked once per value."""
     import numpy as np
-    out = np.empty(nk, object)
     if not isinstance(v, np.ndarray):
-        out.fill(v)
-        return out
-    lst = (v if distinct is None else distinct).tolist()
+        return Codes.of(v, nk)
+    lst = (v if sp is None else _used(sp)).tolist()
     if set(map(type, lst)) != {str}:
         raise _Abandon
     if key != "tag":
         if not _names_ok("\n".join(lst) + "\n", len(lst)):
             raise _Abandon
-    out[:] = v if v.dtype == object else v.tolist()
-    return out
+    return _coded(v, nk, sp)
 
 
-def _row_names(nm: Any, nk: int, distinct: Any = None) -> Any:
-    """The rows' names as an object array, checked as pydantic checks ``name`` (else _Abandon); ``distinct``: the
-    names the rows repeat, each once (:func:`_used`), checked in their place."""
+def _row_names(nm: Any, nk: int, sp: tuple[Any, Any] | None = None) -> Codes:
+    """The rows' names, checked as pydantic checks ``name`` (else _Abandon); ``sp``: the names per iteration and
+    each row's iteration (a spread field, :func:`_used`), checked once per name."""
     import numpy as np
     if not isinstance(nm, np.ndarray):
         if not isinstance(nm, str):
             raise _Abandon  # pydantic's error, worded by the general path
-        one = nm
-        nm = np.empty(nk, object)
-        nm.fill(one)  # one name for many rows: on one rank each, or a duplicate _load_blocks finds
-    lst = (nm if distinct is None else distinct).tolist()
+        lst = [nm]  # one name for many rows: on one rank each, or a duplicate _load_blocks finds
+    else:
+        lst = (nm if sp is None else _used(sp)).tolist()
     if set(map(type, lst)) != {str}:
         raise _Abandon  # pydantic's error, worded by the general path
     if not _names_ok("\n".join(lst) + "\n", len(lst)):
         raise _Abandon
-    return nm
+    return _coded(nm, nk, sp)
 
 
 def _tag_rows(tags: Any, nk: int) -> list[tuple[tuple[str, Any], ...]]:
@@ -671,7 +774,9 @@ def _chars(vals: dict[str, Any], nk: int, spread: dict[str, tuple[Any, Any]] | N
             chars += len(v) * nk
         elif spread and k in spread and v.dtype.kind in "OU":
             per_it, rows = spread[k]
-            lens = np.fromiter((len(x) if type(x) is str else 0 for x in per_it.tolist()), np.int64, len(per_it))
+            lst = per_it.tolist()
+            lens = np.fromiter(map(len, lst) if set(map(type, lst)) == {str} else
+                               (len(x) if type(x) is str else 0 for x in lst), np.int64, len(lst))
             chars += int(lens[rows].sum())
         elif isinstance(v, np.ndarray) and v.dtype.kind in "OU":  # (arrays of numbers have no characters)
             lst = v.tolist()
@@ -683,17 +788,17 @@ def _chars(vals: dict[str, Any], nk: int, spread: dict[str, tuple[Any, Any]] | N
     return chars
 
 
-def _combos(vals: dict[str, Any], nk: int, known: tuple[Any, Any] | None = None) -> tuple[Any, Any]:
+def _combos(vals: dict[str, Any], nk: int, known: dict[int, Any] | None = None) -> tuple[Any, Any]:
     """``(combo, firsts)``: per row, the id of its values of the fields other than name, deps and
-    :data:`_ROW_STRS` (first-seen order), and the first row of each id. ``known``: ``(column, codes)``, a
-    column of ints whose codes (equal values, equal codes; any such numbering gives the same ids) are given."""
+    :data:`_ROW_STRS` (first-seen order), and the first row of each id. ``known``: ``id(column) -> codes`` of
+    columns of ints whose codes (equal values, equal codes; any such numbering gives the same ids) are given."""
     import numpy as np
     vary = [v for k, v in vals.items() if k not in ("name", "deps", *_ROW_STRS)
             and (isinstance(v, np.ndarray) or (isinstance(v, list) and any(isinstance(x, np.ndarray) for x in v)))]
     if not vary:
         return np.zeros(nk, np.int64), np.zeros(1, np.int64)
     flat = [c for v in vary for c in ([v] if isinstance(v, np.ndarray) else v) if isinstance(c, np.ndarray)]
-    codes = [known[1] if known is not None and c is known[0] else _int_codes(c) for c in flat]
+    codes = [known[id(c)] if known and id(c) in known else _int_codes(c) for c in flat]
     if all(c is not None for c in codes):  # every varying value an int (a rank, a size): in bulk
         key, span = np.zeros(nk, np.int64), 1
         for c in codes:
@@ -703,6 +808,15 @@ def _combos(vals: dict[str, Any], nk: int, known: tuple[Any, Any] | None = None)
                 key = np.unique(key, return_inverse=True)[1].reshape(-1)
                 span = int(key.max()) + 1
             key, span = key * r + c, span * r  # distinct values stay distinct
+        if span <= 4 * nk + 64:  # the keys in use numbered by a table of them (no sort): by their first rows
+            first = np.full(span, nk, np.int64)
+            np.minimum.at(first, key, np.arange(nk, dtype=np.int64))
+            used = np.flatnonzero(first < nk)
+            at = first[used]
+            o = np.argsort(at, kind="stable")
+            num = np.empty(span, np.int64)
+            num[used[o]] = np.arange(len(used))
+            return num[key], at[o]
         _u, first, inv = np.unique(key, return_index=True, return_inverse=True)
         rank_of = np.empty(len(first), np.int64)
         rank_of[np.argsort(first, kind="stable")] = np.arange(len(first))

@@ -38,6 +38,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from schedsim.coded import Codes
 from schedsim.errors import SpecError, printable
 from schedsim.expr import ExprError, interpolate
 from schedsim.spec.block import Block, Layout
@@ -509,16 +510,21 @@ def _env_lines(doc: Any) -> dict[str, int]:
     return {str(k): m[0] for k, m in getattr(env, "key_marks", {}).items() if m}
 
 
-def _pair_repeats(names: list[str], ranks: list[Any]) -> bool:
-    """Whether a (name, rank) pair repeats among ``names`` and the ranks ``ranks`` (int64 arrays, joined: one per
-    name), by integer keys (the names numbered by a dict) rather than a set of a million tuples."""
+def _pair_repeats(names: list[str] | Codes, ranks: list[Any]) -> bool:
+    """Whether a (name, rank) pair repeats among ``names`` (a list, or :class:`~schedsim.coded.Codes` whose
+    table is numbered instead of its rows) and the ranks ``ranks`` (int64 arrays, joined: one per name), by
+    integer keys (the names numbered by a dict) rather than a set of a million tuples."""
     import numpy as np
 
-    if not names:
+    if not len(names):
         return False
     # each name's code: the position of its first use (one dict pass; equal names, equal codes, as ids need)
     first: dict[str, int] = {}
-    code = np.fromiter(map(first.setdefault, names, itertools.count()), np.int64, len(names))
+    if isinstance(names, Codes):
+        vals = names.values.tolist()
+        code = np.fromiter(map(first.setdefault, vals, itertools.count()), np.int64, len(vals))[names.codes]
+    else:
+        code = np.fromiter(map(first.setdefault, names, itertools.count()), np.int64, len(names))
     rank = np.concatenate(ranks)
     key = code * (int(rank.max()) + 1) + rank
     key.sort()
@@ -562,7 +568,7 @@ def _load_blocks(doc: LDict, file: str) -> ScheduleSpec | None:
                                            and m.group is None for m in models[a:b]) for item, a, b in spans):
         return None  # one entry per rank forms one collective with the same names elsewhere: the general path
     block_names: list[str] = []
-    on_names: list[str] = []  # the names of the block rows that run on one rank
+    on_names: list[Codes] = []  # the names of the block rows that run on one rank
     on_ranks: list[Any] = []  # and their ranks (int64 arrays)
     other_names: set[str] = set()
     items: list[Any] = []
@@ -572,7 +578,7 @@ def _load_blocks(doc: LDict, file: str) -> ScheduleSpec | None:
             item.models, item.sources = models[a:b], sources[a:b]
             one = [m.ranks[0] if m.ranks is not None and len(m.ranks) == 1 else -1 for m in item.models]
             if all(r >= 0 for r in one):
-                on_names.extend(item.names.tolist())
+                on_names.append(item.name_codes)
                 on_ranks.append(np.asarray(one, np.int64)[np.asarray(item.row_rep, np.int64)])
             else:
                 block_names.extend(item.names.tolist())
@@ -583,9 +589,10 @@ def _load_blocks(doc: LDict, file: str) -> ScheduleSpec | None:
             items.append(models[a])
             srcs.append(sources[a])
     names = set(block_names)
+    on = Codes.cat(on_names) if on_names else Codes.of(None, 0)
     if len(names) != len(block_names) or not names.isdisjoint(other_names) or \
-            _pair_repeats(on_names, on_ranks) or ((names or other_names) and not
-                                                  (names | other_names).isdisjoint(on_names)):
+            _pair_repeats(on, on_ranks) or ((names or other_names) and not
+                                            (names | other_names).isdisjoint(on.values[on.first_used()].tolist())):
         return None  # a block row's name used twice on a rank (check_spec saw the other ops)
     spec.__dict__.pop("ops")
     private = spec.__pydantic_private__

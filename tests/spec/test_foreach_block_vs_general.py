@@ -7,11 +7,13 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
 from schedsim.cli import app
 from schedsim.errors import SpecError
+from schedsim.expr import _Vec
 from schedsim.lower import lower
 from schedsim.spec import block, foreach
 from schedsim.spec.loader import load_text
@@ -169,9 +171,9 @@ def test_per_rank_rows_check_each_iterations_names_once(monkeypatch: pytest.Monk
     checked: list[list[str]] = []
     row_names = block._row_names
 
-    def spy(nm, nk, distinct=None):  # type: ignore[no-untyped-def]
-        checked.append(sorted((nm if distinct is None else distinct).tolist()))
-        return row_names(nm, nk, distinct)
+    def spy(nm, nk, sp=None):  # type: ignore[no-untyped-def]
+        checked.append(sorted((nm if sp is None else block._used(sp)).tolist()))
+        return row_names(nm, nk, sp)
 
     monkeypatch.setattr(block, "_row_names", spy)
     with pytest.raises(SpecError, match=r"name: String should match pattern .*\(got 'b c'\)"):
@@ -200,3 +202,69 @@ def test_characters_of_spread_values_are_those_of_the_rows() -> None:
     want = block._chars({"name": spread, "n": nums, "s": "xyz"}, 8)
     assert want == 2 * 2 + 3 * 4 + 3 * 8
     assert block._chars({"name": spread, "n": nums, "s": "xyz"}, 8, {"name": (per_it, rows)}) == want
+
+
+#: sends on ranks 0..2 and recvs on ranks 1..3, in iterations 0 and 2; `PEER` the recvs' peer
+RANK_ONLY = """\
+{schema_version: 1, name: t, world_size: 4, params: {n: 3, i: 2}, ops: [{foreach: {i: range(n)}, ops: [
+  {name: "x{i}", kind: send, peer: "(rank + 1) % world_size", bytes: "64 * (rank % 2 + 1)", stream: p2p,
+   p2p_batch: "b{i}", when: "rank != 3 and i != 1"},
+  {name: "y{i}", kind: recv, peer: "PEER", bytes: "64 * ((rank - 1) % world_size % 2 + 1)", stream: p2p,
+   p2p_batch: "b{i}", when: "rank != 0 and i != 1"}]}]}
+"""
+
+
+@pytest.mark.parametrize(("peer", "per_rank"), [("(rank - 1) % world_size", 4),
+                                              ("12 // rank - 12 // rank + rank - 1", 4),
+                                              ("(rank - 1 + i - i) % world_size", 3)])
+def test_fields_with_rank_and_no_loop_variable_are_evaluated_per_rank(
+        monkeypatch: pytest.MonkeyPatch, peer: str, per_rank: int) -> None:
+    # `peer` and `bytes` with `rank` but no loop variable, evaluated once per rank that a row takes (not per
+    # row): `12 // rank` would fail on rank 0, which `when` drops; with the loop variable `i` (which the params'
+    # `i` must not stand for) evaluated per row: each the general path's program, op by op
+    text = RANK_ONLY.replace("PEER", peer)
+    calls: list[int] = []
+    real = block._per_rank
+
+    def spy(*a):  # type: ignore[no-untyped-def]
+        calls.append(len(a[6]))
+        return real(*a)
+
+    monkeypatch.setattr(block, "_per_rank", spy)
+    spec = load_text(text, "t.yaml")
+    assert spec.__pydantic_private__["_layout"] is not None  # kept as a block (rank 0's `12 // rank` not run)
+    fast = lower(spec)
+    assert calls[:per_rank] == [4] * per_rank  # peer and bytes of each entry (or all but y's peer), over the 4 ranks
+    monkeypatch.setattr(foreach, "TEMPLATES", False)
+    slow = lower(load_text(text, "t.yaml"))
+    assert fast.ops() == slow.ops()
+    assert sorted(f"{o.name}@r{o.rank}>{o.peer}:{o.nbytes:g}" for o in fast.ops()) == sorted(
+        [f"x{i}@r{r}>{r + 1}:{64 * (r % 2 + 1)}" for i in (0, 2) for r in (0, 1, 2)]
+        + [f"y{i}@r{r}>{r - 1}:{64 * ((r - 1) % 2 + 1)}" for i in (0, 2) for r in (1, 2, 3)])
+
+
+def test_loop_values_per_row_are_made_on_first_read() -> None:
+    # an entry instanced per rank has a row per (iteration, rank): its loop columns (`_Lazy`) are made when a
+    # field, `when` or an environment reads them, once; membership and the names do not make them
+    made: list[str] = []
+    lz = block._Lazy({"i": lambda: made.append("i") or 1, "rank": lambda: made.append("rank") or 2})
+    assert "i" in lz and "x" not in lz and list(lz) == ["i", "rank"] and len(lz) == 2 and made == []
+    assert lz["rank"] == 2 and lz["rank"] == 2 and made == ["rank"]
+    envs = block._envs({"w": 4}, {"i": _Vec(np.array([5, 6, 7], object), True)}, np.array([0, 2]))
+    assert list(envs()) == [{"w": 4, "i": 5}, {"w": 4, "i": 7}]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_combos_number_rows_by_first_seen_values(seed: int) -> None:
+    # per row, the id of its values of the varying fields in first-seen order, and each id's first row: by the
+    # table of small key ranges and by np.unique for wide ones (three columns of up to 40 values each on 30
+    # rows span 64,000 keys), against a dict of the value tuples
+    rng = np.random.default_rng(seed)
+    nk = 30
+    hi = 3 if seed % 2 else 40
+    cols = {k: rng.integers(0, hi, nk).astype(object) for k in ("peer", "bytes", "m")}
+    first: dict[tuple[int, ...], int] = {}
+    want = [first.setdefault(t, len(first)) for t in zip(*(c.tolist() for c in cols.values()), strict=True)]
+    combo, firsts = block._combos({"name": "x", **cols}, nk)
+    assert combo.tolist() == want
+    assert firsts.tolist() == [want.index(c) for c in range(len(first))]
