@@ -30,6 +30,9 @@ I32 = np.int32
 I32_C = array("i").itemsize == 4  # a C int is int32: array("i") converts a list of ints in a C loop
 
 
+_SPAN: Any = np.zeros(0, np.int64)  # the ``register`` of a span of :meth:`_Interner.append_new`: every item of it
+
+
 class _Interner:
     """Strings (or any hashable) to dense ids, in first-seen order.
 
@@ -86,8 +89,43 @@ class _Interner:
 
     def append(self, x: Any) -> int:
         """A new id for ``x`` without a lookup (``x`` is never found by one): an item no other op shares."""
+        if self._unreg:
+            self._close_span()
         self._items.append(x)
         return len(self._items) - 1
+
+    def append_new(self, seq: list[Any], may_hold: Callable[[Any], bool]) -> int:
+        """Give the items of ``seq`` the next ids, in order, without a lookup each; returns the first. The caller
+        guarantees that they differ from each other and from every item interned so far, and that ``may_hold``
+        is true for each of them. They join the lookup table only when an item ``x`` with ``may_hold(x)`` is
+        looked up or :attr:`ids` is read, so the ids are those that interning each item in turn gives, without
+        a dictionary insertion per item where nothing looks them up (the training block's op names,
+        :class:`schedsim.lower.pipeline_emitter._Emitter`). The items of consecutive calls form one *span*,
+        registered as a whole; the items interned between them by a lookup are in it too, with the ids they
+        have."""
+        items = self._items
+        base = len(items)
+        items.extend(seq)
+        if self._lazy:  # placeholders of lazy runs: these items registered now (no span over a reserved run)
+            self._ids.update(zip(seq, count(base)))
+            return base
+        u = self._unreg
+        if u and u[-1][3] is _SPAN and u[-1][2] is may_hold:
+            u[-1] = (u[-1][0], len(items) - u[-1][0], may_hold, _SPAN)
+        else:
+            u.append((base, len(seq), may_hold, _SPAN))
+        return base
+
+    def may_hold_any(self, pred: Callable[[Any], bool]) -> bool:
+        """Whether ``pred`` may hold for an item interned so far: true for any lazy or unregistered run, else
+        whether it holds for one."""
+        return bool(self._lazy or self._unreg) or any(map(pred, self._items))
+
+    def _close_span(self) -> None:
+        """Register the open span of :meth:`append_new`, if any, before an item that no lookup may find (or a
+        lazy run) is appended after it."""
+        if self._unreg and self._unreg[-1][3] is _SPAN:
+            self._register(self._unreg[-1])
 
     def reserve(self, n: int, make: Callable[[], list[Any]], may_hold: Callable[[Any], bool] | None = None,
                 register: np.ndarray | None = None, columns: Any = None) -> int:
@@ -104,6 +142,7 @@ class _Interner:
         base = len(self._items)
         if not n:
             return base
+        self._close_span()
         self._items.extend(repeat(None, n))
         self._lazy.append((base, n, make))
         if columns is not None:
@@ -128,7 +167,7 @@ class _Interner:
     def _register(self, seg: tuple[int, int, Callable[[Any], bool] | None, np.ndarray | None]) -> None:
         base, n, _pred, which = seg
         self._fill(base, base + n)
-        if which is None:
+        if which is None or which is _SPAN:
             self._ids.update(zip(self._items[base:base + n], range(base, base + n), strict=True))
         else:
             items = self._items

@@ -84,6 +84,45 @@ def test_interner_equality_and_bad_make() -> None:
         _ = bad.items
 
 
+def test_appended_span_found_only_by_a_lookup_that_may_hit_it() -> None:
+    """``_Interner.append_new``: the items take the next ids without a lookup; a lookup whose item ``may_hold``
+    rejects registers nothing, one it accepts registers the whole span (the items interned inside it keep their
+    ids), and the ids are those of interning each item in turn."""
+    def is_f(x: Any) -> bool:
+        return x.startswith("F")
+
+    it, ref = _Interner(), _Interner()
+    assert it("x") == 0
+    assert it.append_new(["F0.a", "F0.b"], is_f) == 1
+    assert it("sendF0") == 3  # rejected by is_f: interned after the span, which stays unregistered
+    assert it.append_new(["F1.a"], is_f) == 4
+    assert it._unreg == [(1, 4, is_f, it._unreg[0][3])] and "F0.b" not in it._ids  # one span, over "sendF0"
+    assert it("F0.b") == 2 and not it._unreg  # accepted: the span registered, found at its id
+    assert it("sendF0") == 3 and it.get("F1.a") == 4
+    for x in ["x", "F0.a", "F0.b", "sendF0", "F1.a"]:
+        ref(x)
+    assert it.items == ref.items and it.ids == ref.ids
+
+
+def test_an_unfindable_item_or_a_lazy_run_closes_the_span() -> None:
+    """An item appended for no lookup (``append``) or a reserved lazy run after a span registers the span first,
+    so that registering it later never makes that item findable; with a lazy run pending, appended items are
+    registered at once."""
+    def is_f(x: Any) -> bool:
+        return x.startswith("F")
+
+    it = _Interner()
+    it.append_new(["F0.a"], is_f)
+    assert it.append("F0.a") == 1 and not it._unreg  # a second, unfindable item equal to the first
+    assert it("F0.a") == 0
+    it.append_new(["F1.a"], is_f)
+    it.reserve(1, lambda: ["F2.a"], is_f)
+    assert it.get("F1.a") == 2 and it.ids["F2.a"] == 3
+    it.reserve(1, lambda: ["G"])
+    assert it.append_new(["F3.a"], is_f) == 5 and it._ids["F3.a"] == 5  # a lazy run pending: registered now
+    assert it.may_hold_any(is_f) and not _Interner().may_hold_any(is_f)
+
+
 def _proto(t: Table, kind: str = "compute") -> int:
     return t.template(Op(name="x", rank=0, kind=kind, stream="compute", seq=0, duration_s=1e-6))
 
