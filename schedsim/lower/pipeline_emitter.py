@@ -43,14 +43,17 @@ def _full_names(pre: str, suffixes: tuple[str, ...]) -> list[str]:
     return full
 
 
-def compute_name(x: Any) -> bool:
-    """Whether op name ``x`` may be a compute phase's (:meth:`_Emitter.compute`: ``F``, ``I``, ``W`` or ``B``, then
-    the stage's number): the lookups that must see the names the emitter interns without one
-    (:meth:`~schedsim.lower.table._Interner.append_new`)."""
-    return x[:1] in _LABELS and x[1:2].isdigit()
+def emitted_name(x: Any) -> bool:
+    """Whether op name ``x`` may be one the training block's emitter appends without a lookup
+    (:attr:`_Emitter.fresh`, :meth:`~schedsim.lower.table._Interner.append_new`): a compute phase's (``F``, ``I``,
+    ``W`` or ``B``, then the stage's number: :meth:`_Emitter.compute`) or a pipeline send's or recv's (``sendF``,
+    ``recvB`` and so on, then the stage's number: :meth:`_Emitter.p2p`). A lookup of such a name registers them."""
+    return (x[:1] in _LABELS and x[1:2].isdigit()) or (x[:4] in _P2P and x[4:5] in _FB and x[5:6].isdigit())
 
 
 _LABELS = frozenset("FIWB")
+_P2P = frozenset(("send", "recv"))
+_FB = frozenset("FB")
 
 
 @dataclass(frozen=True)
@@ -134,12 +137,13 @@ class _Emitter:
     runs: dict[tuple[int, str], Any] = field(default_factory=dict)  # (stage, phase) -> _run's answer
     # (name prefix, the phase's op names) -> _placed_cols's answer, shared like name_ids
     placed_ids: dict[tuple[str, tuple[str, ...]], Any] = field(default_factory=dict)
-    # the name prefixes (``F<s>.<mb>.``) of the phases written so far into the table, when the table held no
-    # name compute_name accepts before them (None: not kept): a phase under a prefix not in it, its names
-    # distinct, has only new names (each is its prefix, which the stage and microbatch numbers end, then a name
-    # of the stage's list; the other ops' names do not start as compute_name's), and appends them without a lookup
-    # each (_Interner.append_new). Shared like name_ids.
-    fresh: set[str] | None = None
+    # when the table held no name emitted_name accepts before the block's (None: not kept), the name prefixes
+    # (``F<s>.<mb>.``) of the phases written so far (value -1) and the sends' and recvs' names with their ids:
+    # a phase under a prefix not in it, its names distinct, has only new names (each is its prefix, which the
+    # stage and microbatch numbers end, then a name of the stage's list), and so has a send or recv not in it (no
+    # other op's name starts as emitted_name's): they are appended without a lookup (_Interner.append_new).
+    # Shared like name_ids.
+    fresh: dict[str, int] | None = None
 
     def __post_init__(self) -> None:
         self.compute_stream = self.table.streams("compute")
@@ -204,7 +208,13 @@ class _Emitter:
             self._p2p_const(typ, s) if c is None else c
         table = self.table
         sj = str(j)
-        opname = table.names(name_pre + sj)
+        fresh = self.fresh
+        if fresh is None:
+            opname = table.names(name_pre + sj)
+        else:  # the name of a send or recv not written yet is new (fresh's rule); the other ranks' find it there
+            opname = fresh.get(name_pre + sj, -1)
+            if opname < 0:
+                opname = fresh[name_pre + sj] = table.names.append_new([name_pre + sj], emitted_name)
         deps = []
         if src_phase is not None:
             src = self.prev_of.get((s, src_phase, j))
@@ -317,12 +327,12 @@ class _Emitter:
                     full = _full_names(pre, run.names)
                     fresh = self.fresh
                     if fresh is not None and run.distinct and pre not in fresh:  # every name new (fresh's rule)
-                        base = names.append_new(full, compute_name)
+                        base = names.append_new(full, emitted_name)
                         ids = array("i", range(base, base + len(full)))
                     else:
                         ids = array("i", intern_list(names, full, run.distinct))
                     if fresh is not None:
-                        fresh.add(pre)
+                        fresh[pre] = -1
                     self.name_ids[key] = ids
                 if run.plain:
                     table.add_run(run.cols[0], self.rank, ids, tags, compute, first)
@@ -336,7 +346,7 @@ class _Emitter:
                 self.prev_of[(s, phase, j)] = ids[run.end]
                 continue
             if self.fresh is not None:
-                self.fresh.add(pre)
+                self.fresh[pre] = -1
             oname, end = self._rows(s, j, phase, pre, tags, first)
             self.last_compute = oname
             self.prev_of[(s, phase, j)] = oname if end < 0 else end

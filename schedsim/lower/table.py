@@ -509,18 +509,21 @@ class Table:
         return out
 
     def _tmpl_cols(self) -> dict[str, np.ndarray]:
-        """Per template: name, tags, stream, peer, batch and message-tag ids."""
-        names, tags, streams, strs = self.names, self.tags, self.streams, self.strs
-        name, tag, stream, peer, batch, msg = [], [], [], [], [], []  # in this order: the ids are first-seen
-        for o in self.templates:
-            name.append(names(o.name))
-            tag.append(tags(o.tags))
-            stream.append(streams(o.stream))
-            peer.append(-1 if o.peer is None else o.peer)
-            batch.append(-1 if o.p2p_batch is None else strs(o.p2p_batch))
-            msg.append(-1 if o.tag is None else strs(o.tag))
+        """Per template: name, tags, stream, peer, batch and message-tag ids (each interner's new items interned in
+        template order, a batch before its message: what interning template by template gives)."""
+        ts = self.templates
+        name = intern_list(self.names, [o.name for o in ts])
+        tag = intern_list(self.tags, [o.tags for o in ts])
+        stream = intern_list(self.streams, [o.stream for o in ts])
+        peer = [-1 if o.peer is None else o.peer for o in ts]
+        both = [x for o in ts for x in (o.p2p_batch, o.tag)]
+        have = [k for k, x in enumerate(both) if x is not None]
+        sid = [-1] * len(both)
+        for k, i in zip(have, intern_list(self.strs, [both[k] for k in have]), strict=True):
+            sid[k] = i
         return {k: np.array(v, I32).reshape(-1) for k, v in
-                (("name", name), ("tags", tag), ("stream", stream), ("peer", peer), ("batch", batch), ("msg", msg))}
+                (("name", name), ("tags", tag), ("stream", stream), ("peer", peer), ("batch", sid[0::2]),
+                 ("msg", sid[1::2]))}
 
     def uniform(self) -> int | None:
         """W when the table holds only rows that each run on ranks 0..W-1 (no single instances): then every

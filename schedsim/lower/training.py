@@ -562,10 +562,10 @@ class _Ranks:
         self.spec, self.table, self.t, self.plan = spec, table, t, plan
         self.name_ids: dict[tuple[str, tuple[str, ...]], Any] = {}  # every rank's emitter shares them
         self.placed_ids: dict[tuple[str, tuple[str, ...]], Any] = {}  # likewise (_Emitter.placed_ids)
-        from schedsim.lower.pipeline_emitter import compute_name
+        from schedsim.lower.pipeline_emitter import emitted_name
 
-        # likewise (_Emitter.fresh): kept where no name written before the block's could be a phase's
-        self.fresh: set[str] | None = None if table.names.may_hold_any(compute_name) else set()
+        # likewise (_Emitter.fresh): kept where no name written before the block's could be the emitter's
+        self.fresh: dict[str, int] | None = None if table.names.may_hold_any(emitted_name) else {}
         self.lists = {s: stage_lists(t, plan, s, num_stages) for s in range(num_stages)}
         self.hot_lists = {s: stage_lists(t, plan, s, num_stages, hot=True) for s in range(num_stages)} \
             if plan.experts and t.moe_expert_capacity_factor is not None else self.lists

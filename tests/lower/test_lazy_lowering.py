@@ -272,3 +272,46 @@ def test_program_may_have_tag_is_what_the_ops_hold(tags: dict[str, Any] | None, 
     assert any("nccl" in dict(o.tags) for o in prog.ops()) is want
     back = pickle.loads(pickle.dumps(prog))  # the tables as tuples
     assert back.may_have_tag("nccl") is want and not back.may_have_tag("no_such_key")
+
+
+def _training_spec() -> ScheduleSpec:
+    from schedsim.spec.loader import load_text
+    from tests.spec.test_training_block import TINY
+
+    return load_text(TINY + "  cp: 2\nops:\n  - {name: s, kind: send, ranks: [0], peer: 1, bytes: 8, stream: x, "
+                     "p2p_batch: b, tags: {msg: A}}\n  - {name: r, kind: recv, ranks: [1], peer: 0, bytes: 8, "
+                     "stream: x, p2p_batch: b, tags: {msg: A}}\n")
+
+
+@pytest.mark.parametrize("which", ["pipeline_reference", "pipeline_columns", "training"])
+def test_template_columns_intern_as_template_by_template(which: str) -> None:
+    """``Table._tmpl_cols`` interns each column's new items in one call: the columns, and every interner's items
+    and lookups, are those of interning template by template (tests/oracle/template_columns.py), on tables
+    with written p2p (batch and message strings), the pipeline block's lazy runs and the training block's spans."""
+    from schedsim.lower.training import expand_training
+    from tests.oracle.template_columns import template_columns_one_by_one
+
+    def table() -> Table:
+        if which == "training":
+            spec = _training_spec()
+            t = Table()
+            add_written(spec, t)
+            expand_training(spec, t)
+            return t
+        spec = _pipe_spec([{"name": "s", "kind": "send", "ranks": [0], "peer": 1, "bytes": 8, "stream": "x",
+                            "p2p_batch": "b", "tags": {"msg": "A"}},
+                           {"name": "r", "kind": "recv", "ranks": [1], "peer": 0, "bytes": 8, "stream": "x",
+                            "p2p_batch": "b", "tags": {"msg": "A"}}])
+        return _table(spec, which == "pipeline_reference")
+
+    new, old = table(), table()
+    for t in (new, old):  # templates that hold their batch and message strings (one shared with a written op)
+        for batch, msg in (("b", None), ("c", "A"), (None, "D")):
+            t.template(Op(name="z", rank=0, kind="send", stream="x", seq=0, peer=1, nbytes=8.0, p2p_batch=batch,
+                          tag=msg))
+    got, want = new._tmpl_cols(), template_columns_one_by_one(old)
+    assert {k: v.tolist() for k, v in got.items()} == {k: v.tolist() for k, v in want.items()}
+    assert (got["batch"] >= 0).any() and (got["msg"] >= 0).any()
+    for it in ("names", "tags", "streams", "strs"):
+        a, b = getattr(new, it), getattr(old, it)
+        assert a.items == b.items and a.ids == b.ids, it

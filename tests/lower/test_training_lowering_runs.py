@@ -76,6 +76,9 @@ def test_names_appended_without_lookup_make_the_same_program(case: str, monkeypa
     lazy = lower(load_text(text))
     # the spans were not registered by the lowering (overlap_grad_reduce's phases, op by op, look names up)
     assert bool(lazy.name_table._unreg) is ("overlap_grad_reduce" not in extra)
+    it = lazy.name_table
+    for base, n, pred, _span in it._unreg:  # append_new's condition: a lookup of any unregistered one registers
+        assert all(pred(x) for x in it._items[base:base + n] if x not in it._ids)
     fast = _state(text)
     init = training._Ranks.__init__
 
