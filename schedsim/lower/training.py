@@ -103,7 +103,7 @@ from schedsim.graph.ops import Op
 from schedsim.lower.pipeline import _stage_proto
 from schedsim.lower.pipeline_emitter import ProtoPlace, _Emitter, last_backward, reduce_after_last_backward
 from schedsim.lower.pipeline_plan import StageCost, block_info, plan_of, split_fix
-from schedsim.lower.pipeline_steps import _interleaved_steps, _lowered_steps
+from schedsim.lower.pipeline_steps import _lowered_steps, interleaved_steps_kept
 from schedsim.lower.table import Table
 from schedsim.spec.model import ScheduleSpec
 from schedsim.spec.pipeline_block import (
@@ -787,7 +787,7 @@ def expand_training(spec: ScheduleSpec, table: Table, symmetric: bool = False) -
                       p2p=None)
     try:
         pplan = plan_of(spec, pb, reference=True, megatron=True)
-        steps = _interleaved_steps(spec, pb, pplan) if plan.v > 1 else _lowered_steps(pplan, columns=False)
+        steps = interleaved_steps_kept(spec, pb, pplan) if plan.v > 1 else _lowered_steps(pplan, columns=False)
     except SchedsimError as e:  # the generators' rules on m: said in the block's terms
         head = split_fix(e.message if isinstance(e, SpecError) else e.reason if isinstance(
             e, PipelineScheduleError) else str(e), custom=False)[0]

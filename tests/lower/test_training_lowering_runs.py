@@ -214,3 +214,38 @@ def test_the_kept_op_names_change_nothing(monkeypatch: pytest.MonkeyPatch) -> No
             np.testing.assert_array_equal(a[k], b[k], err_msg=k)
             np.testing.assert_array_equal(a[k], c[k], err_msg=k)
         assert a["text"] == b["text"] == c["text"]
+
+
+def test_interleaved_orders_kept_across_lowerings_give_the_same_program() -> None:
+    """Megatron's interleaved issue order is kept per (p, m, v, group size, p2p mode) in a process
+    (``pipeline_steps.interleaved_steps_kept``): a lowering that finds it kept (after one of another tp) writes
+    the Program it writes with the store empty, and the kept order is the one worked out afresh."""
+    from schedsim.lower import pipeline_steps as ps
+
+    text = _text(8, CASES["interleaved"][1])
+    ps._STEPS.clear()
+    first = _state(text)
+    (kept,) = ps._STEPS.values()
+    other = _text(8, CASES["interleaved"][1]).replace("tp: 2", "tp: 1").replace("world_size: 8", "world_size: 4")
+    _state(other)
+    assert list(ps._STEPS.values()) == [kept]  # the same order: tp changes none of its inputs
+    again = _state(text)
+    for k in ARRAYS:
+        np.testing.assert_array_equal(first[k], again[k], err_msg=k)
+    assert first["text"] == again["text"]
+    (key,) = ps._STEPS
+    ps._STEPS.clear()
+    spec = load_text(text)
+    from schedsim.lower.pipeline_plan import plan_of
+    from schedsim.lower.training import _transformer
+    from schedsim.spec.pipeline_block import PipelineSpec
+    from schedsim.spec.training_block import training_plan
+
+    t = spec.training
+    plan = training_plan(t, 8)
+    pb = PipelineSpec(schedule=plan.schedule, p=plan.pp, m=plan.m, v=plan.v, transformer=_transformer(t, plan),
+                      p2p=None)
+    pplan = plan_of(spec, pb, reference=True, megatron=True)
+    assert (pplan.p, pplan.m, pplan.v, pb.group_size, pplan.mode) == key
+    assert ps._interleaved_steps(spec, pb, pplan) == kept
+    ps._STEPS.clear()
