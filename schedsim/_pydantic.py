@@ -90,12 +90,17 @@ def bool_for_number(v: object, ann: object) -> bool:
     return False
 
 
+_MAY_HOLD_BOOL = (bool, dict, list, tuple)  # the values for which bool_for_number can be true
+
+
 def no_bool_numbers(fields: dict[str, Any], data: Any) -> Any:
     """A model's ``mode="before"`` check: ``data`` (a mapping of field name to raw value) unchanged, or ValueError
     naming the first field given a boolean where its annotation (``fields[name].annotation``, pydantic's
     ``model_fields``) wants a number (:func:`bool_for_number`)."""
     if isinstance(data, dict):
         for key, v in data.items():
+            if not isinstance(v, _MAY_HOLD_BOOL):  # bool_for_number is false for any other value: not asked
+                continue
             f = fields.get(key) if isinstance(key, str) else None
             if f is not None and bool_for_number(v, f.annotation):
                 raise ValueError(f"{key}: a number, not a boolean (YAML true/false): {v!r}")

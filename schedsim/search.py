@@ -138,7 +138,7 @@ def _point(name: str, world: int, block: dict[str, Any], profile: Any, symmetric
         spec = load_text(text, f"<search {name}>")
         prof, run_prof = _profiles(profile, spec)
         # the point's groups may lie on the nodes unlike their representatives' (tp not dividing a node)
-        symmetric = symmetric and layout_alike(prof, spec)
+        symmetric = symmetric and _layout_alike(prof, spec, layout_alike)
         # as api.lower_spec without a file to name; the worded warnings are not kept here
         prog = lower(spec, symmetric=symmetric, warn=False)
         with shared_cost_models(_MODELS):
@@ -157,6 +157,26 @@ def _point(name: str, world: int, block: dict[str, Any], profile: Any, symmetric
 #: prediction is the same with or without them.
 _PROFILES: dict[tuple[str | int, str], tuple[Any, Any]] = {}
 _MODELS: dict[int, tuple[Any, Any]] = {}
+#: In this process: :func:`~schedsim.sim.symmetry.layout_alike`'s answers, by profile and what they depend on (the
+#: world size, tp, cp, dp, pp and ep, and what makes rank classes: ``tp_comm_overlap``, experts at capacity). A
+#: pure cache, emptied with the others.
+_LAYOUTS: dict[tuple[Any, ...], bool] = {}
+
+
+def _layout_alike(prof: Any, spec: Any, layout_alike: Any) -> bool:
+    """``layout_alike(prof, spec)``, kept in :data:`_LAYOUTS`: it reads only the profile's topology, the rank
+    groups of the block's plan (:func:`~schedsim.lower.training.rank_groups`: tp, cp, dp, pp, ep) and its rank
+    classes (:func:`~schedsim.lower.training.rank_classes`: also ``tp_comm_overlap`` and an expert at capacity)."""
+    from schedsim.spec.training_block import training_plan
+
+    t = spec.training
+    plan = training_plan(t, spec.world_size)
+    key = (id(prof), spec.world_size, plan.tp, plan.cp, plan.dp, plan.pp, plan.ep, bool(t.tp_comm_overlap),
+           bool(plan.experts and t.moe_expert_capacity_factor is not None))
+    got = _LAYOUTS.get(key)
+    if got is None:
+        got = _LAYOUTS[key] = layout_alike(prof, spec)
+    return got
 
 
 def _profiles(profile: Any, spec: Any) -> tuple[Any, Any]:
@@ -189,6 +209,7 @@ def worker_point(token: str, profile: Any, name: str, world: int, block: dict[st
         if _WORKER_SEARCH[0] != token:
             _PROFILES.clear()
             _MODELS.clear()
+            _LAYOUTS.clear()
             _WORKER_SEARCH[0] = token
         return run_point(name, world, block, profile, symmetric, env)
 
@@ -214,6 +235,7 @@ def search(name: str, world: int, points: list[SearchPoint], profile: str, jobs:
 
     _PROFILES.clear()  # the caches serve the points of one search (a profile file may change between searches)
     _MODELS.clear()
+    _LAYOUTS.clear()
     todo = [p for p in points if p.status == "simulated"]
     if dask is not None and todo:
         from schedsim.hardware.profile import load_profile
@@ -241,6 +263,7 @@ def search(name: str, world: int, points: list[SearchPoint], profile: str, jobs:
         results = [done[i] for i in range(len(todo))]
     _PROFILES.clear()
     _MODELS.clear()
+    _LAYOUTS.clear()
     for p, r in zip(todo, results, strict=True):
         if isinstance(r, str):
             p.status, p.reason = "refused", r

@@ -43,6 +43,19 @@ def _full_names(pre: str, suffixes: tuple[str, ...]) -> list[str]:
     return full
 
 
+def emitted_name(x: Any) -> bool:
+    """Whether op name ``x`` may be one the training block's emitter appends without a lookup
+    (:attr:`_Emitter.fresh`, :meth:`~schedsim.lower.table._Interner.append_new`): a compute phase's (``F``, ``I``,
+    ``W`` or ``B``, then the stage's number: :meth:`_Emitter.compute`) or a pipeline send's or recv's (``sendF``,
+    ``recvB`` and so on, then the stage's number: :meth:`_Emitter.p2p`). A lookup of such a name registers them."""
+    return (x[:1] in _LABELS and x[1:2].isdigit()) or (x[:4] in _P2P and x[4:5] in _FB and x[5:6].isdigit())
+
+
+_LABELS = frozenset("FIWB")
+_P2P = frozenset(("send", "recv"))
+_FB = frozenset("FB")
+
+
 @dataclass(frozen=True)
 class ProtoPlace:
     """Where an op of a stage's op list goes when it is not the next kernel of stream ``compute`` (a third item
@@ -83,6 +96,7 @@ class _Run:
     # and per suffix its place (2·op or 2·op + 1) and the suffix, in order
     shape: tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[str, ...]]
     end: int = -1  # the op the phase ends with: the last one not ProtoPlace.side
+    on_compute: int = -1  # the last op on stream ``compute`` (-1: none)
 
 
 @dataclass
@@ -123,6 +137,13 @@ class _Emitter:
     runs: dict[tuple[int, str], Any] = field(default_factory=dict)  # (stage, phase) -> _run's answer
     # (name prefix, the phase's op names) -> _placed_cols's answer, shared like name_ids
     placed_ids: dict[tuple[str, tuple[str, ...]], Any] = field(default_factory=dict)
+    # when the table held no name emitted_name accepts before the block's (None: not kept), the name prefixes
+    # (``F<s>.<mb>.``) of the phases written so far (value -1) and the sends' and recvs' names with their ids:
+    # a phase under a prefix not in it, its names distinct, has only new names (each is its prefix, which the
+    # stage and microbatch numbers end, then a name of the stage's list), and so has a send or recv not in it (no
+    # other op's name starts as emitted_name's): they are appended without a lookup (_Interner.append_new).
+    # Shared like name_ids.
+    fresh: dict[str, int] | None = None
 
     def __post_init__(self) -> None:
         self.compute_stream = self.table.streams("compute")
@@ -187,10 +208,13 @@ class _Emitter:
             self._p2p_const(typ, s) if c is None else c
         table = self.table
         sj = str(j)
-        names = table.names  # interned inline: nearly every p2p name is new
-        opname = names.ids.setdefault(name_pre + sj, len(names.items))
-        if opname == len(names.items):
-            names.items.append(name_pre + sj)
+        fresh = self.fresh
+        if fresh is None:
+            opname = table.names(name_pre + sj)
+        else:  # the name of a send or recv not written yet is new (fresh's rule); the other ranks' find it there
+            opname = fresh.get(name_pre + sj, -1)
+            if opname < 0:
+                opname = fresh[name_pre + sj] = table.names.append_new([name_pre + sj], emitted_name)
         deps = []
         if src_phase is not None:
             src = self.prev_of.get((s, src_phase, j))
@@ -249,7 +273,8 @@ class _Emitter:
                            (tuple(k for k, _a in after), tuple(len(a) for _k, a in after),
                             tuple(i for _k, a in after for i in a), tuple(x[1] for x in strs),
                             tuple(x[2] for x in strs)),
-                           end=max([k for k, a in enumerate(at) if a is None or not a.side], default=len(rows) - 1))
+                           end=max([k for k, a in enumerate(at) if a is None or not a.side], default=len(rows) - 1),
+                           on_compute=max([k for k, st in enumerate(streams) if st == cs], default=-1))
             self.runs[key] = run
         return self.runs[key]  # type: ignore[no-any-return]
 
@@ -299,20 +324,29 @@ class _Emitter:
                 key = (pre, run.names)
                 ids = self.name_ids.get(key)
                 if ids is None:
-                    ids = self.name_ids[key] = array("i", intern_list(names, _full_names(pre, run.names),
-                                                                      run.distinct))
+                    full = _full_names(pre, run.names)
+                    fresh = self.fresh
+                    if fresh is not None and run.distinct and pre not in fresh:  # every name new (fresh's rule)
+                        base = names.append_new(full, emitted_name)
+                        ids = array("i", range(base, base + len(full)))
+                    else:
+                        ids = array("i", intern_list(names, full, run.distinct))
+                    if fresh is not None:
+                        fresh[pre] = -1
+                    self.name_ids[key] = ids
                 if run.plain:
                     table.add_run(run.cols[0], self.rank, ids, tags, compute, first)
                 else:
                     dep_at, dep_n, dep, batch, msg = self._placed_cols(pre, run, ids)
                     table.add_placed(run.cols[0], self.rank, ids, tags, run.cols[1], first, dep_at, dep_n, dep,
                                      run.cols[2], batch, msg)
-                on = [k for k, st in enumerate(run.streams) if st == compute]
-                if on:
-                    self.last_on_compute = ids[on[-1]]
+                if run.on_compute >= 0:
+                    self.last_on_compute = ids[run.on_compute]
                 self.last_compute = ids[-1]
                 self.prev_of[(s, phase, j)] = ids[run.end]
                 continue
+            if self.fresh is not None:
+                self.fresh[pre] = -1
             oname, end = self._rows(s, j, phase, pre, tags, first)
             self.last_compute = oname
             self.prev_of[(s, phase, j)] = oname if end < 0 else end

@@ -83,6 +83,25 @@ def _interleaved_steps(spec: ScheduleSpec, pb: PipelineSpec, plan: PipelinePlan)
     return steps
 
 
+#: In this process: :func:`_interleaved_steps`'s answers by (p, m, v, group size, p2p mode), the only inputs it
+#: reads but for the error it raises (the points of a ``schedsim search`` share orders); at most this many, then
+#: forgotten all at once. The answers are shared: read only (their Actions are tuples).
+STEPS_KEPT = 64
+_STEPS: dict[tuple[Any, ...], Steps] = {}
+
+
+def interleaved_steps_kept(spec: ScheduleSpec, pb: PipelineSpec, plan: PipelinePlan) -> Steps:
+    """:func:`_interleaved_steps`, kept in :data:`_STEPS` (the same dict for the same order: not to be changed)."""
+    key = (plan.p, plan.m, plan.v, pb.group_size, plan.mode)
+    got = _STEPS.get(key)
+    if got is None:
+        got = _interleaved_steps(spec, pb, plan)
+        if len(_STEPS) >= STEPS_KEPT:
+            _STEPS.clear()
+        _STEPS[key] = got
+    return got
+
+
 def _interleaved_cols(spec: ScheduleSpec, pb: PipelineSpec, plan: PipelinePlan) -> StepCols:
     """:func:`_interleaved_steps` straight into columns (:func:`schedsim.pipeline.comms.megatron_interleaved_cols`,
     no Action objects): the ops of one p2p call in ``_p2p_ops`` order (overlapped) or in batch order (batched),

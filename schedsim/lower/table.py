@@ -31,6 +31,9 @@ I32 = np.int32
 I32_C = array("i").itemsize == 4  # a C int is int32: array("i") converts a list of ints in a C loop
 
 
+_SPAN: Any = np.zeros(0, np.int64)  # the ``register`` of a span of :meth:`_Interner.append_new`: every item of it
+
+
 class _Interner:
     """Strings (or any hashable) to dense ids, in first-seen order.
 
@@ -87,8 +90,43 @@ class _Interner:
 
     def append(self, x: Any) -> int:
         """A new id for ``x`` without a lookup (``x`` is never found by one): an item no other op shares."""
+        if self._unreg:
+            self._close_span()
         self._items.append(x)
         return len(self._items) - 1
+
+    def append_new(self, seq: list[Any], may_hold: Callable[[Any], bool]) -> int:
+        """Give the items of ``seq`` the next ids, in order, without a lookup each; returns the first. The caller
+        guarantees that they differ from each other and from every item interned so far, and that ``may_hold``
+        is true for each of them. They join the lookup table only when an item ``x`` with ``may_hold(x)`` is
+        looked up or :attr:`ids` is read, so the ids are those that interning each item in turn gives, without
+        a dictionary insertion per item where nothing looks them up (the training block's op names,
+        :class:`schedsim.lower.pipeline_emitter._Emitter`). The items of consecutive calls form one *span*,
+        registered as a whole; the items interned between them by a lookup are in it too, with the ids they
+        have."""
+        items = self._items
+        base = len(items)
+        items.extend(seq)
+        if self._lazy:  # placeholders of lazy runs: these items registered now (no span over a reserved run)
+            self._ids.update(zip(seq, count(base)))
+            return base
+        u = self._unreg
+        if u and u[-1][3] is _SPAN and u[-1][2] is may_hold:
+            u[-1] = (u[-1][0], len(items) - u[-1][0], may_hold, _SPAN)
+        else:
+            u.append((base, len(seq), may_hold, _SPAN))
+        return base
+
+    def may_hold_any(self, pred: Callable[[Any], bool]) -> bool:
+        """Whether ``pred`` may hold for an item interned so far: true for any lazy or unregistered run, else
+        whether it holds for one."""
+        return bool(self._lazy or self._unreg) or any(map(pred, self._items))
+
+    def _close_span(self) -> None:
+        """Register the open span of :meth:`append_new`, if any, before an item that no lookup may find (or a
+        lazy run) is appended after it."""
+        if self._unreg and self._unreg[-1][3] is _SPAN:
+            self._register(self._unreg[-1])
 
     def reserve(self, n: int, make: Callable[[], list[Any]], may_hold: Callable[[Any], bool] | None = None,
                 register: np.ndarray | None = None, columns: Any = None) -> int:
@@ -105,6 +143,7 @@ class _Interner:
         base = len(self._items)
         if not n:
             return base
+        self._close_span()
         self._items.extend(repeat(None, n))
         self._lazy.append((base, n, make))
         if columns is not None:
@@ -129,7 +168,7 @@ class _Interner:
     def _register(self, seg: tuple[int, int, Callable[[Any], bool] | None, np.ndarray | None]) -> None:
         base, n, _pred, which = seg
         self._fill(base, base + n)
-        if which is None:
+        if which is None or which is _SPAN:
             self._ids.update(zip(self._items[base:base + n], range(base, base + n), strict=True))
         else:
             items = self._items
@@ -515,18 +554,21 @@ class Table:
         return out
 
     def _tmpl_cols(self) -> dict[str, np.ndarray]:
-        """Per template: name, tags, stream, peer, batch and message-tag ids."""
-        names, tags, streams, strs = self.names, self.tags, self.streams, self.strs
-        name, tag, stream, peer, batch, msg = [], [], [], [], [], []  # in this order: the ids are first-seen
-        for o in self.templates:
-            name.append(names(o.name))
-            tag.append(tags(o.tags))
-            stream.append(streams(o.stream))
-            peer.append(-1 if o.peer is None else o.peer)
-            batch.append(-1 if o.p2p_batch is None else strs(o.p2p_batch))
-            msg.append(-1 if o.tag is None else strs(o.tag))
+        """Per template: name, tags, stream, peer, batch and message-tag ids (each interner's new items interned in
+        template order, a batch before its message: what interning template by template gives)."""
+        ts = self.templates
+        name = intern_list(self.names, [o.name for o in ts])
+        tag = intern_list(self.tags, [o.tags for o in ts])
+        stream = intern_list(self.streams, [o.stream for o in ts])
+        peer = [-1 if o.peer is None else o.peer for o in ts]
+        both = [x for o in ts for x in (o.p2p_batch, o.tag)]
+        have = [k for k, x in enumerate(both) if x is not None]
+        sid = [-1] * len(both)
+        for k, i in zip(have, intern_list(self.strs, [both[k] for k in have]), strict=True):
+            sid[k] = i
         return {k: np.array(v, I32).reshape(-1) for k, v in
-                (("name", name), ("tags", tag), ("stream", stream), ("peer", peer), ("batch", batch), ("msg", msg))}
+                (("name", name), ("tags", tag), ("stream", stream), ("peer", peer), ("batch", sid[0::2]),
+                 ("msg", sid[1::2]))}
 
     def uniform(self) -> int | None:
         """W when the table holds only rows that each run on ranks 0..W-1 (no single instances): then every

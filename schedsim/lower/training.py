@@ -103,7 +103,7 @@ from schedsim.graph.ops import Op
 from schedsim.lower.pipeline import _stage_proto
 from schedsim.lower.pipeline_emitter import ProtoPlace, _Emitter, last_backward, reduce_after_last_backward
 from schedsim.lower.pipeline_plan import StageCost, block_info, plan_of, split_fix
-from schedsim.lower.pipeline_steps import _interleaved_steps, _lowered_steps
+from schedsim.lower.pipeline_steps import _lowered_steps, interleaved_steps_kept
 from schedsim.lower.table import Table
 from schedsim.spec.model import ScheduleSpec
 from schedsim.spec.pipeline_block import (
@@ -562,6 +562,10 @@ class _Ranks:
         self.spec, self.table, self.t, self.plan = spec, table, t, plan
         self.name_ids: dict[tuple[str, tuple[str, ...]], Any] = {}  # every rank's emitter shares them
         self.placed_ids: dict[tuple[str, tuple[str, ...]], Any] = {}  # likewise (_Emitter.placed_ids)
+        from schedsim.lower.pipeline_emitter import emitted_name
+
+        # likewise (_Emitter.fresh): kept where no name written before the block's could be the emitter's
+        self.fresh: dict[str, int] | None = None if table.names.may_hold_any(emitted_name) else {}
         self.lists = {s: stage_lists(t, plan, s, num_stages) for s in range(num_stages)}
         self.hot_lists = {s: stage_lists(t, plan, s, num_stages, hot=True) for s in range(num_stages)} \
             if plan.experts and t.moe_expert_capacity_factor is not None else self.lists
@@ -783,7 +787,7 @@ def expand_training(spec: ScheduleSpec, table: Table, symmetric: bool = False) -
                       p2p=None)
     try:
         pplan = plan_of(spec, pb, reference=True, megatron=True)
-        steps = _interleaved_steps(spec, pb, pplan) if plan.v > 1 else _lowered_steps(pplan, columns=False)
+        steps = interleaved_steps_kept(spec, pb, pplan) if plan.v > 1 else _lowered_steps(pplan, columns=False)
     except SchedsimError as e:  # the generators' rules on m: said in the block's terms
         head = split_fix(e.message if isinstance(e, SpecError) else e.reason if isinstance(
             e, PipelineScheduleError) else str(e), custom=False)[0]
@@ -859,7 +863,7 @@ def _emit_rank(ranks: _Ranks, g: int, pplan: Any, steps: dict[int, list[tuple[An
                                 if t.tp_comm_overlap else (-1, -1), odd=(c_ % 2 == 1, t_ % 2 == 1),
                                 dp_group=dp_group if t.use_torch_fsdp2 else ())
     em = _Emitter(ranks.table, pplan, protos, p2p_tmpl, chunk_of, g, 0, ranks=pp_ranks, name_ids=ranks.name_ids,
-                  placed_ids=ranks.placed_ids, shared_p2p_tags=True)
+                  placed_ids=ranks.placed_ids, shared_p2p_tags=True, fresh=ranks.fresh)
     multi = len(dp_group) > 1
     fsdp = t.use_torch_fsdp2 and multi  # FSDP2 reduce-scatters each unit's gradients inside the backward
     shard = plan.dp * plan.cp if t.use_distributed_optimizer or fsdp else 1

@@ -84,6 +84,45 @@ def test_interner_equality_and_bad_make() -> None:
         _ = bad.items
 
 
+def test_appended_span_found_only_by_a_lookup_that_may_hit_it() -> None:
+    """``_Interner.append_new``: the items take the next ids without a lookup; a lookup whose item ``may_hold``
+    rejects registers nothing, one it accepts registers the whole span (the items interned inside it keep their
+    ids), and the ids are those of interning each item in turn."""
+    def is_f(x: Any) -> bool:
+        return x.startswith("F")
+
+    it, ref = _Interner(), _Interner()
+    assert it("x") == 0
+    assert it.append_new(["F0.a", "F0.b"], is_f) == 1
+    assert it("sendF0") == 3  # rejected by is_f: interned after the span, which stays unregistered
+    assert it.append_new(["F1.a"], is_f) == 4
+    assert it._unreg == [(1, 4, is_f, it._unreg[0][3])] and "F0.b" not in it._ids  # one span, over "sendF0"
+    assert it("F0.b") == 2 and not it._unreg  # accepted: the span registered, found at its id
+    assert it("sendF0") == 3 and it.get("F1.a") == 4
+    for x in ["x", "F0.a", "F0.b", "sendF0", "F1.a"]:
+        ref(x)
+    assert it.items == ref.items and it.ids == ref.ids
+
+
+def test_an_unfindable_item_or_a_lazy_run_closes_the_span() -> None:
+    """An item appended for no lookup (``append``) or a reserved lazy run after a span registers the span first,
+    so that registering it later never makes that item findable; with a lazy run pending, appended items are
+    registered at once."""
+    def is_f(x: Any) -> bool:
+        return x.startswith("F")
+
+    it = _Interner()
+    it.append_new(["F0.a"], is_f)
+    assert it.append("F0.a") == 1 and not it._unreg  # a second, unfindable item equal to the first
+    assert it("F0.a") == 0
+    it.append_new(["F1.a"], is_f)
+    it.reserve(1, lambda: ["F2.a"], is_f)
+    assert it.get("F1.a") == 2 and it.ids["F2.a"] == 3
+    it.reserve(1, lambda: ["G"])
+    assert it.append_new(["F3.a"], is_f) == 5 and it._ids["F3.a"] == 5  # a lazy run pending: registered now
+    assert it.may_hold_any(is_f) and not _Interner().may_hold_any(is_f)
+
+
 def _proto(t: Table, kind: str = "compute") -> int:
     return t.template(Op(name="x", rank=0, kind=kind, stream="compute", seq=0, duration_s=1e-6))
 
@@ -233,3 +272,46 @@ def test_program_may_have_tag_is_what_the_ops_hold(tags: dict[str, Any] | None, 
     assert any("nccl" in dict(o.tags) for o in prog.ops()) is want
     back = pickle.loads(pickle.dumps(prog))  # the tables as tuples
     assert back.may_have_tag("nccl") is want and not back.may_have_tag("no_such_key")
+
+
+def _training_spec() -> ScheduleSpec:
+    from schedsim.spec.loader import load_text
+    from tests.spec.test_training_block import TINY
+
+    return load_text(TINY + "  cp: 2\nops:\n  - {name: s, kind: send, ranks: [0], peer: 1, bytes: 8, stream: x, "
+                     "p2p_batch: b, tags: {msg: A}}\n  - {name: r, kind: recv, ranks: [1], peer: 0, bytes: 8, "
+                     "stream: x, p2p_batch: b, tags: {msg: A}}\n")
+
+
+@pytest.mark.parametrize("which", ["pipeline_reference", "pipeline_columns", "training"])
+def test_template_columns_intern_as_template_by_template(which: str) -> None:
+    """``Table._tmpl_cols`` interns each column's new items in one call: the columns, and every interner's items
+    and lookups, are those of interning template by template (tests/oracle/template_columns.py), on tables
+    with written p2p (batch and message strings), the pipeline block's lazy runs and the training block's spans."""
+    from schedsim.lower.training import expand_training
+    from tests.oracle.template_columns import template_columns_one_by_one
+
+    def table() -> Table:
+        if which == "training":
+            spec = _training_spec()
+            t = Table()
+            add_written(spec, t)
+            expand_training(spec, t)
+            return t
+        spec = _pipe_spec([{"name": "s", "kind": "send", "ranks": [0], "peer": 1, "bytes": 8, "stream": "x",
+                            "p2p_batch": "b", "tags": {"msg": "A"}},
+                           {"name": "r", "kind": "recv", "ranks": [1], "peer": 0, "bytes": 8, "stream": "x",
+                            "p2p_batch": "b", "tags": {"msg": "A"}}])
+        return _table(spec, which == "pipeline_reference")
+
+    new, old = table(), table()
+    for t in (new, old):  # templates that hold their batch and message strings (one shared with a written op)
+        for batch, msg in (("b", None), ("c", "A"), (None, "D")):
+            t.template(Op(name="z", rank=0, kind="send", stream="x", seq=0, peer=1, nbytes=8.0, p2p_batch=batch,
+                          tag=msg))
+    got, want = new._tmpl_cols(), template_columns_one_by_one(old)
+    assert {k: v.tolist() for k, v in got.items()} == {k: v.tolist() for k, v in want.items()}
+    assert (got["batch"] >= 0).any() and (got["msg"] >= 0).any()
+    for it in ("names", "tags", "streams", "strs"):
+        a, b = getattr(new, it), getattr(old, it)
+        assert a.items == b.items and a.ids == b.ids, it

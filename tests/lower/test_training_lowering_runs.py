@@ -64,6 +64,56 @@ def test_runs_write_the_program_the_op_by_op_emitter_writes(case: str, monkeypat
     assert fast["text"] == slow["text"]
 
 
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_names_appended_without_lookup_make_the_same_program(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A phase under a name prefix not written before appends its names without a lookup each
+    (``_Emitter.fresh``, ``_Interner.append_new``): the Program is the one every name interned gives, array for
+    array and name for name, and a lookup of any op name afterwards finds its id."""
+    from schedsim.lower import training
+
+    world, extra = CASES[case]
+    text = _text(world, extra)
+    lazy = lower(load_text(text))
+    # the spans were not registered by the lowering (overlap_grad_reduce's phases, op by op, look names up)
+    assert bool(lazy.name_table._unreg) is ("overlap_grad_reduce" not in extra)
+    it = lazy.name_table
+    for base, n, pred, _span in it._unreg:  # append_new's condition: a lookup of any unregistered one registers
+        assert all(pred(x) for x in it._items[base:base + n] if x not in it._ids)
+    fast = _state(text)
+    init = training._Ranks.__init__
+
+    def no_fresh(self: Any, *a: Any) -> None:
+        init(self, *a)
+        self.fresh = None
+
+    monkeypatch.setattr(training._Ranks, "__init__", no_fresh)
+    slow = _state(text)
+    for k in ARRAYS:
+        np.testing.assert_array_equal(fast[k], slow[k], err_msg=k)
+    assert fast["text"] == slow["text"]
+    names = list(lazy.name_table.items)
+    assert [lazy.name_table(x) for x in names] == list(range(len(names)))
+
+
+def test_a_written_op_named_like_a_phase_op_keeps_every_name_looked_up() -> None:
+    """Hand-written ops beside the block: a dependency on a phase's op name, interned before the block, turns
+    the appending off (the name is found, not given a second id); a written op named like a phase op on its
+    rank is a duplicate name, as with every name interned."""
+    from schedsim.errors import GraphError
+
+    text = _text(8, "") + """ops:
+  - {name: w, kind: compute, duration_us: 1, ranks: [0], deps: [F0.0.l0.qkv]}
+"""
+    prog = lower(load_text(text), check=False)  # (w before the op it waits for on one stream: a cycle)
+    names = list(prog.names)
+    assert names.count("F0.0.l0.qkv") == 1
+    w = names.index("w")
+    dep = np.asarray(prog.dep_idx)[np.asarray(prog.dep_ptr)[np.flatnonzero(np.asarray(prog.name_id) == w)[0]]]
+    assert names[int(np.asarray(prog.name_id)[dep])] == "F0.0.l0.qkv"
+    with pytest.raises(GraphError, match="F0.0.l0.qkv"):
+        lower(load_text(_text(8, "") + "ops:\n  - {name: F0.0.l0.qkv, kind: compute, duration_us: 1, ranks: [0]}\n"))
+
+
 @pytest.mark.parametrize("case", ["plain", "sp_distopt_overlap", "interleaved"])
 def test_shared_p2p_tag_sets_predict_the_same(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The training block interns its sends' and recvs' tag sets (one per message and stage, repeated on every
@@ -164,3 +214,38 @@ def test_the_kept_op_names_change_nothing(monkeypatch: pytest.MonkeyPatch) -> No
             np.testing.assert_array_equal(a[k], b[k], err_msg=k)
             np.testing.assert_array_equal(a[k], c[k], err_msg=k)
         assert a["text"] == b["text"] == c["text"]
+
+
+def test_interleaved_orders_kept_across_lowerings_give_the_same_program() -> None:
+    """Megatron's interleaved issue order is kept per (p, m, v, group size, p2p mode) in a process
+    (``pipeline_steps.interleaved_steps_kept``): a lowering that finds it kept (after one of another tp) writes
+    the Program it writes with the store empty, and the kept order is the one worked out afresh."""
+    from schedsim.lower import pipeline_steps as ps
+
+    text = _text(8, CASES["interleaved"][1])
+    ps._STEPS.clear()
+    first = _state(text)
+    (kept,) = ps._STEPS.values()
+    other = _text(8, CASES["interleaved"][1]).replace("tp: 2", "tp: 1").replace("world_size: 8", "world_size: 4")
+    _state(other)
+    assert list(ps._STEPS.values()) == [kept]  # the same order: tp changes none of its inputs
+    again = _state(text)
+    for k in ARRAYS:
+        np.testing.assert_array_equal(first[k], again[k], err_msg=k)
+    assert first["text"] == again["text"]
+    (key,) = ps._STEPS
+    ps._STEPS.clear()
+    spec = load_text(text)
+    from schedsim.lower.pipeline_plan import plan_of
+    from schedsim.lower.training import _transformer
+    from schedsim.spec.pipeline_block import PipelineSpec
+    from schedsim.spec.training_block import training_plan
+
+    t = spec.training
+    plan = training_plan(t, 8)
+    pb = PipelineSpec(schedule=plan.schedule, p=plan.pp, m=plan.m, v=plan.v, transformer=_transformer(t, plan),
+                      p2p=None)
+    pplan = plan_of(spec, pb, reference=True, megatron=True)
+    assert (pplan.p, pplan.m, pplan.v, pb.group_size, pplan.mode) == key
+    assert ps._interleaved_steps(spec, pb, pplan) == kept
+    ps._STEPS.clear()

@@ -253,3 +253,37 @@ def test_workers_take_the_largest_points_first_and_results_keep_their_points(mon
     ops = {(p.setting["tp"], p.setting["pp"]): _training_ops(p.block, 8, False) for p in pts}
     assert sent == sorted(ops, key=lambda k: -ops[k]) and len(set(ops.values())) == 4
     assert two == one and all(t > 0 for _tp, _pp, t in one)
+
+
+def test_kept_layout_answers_are_those_worked_out_afresh() -> None:
+    """``layout_alike`` is kept per profile and plan shape within a search (``schedsim.search._layout_alike``):
+    on profiles whose nodes hold 8, 3 and 6 GPUs (groups that a node boundary cuts unlike their representatives'
+    on the last two), for tp, pp and cp and
+    ``tp_comm_overlap`` varied, each kept answer, read after every other point filled the store, equals the one
+    worked out with the store empty; the answers differ across the points (the key separates them)."""
+    from schedsim import search as s
+    from schedsim.hardware.profile import load_profile
+    from schedsim.sim.symmetry import layout_alike
+
+    h100 = load_profile("dgx_h100")
+    profs = [h100, *(h100.model_copy(update={"topology": h100.topology.model_copy(update={"gpus_per_node": n})})
+                     for n in (3, 6))]
+    text = TINY.replace("world_size: 8\n", "world_size: 16\n").replace("global_batch_size: 8",
+                                                                        "global_batch_size: 16")
+    block = load_text(text).training
+    pts = [p for sp in (False, True) for p in candidates(
+        block.model_copy(update={"sequence_parallel": sp, "tp_comm_overlap": sp}), 16, tps=[1, 2, 4],
+        pps=[1, 2, 4], cps=[1, 2], mbss=[1], recomputes=["none"], vpps=[None], memory_limit=2**40)
+        if p.status == "simulated"]
+    specs = [load_text(json.dumps({"schema_version": 1, "name": "t", "world_size": 16, "training": p.block}))
+             for p in pts]
+    s._LAYOUTS.clear()
+    answers = set()
+    for prof in profs:
+        fresh = [layout_alike(prof, sp) for sp in specs]
+        kept = [s._layout_alike(prof, sp, layout_alike) for sp in specs]
+        again = [s._layout_alike(prof, sp, layout_alike) for sp in reversed(specs)][::-1]
+        assert kept == fresh == again
+        answers |= set(fresh)
+    assert answers == {True, False} and len(pts) > 20
+    s._LAYOUTS.clear()

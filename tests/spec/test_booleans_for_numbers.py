@@ -46,3 +46,28 @@ def test_check_exits_2_without_a_traceback(tmp_path: Path) -> None:
     f.write_text(HEAD + "ops:\n  - {name: ar, kind: all_reduce, bytes: true}\n")
     r = CliRunner().invoke(app, ["check", str(f)])
     assert r.exit_code == 2 and "bytes: a number, not a boolean" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_only_booleans_and_containers_are_asked_for_a_boolean_number() -> None:
+    """``no_bool_numbers`` asks ``bool_for_number`` only of values that are booleans, dicts, lists or tuples: for
+    any other value it is false on every field of every op model and the pipeline block's models, so skipping
+    them refuses exactly what asking every field refuses."""
+    from schedsim._pydantic import bool_for_number, no_bool_numbers
+    from schedsim.spec.model import OP_MODELS
+    from schedsim.spec.pipeline_block import PipelineSpec, TransformerSpec
+
+    models = [*OP_MODELS.values(), PipelineSpec, TransformerSpec]
+    others = [0, 1, 2.5, "x", None, b"y", frozenset({True})]
+    held = [True, False, [True], [1, 2], (1, False), {"a": True}, {"a": 1}, [[True]]]
+    for m in models:
+        for name, f in m.model_fields.items():
+            assert not any(bool_for_number(v, f.annotation) for v in others), (m.__name__, name)
+            for v in held + others:
+                want = bool_for_number(v, f.annotation)
+                try:
+                    no_bool_numbers(m.model_fields, {name: v})
+                    got = False
+                except ValueError:
+                    got = True
+                assert got is want, (m.__name__, name, v)
+    assert any(bool_for_number(True, f.annotation) for f in OP_MODELS["compute"].model_fields.values())
