@@ -451,12 +451,17 @@ class _AggGlyphs:
     returns None and the labels go through ``renderer.draw_text``."""
 
     #: Each text's layout, shared by every renderer of the process (a pipeline's two charts have the same lane
-    #: labels and legend): (text, font properties, features, language, dpi, hinting) -> (size in points, per glyph
-    #: its font, index and offset); emptied past :data:`TEXT_CACHE_MAX` entries.
+    #: labels and legend): (text, font properties, features, language, dpi, :attr:`setting`) -> (size in points,
+    #: per glyph its font, index and offset); emptied past :data:`TEXT_CACHE_MAX` entries.
     layouts: ClassVar[dict[tuple[Any, ...], tuple[float, list[tuple[Any, int, float, float]]]]] = {}
     #: Each text's (width, height, descent) in pixels as ``RendererAgg.get_text_width_height_descent`` gives it,
-    #: shared likewise: (text, font properties, dpi, hinting) -> the three.
+    #: shared likewise: (text, font properties, dpi, :attr:`setting`) -> the three.
     metrics: ClassVar[dict[tuple[Any, ...], tuple[float, float, float]]] = {}
+    #: The ``font.*`` and ``text.*`` rcParams each renderer was made under, numbered: a FontProperties names a
+    #: family ("sans-serif") that those settings resolve to a font file (``font.sans-serif``), and they set the
+    #: kerning and hinting; the same properties under other settings are other glyphs. Never emptied (a number
+    #: stays its settings'; a process sees few).
+    settings: ClassVar[dict[tuple[Any, ...], int]] = {}
 
     def __init__(self, renderer: Any) -> None:
         from matplotlib.backends.backend_agg import get_hinting_flag
@@ -464,6 +469,9 @@ class _AggGlyphs:
 
         self.r = weakref.proxy(renderer)  # not a cycle: a renderer holds its glyphs (and the GC may be paused)
         self.flags = get_hinting_flag()
+        #: (hinting flags, number of the font settings in :attr:`settings`): what, beside the text, its font
+        #: properties and the dpi, a cached layout or size depends on (a renderer draws a figure under one setting)
+        self.setting = (self.flags, self.settings.setdefault(_font_settings(), len(self.settings)))
         self.modes = (RenderMode.MONO, RenderMode.NORMAL)
         self.bitmaps: dict[tuple[int, float, int, int, int, bool], tuple[Any, int, int]] = {}
 
@@ -498,11 +506,11 @@ class _AggGlyphs:
         import numpy as np
 
         r = self.r
-        lay = self.layouts.get((text, prop, features, language, r.dpi, self.flags))
+        lay = self.layouts.get((text, prop, features, language, r.dpi, self.setting))
         if lay is None:
             font = r._prepare_font(prop)
             items = font._layout(text, flags=self.flags, features=features, language=language)
-            lay = _cached(self.layouts, (text, prop.copy(), features, language, r.dpi, self.flags),
+            lay = _cached(self.layouts, (text, prop.copy(), features, language, r.dpi, self.setting),
                           (prop.get_size_in_points(), [(it.ft_object, it.glyph_index, it.x, it.y) for it in items]))
         size, items = lay
         aa = bool(gc.get_antialiased())
@@ -521,6 +529,14 @@ class _AggGlyphs:
                 hit = self.bitmaps[bkey] = (buf, bm.left - (x26 >> 6), bm.top - (y26 >> 6))
             buf, left, top = hit
             r._renderer.draw_text_image(buf, (x26 >> 6) + left, height - ((y26 >> 6) + top) + buf.shape[0], 0, gc)
+
+
+def _font_settings() -> tuple[Any, ...]:
+    """matplotlib's ``font.*`` and ``text.*`` rcParams as a hashable tuple of (name, value), lists as tuples."""
+    import matplotlib
+
+    return tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in matplotlib.rcParams.items()
+                 if k.startswith(("font.", "text.")))
 
 
 #: Entries of each of :class:`_AggGlyphs`' shared caches past which it is emptied (a long session's charts).
@@ -567,9 +583,9 @@ def _agg_canvas() -> Any:
             def get_text_width_height_descent(self, s: str, prop: Any, ismath: Any) -> Any:
                 if ismath is not False:  # mathtext, TeX
                     return super().get_text_width_height_descent(s, prop, ismath)
-                got = _AggGlyphs.metrics.get((s, prop, self.dpi, self.glyphs.flags))
+                got = _AggGlyphs.metrics.get((s, prop, self.dpi, self.glyphs.setting))
                 if got is None:
-                    got = _cached(_AggGlyphs.metrics, (s, prop.copy(), self.dpi, self.glyphs.flags),
+                    got = _cached(_AggGlyphs.metrics, (s, prop.copy(), self.dpi, self.glyphs.setting),
                                   super().get_text_width_height_descent(s, prop, ismath))
                 return got
 

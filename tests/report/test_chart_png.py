@@ -97,6 +97,25 @@ def test_charts_are_the_pixels_of_matplotlibs_agg_canvas_and_png_writer(tmp_path
         assert B._AggGlyphs.layouts
 
 
+def test_text_cached_under_other_font_settings_is_not_reused(tmp_path):
+    # the same FontProperties ("sans-serif", 10 pt) is another font under another font.sans-serif: a chart drawn
+    # under it, and one drawn after it under the defaults again, are matplotlib's pixels (the text of the chart
+    # before it not reused)
+    import matplotlib
+
+    tl = _small_pipeline()
+
+    def same() -> bool:
+        ours = pixels(B.write_figure(G.draw_gantt([("predicted", tl)], "pp"), tmp_path / "c.png").read_bytes())
+        theirs = pixels(matplotlib_png(G.draw_gantt([("predicted", tl)], "pp")))
+        return ours.shape == theirs.shape and bool((ours == theirs).all())
+
+    assert same()
+    with matplotlib.rc_context({"font.sans-serif": ["DejaVu Serif"]}):
+        assert same()
+    assert same()
+
+
 def test_text_metrics_are_matplotlibs_and_shared_between_renderers():
     from matplotlib.backends.backend_agg import RendererAgg
     from matplotlib.figure import Figure
@@ -111,7 +130,7 @@ def test_text_metrics_are_matplotlibs_and_shared_between_renderers():
     for text in ("rank 17 (stage 17,49)", "makespan 341.975 ms", "W"):
         assert r.get_text_width_height_descent(text, prop, False) == plain.get_text_width_height_descent(
             text, prop, False)
-        assert (text, prop, 110, r.glyphs.flags) in B._AggGlyphs.metrics
+        assert (text, prop, 110, r.glyphs.setting) in B._AggGlyphs.metrics
     # another canvas of the same dpi finds them (a pipeline's two charts share their labels)
     other = B._agg_canvas()(Figure(dpi=110)).get_renderer()
     assert other is not r and other.glyphs.metrics is r.glyphs.metrics
