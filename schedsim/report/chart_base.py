@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import io
+import os
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -538,6 +539,12 @@ def _font_settings() -> tuple[Any, ...]:
     return tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in matplotlib.rcParams.items()
                  if k.startswith(("font.", "text.")))
 
+
+# A forked child lays its text out again, with its own fonts: the layouts hold FT2Fonts, which read their font file
+# through a descriptor the parent shares (its offset too), and matplotlib empties its own font cache in a forked
+# child for that reason (``matplotlib.font_manager._get_font``, "FT2Font objects cannot be used across fork()s").
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_AggGlyphs.layouts.clear)
 
 #: Entries of each of :class:`_AggGlyphs`' shared caches past which it is emptied (a long session's charts).
 TEXT_CACHE_MAX = 4096

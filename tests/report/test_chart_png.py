@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import zlib
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -114,6 +115,31 @@ def test_text_cached_under_other_font_settings_is_not_reused(tmp_path):
     with matplotlib.rc_context({"font.sans-serif": ["DejaVu Serif"]}):
         assert same()
     assert same()
+
+
+def _child_lays_out_with_its_own_fonts(tmp: str) -> bool:
+    """In a forked child: draw the parent's chart again; whether every font its text layouts hold is the one
+    matplotlib's font cache gives this process (DejaVu Sans, the chart's one font). The parent's FT2Fonts read their
+    file through a descriptor the two processes share, which is why matplotlib empties that cache in a forked
+    child (``font_manager._get_font``)."""
+    from matplotlib.font_manager import FontProperties, fontManager, get_font
+
+    B.write_figure(G.draw_gantt([("predicted", _small_pipeline())], "pp"), Path(tmp) / "child.png")
+    own = get_font(fontManager._find_fonts_by_props(FontProperties()))
+    return bool(B._AggGlyphs.layouts) and all(
+        f is own for _size, items in B._AggGlyphs.layouts.values() for f, *_ in items)
+
+
+def test_a_forked_child_lays_text_out_with_its_own_fonts(tmp_path):
+    import multiprocessing
+    import os
+
+    if not hasattr(os, "register_at_fork") or not B._AggGlyphs.usable():
+        pytest.skip("no fork, or matplotlib without per-glyph text rendering")
+    B.write_figure(G.draw_gantt([("predicted", _small_pipeline())], "pp"), tmp_path / "parent.png")
+    assert B._AggGlyphs.layouts
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        assert pool.apply(_child_lays_out_with_its_own_fonts, (str(tmp_path),))
 
 
 def test_text_metrics_are_matplotlibs_and_shared_between_renderers():
