@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import io
 import os
+import threading
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -470,9 +471,12 @@ class _AggGlyphs:
 
         self.r = weakref.proxy(renderer)  # not a cycle: a renderer holds its glyphs (and the GC may be paused)
         self.flags = get_hinting_flag()
-        #: (hinting flags, number of the font settings in :attr:`settings`): what, beside the text, its font
-        #: properties and the dpi, a cached layout or size depends on (a renderer draws a figure under one setting)
-        self.setting = (self.flags, self.settings.setdefault(_font_settings(), len(self.settings)))
+        #: (hinting flags, number of the font settings in :attr:`settings`, thread): what, beside the text, its font
+        #: properties and the dpi, a cached layout or size depends on (a renderer draws a figure under one setting,
+        #: in one thread). The thread's, as matplotlib keys its fonts on it (``font_manager._get_font``): a layout
+        #: holds its fonts, whose size and transform :meth:`draw` sets before each glyph it renders.
+        self.setting = (self.flags, self.settings.setdefault(_font_settings(), len(self.settings)),
+                        threading.get_ident())
         self.modes = (RenderMode.MONO, RenderMode.NORMAL)
         self.bitmaps: dict[tuple[int, float, int, int, int, bool], tuple[Any, int, int]] = {}
 

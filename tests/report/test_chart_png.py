@@ -142,6 +142,29 @@ def test_a_forked_child_lays_text_out_with_its_own_fonts(tmp_path):
         assert pool.apply(_child_lays_out_with_its_own_fonts, (str(tmp_path),))
 
 
+def test_another_thread_lays_text_out_with_its_own_fonts(tmp_path):
+    # matplotlib gives each thread its own FT2Fonts (font_manager._get_font keys on the thread): the glyph path sets
+    # a font's size and transform, then renders, so two threads drawing with one font would mix their glyphs
+    import threading
+
+    from matplotlib.font_manager import FontProperties, fontManager, get_font
+
+    if not B._AggGlyphs.usable():
+        pytest.skip("matplotlib without per-glyph text rendering")
+    B.write_figure(G.draw_gantt([("predicted", _small_pipeline())], "pp"), tmp_path / "main.png")
+    got = []
+
+    def draw() -> None:
+        B.write_figure(G.draw_gantt([("predicted", _small_pipeline())], "pp"), tmp_path / "thread.png")
+        own = get_font(fontManager._find_fonts_by_props(FontProperties()))
+        got.append(any(f is own for _size, items in B._AggGlyphs.layouts.values() for f, *_ in items))
+
+    t = threading.Thread(target=draw)
+    t.start()
+    t.join()
+    assert got == [True]
+
+
 def test_text_metrics_are_matplotlibs_and_shared_between_renderers():
     from matplotlib.backends.backend_agg import RendererAgg
     from matplotlib.figure import Figure
