@@ -537,11 +537,14 @@ class _AggGlyphs:
 
 
 def _font_settings() -> tuple[Any, ...]:
-    """matplotlib's ``font.*`` and ``text.*`` rcParams as a hashable tuple of (name, value), lists as tuples."""
+    """matplotlib's ``font.*`` and ``text.*`` rcParams as a hashable tuple of (name, value), lists as tuples. Only
+    those are read: reading ``backend`` (as ``rcParams.items()`` does) resolves the automatic backend, which imports
+    pyplot (~0.4 s)."""
     import matplotlib
 
-    return tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in matplotlib.rcParams.items()
-                 if k.startswith(("font.", "text.")))
+    rc = matplotlib.rcParams
+    return tuple((k, tuple(v) if isinstance(v, list) else v) for k in rc if k.startswith(("font.", "text."))
+                 for v in (rc[k],))
 
 
 # A forked child lays its text out again, with its own fonts: the layouts hold FT2Fonts, which read their font file

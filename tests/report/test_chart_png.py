@@ -165,6 +165,20 @@ def test_another_thread_lays_text_out_with_its_own_fonts(tmp_path):
     assert got == [True]
 
 
+def test_a_chart_written_leaves_pyplot_unimported():
+    # reading every rcParam (rcParams.items()) resolves the automatic backend, importing pyplot (~0.4 s)
+    import subprocess
+    import sys
+
+    code = ("import sys, tempfile, pathlib; from tests.report.test_chart_png import _small_pipeline; "
+            "from schedsim.report import chart_base as B, gantt as G; "
+            "B.write_figure(G.draw_gantt([('p', _small_pipeline())], 'pp'), "
+            "pathlib.Path(tempfile.mkdtemp()) / 'c.png'); print('matplotlib.pyplot' in sys.modules)")
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False"]
+
+
 def test_text_metrics_are_matplotlibs_and_shared_between_renderers():
     from matplotlib.backends.backend_agg import RendererAgg
     from matplotlib.figure import Figure
