@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import functools
 import io
+import os
+import threading
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -451,12 +453,17 @@ class _AggGlyphs:
     returns None and the labels go through ``renderer.draw_text``."""
 
     #: Each text's layout, shared by every renderer of the process (a pipeline's two charts have the same lane
-    #: labels and legend): (text, font properties, features, language, dpi, hinting) -> (size in points, per glyph
-    #: its font, index and offset); emptied past :data:`TEXT_CACHE_MAX` entries.
+    #: labels and legend): (text, font properties, features, language, dpi, :attr:`setting`) -> (size in points,
+    #: per glyph its font, index and offset); emptied past :data:`TEXT_CACHE_MAX` entries.
     layouts: ClassVar[dict[tuple[Any, ...], tuple[float, list[tuple[Any, int, float, float]]]]] = {}
     #: Each text's (width, height, descent) in pixels as ``RendererAgg.get_text_width_height_descent`` gives it,
-    #: shared likewise: (text, font properties, dpi, hinting) -> the three.
+    #: shared likewise: (text, font properties, dpi, :attr:`setting`) -> the three.
     metrics: ClassVar[dict[tuple[Any, ...], tuple[float, float, float]]] = {}
+    #: The ``font.*`` and ``text.*`` rcParams each renderer was made under, numbered: a FontProperties names a
+    #: family ("sans-serif") that those settings resolve to a font file (``font.sans-serif``), and they set the
+    #: kerning and hinting; the same properties under other settings are other glyphs. Never emptied (a number
+    #: stays its settings'; a process sees few).
+    settings: ClassVar[dict[tuple[Any, ...], int]] = {}
 
     def __init__(self, renderer: Any) -> None:
         from matplotlib.backends.backend_agg import get_hinting_flag
@@ -464,6 +471,12 @@ class _AggGlyphs:
 
         self.r = weakref.proxy(renderer)  # not a cycle: a renderer holds its glyphs (and the GC may be paused)
         self.flags = get_hinting_flag()
+        #: (hinting flags, number of the font settings in :attr:`settings`, thread): what, beside the text, its font
+        #: properties and the dpi, a cached layout or size depends on (a renderer draws a figure under one setting,
+        #: in one thread). The thread's, as matplotlib keys its fonts on it (``font_manager._get_font``): a layout
+        #: holds its fonts, whose size and transform :meth:`draw` sets before each glyph it renders.
+        self.setting = (self.flags, self.settings.setdefault(_font_settings(), len(self.settings)),
+                        threading.get_ident())
         self.modes = (RenderMode.MONO, RenderMode.NORMAL)
         self.bitmaps: dict[tuple[int, float, int, int, int, bool], tuple[Any, int, int]] = {}
 
@@ -498,11 +511,11 @@ class _AggGlyphs:
         import numpy as np
 
         r = self.r
-        lay = self.layouts.get((text, prop, features, language, r.dpi, self.flags))
+        lay = self.layouts.get((text, prop, features, language, r.dpi, self.setting))
         if lay is None:
             font = r._prepare_font(prop)
             items = font._layout(text, flags=self.flags, features=features, language=language)
-            lay = _cached(self.layouts, (text, prop.copy(), features, language, r.dpi, self.flags),
+            lay = _cached(self.layouts, (text, prop.copy(), features, language, r.dpi, self.setting),
                           (prop.get_size_in_points(), [(it.ft_object, it.glyph_index, it.x, it.y) for it in items]))
         size, items = lay
         aa = bool(gc.get_antialiased())
@@ -522,6 +535,23 @@ class _AggGlyphs:
             buf, left, top = hit
             r._renderer.draw_text_image(buf, (x26 >> 6) + left, height - ((y26 >> 6) + top) + buf.shape[0], 0, gc)
 
+
+def _font_settings() -> tuple[Any, ...]:
+    """matplotlib's ``font.*`` and ``text.*`` rcParams as a hashable tuple of (name, value), lists as tuples. Only
+    those are read: reading ``backend`` (as ``rcParams.items()`` does) resolves the automatic backend, which imports
+    pyplot (~0.4 s)."""
+    import matplotlib
+
+    rc = matplotlib.rcParams
+    return tuple((k, tuple(v) if isinstance(v, list) else v) for k in rc if k.startswith(("font.", "text."))
+                 for v in (rc[k],))
+
+
+# A forked child lays its text out again, with its own fonts: the layouts hold FT2Fonts, which read their font file
+# through a descriptor the parent shares (its offset too), and matplotlib empties its own font cache in a forked
+# child for that reason (``matplotlib.font_manager._get_font``, "FT2Font objects cannot be used across fork()s").
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_AggGlyphs.layouts.clear)
 
 #: Entries of each of :class:`_AggGlyphs`' shared caches past which it is emptied (a long session's charts).
 TEXT_CACHE_MAX = 4096
@@ -567,9 +597,9 @@ def _agg_canvas() -> Any:
             def get_text_width_height_descent(self, s: str, prop: Any, ismath: Any) -> Any:
                 if ismath is not False:  # mathtext, TeX
                     return super().get_text_width_height_descent(s, prop, ismath)
-                got = _AggGlyphs.metrics.get((s, prop, self.dpi, self.glyphs.flags))
+                got = _AggGlyphs.metrics.get((s, prop, self.dpi, self.glyphs.setting))
                 if got is None:
-                    got = _cached(_AggGlyphs.metrics, (s, prop.copy(), self.dpi, self.glyphs.flags),
+                    got = _cached(_AggGlyphs.metrics, (s, prop.copy(), self.dpi, self.glyphs.setting),
                                   super().get_text_width_height_descent(s, prop, ismath))
                 return got
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import zlib
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -97,6 +98,87 @@ def test_charts_are_the_pixels_of_matplotlibs_agg_canvas_and_png_writer(tmp_path
         assert B._AggGlyphs.layouts
 
 
+def test_text_cached_under_other_font_settings_is_not_reused(tmp_path):
+    # the same FontProperties ("sans-serif", 10 pt) is another font under another font.sans-serif: a chart drawn
+    # under it, and one drawn after it under the defaults again, are matplotlib's pixels (the text of the chart
+    # before it not reused)
+    import matplotlib
+
+    tl = _small_pipeline()
+
+    def same() -> bool:
+        ours = pixels(B.write_figure(G.draw_gantt([("predicted", tl)], "pp"), tmp_path / "c.png").read_bytes())
+        theirs = pixels(matplotlib_png(G.draw_gantt([("predicted", tl)], "pp")))
+        return ours.shape == theirs.shape and bool((ours == theirs).all())
+
+    assert same()
+    with matplotlib.rc_context({"font.sans-serif": ["DejaVu Serif"]}):
+        assert same()
+    assert same()
+
+
+def _child_lays_out_with_its_own_fonts(tmp: str) -> bool:
+    """In a forked child: draw the parent's chart again; whether every font its text layouts hold is the one
+    matplotlib's font cache gives this process (DejaVu Sans, the chart's one font). The parent's FT2Fonts read their
+    file through a descriptor the two processes share, which is why matplotlib empties that cache in a forked
+    child (``font_manager._get_font``)."""
+    from matplotlib.font_manager import FontProperties, fontManager, get_font
+
+    B.write_figure(G.draw_gantt([("predicted", _small_pipeline())], "pp"), Path(tmp) / "child.png")
+    own = get_font(fontManager._find_fonts_by_props(FontProperties()))
+    return bool(B._AggGlyphs.layouts) and all(
+        f is own for _size, items in B._AggGlyphs.layouts.values() for f, *_ in items)
+
+
+def test_a_forked_child_lays_text_out_with_its_own_fonts(tmp_path):
+    import multiprocessing
+    import os
+
+    if not hasattr(os, "register_at_fork") or not B._AggGlyphs.usable():
+        pytest.skip("no fork, or matplotlib without per-glyph text rendering")
+    B.write_figure(G.draw_gantt([("predicted", _small_pipeline())], "pp"), tmp_path / "parent.png")
+    assert B._AggGlyphs.layouts
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        assert pool.apply(_child_lays_out_with_its_own_fonts, (str(tmp_path),))
+
+
+def test_another_thread_lays_text_out_with_its_own_fonts(tmp_path):
+    # matplotlib gives each thread its own FT2Fonts (font_manager._get_font keys on the thread): the glyph path sets
+    # a font's size and transform, then renders, so two threads drawing with one font would mix their glyphs
+    import threading
+
+    from matplotlib.font_manager import FontProperties, fontManager, get_font
+
+    if not B._AggGlyphs.usable():
+        pytest.skip("matplotlib without per-glyph text rendering")
+    B.write_figure(G.draw_gantt([("predicted", _small_pipeline())], "pp"), tmp_path / "main.png")
+    got = []
+
+    def draw() -> None:
+        B.write_figure(G.draw_gantt([("predicted", _small_pipeline())], "pp"), tmp_path / "thread.png")
+        own = get_font(fontManager._find_fonts_by_props(FontProperties()))
+        got.append(any(f is own for _size, items in B._AggGlyphs.layouts.values() for f, *_ in items))
+
+    t = threading.Thread(target=draw)
+    t.start()
+    t.join()
+    assert got == [True]
+
+
+def test_a_chart_written_leaves_pyplot_unimported():
+    # reading every rcParam (rcParams.items()) resolves the automatic backend, importing pyplot (~0.4 s)
+    import subprocess
+    import sys
+
+    code = ("import sys, tempfile, pathlib; from tests.report.test_chart_png import _small_pipeline; "
+            "from schedsim.report import chart_base as B, gantt as G; "
+            "B.write_figure(G.draw_gantt([('p', _small_pipeline())], 'pp'), "
+            "pathlib.Path(tempfile.mkdtemp()) / 'c.png'); print('matplotlib.pyplot' in sys.modules)")
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False"]
+
+
 def test_text_metrics_are_matplotlibs_and_shared_between_renderers():
     from matplotlib.backends.backend_agg import RendererAgg
     from matplotlib.figure import Figure
@@ -111,7 +193,7 @@ def test_text_metrics_are_matplotlibs_and_shared_between_renderers():
     for text in ("rank 17 (stage 17,49)", "makespan 341.975 ms", "W"):
         assert r.get_text_width_height_descent(text, prop, False) == plain.get_text_width_height_descent(
             text, prop, False)
-        assert (text, prop, 110, r.glyphs.flags) in B._AggGlyphs.metrics
+        assert (text, prop, 110, r.glyphs.setting) in B._AggGlyphs.metrics
     # another canvas of the same dpi finds them (a pipeline's two charts share their labels)
     other = B._agg_canvas()(Figure(dpi=110)).get_renderer()
     assert other is not r and other.glyphs.metrics is r.glyphs.metrics
