@@ -19,13 +19,11 @@ One gate, :func:`output_target`, decides where every output path goes (every ``-
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import os
 import stat
 import sys
-import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -206,6 +204,9 @@ def atomic_writer(path: str | Path, mode: str = "w", *, follow_links: bool = Tru
     if staging is not None and not staging.is_dir():
         raise _staging_gone(staging)
     p.parent.mkdir(parents=True, exist_ok=True)
+    import hashlib  # here: check and the other commands that write nothing do not import these (~1% of a cold check)
+    import tempfile
+
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
     h = hashlib.sha256() if digest and staging is not None and "b" in mode else None
     try:

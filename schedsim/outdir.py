@@ -22,14 +22,12 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
 import shutil
 import stat
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -79,6 +77,8 @@ def safe_dirname(name: str, limit: int = 100) -> str:
     """
     if _SAFE.fullmatch(name) and len(name) <= limit:
         return name
+    import hashlib  # here: check and the other commands that write nothing do not import it (~1% of a cold check)
+
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("._-") or "schedule"
     return f"{slug[: limit - 9]}-{hashlib.sha1(name.encode('utf-8', 'surrogatepass')).hexdigest()[:8]}"
 
@@ -206,6 +206,8 @@ def file_digest(path: Path) -> str:
     got = _DIGESTS.get(key) or WRITTEN_DIGESTS.get(key[1:])
     if got is not None:
         return got
+    import hashlib
+
     h = hashlib.sha256()
     with open(path, "rb") as f:
         while block := f.read(1 << 20):
@@ -481,6 +483,8 @@ def output_set(outdir: str | Path, command: str, *, inputs: Iterable[str | Path]
     out = output_dir(outdir)
     check_targets(out, command, expect, inputs=inputs)
     clean_stale_staging(out)
+    import tempfile  # here, as hashlib: commands that write nothing do not import it
+
     stage = Path(tempfile.mkdtemp(prefix=staging_prefix(), dir=out))
     try:
         mark_staging(stage)

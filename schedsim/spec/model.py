@@ -22,11 +22,11 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, 
 
 from schedsim._pydantic import no_bool_numbers, plugins_off
 from schedsim.kinds import COLLECTIVE_KINDS, COMM_KINDS, KINDS, DType
-from schedsim.spec.training_block import TrainingSpec
 from schedsim.units import DTYPE_BYTES, MAX_BYTES, MAX_DIM, MAX_DURATION_US, MAX_FLOPS, MAX_REPEAT
 
 if TYPE_CHECKING:
     from schedsim.spec.pipeline_block import PipelineSpec
+    from schedsim.spec.training_block import TrainingSpec
 
 __all__ = [
     "ScheduleSpec",
@@ -321,10 +321,50 @@ class _PipelineBlock:
         return handler(PipelineSpec.__pydantic_core_schema__)
 
 
-if TYPE_CHECKING:  # type checkers see the model; pydantic, the lazy type
+class _TrainingBlock:
+    """The type of :attr:`ScheduleSpec.training`: a :class:`~schedsim.spec.training_block.TrainingSpec`, whose
+    validator (45 Megatron arguments with their constraints) is built the first time a schedule has a
+    ``training:`` block, or for the JSON Schema: a schedule of plain ops never imports its module (see
+    :data:`TRAINING_NUMERIC_KEYS`) nor builds it.
+
+    Validation is the model's own (:meth:`TrainingSpec.model_validate` with the outer validation's context): its
+    errors come back located under ``training`` (``('training', 'num_layers')``) with the same types and messages
+    as when the field was typed with the model, and an instance is kept as it is. The JSON Schema is
+    ``TrainingSpec``'s, one entry of ``$defs`` named ``TrainingSpec``, as for :class:`_PipelineBlock`.
+    """
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> Any:
+        from pydantic_core import core_schema
+
+        def validate(raw: Any, info: ValidationInfo) -> Any:
+            from schedsim.spec.training_block import TrainingSpec
+
+            if isinstance(raw, TrainingSpec):
+                return raw
+            if TrainingSpec.__pydantic_complete__ is not True:
+                with plugins_off():
+                    TrainingSpec.model_rebuild()
+            return TrainingSpec.model_validate(raw, context=info.context)
+
+        return core_schema.with_info_plain_validator_function(validate,
+                                                              ref="schedsim.spec.training_block.TrainingSpec:lazy")
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, schema: Any, handler: Any) -> Any:
+        from schedsim.spec.training_block import TrainingSpec
+
+        with plugins_off():
+            TrainingSpec.model_rebuild()
+        return handler(TrainingSpec.__pydantic_core_schema__)
+
+
+if TYPE_CHECKING:  # type checkers see the models; pydantic, the lazy types
     _PipelineField = PipelineSpec
+    _TrainingField = TrainingSpec
 else:
     _PipelineField = _PipelineBlock
+    _TrainingField = _TrainingBlock
 
 
 AnyOp = Annotated[
@@ -422,7 +462,7 @@ class ScheduleSpec(_Base):
     pipeline: _PipelineField | None = Field(
         default=None, description="A pipeline block that expands into ops (see docs/pipelines.md)."
     )
-    training: TrainingSpec | None = Field(
+    training: _TrainingField | None = Field(
         default=None, description="One Megatron-LM training step in Megatron's argument names (tp, pp, dp, "
         "micro/global batch, recompute, distributed optimizer...); lowers to every rank's ops "
         "(schedsim.spec.training_block)."
@@ -620,11 +660,20 @@ def _numeric_fields() -> frozenset[str]:
     # numeric keys of the pipeline block (schedsim.spec.pipeline_block)
     out |= {"p", "m", "v", "group_size", "layers", "hidden", "ffn", "heads", "seq", "micro_batch", "vocab",
             "activation_bytes", "activation_memory_bytes", "data_parallel", "grad_allreduce_bytes"}
-    # numeric keys of the training block (schedsim.spec.training_block), aliases included
-    from schedsim.spec.training_block import ALIASES, TrainingSpec
+    return frozenset(out | TRAINING_NUMERIC_KEYS)
 
-    out |= {k for k, f in TrainingSpec.model_fields.items() if numeric(f.annotation)} | set(ALIASES)
-    return frozenset(out)
+
+#: The numeric keys of the training block (:class:`~schedsim.spec.training_block.TrainingSpec`'s int and float
+#: fields, and the short aliases of :data:`~schedsim.spec.training_block.ALIASES`), written out here so that a
+#: schedule without a ``training:`` block never imports that module (~3% of a cold ``check``);
+#: tests/spec/test_training_block.py checks this set against the model.
+TRAINING_NUMERIC_KEYS = frozenset({
+    "attention_dropout", "context_parallel_size", "data_parallel_size", "decoder_first_pipeline_num_layers",
+    "decoder_last_pipeline_num_layers", "expert_model_parallel_size", "ffn_hidden_size", "global_batch_size",
+    "hidden_dropout", "hidden_size", "make_vocab_size_divisible_by", "micro_batch_size", "moe_expert_capacity_factor",
+    "moe_router_topk", "num_attention_heads", "num_experts", "num_layers", "num_layers_per_virtual_pipeline_stage",
+    "num_query_groups", "pipeline_model_parallel_size", "recompute_num_layers", "seq_length",
+    "tensor_model_parallel_size", "vocab_size", "tp", "pp", "dp", "cp", "ep"})
 
 
 #: Fields whose string values are arithmetic expressions (``m: M/chunks``).

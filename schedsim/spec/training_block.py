@@ -50,7 +50,6 @@ from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
-from schedsim._pydantic import plugins_off
 from schedsim.errors import SpecError
 from schedsim.units import DTYPE_BYTES, MAX_BYTES, MAX_DIM
 
@@ -146,8 +145,8 @@ class TrainingSpec(BaseModel):
         return ALIASES.get(key, key)
 
 
-with plugins_off():
-    TrainingSpec.model_rebuild()
+#: Not built here: :class:`schedsim.spec.model._TrainingBlock` builds it (plugin discovery off) the first time a
+#: ``training:`` block is validated; a direct use (``TrainingSpec(...)``) builds it then (``defer_build``).
 
 
 @dataclass(frozen=True)

@@ -132,6 +132,27 @@ def test_aliases_and_derived_sizes() -> None:
     assert plan.rank(1, 0, 0, 1) == 5 and plan.rank(0, 0, 1, 0) == 2
 
 
+def test_numeric_keys_written_out_match_the_model() -> None:
+    """``TRAINING_NUMERIC_KEYS`` (written out in schedsim.spec.model, so that plain schedules do not import the
+    training block) is exactly TrainingSpec's int and float fields plus the short aliases; they are expressions
+    even unbraced (``tp: tp``), as every numeric key."""
+    import typing
+
+    from schedsim.spec.model import NUMERIC_FIELDS, TRAINING_NUMERIC_KEYS
+    from schedsim.spec.training_block import ALIASES
+
+    def numeric(tp: object) -> bool:
+        if tp in (int, float):
+            return True
+        return typing.get_origin(tp) is not typing.Literal and any(numeric(a) for a in typing.get_args(tp))
+
+    fields = {k for k, f in TrainingSpec.model_fields.items() if numeric(f.annotation)}
+    assert TRAINING_NUMERIC_KEYS == fields | set(ALIASES)
+    assert {"num_layers", "attention_dropout", "tp", "ep"} <= TRAINING_NUMERIC_KEYS
+    assert not {"bf16", "recompute_granularity", "params_dtype"} & TRAINING_NUMERIC_KEYS
+    assert TRAINING_NUMERIC_KEYS <= NUMERIC_FIELDS
+
+
 def test_model_flops_is_megatrons_formula() -> None:
     """num_floating_point_operations for a GPT with f = 4h, g = a: 72·B·s·L·h²·(1 + s/6h + V/12Lh), by hand."""
     t = TrainingSpec(num_layers=24, hidden_size=2304, num_attention_heads=24, seq_length=2048,
