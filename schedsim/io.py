@@ -587,7 +587,11 @@ def read_input(path: StrPath, kind: str) -> bytes:
     cap = max_input_bytes(kind)
     with open_input(path, kind) as f:
         try:
-            data: bytes = f.read(cap + 1)
+            # read the size the file has (+1 to see it grow), not the cap: read(n) reserves n bytes up front
+            want = min(cap, os.fstat(f.fileno()).st_size) + 1
+            data: bytes = f.read(want)
+            if len(data) == want and want <= cap:  # it grew while read: the rest, up to the cap + 1
+                data += f.read(cap + 1 - want)
         except OSError as e:
             raise input_error(kind, path, f"cannot read it ({e.strerror or e})",
                               f"pass a readable {kind} file") from None

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -49,6 +50,67 @@ def test_size_cap_and_empty_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     monkeypatch.delenv("SCHEDSIM_MAX_INPUT_BYTES")
     with pytest.raises(SpecError, match="is empty"):
         check_input(f, "schedule")
+
+
+def test_read_input_asks_for_the_file_size_not_the_cap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 100-byte schedule under the default 512 MiB cap is read by one read(101): read(n) reserves n bytes, so
+    asking for the cap reserved 512 MiB for every schedule."""
+    import schedsim.io as sio
+
+    f = tmp_path / "s.yaml"
+    f.write_bytes(b"z" * 100)
+    asked: list[int] = []
+    real_open = sio.open_input
+
+    class Reader:
+        def __init__(self, fh: Any) -> None:
+            self.fh = fh
+
+        def __enter__(self) -> Reader:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            self.fh.close()
+
+        def fileno(self) -> int:
+            return int(self.fh.fileno())
+
+        def read(self, n: int) -> bytes:
+            asked.append(n)
+            return bytes(self.fh.read(n))
+
+    monkeypatch.setattr(sio, "open_input", lambda path, kind: Reader(real_open(path, kind)))
+    assert read_input(f, "schedule") == b"z" * 100 and asked == [101]
+
+
+def test_a_file_that_grows_while_read_is_read_to_the_cap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """read_input reads the size fstat gave (+1), then the rest up to the cap when more came: a file stat'ed at 10
+    bytes that holds 100 is read whole under a 1,000-byte cap, and refused under a 50-byte one."""
+    import schedsim.io as sio
+
+    f = tmp_path / "s.yaml"
+    f.write_bytes(b"y" * 100)
+    real = os.fstat
+    calls = []
+
+    def fstat(fd: int) -> os.stat_result:  # open_input's own check sees the truth; read_input's size is 10
+        st = real(fd)
+        calls.append(fd)
+        if len(calls) % 2 == 0:
+            return os.stat_result((*st[:6], 10, *st[7:]))
+        return st
+
+    monkeypatch.setattr(sio.os, "fstat", fstat)
+    monkeypatch.setenv("SCHEDSIM_MAX_INPUT_BYTES", "1000")
+    assert read_input(f, "schedule") == b"y" * 100
+    monkeypatch.setenv("SCHEDSIM_MAX_INPUT_BYTES", "50")
+    monkeypatch.setattr(sio, "check_input", lambda path, kind: real_stat(path))
+    with pytest.raises(SpecError, match="grew past the 50-byte limit of a schedule file while it was read"):
+        read_input(f, "schedule")
+
+
+def real_stat(path: Path) -> os.stat_result:
+    return os.stat(path)
 
 
 def test_open_input_gives_a_blocking_stream_of_the_file(tmp_path: Path) -> None:
