@@ -135,8 +135,9 @@ def test_calibrate_quick_2_ranks_writes_a_profile_predict_accepts(gloo2, tmp_pat
     assert raw["host"]["first_op_extra_us"] == pytest.approx(
         (fresh[0]["first_op_extra_us"] + fresh[1]["first_op_extra_us"]) / 2)
     assert "eager_per_collective_us" in fresh[0] and raw["host"]["eager_per_collective_us"] > 0
+    assert raw["host"]["eager_per_collective_us"] == raw["host_in_process"]["eager_per_collective_us"]
     assert "[launch] communication calls, host time: collective_loop_us " + \
-        f"{raw['host']['collective_loop_us']:.2f}" in r.stdout
+        f"{raw['host_in_process']['collective_loop_us']:.2f}" in r.stdout
     assert raw["host_fresh_requested"] == 2
     # what CPU ranks cannot measure comes from the base profile, and the source says so
     assert "duplex factors (h2d_slowdown_beside_d2h, d2h_slowdown_beside_h2d) from 'h200'" in p.contention.source
