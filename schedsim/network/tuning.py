@@ -897,8 +897,8 @@ def _log2i(x: int) -> int:
 
 def correction_steps(coll: str, algo: str, nbytes: float) -> list[float]:
     """The sizes above ``nbytes`` at which :func:`algo_time` moves a tree or NVLS-tree (Blackwell, x86 hosts)
-    all_reduce to the next bucket of NCCL's tree correction factor (``64 · 2^k`` bytes, up to the first size it no longer
-    corrects), ascending; empty for the others. The factors are not monotone in the size (``_TREE_CORRECTION``),
+    all_reduce to the next bucket of NCCL's tree correction factor (``64 · 2^k`` bytes, up to the first size it no
+    longer corrects), ascending; empty for the others. The factors are not monotone in the size (``_TREE_CORRECTION``),
     so a message just below a bucket can be timed slower than one at it; timing it no slower than at these sizes
     keeps the time from falling as ``nbytes`` grows (as :func:`channel_steps` does for the channel count).
 

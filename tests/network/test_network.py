@@ -7,9 +7,9 @@ search.cc (copied in schedsim/network/tuning.py) in the comment beside it, not r
 from __future__ import annotations
 
 import copy
-from dataclasses import replace
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
