@@ -1,12 +1,16 @@
 """NCCL's own cost model: its algorithms, protocols, channel search and tuning constants (NCCL 2.20 to 2.30.7).
 
-Everything here follows ``src/graph/tuning.cc`` (``ncclTopoTuneModel``, ``ncclTopoGetAlgoTime``) and
-``src/graph/search.cc`` (``ncclTopoCompute``, ``ncclTopoDupChannels``) of NVIDIA/nccl at v2.30.7
+Everything here follows ``src/graph/tuning.cc`` (``ncclTopoTuneModel``, ``ncclTopoGetAlgoTime``),
+``src/graph/search.cc`` (``ncclTopoCompute``, ``ncclTopoDupChannels``), and for the channels and chunks a
+collective runs with ``src/enqueue.cc`` (``topoGetAlgoInfo``, ``calcCollChunking``) and
+``src/transport/nvls.cc`` (``ncclNvlsTuning``) of NVIDIA/nccl at v2.30.7
 (``makefiles/version.mk``; commit 5067397c). The constants are NCCL's, copied, not fitted; tuning.cc's
 constants and rules of earlier releases (from the v2.20.3-1 ... v2.30.7-1 tags) are kept too
 (:class:`TunerConstants`, :func:`constants_for`), because NCCL chooses and estimates with the constants of
 the release that runs (``nccl.version`` of a profile). Only tuning.cc is versioned: the channel search, the
-enqueue.cc rules and the ``updateCollCostTable`` limits are v2.30.7's for every release.
+enqueue.cc rules and the ``updateCollCostTable`` limits are v2.30.7's for every release. An NVLS-tree
+all_reduce across nodes is timed as NCCL's estimate plus its pipeline fill (:func:`nvls_tree_fill`), which the
+estimate leaves out.
 
 Per (collective, algorithm, protocol) NCCL keeps a latency ``lat`` in µs and a bandwidth ``bw`` in GB/s
 and predicts ``time_us = lat + nBytes / (1000 · bw)``; it runs the (algorithm, protocol) of least time that
@@ -543,6 +547,10 @@ def nvls_tree_fill(nbytes: float, t: TuneInput, nic_bw: float = 50.0) -> float:
     every hop passes the chunks of all the CTAs through the head's NIC (the NVLS graph's ``bwInter`` GB/s) before
     the next hop has them. NCCL's bandwidth term counts the steady state only; the first chunk's way up and down
     the tree is this time: ``2 · log2i(nNodes) · nCTAs · chunk / bwInter``. 0 on one node or without NVLS.
+    ``nbytes``: the nccl-tests size; ``t``: NCCL's view of the group (its NVLS graph, nodes, ranks, arch and
+    channel settings); ``nic_bw``: GB/s of one NIC (``comm->minNetBw``, for Blackwell's chunk rule only).
+    Evidence: NVIDIA/nccl-tests#309's 2-node log (NCCL 2.26.2) misses NCCL's estimate by an amount that steps with
+    this chunk (docs/validation.md, "NVLS-tree's pipeline fill across nodes").
 
     >>> t = TuneInput(64, 8, "hopper", "nvlink", "intel", Graph(8, 45.0, 45.0), Graph(8, 40.0, 48.0))
     >>> round(nvls_tree_fill(16 << 20, t), 2)   # 2 · 3 hops · 16 CTAs · 64 KiB / 48 GB/s
