@@ -179,19 +179,35 @@ ROWS = [
 ]
 
 
-def profile_for(row: Row) -> HardwareProfile:
-    """The row's profile with its published topology and NCCL settings applied."""
+#: One tier figure changed at a time for ``--sensitivity``: (label, topology tier, field, scale, add). Tiers a row's
+#: profile lacks (NICs on a one-node row) are left alone.
+CHANGES = (("NIC bandwidth x 0.9", "nics", "bandwidth_Gbps", 0.9, 0.0),
+           ("NIC bandwidth x 1.1", "nics", "bandwidth_Gbps", 1.1, 0.0),
+           ("scale-up bandwidth x 0.9", "scale_up", "bandwidth_GBps", 0.9, 0.0),
+           ("scale-up bandwidth x 1.1", "scale_up", "bandwidth_GBps", 1.1, 0.0),
+           ("NIC latency + 1 us", "nics", "latency_us", 1.0, 1.0),
+           ("NIC latency + 2 us", "nics", "latency_us", 1.0, 2.0),
+           ("scale-up latency + 0.5 us", "scale_up", "latency_us", 1.0, 0.5),
+           ("fabric switch hop + 1 us", "fabric", "latency_us", 1.0, 1.0))
+
+
+def profile_for(row: Row, change: tuple[str, str, str, float, float] | None = None) -> HardwareProfile:
+    """The row's profile with its published topology and NCCL settings applied; ``change`` (one of
+    :data:`CHANGES`) then scales and adds to one tier figure."""
     p = load_profile(row.profile)
     topo = p.topology.model_dump()
     for k, v in row.topology.items():
         topo[k] = {**(topo.get(k) or {}), **v} if isinstance(v, dict) else v
+    if change is not None and isinstance(topo.get(change[1]), dict):
+        _label, tier, fld, scale, add = change
+        topo[tier] = {**topo[tier], fld: (topo[tier].get(fld) or 0.0) * scale + add}
     nccl = {**p.nccl.model_dump(), **row.nccl}
     return HardwareProfile.model_validate({**p.model_dump(), "topology": topo, "nccl": nccl})
 
 
-def predict(row: Row) -> tuple[float, str]:
-    """Predicted time in µs and 'algo/proto' of the row."""
-    cm = CostModel(profile_for(row))
+def predict(row: Row, change: tuple[str, str, str, float, float] | None = None) -> tuple[float, str]:
+    """Predicted time in µs and 'algo/proto' of the row (with one tier figure changed: :func:`profile_for`)."""
+    cm = CostModel(profile_for(row, change))
     gpn = cm.profile.topology.gpus_per_node
     ranks = tuple(node * gpn + g for node in range(row.nodes) for g in range(row.gpn))
     if row.kind == "sendrecv":  # nccl-tests sendrecv: every rank sends to the next and receives from the previous
@@ -205,7 +221,12 @@ def predict(row: Row) -> tuple[float, str]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true", help="print the rows as JSON")
+    ap.add_argument("--sensitivity", action="store_true",
+                    help="the sourced rows' median and worst |error| with one tier figure changed at a time")
     args = ap.parse_args()
+    if args.sensitivity:
+        sensitivity()
+        return
     out = []
     for row in ROWS:
         us, choice = predict(row)
@@ -236,6 +257,18 @@ def main() -> None:
     print("\nsources:")
     for i, r in enumerate(out, 1):
         print(f"  {i:2}. {r['source']}" + (f" (* {r['unsourced']})" if r["unsourced"] else ""))
+
+
+def sensitivity() -> None:
+    """Print the sourced rows' median and worst |error| as published, then with each of :data:`CHANGES`."""
+    sourced = [r for r in ROWS if not r.unsourced]
+    print(f"{'tier figure changed':28} {'median':>7} {'worst':>7}  worst row; rows over 25 %")
+    for change in (None, *CHANGES):
+        errs = [(100.0 * abs(predict(r, change)[0] - r.us) / r.us, r) for r in sourced]
+        worst = max(errs, key=lambda e: e[0])
+        over = sum(e > 25.0 for e, _ in errs)
+        print(f"{change[0] if change else 'none (as published)':28} {statistics.median(e for e, _ in errs):6.1f}% "
+              f"{worst[0]:6.1f}%  {worst[1].run} {worst[1].kind} {worst[1].nbytes} B; {over}")
 
 
 if __name__ == "__main__":

@@ -47,6 +47,7 @@ from schedsim.network.tuning import (
     correction_steps,
     cta_bw_scale,
     nvls_graph,
+    nvls_tree_fill,
     p2p_step,
     parse_nccl_list,
     ring_graph,
@@ -320,7 +321,14 @@ class NcclNetwork:
         nc = runtime_channels(algo, proto, nbytes, shape.ranks, t.ring, channel_ceiling(t))
         bw *= runtime_bw_scale(func, algo, proto, nc, t) * cta_bw_scale(algo, t)
         return algo_time(func, algo, proto, lat, bw, nbytes, shape.nodes, shape.ranks, self._comm_channels(t),
-                         self.arch, timed=True, consts=self.consts)
+                         self.arch, consts=self.consts) + self._fill(func, algo, nbytes, shape, t)
+
+    def _fill(self, func: str, algo: str, nbytes: float, shape: GroupShape, t: TuneInput) -> float:
+        """µs of an NVLS-tree all_reduce's pipeline fill across nodes (:func:`schedsim.network.tuning.nvls_tree_fill`,
+        which NCCL's estimate leaves out); 0 for the others."""
+        if algo != "nvls_tree" or func != "allreduce":
+            return 0.0
+        return nvls_tree_fill(nbytes, t, self._nic_bw(shape))
 
     def _comm_channels(self, t: TuneInput) -> int:
         """``comm->nChannels`` of a group NCCL sees as ``t`` (:func:`schedsim.network.tuning.comm_channels`), which
@@ -402,7 +410,8 @@ class NcclNetwork:
 
         def timed_at(nb: float) -> float:
             return algo_time(func, a, p, lat, bw * self._bw_scale(shape, func, a, p, nb, t_in), nb, shape.nodes,
-                             shape.ranks, self._comm_channels(t_in), self.arch, timed=True, consts=self.consts)
+                             shape.ranks, self._comm_channels(t_in), self.arch,
+                             consts=self.consts) + self._fill(func, a, nb, shape, t_in)
 
         steps = channel_steps(a, p, nbytes, shape.ranks, ring, channel_ceiling(t_in))
         steps += correction_steps(func, a, nbytes)

@@ -12,7 +12,8 @@ fitted by least squares of relative error over those rows (a row's time: :func:`
   overrate 4: NVIDIA/nccl-tests#309's 2-node log put NVLS-tree at 460.6 GB/s, 20 % too fast on its 4-node log).
 
 NCCL's time (``ncclTopoGetAlgoTime``) is affine in both, given the choice: ``t = c0 + c_h · h + c_u / f``
-(the tree correction and the ring plateau scale ``c_h`` and ``c_u``; the coefficients are read off the model
+(the tree correction and the ring plateau scale ``c_h`` and ``c_u``; NVLS-tree's pipeline fill, which takes
+NCCL's chunk and network speed and neither figure, is in ``c0``; the coefficients are read off the model
 itself, :meth:`schedsim.network.NcclNetwork.timed_with`). One-node logs fit the scale-up tier; logs over
 several nodes fit the NICs' tier (``nics.timing``: the network hop's latency and the bus bandwidth of groups
 across nodes) given the scale-up tier, which is fitted first when the same logs hold one-node runs.

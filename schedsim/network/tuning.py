@@ -1,12 +1,16 @@
 """NCCL's own cost model: its algorithms, protocols, channel search and tuning constants (NCCL 2.20 to 2.30.7).
 
-Everything here follows ``src/graph/tuning.cc`` (``ncclTopoTuneModel``, ``ncclTopoGetAlgoTime``) and
-``src/graph/search.cc`` (``ncclTopoCompute``, ``ncclTopoDupChannels``) of NVIDIA/nccl at v2.30.7
+Everything here follows ``src/graph/tuning.cc`` (``ncclTopoTuneModel``, ``ncclTopoGetAlgoTime``),
+``src/graph/search.cc`` (``ncclTopoCompute``, ``ncclTopoDupChannels``), and for the channels and chunks a
+collective runs with ``src/enqueue.cc`` (``topoGetAlgoInfo``, ``calcCollChunking``) and
+``src/transport/nvls.cc`` (``ncclNvlsTuning``) of NVIDIA/nccl at v2.30.7
 (``makefiles/version.mk``; commit 5067397c). The constants are NCCL's, copied, not fitted; tuning.cc's
 constants and rules of earlier releases (from the v2.20.3-1 ... v2.30.7-1 tags) are kept too
 (:class:`TunerConstants`, :func:`constants_for`), because NCCL chooses and estimates with the constants of
 the release that runs (``nccl.version`` of a profile). Only tuning.cc is versioned: the channel search, the
-enqueue.cc rules and the ``updateCollCostTable`` limits are v2.30.7's for every release.
+enqueue.cc rules and the ``updateCollCostTable`` limits are v2.30.7's for every release. An NVLS-tree
+all_reduce across nodes is timed as NCCL's estimate plus its pipeline fill (:func:`nvls_tree_fill`), which the
+estimate leaves out.
 
 Per (collective, algorithm, protocol) NCCL keeps a latency ``lat`` in µs and a bandwidth ``bw`` in GB/s
 and predicts ``time_us = lat + nBytes / (1000 · bw)``; it runs the (algorithm, protocol) of least time that
@@ -43,7 +47,8 @@ from typing import Literal
 
 __all__ = ["ALGOS", "PROTOS", "Graph", "TuneInput", "parse_nccl_list", "tune", "algo_time", "ring_graph",
            "nvls_graph", "collnet_direct_graph", "p2p_step", "runtime_channels", "runtime_bw_scale",
-           "newer_than_modelled", "ChannelEnv", "comm_channels", "nvls_ctas", "channel_ceiling", "cta_bw_scale"]
+           "newer_than_modelled", "ChannelEnv", "comm_channels", "nvls_ctas", "channel_ceiling", "cta_bw_scale",
+           "nvls_tree_chunk", "nvls_tree_fill"]
 
 Algo = Literal["tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat"]
 Proto = Literal["LL", "LL128", "Simple"]
@@ -491,6 +496,74 @@ def nvls_ctas(arch: str, multi_node: bool, env: ChannelEnv = NO_CHANNEL_ENV) -> 
     return max(lo, min(hi, n))
 
 
+#: ``NCCL_NVLS_CHUNKSIZE`` default (``NCCL_PARAM(NvlsChunkSize, ...)``, src/transport/nvls.cc, v2.21.5 ... v2.30.7)
+NVLS_CHUNKSIZE = 128 * 1024
+
+
+def nvls_tree_chunk(nbytes: float, nodes: int, nchannels: int, heads: int, arch: str = "hopper", ppn: int = 8,
+                    nic_bw: float = 50.0) -> int:
+    """Bytes a head sends up (and receives down) the tree per channel and loop of an NVLS-tree all_reduce of
+    ``nbytes``: ``calcCollChunking`` of src/enqueue.cc (NCCL 2.30.7; the same rules from v2.21.5):
+    ``chunkSize = min(nvlsChunkSize, nvlsTreeMaxChunkSize)``, then halved to 256 / 128 / 64 / 32 KiB while
+    ``nBytes < 32 / 16 / 4 / 1 · concurrentOps · chunkSize`` with ``concurrentOps = nchannels · heads`` (the NVLS
+    CTAs, :func:`nvls_ctas`, times the NVLS graph's heads). ``nvlsChunkSize`` is ``NCCL_NVLS_CHUNKSIZE`` (128 KiB);
+    ``nvlsTreeMaxChunkSize`` 64 KiB from 4 nodes, else ``nvlsChunkSize`` (``ncclNvlsTuning``, src/transport/nvls.cc);
+    on Blackwell across nodes ``ncclNvlsTreeSm100Tuning`` sets both from the nodes, ``ppn`` (GPUs a node) and
+    ``nic_bw`` (GB/s, ``comm->minNetBw``): taken with the GPU-to-NIC path beyond PXB (a PCIe detail no profile holds).
+
+    >>> nvls_tree_chunk(16 << 20, 8, 16, 8), nvls_tree_chunk(4 << 20, 2, 16, 8), nvls_tree_chunk(1 << 30, 2, 16, 8)
+    (65536, 32768, 131072)
+    """
+    chunk = NVLS_CHUNKSIZE
+    tree_max = 65536 if nodes >= 4 else chunk
+    if arch == "blackwell" and nodes > 1:  # ncclNvlsTreeSm100Tuning
+        chunk = tree_max = 128 * 1024
+        if nodes == 2 and nic_bw >= 48.0:
+            if ppn <= 4:
+                chunk = tree_max = 256 * 1024
+            elif ppn >= 16:
+                tree_max = 64 * 1024
+        elif nic_bw >= 96.0:
+            if ppn <= 8:
+                chunk = tree_max = 256 * 1024
+            else:
+                tree_max = 128 * 1024 if ppn < 32 else 64 * 1024
+    c = min(chunk, tree_max)
+    ops = nchannels * heads
+    for times, at in ((32, 262144), (16, 131072), (4, 65536), (1, 32768)):
+        if nbytes < times * ops * c and c > at:
+            c = at
+    return c
+
+
+def nvls_tree_fill(nbytes: float, t: TuneInput, nic_bw: float = 50.0) -> float:
+    """µs an NVLS-tree all_reduce of ``nbytes`` takes beyond NCCL's estimate ``lat + nBytes / bw``: the fill (and
+    drain) of its pipeline across nodes. Each of NCCL's NVLS CTAs (:func:`nvls_ctas`) moves its data in loops of one
+    chunk per head (:func:`nvls_tree_chunk`; a loop short of data splits it evenly over the heads, as the kernel's
+    ``lastChunkCount`` does): ``RunWorkColl<..., NCCL_ALGO_NVLS_TREE, ...>`` (src/device/all_reduce.h) reduces a
+    chunk on its head, sends it up the tree to its parent node, which reduces it with its own before sending on, and
+    the root's result comes back down the same way, so a chunk crosses ``2 · log2i(nNodes)`` network hops one
+    after another (the tree's depth, which NCCL's latency counts in hops: ``2 · log2i(nNodes) · hwLat``), and
+    every hop passes the chunks of all the CTAs through the head's NIC (the NVLS graph's ``bwInter`` GB/s) before
+    the next hop has them. NCCL's bandwidth term counts the steady state only; the first chunk's way up and down
+    the tree is this time: ``2 · log2i(nNodes) · nCTAs · chunk / bwInter``. 0 on one node or without NVLS.
+    ``nbytes``: the nccl-tests size; ``t``: NCCL's view of the group (its NVLS graph, nodes, ranks, arch and
+    channel settings); ``nic_bw``: GB/s of one NIC (``comm->minNetBw``, for Blackwell's chunk rule only).
+    Evidence: NVIDIA/nccl-tests#309's 2-node log (NCCL 2.26.2) misses NCCL's estimate by an amount that steps with
+    this chunk (docs/validation.md, "NVLS-tree's pipeline fill across nodes").
+
+    >>> t = TuneInput(64, 8, "hopper", "nvlink", "intel", Graph(8, 45.0, 45.0), Graph(8, 40.0, 48.0))
+    >>> round(nvls_tree_fill(16 << 20, t), 2)   # 2 · 3 hops · 16 CTAs · 64 KiB / 48 GB/s
+    131.07
+    """
+    if t.nvls is None or t.nodes < 2 or t.nvls.bw_inter <= 0:
+        return 0.0
+    nch, heads = nvls_ctas(t.arch, True, t.channel_env), t.nvls.channels
+    c = nvls_tree_chunk(nbytes, t.nodes, nch, heads, t.arch, t.ranks // t.nodes, nic_bw)
+    per = min(float(c), math.ceil(nbytes / (nch * heads)))
+    return 2 * _log2i(t.nodes) * nch * per / (1000.0 * t.nvls.bw_inter)
+
+
 @dataclass(frozen=True)
 class TuneInput:
     """What ``ncclTopoTuneModel`` reads of a communicator: ``ranks`` over ``nodes`` (``ppn = ranks / nodes``),
@@ -831,9 +904,9 @@ def _log2i(x: int) -> int:
 
 
 def correction_steps(coll: str, algo: str, nbytes: float) -> list[float]:
-    """The sizes above ``nbytes`` at which :func:`algo_time` (``timed``) moves a tree or NVLS-tree all_reduce to
-    the next bucket of NCCL's tree correction factor (``64 · 2^k`` bytes, up to the first size it no longer
-    corrects), ascending; empty for the others. The factors are not monotone in the size (``_TREE_CORRECTION``),
+    """The sizes above ``nbytes`` at which :func:`algo_time` moves a tree or NVLS-tree (Blackwell, x86 hosts)
+    all_reduce to the next bucket of NCCL's tree correction factor (``64 · 2^k`` bytes, up to the first size it no
+    longer corrects), ascending; empty for the others. The factors are not monotone in the size (``_TREE_CORRECTION``),
     so a message just below a bucket can be timed slower than one at it; timing it no slower than at these sizes
     keeps the time from falling as ``nbytes`` grows (as :func:`channel_steps` does for the channel count).
 
@@ -850,24 +923,20 @@ def correction_steps(coll: str, algo: str, nbytes: float) -> list[float]:
 
 
 def algo_time(coll: str, algo: str, proto: str, lat: float, bw: float, nbytes: float, nodes: int, ranks: int,
-              channels: int, arch: str, *, timed: bool = False, x86: bool = True,
-              consts: TunerConstants = LATEST) -> float:
+              channels: int, arch: str, *, x86: bool = True, consts: TunerConstants = LATEST) -> float:
     """``ncclTopoGetAlgoTime`` for one op (``numPipeOps`` 1), in µs: ``lat + nBytes / (1000 · bw)``, with the
     tree correction factor for all_reduce by log2(nBytes / 64) and the ring plateau (``lat × 1.4``, 1.9 before
     Ampere) for Simple all_reduce across nodes once ``nBytes / (nChannels · nRanks) >= 64``.
 
     NCCL (from 2.29; ``consts``) corrects NVLS-tree all_reduce by the same tree factors only on Blackwell with
-    x86 hosts (``comm->cpuArch == NCCL_TOPO_CPU_ARCH_X86``; ``x86`` false for Arm hosts such as Grace), to choose.
-    ``timed``: the time of the algorithm NCCL chose, not its estimate to choose by; NVLS-tree takes the
-    factors on every arch. Its medium-size shortfall is measured on Hopper too: NVIDIA/nccl-tests#309 (16 and
-    32 H100 over 2 and 4 nodes, 8x 400G IB, NCCL 2.26.2, logs a maintainer called good) runs a 16 MiB
-    all_reduce in 185.4 / 259.6 µs, where the uncorrected NVLS-tree line gives 134.9 / 197.9 (-27 / -24 %)
-    and the corrected 164.1 / 236.1; at 256 MiB (factor .9) 1282.8 / 1768.0 against 1278 / 1696."""
+    x86 hosts (``comm->cpuArch == NCCL_TOPO_CPU_ARCH_X86``; ``x86`` false for Arm hosts such as Grace). The time
+    of an NVLS-tree all_reduce across nodes is this estimate plus its pipeline fill, which the estimate leaves out
+    (:func:`nvls_tree_fill`)."""
     log_size = _log2i(int(nbytes) >> 6) if int(nbytes) >> 6 else -1
     if algo == "tree" and coll == "allreduce" and 0 <= log_size < 23:
         bw *= _TREE_CORRECTION[_p(proto)][log_size]
     if (algo == "nvls_tree" and coll == "allreduce" and 0 <= log_size < 24
-            and (timed or (arch == "blackwell" and x86 and consts.nvls_tree_corr_bw_x86))):
+            and arch == "blackwell" and x86 and consts.nvls_tree_corr_bw_x86):
         bw *= _TREE_CORRECTION[_p(proto)][log_size]
     if algo == "ring" and proto == "Simple" and nodes > 1 and coll == "allreduce" and nbytes / (channels * ranks) >= 64:
         lat *= 1.9 if arch == "volta" else 1.4

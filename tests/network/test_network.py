@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,8 @@ from schedsim.network.tuning import (
     algo_time,
     comm_channels,
     nvls_graph,
+    nvls_tree_chunk,
+    nvls_tree_fill,
     parse_nccl_list,
     ring_graph,
     runtime_bw_scale,
@@ -199,11 +202,15 @@ def test_ring_plateau_divides_by_the_communicators_channels_2x2():
 def test_nccl_ctas_clamp_nvls_channels_2x2():
     # ncclNvlsTuning (src/transport/nvls.cc, 2.30.7): 16 CTAs on Hopper (NVLS_NCHANNELS_SM90), clamped to
     # [minCTAs, maxCTAs]. NCCL_MAX_CTAS=4: 4 of 16 -> a quarter of NVLS-tree's 54.4 GB/s (test below) = 13.6;
-    # NCCL_MIN_CTAS=24: more CTAs than the default, no more bandwidth
-    for env, bw in (({"max_ctas": 4}, 54.4 / 4), ({"min_ctas": 24}, 54.4)):
+    # NCCL_MIN_CTAS=24: more CTAs than the default, no more bandwidth. The pipeline fill (nvls_tree_fill) takes the
+    # CTAs NCCL runs: 4 CTAs x 2 heads = 8 concurrent ops, 16 MiB not below 16 x 8 x 128 KiB -> 128 KiB chunks,
+    # 2 hops x 4 x 128 KiB / 48 GB/s; 24 CTAs: 48 ops, 16 MiB < 4 x 48 x 128 KiB -> 64 KiB (not below 1 x 48 x
+    # 64 KiB), 2 x 24 x 64 KiB / 48 GB/s
+    for env, bw, fill in (({"max_ctas": 4}, 54.4 / 4, 2 * 4 * 131072 / 48e3),
+                          ({"min_ctas": 24}, 54.4, 2 * 24 * 65536 / 48e3)):
         got = NcclNetwork(profile(TOPO22, {"algo": "nvlstree", "proto": "Simple", **env})).collective(
             "all_reduce", 16 * MiB, R4)
-        assert got is not None and us(got) == pytest.approx(66.8 + 16 * MiB / (1000 * bw * .7), rel=1e-9)
+        assert got is not None and us(got) == pytest.approx(66.8 + 16 * MiB / (1000 * bw) + fill, rel=1e-9)
 
 
 def test_tree_ll_all_reduce_2x2():
@@ -235,10 +242,42 @@ def test_tree_one_gpu_per_node_takes_nccls_tree_pattern_penalty():
 
 def test_nvls_tree_all_reduce_2x2():
     # NVLS graph 2 x 48/48: intra 48 x .85 x 1/2 x 2 = 40.8; inter 48 x 2 = 96; cap 57.7 -> 40.8; bus 81.6 x 4/6
-    # = 54.4. lat = 0 + 25 (NVLink NVLS-tree) + 2 x log2(2) x 20.9 (net) = 66.8. As a time (not NCCL's estimate
-    # to choose by) NVLS-tree takes the tree correction on Hopper too: log2(16 MiB / 64) = 18 -> Simple .7
+    # = 54.4. lat = 0 + 25 (NVLink NVLS-tree) + 2 x log2(2) x 20.9 (net) = 66.8. No tree correction on Hopper
+    # (NCCL applies it to NVLS-tree only on Blackwell x86 hosts); the pipeline fill: 16 CTAs x 2 heads = 32 ops,
+    # 16 MiB not below 4 x 32 x 128 KiB -> 128 KiB chunks; 2 x log2(2) hops x 16 x 128 KiB / 48 GB/s = 87.38
     got = forced(TOPO22, "nvlstree", "Simple").collective("all_reduce", 16 * MiB, R4)
-    assert got is not None and us(got) == pytest.approx(66.8 + 16 * MiB / (1000 * 54.4 * .7), rel=1e-9)
+    assert got is not None and us(got) == pytest.approx(66.8 + 16 * MiB / (1000 * 54.4) + 2 * 16 * 131072 / 48e3,
+                                                        rel=1e-9)
+
+
+def test_nvls_tree_chunk_follows_calc_coll_chunking():
+    # enqueue.cc calcCollChunking (v2.30.7), 16 CTAs x 8 heads = 128 concurrent ops (1 MiB a 8 KiB-chunk loop):
+    # 2 nodes start at nvlsChunkSize 128 KiB: 64 KiB below 4 x 128 x 128 KiB = 64 MiB, 32 KiB below 1 x 128 x
+    # 64 KiB = 8 MiB; from 4 nodes nvlsTreeMaxChunkSize is 64 KiB (nvls.cc ncclNvlsTuning), 32 KiB below 8 MiB
+    for nbytes, two, four in ((MiB, 32768, 32768), (8 * MiB - 1, 32768, 32768), (8 * MiB, 65536, 65536),
+                              (64 * MiB - 1, 65536, 65536), (64 * MiB, 131072, 65536), (1 << 34, 131072, 65536)):
+        assert nvls_tree_chunk(nbytes, 2, 16, 8) == two
+        assert nvls_tree_chunk(nbytes, 4, 16, 8) == four
+    # Blackwell across nodes (ncclNvlsTreeSm100Tuning): 2 nodes of 4 GPUs on >= 48 GB/s NICs -> 256 KiB chunks
+    # (a 32 x 4 x 256 KiB = 32 MiB loop: 256 KiB from 32 x 32 MiB = 1 GiB); 2 racks of 64 GPUs -> 64 KiB
+    assert nvls_tree_chunk(1 << 30, 2, 32, 4, "blackwell", 4, 50.0) == 262144
+    assert nvls_tree_chunk(1 << 30, 2, 32, 4, "blackwell", 64, 50.0) == 65536
+
+
+def test_nvls_tree_fill_counts_hops_ctas_and_the_chunk_2_to_8_nodes():
+    # fill = 2 log2i(nNodes) hops x CTAs x chunk / the NVLS graph's bwInter (48 GB/s: a 400 Gb/s NIC per head)
+    def t(nodes: int) -> TuneInput:
+        return TuneInput(8 * nodes, nodes, "hopper", "nvlink", "intel", Graph(8, 45.0, 45.0), Graph(8, 40.0, 48.0))
+
+    assert nvls_tree_fill(16 * MiB, t(2)) == pytest.approx(2 * 16 * 65536 / 48e3)      # 43.69
+    assert nvls_tree_fill(16 * MiB, t(4)) == pytest.approx(4 * 16 * 65536 / 48e3)      # 87.38
+    assert nvls_tree_fill(16 * MiB, t(8)) == pytest.approx(6 * 16 * 65536 / 48e3)      # 131.07
+    # a loop short of data: 1 MiB over 16 x 8 ops is 8 KiB each (the kernel's lastChunkCount), not the 32 KiB chunk
+    assert nvls_tree_fill(MiB, t(2)) == pytest.approx(2 * 16 * 8192 / 48e3)
+    # 3 nodes: log2i(3) = 1 hop each way, as NCCL's latency counts them
+    assert nvls_tree_fill(16 * MiB, t(3)) == pytest.approx(2 * 16 * 65536 / 48e3)
+    assert nvls_tree_fill(16 * MiB, replace(t(1), ranks=8)) == 0.0
+    assert nvls_tree_fill(16 * MiB, replace(t(2), nvls=None)) == 0.0
 
 
 def test_nvls_tree_estimate_is_corrected_on_blackwell_x86_hosts_only():

@@ -101,9 +101,10 @@ def test_a_published_two_node_log_fits_the_nics_tier():
     assert choice_after == choice_before  # NCCL chooses with its own constants, fitted or not
     assert {(f.tier, f.key) for f in figs} == {("nics", "tree/LL"), ("nics", "tree/LL128"),
                                                ("nics", "nvls_tree/Simple")}
-    # NCCL's constants time the log's 32 rows at 8.88 % rms error; the fitted figures at 7.21 %
-    assert before == pytest.approx(8.88, abs=0.01)
-    assert after == pytest.approx(7.21, abs=0.01)
+    # NCCL's constants (with NVLS-tree's pipeline fill) time the log's 32 rows at 8.41 % rms error; the fitted
+    # figures at 7.14 %
+    assert before == pytest.approx(8.41, abs=0.01)
+    assert after == pytest.approx(7.14, abs=0.01)
 
 
 def test_calibrate_writes_the_fitted_figures_with_their_provenance(tmp_path: Path):
@@ -179,10 +180,12 @@ def test_figures_fitted_on_two_nodes_carry_to_four_and_eight():
             out.append(abs(got.seconds * 1e6 - t) / t * 100)
         return sorted(out)
 
-    # the bandwidth is fitted as a factor on NCCL's own (NVLS-tree .998): a GB/s fitted on 2 nodes, where NCCL
-    # doubles NVLS-tree's network share, would put these 4- and 8-node rows 20-35 % too fast
+    # the bandwidth is fitted as a factor on NCCL's own (NVLS-tree .985): a GB/s fitted on 2 nodes, where NCCL
+    # doubles NVLS-tree's network share, would put these 4- and 8-node rows 20-35 % too fast. With the pipeline
+    # fill timed, the network step fits at 17.5 us (NCCL 2.30.7: 20.9; 26.85 without the fill)
     (nvls,) = [f for f in figs if f.key == "nvls_tree/Simple"]
-    assert nvls.bw_factor == pytest.approx(0.998, abs=0.001)
+    assert nvls.bw_factor == pytest.approx(0.985, abs=0.001)
+    assert nvls.hw_latency_us == pytest.approx(17.52, abs=0.01)
     e0, e1 = errs(base), errs(fitted)
-    assert (statistics.median(e0), e0[-1]) == (pytest.approx(9.68, abs=0.05), pytest.approx(25.9, abs=0.05))
-    assert (statistics.median(e1), e1[-1]) == (pytest.approx(6.81, abs=0.05), pytest.approx(18.5, abs=0.05))
+    assert (statistics.median(e0), e0[-1]) == (pytest.approx(5.92, abs=0.05), pytest.approx(17.4, abs=0.05))
+    assert (statistics.median(e1), e1[-1]) == (pytest.approx(6.42, abs=0.05), pytest.approx(16.5, abs=0.05))
