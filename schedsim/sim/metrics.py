@@ -358,14 +358,14 @@ class RankColumns(Mapping[int, RankMetrics]):
         """rank → :meth:`RankMetrics.to_dict` of each, in the ranks' order."""
         return self._dicts(self.ranks.tolist(), self._lists())
 
-    def _lists(self, rows: slice = slice(None)) -> list[list[Any]]:
+    def _lists(self, rows: slice = slice(None)) -> list[list[float | None]]:
         """Each field's values of ``rows`` as Python floats (None for a NaN ``copy_overlap_ratio``)."""
         lists = [self.cols[f][rows].tolist() for f in _RANK_FIELDS]
         lists[-1] = [None if x != x else x for x in lists[-1]]
         return lists
 
     @staticmethod
-    def _dicts(ranks: list[int], lists: list[list[Any]]) -> dict[int, dict[str, float | None]]:
+    def _dicts(ranks: list[int], lists: list[list[float | None]]) -> dict[int, dict[str, float | None]]:
         # a dict display per rank (the fields of _RANK_FIELDS spelled out): twice as fast as dict(zip(...))
         return {r: {"busy_compute_s": a, "busy_comm_s": b, "busy_copy_s": c, "idle_s": i, "exposed_comm_s": e,
                     "overlap_ratio": o, "comm_share": s, "comm_share_kernel_view": k, "copy_overlap_ratio": co}
