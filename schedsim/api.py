@@ -513,7 +513,7 @@ def predict_to_dir(file: Path, sets: list[str] | None, profile: str | HardwarePr
             print(note, file=sys.stderr)
         names = ["timeline.json"] + (["trace.json"] if write_trace else [])
         with output_set(outdir, "predict", inputs=[file], expect=names) as stage:
-            tl.write_json(stage / "timeline.json", metrics.to_dict())
+            tl.write_json(stage / "timeline.json", metrics.to_dict(ranks_as_columns=True))
             if write_trace:
                 from schedsim.report.chrome import ProgramFlows, write_chrome_trace
 

@@ -712,11 +712,13 @@ except ImportError:  # pragma: no cover - exercised by tests that hide orjson
 def _json_default(obj: Any) -> Any:
     """The stdlib fallback's handler: numpy arrays and scalars as lists and numbers (NaN and ±inf as null, as
     orjson writes them: the reader refuses the Infinity token in a column), a mapping that is not a dict (a
-    pipeline's :class:`~schedsim.graph.info.ActionTexts`) as a dict."""
+    pipeline's :class:`~schedsim.graph.info.ActionTexts`, a metrics' :class:`~schedsim.sim.metrics.RankColumns`) as
+    its JSON read back (``json_bytes()``) or as a dict."""
     from collections.abc import Mapping
 
     if isinstance(obj, Mapping):
-        return dict(obj)
+        raw = getattr(obj, "json_bytes", None)  # its JSON as orjson writes it (an orjson.Fragment there)
+        return json.loads(raw()) if raw is not None else dict(obj)
     if hasattr(obj, "tolist"):
         if getattr(obj, "dtype", None) is not None and obj.dtype.kind == "f":
             return _finite(obj.tolist())

@@ -67,7 +67,9 @@ static int ivec_push(ivec *v, i64 x) {
 typedef struct { double t; i64 a, b; } hent; /* main: a = seq, b = job (or -1 - op); pend: a = op, b = kernel */
 typedef struct { hent *e; i64 n, cap; } heap_t;
 typedef struct { hent *e; i64 h, n, cap; } lane_t; /* entries in ascending key order: a ring of n from e[h] */
-#define LANES 4
+#define LANES 8      /* lanes at most */
+#define LANES_FIRST 4 /* lanes open at the start; the others open one by one (event_push) */
+#define LANE_OPEN 1024 /* a push for the heap opens another lane instead once the heap holds this many */
 #define LANE_KEEP 4096 /* entries an emptied lane keeps room for */
 
 /* (x.t, x.a) < (y.t, y.a) as Python compares the tuples (a NaN time is never less), as 0 or 1, no branch */
@@ -187,6 +189,7 @@ typedef struct {
     i64 jn, jcap, jfree, njobs;
     heap_t heap;
     lane_t lane[LANES]; /* the main heap's entries that came in ascending order (event_push) */
+    int nl;             /* lanes open: lane[0 .. nl - 1] */
     int hole; /* the main heap's root is the event being handled, taken but not yet removed (loop, event_push) */
     i64 seq, stamp;
     int oom;
@@ -238,21 +241,28 @@ static inline const hent *lane_last(const lane_t *l) { return &l->e[(l->h + l->n
  * last of a lane goes to the lane (of those, the one whose last is largest; an empty lane if none), O(1) both
  * ways: with many ranks in step (100,000 ranks each running its GEMM's CTA batches) the batch ends are pushed in
  * ascending order, and the heap, which would hold one entry per rank, stays small (sift_down over 100,000 entries
- * was the loop's largest cost, its levels cache misses). Otherwise the first heap push of an event takes the
- * place of the event's own entry, still at the root (w->hole), with one sift down instead of the pop's and the
- * push's two sifts. */
+ * was the loop's largest cost, its levels cache misses). Where none fits and the heap holds LANE_OPEN entries or
+ * more, another lane opens for it (up to LANES): a run whose ends come in a few interleaved ascending runs (the
+ * 100,000-rank GEMM + all_reduce) then keeps its heap small, while a run that never fills the heap scans only the
+ * first LANES_FIRST lanes (the 1M-op benchmark on 8 ranks puts no entry on the heap: more lanes would only be
+ * scanned). Otherwise the first heap push of an event takes the place of the event's own entry, still at the
+ * root (w->hole), with one sift down instead of the pop's and the push's two sifts. */
+static inline void lane_fit(lane_t *L, const hent *x, lane_t **best, lane_t **empty) {
+    if (!L->n) {
+        if (!*empty) *empty = L;
+    } else if (hless(lane_last(L), x) && (!*best || hless(lane_last(*best), lane_last(L)))) {
+        *best = L;
+    }
+}
+
 static int event_push(W *w, double t, i64 a, i64 b) {
     hent x = {t, a, b};
     lane_t *best = NULL, *empty = NULL;
-    for (int l = 0; l < LANES; l++) {
-        lane_t *L = &w->lane[l];
-        if (!L->n) {
-            if (!empty) empty = L;
-        } else if (hless(lane_last(L), &x) && (!best || hless(lane_last(best), lane_last(L)))) {
-            best = L;
-        }
-    }
+    for (int l = 0; l < LANES_FIRST; l++) /* a constant count (unrolled); then the lanes opened since, if any */
+        lane_fit(&w->lane[l], &x, &best, &empty);
+    for (int l = LANES_FIRST; l < w->nl; l++) lane_fit(&w->lane[l], &x, &best, &empty);
     if (best || empty) return lane_push(best ? best : empty, x);
+    if (w->nl < LANES && w->heap.n >= LANE_OPEN) return lane_push(&w->lane[w->nl++], x);
     if (!w->hole) return heap_push(&w->heap, t, a, b);
     w->hole = 0;
     sift_down(w->heap.e, w->heap.n, 0, x);
@@ -262,7 +272,11 @@ static int event_push(W *w, double t, i64 a, i64 b) {
 /* the lane whose head is the smallest, or NULL when all are empty */
 static lane_t *lane_min(W *w) {
     lane_t *m = NULL;
-    for (int l = 0; l < LANES; l++) {
+    for (int l = 0; l < LANES_FIRST; l++) {
+        lane_t *L = &w->lane[l];
+        if (L->n && (!m || hless(&L->e[L->h], &m->e[m->h]))) m = L;
+    }
+    for (int l = LANES_FIRST; l < w->nl; l++) {
         lane_t *L = &w->lane[l];
         if (L->n && (!m || hless(&L->e[L->h], &m->e[m->h]))) m = L;
     }
@@ -1020,6 +1034,7 @@ static PyObject *run(PyObject *self, PyObject *args) {
             }
             for (i64 c = 0; c < 3 * R; c++) w->cqhead[c] = -1;
             w->jfree = -1;
+            w->nl = LANES_FIRST;
             w->ts = PyEval_SaveThread();
             loop(w);
             PyEval_RestoreThread(w->ts);

@@ -549,3 +549,46 @@ def test_one_node_runs_skip_the_link_work_and_still_refuse_a_rank_without_a_gpu(
                                                                                 "placement": [0, 1]}})
     with pytest.raises(ProfileError, match="rank 2 has no GPU"):
         _one_node(capped, 3)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(st.data())
+def test_flows_at_once_on_a_link_by_their_times_first_as_by_their_links(data: st.DataObject):
+    # _overlap answers from the flows' times alone where no two run at once (then none shares a link at once),
+    # else by the flows on each link (_overlap_on_links): the same answer either way, ends meeting starts included
+    from schedsim.network.share import _overlap, _overlap_on_links
+
+    G = data.draw(st.integers(1, 7))
+    L = data.draw(st.integers(1, 4))
+    links = [sorted(data.draw(st.sets(st.integers(0, L - 1), max_size=L))) for _ in range(G)]
+    ptr = np.concatenate([[0], np.cumsum([len(x) for x in links])]).astype(np.int64)
+    lm = LinkMap(ptr, np.array([k for x in links for k in x], np.int64), np.ones(int(ptr[-1])), np.ones(G),
+                 np.ones(L), 1, 2 * L, np.zeros(G))
+    t0 = np.array(data.draw(st.lists(st.integers(0, 6), min_size=G, max_size=G)), float)
+    t1 = t0 + np.array(data.draw(st.lists(st.integers(1, 3), min_size=G, max_size=G)), float)
+    flows = np.array(sorted(data.draw(st.sets(st.integers(0, G - 1)))), np.int64)
+    assert _overlap(lm, flows, t0, t1) == _overlap_on_links(lm, flows, t0, t1)
+
+
+def test_program_share_keeps_the_last_map_for_the_same_groups_and_work():
+    # link_utilisation asks for the simulation's groups and solo seconds again: the map is made once, each call gets
+    # a LinkShare of its own (fresh counts); other work, or another Program, makes it anew
+    from schedsim.api import simulate_spec
+    from schedsim.lower.program import rendezvous_groups
+    from schedsim.network import share
+    from schedsim.spec.loader import load_text
+
+    prof = profile(2, 1)
+    prog = simulate_spec(load_text(CHUNKS, "s.yaml"), prof).program
+    gptr, gidx, _G, _c, _lone = rendezvous_groups(prog)
+    work = np.full(len(gptr) - 1, 1e-3)
+    a, b = share.program_share(prof, prog, gptr, gidx, work), share.program_share(prof, prog, gptr, gidx, work.copy())
+    assert a is not None and b is not None and a is not b and a.map is b.map and a.count is not b.count
+    fresh = share._program_share(prof, prog, gptr, gidx, work, None)
+    assert fresh is not None
+    for f in ("ptr", "link", "weight", "demand", "cap", "nbytes"):
+        assert np.array_equal(getattr(a.map, f), getattr(fresh.map, f)), f
+    c = share.program_share(prof, prog, gptr, gidx, 2 * work)
+    again = share._program_share(prof, prog, gptr, gidx, 2 * work, None)
+    assert c is not None and again is not None and c.map is not a.map
+    assert np.array_equal(c.map.demand, again.map.demand) and not np.array_equal(c.map.demand, a.map.demand)

@@ -72,14 +72,30 @@ def test_many_ranks_in_step_predict_as_the_oracle(tmp_path):
     # 96 ranks each running GEMMs of several CTA waves beside all_reduces over all of them: the batch ends come
     # in ascending key order (the compiled loop's lanes) while the transfers' rerated ends and the host's ready
     # times go out of order (its heap); the events must still come in the Python loop's order
-    path = tmp_path / "dp.yaml"
-    path.write_text("schema_version: 1\nname: dp\nworld_size: 96\nparams: {chunks: 3}\nops:\n"
-                    "  - foreach: {i: range(chunks)}\n    ops:\n"
-                    "      - {name: 'mm{i}', kind: matmul, m: 4096, n: 4096, k: 2048, dtype: bf16, stream: compute}\n"
-                    "      - {name: 'ar{i}', kind: all_reduce, bytes: 8*2**20, stream: comm, deps: ['mm{i}']}\n")
-    road, ref = road_and_oracle(load_schedule(path), load_profile("h200x2"))
+    road, ref = road_and_oracle(_gemm_all_reduce(tmp_path, 96, 3, 2048, "8*2**20"), load_profile("h200x2"))
     assert isinstance(ref, tuple) and isinstance(ref[0], list) and len(ref[0]) == 96 * 6
     assert road == ref
+
+
+def test_a_heap_of_over_a_thousand_events_predicts_as_the_oracle(tmp_path):
+    # 1,040 ranks, five GEMM + all_reduce chunks: the simulation's run at the power steady state pushes one event
+    # per rank out of every lane's order, so the compiled loop's heap reaches LANE_OPEN (1,024) entries and a fifth
+    # lane opens (_cwaves.c, event_push); the events must still come in the Python loop's order
+    road, ref = road_and_oracle(_gemm_all_reduce(tmp_path, 1040, 5, 4096, "64*2**20"), load_profile("h200"))
+    assert isinstance(ref, tuple) and isinstance(ref[0], list) and len(ref[0]) == 1040 * 10
+    assert road == ref
+
+
+def _gemm_all_reduce(tmp_path, world: int, chunks: int, k: int, nbytes: str):  # type: ignore[no-untyped-def]
+    """A schedule of ``chunks`` times, on each of ``world`` ranks, a 4096 x 4096 x ``k`` bf16 GEMM and an all_reduce
+    of ``nbytes`` (an expression) over every rank that depends on it."""
+    path = tmp_path / "dp.yaml"
+    path.write_text(f"schema_version: 1\nname: dp\nworld_size: {world}\nparams: {{chunks: {chunks}}}\nops:\n"
+                    "  - foreach: {i: range(chunks)}\n    ops:\n"
+                    "      - {name: 'mm{i}', kind: matmul, m: 4096, n: 4096, k: %d, dtype: bf16, stream: compute}\n"
+                    "      - {name: 'ar{i}', kind: all_reduce, bytes: %s, stream: comm, deps: ['mm{i}']}\n"
+                    % (k, nbytes))
+    return load_schedule(path)
 
 
 @settings(max_examples=40, deadline=None, derandomize=True)  # the same examples on every run

@@ -90,3 +90,50 @@ def test_repr_is_that_of_the_dict_of_its_ranks() -> None:
     cols = RankColumns.of({3: rm})
     assert repr(cols) == repr({3: rm})
     assert "0x" not in repr(cols)
+
+
+def _columns(rows: np.ndarray, ranks: np.ndarray) -> RankColumns:
+    from schedsim.sim.metrics import _RANK_FIELDS
+
+    return RankColumns(ranks, {f: rows[:, j].copy() for j, f in enumerate(_RANK_FIELDS)})
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_ranks_json_is_the_dicts_json_whatever_the_runs(seed):
+    # json_bytes joins each run of equal rows around one object: the bytes dumps_json writes for to_dict(), for runs
+    # long and short, 0.0 beside -0.0 (equal floats, other text), NaNs of other bit patterns (null alike), ranks out
+    # of order and past 2**31, and rows all different (then the dicts themselves)
+    from schedsim.io import dumps_json
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 400))
+    pool = np.array([[1.5e-6, 0.0, -0.0, 3.0, np.nan, 0.25, 1.0, 1e-300, np.nan],
+                     [1.5e-6, -0.0, 0.0, 3.0, np.nan, 0.25, 1.0, 1e-300, 0.5],
+                     [2.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, np.float64(np.nan) * -1]])
+    rows = pool[rng.integers(0, 3, n) if seed % 3 else np.repeat(rng.integers(0, 3, 8), n // 8 + 1)[:n]]
+    if seed == 5:
+        rows = rng.random((n, 9))  # no two rows alike
+    ranks = rng.permutation(n).astype(np.int64) + (2**33 if seed == 4 else 0)
+    rc = _columns(rows, ranks)
+    assert rc.json_bytes() == dumps_json(rc.to_dict())
+    assert _columns(rows[:0], ranks[:0]).json_bytes() == dumps_json({}) == b"{}"
+
+
+def test_timeline_json_writes_the_rank_columns_as_their_dicts(tmp_path):
+    # predict hands write_json the metrics with their RankColumns (ranks_as_columns): the same file as the dicts, by
+    # orjson and by the standard library's writer
+    import schedsim.io as sio
+
+    tl = timeline(40)
+    m = Metrics.of(tl)
+    tl.write_json(tmp_path / "a.json", m.to_dict())
+    tl.write_json(tmp_path / "b.json", m.to_dict(ranks_as_columns=True))
+    assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()
+    d = m.to_dict(ranks_as_columns=True)
+    assert d["ranks"] is m.ranks and m.to_dict()["ranks"] == m.ranks.to_dict()
+    sio_orjson = sio._orjson
+    try:
+        sio._orjson = None  # the standard library's writer
+        assert sio.dumps_json(d) == sio.dumps_json(m.to_dict())
+    finally:
+        sio._orjson = sio_orjson
