@@ -118,34 +118,29 @@ def _json_strs(xs: list[str]) -> np.ndarray:
 
 
 def _cut(raw: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """The pieces ``raw[starts[i]:ends[i]]`` of ``raw`` (uint8) as a bytes array (numpy ``S``; shape (n,))."""
-    lens = ends - starts
-    w = max(int(lens.max()), 1)
-    m = np.lib.stride_tricks.sliding_window_view(np.concatenate([raw, np.zeros(w, np.uint8)]), w)[starts]
-    m *= np.arange(w, dtype=np.int32) < lens[:, None]  # the bytes past each piece's end: NUL
-    return m.view(f"S{w}").reshape(-1)
+    """The pieces ``raw[starts[i]:ends[i]]`` of ``raw`` (uint8) as a bytes array (numpy ``S`` as wide as the longest
+    piece, at least 1; shape (n,)), copied by the compiled ``_cwaves.cut``."""
+    from schedsim.sim.loop import compiled_loop
+
+    starts, ends = np.ascontiguousarray(starts, np.int64), np.ascontiguousarray(ends, np.int64)
+    out = np.zeros(len(starts), f"S{max(int((ends - starts).max()), 1) if len(starts) else 1}")
+    compiled_loop().cut(np.ascontiguousarray(raw, np.uint8), starts, ends, out)
+    return out
 
 
 _Piece = bytes | np.ndarray
-_ROWS = 32_768  # rows of a columnar block joined at once: bounds the bytes held while joining
 
 
 def _rows_json(pieces: list[_Piece], n: int) -> bytes:
     """``n`` JSON texts joined by commas, row ``i`` the concatenation of each piece's: a ``bytes`` piece is the
-    same in every row, an array piece (numpy ``S``, shape (n,)) gives each row its own (``b""``: nothing).
-    The pieces are laid side by side as the bytes of one matrix per ``_ROWS`` rows, whose NUL padding is then
-    dropped (JSON text holds no NUL byte: orjson writes it ``\u0000``)."""
-    out = []
-    for lo in range(0, n, _ROWS):
-        hi = min(n, lo + _ROWS)
-        cols = []
-        for p in [*pieces, b","]:
-            if isinstance(p, bytes):
-                cols.append(np.broadcast_to(np.frombuffer(p, np.uint8), (hi - lo, len(p))))
-            else:
-                cols.append(np.ascontiguousarray(p[lo:hi]).view(np.uint8).reshape(hi - lo, p.dtype.itemsize))
-        out.append(np.concatenate(cols, axis=1).tobytes().replace(b"\0", b""))
-    return b"".join(out)[:-1]
+    same in every row, an array piece (numpy ``S``, shape (n,)) gives each row its own (``b""``: nothing), without
+    its NUL padding (JSON text holds no NUL byte: orjson writes it ``\u0000``). Joined by the compiled
+    ``_cwaves.join_rows`` straight into the result (its length counted first), without a matrix of the rows."""
+    from schedsim.sim.loop import compiled_loop
+
+    if not n:
+        return b""
+    return compiled_loop().join_rows([p if isinstance(p, bytes) else np.ascontiguousarray(p) for p in pieces], n)
 
 
 def _where(mask: np.ndarray, text: np.ndarray | bytes) -> np.ndarray:

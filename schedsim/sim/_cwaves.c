@@ -26,7 +26,8 @@
  * rule communicator-order's communicator-order edges, issue_times(...), rule host-issue's issue times from gpu_model's per-class tables,
  * rank_codes(...), rule hardware-queues's per-rank stream numbering, and stream_reached(...), when each op's stream reached
  * it (the preparation and post-pass of
- * schedsim.sim.waves_columns.run_waves_program). The package has no other form of any of them: their numpy or
+ * schedsim.sim.waves_columns.run_waves_program); join_rows(pieces, n) and cut(raw, starts, ends, out), the JSON text of
+ * trace.json's events (schedsim.report.chrome._rows_json and _cut). The package has no other form of any of them: their numpy or
  * Python forms are test oracles (tests/oracle/numpy_helpers.py).
  * Raises MemoryError, or what a Python signal handler raises while it runs (KeyboardInterrupt on Ctrl-C:
  * the handlers run every SIGNAL_EVERY + 1 events).
@@ -817,8 +818,9 @@ static void loop(W *w) {
  * share argument, the shared links; 11: run's and stream_reached's compact forms: kern, kops_ptr, kops_idx empty for
  * the identity, kmem, ktail, ktail_tau, kgain, kneed of one entry when every kernel has that value; 12: share's
  * optional link CSR, counts and firsts, for flows alone on their links; 13: issue_times' optional per-op call
- * extra (issue_sums removed); 14: run's optional halt argument after share, and its result -1 when it halted). */
-#define LAYOUT 14
+ * extra (issue_sums removed); 14: run's optional halt argument after share, and its result -1 when it halted; 15:
+ * join_rows and cut, the trace writer's JSON text). */
+#define LAYOUT 15
 /* Entries of the copy rate table: 3 engines x reverse engine busy x compute resident (gpu.rates.rate_tables) */
 #define COPY_TAB 12
 /* Each buffer's type, in argument order: d float64, i int32 (see the struct's fields and run()'s unpacking) */
@@ -2140,6 +2142,143 @@ done:
     return result;
 }
 
+/* ---- join_rows(pieces, n) and cut(raw, starts, ends, out): the trace writer's JSON text ------------------ */
+/* An item of a fixed-width bytes buffer (numpy S) without its NUL padding, numpy's value of it */
+static inline i64 item_len(const char *p, i64 w) {
+    while (w && !p[w - 1]) w--;
+    return w;
+}
+
+/* join_rows(pieces, n) -> bytes: n rows joined by commas, row i the concatenation of each piece's: a bytes piece
+ * is the same in every row; any other piece is a C-contiguous buffer of n fixed-width bytes items (numpy S, shape
+ * (n,)) giving row i its item i without the NUL padding (b"": nothing). The writer's JSON text holds no NUL byte
+ * (orjson writes it \u0000), so this is the text the rows' bytes give with every NUL dropped: the form of
+ * schedsim.report.chrome._rows_json (its numpy form, one matrix of the rows' bytes per block of rows, is the test
+ * oracle tests/oracle/chrome_text.py). Two passes (the length, then the bytes): no buffer larger than the result.
+ * Raises TypeError for a piece that is neither, ValueError for a buffer of another length than n, MemoryError. */
+static PyObject *join_rows(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *pieces;
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "On", &pieces, &n)) return NULL;
+    PyObject *seq = PySequence_Fast(pieces, "join_rows: pieces must be a sequence");
+    if (!seq) return NULL;
+    Py_ssize_t np_ = PySequence_Fast_GET_SIZE(seq);
+    Py_buffer *b = calloc((size_t)np_ + 1, sizeof(Py_buffer));
+    char *isarr = calloc((size_t)np_ + 1, 1);
+    PyObject *result = NULL;
+    Py_ssize_t got = 0;
+    if (!b || !isarr) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (n < 0) {
+        PyErr_SetString(PyExc_ValueError, "join_rows: n must be >= 0");
+        goto done;
+    }
+    i64 fixed = 0; /* the bytes every row has: the constant pieces' and the comma */
+    for (; got < np_; got++) {
+        PyObject *o = PySequence_Fast_GET_ITEM(seq, got);
+        if (PyBytes_Check(o)) {
+            if (PyObject_GetBuffer(o, &b[got], PyBUF_SIMPLE) < 0) goto done;
+            fixed += b[got].len;
+            continue;
+        }
+        if (PyObject_GetBuffer(o, &b[got], PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) goto done;
+        isarr[got] = 1;
+        const char *f = b[got].format ? b[got].format : "B";
+        size_t fl = strlen(f);
+        if (b[got].ndim != 1 || !fl || f[fl - 1] != 's') {
+            got++;
+            PyErr_SetString(PyExc_TypeError, "join_rows: a piece must be bytes or a 1-d fixed-width bytes array");
+            goto done;
+        }
+        if (b[got].shape[0] != n) {
+            got++;
+            PyErr_Format(PyExc_ValueError, "join_rows: a piece of %zd items, not n = %zd", b[got - 1].shape[0], n);
+            goto done;
+        }
+    }
+    i64 total = n ? n * (fixed + 1) - 1 : 0;
+    for (Py_ssize_t k = 0; k < np_; k++) {
+        if (!isarr[k]) continue;
+        i64 w = b[k].itemsize;
+        const char *p = b[k].buf;
+        for (i64 i = 0; i < n; i++) total += item_len(p + i * w, w);
+    }
+    result = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
+    if (!result) goto done;
+    char *out = PyBytes_AS_STRING(result);
+    for (i64 i = 0; i < n; i++) {
+        if (i) *out++ = ',';
+        for (Py_ssize_t k = 0; k < np_; k++) {
+            if (!isarr[k]) {
+                memcpy(out, b[k].buf, (size_t)b[k].len);
+                out += b[k].len;
+                continue;
+            }
+            i64 w = b[k].itemsize;
+            const char *p = (const char *)b[k].buf + i * w;
+            i64 L = item_len(p, w);
+            memcpy(out, p, (size_t)L);
+            out += L;
+        }
+    }
+done:
+    for (Py_ssize_t k = 0; k < got; k++) PyBuffer_Release(&b[k]);
+    free(b);
+    free(isarr);
+    Py_DECREF(seq);
+    return result;
+}
+
+/* cut(raw, starts, ends, out): out[i] = raw[starts[i]:ends[i]] for every i, out a writable C-contiguous buffer of
+ * len(starts) fixed-width bytes items (numpy S of width >= every piece's length, zeroed: the rest of each item stays
+ * NUL), raw bytes (uint8), starts and ends int64 of one length: schedsim.report.chrome._cut (its numpy form, a
+ * sliding window per piece, is the test oracle tests/oracle/chrome_text.py). Raises TypeError for other buffers,
+ * ValueError for a piece outside raw or longer than out's items, or lengths that differ. */
+static PyObject *cut(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *o[4];
+    if (!PyArg_ParseTuple(args, "OOOO", &o[0], &o[1], &o[2], &o[3])) return NULL;
+    Py_buffer raw, se[2], out;
+    if (PyObject_GetBuffer(o[0], &raw, PyBUF_C_CONTIGUOUS) < 0) return NULL;
+    if (int64_buffer(o[1], &se[0], 0, "cut: starts and ends") < 0) {
+        PyBuffer_Release(&raw);
+        return NULL;
+    }
+    if (int64_buffer(o[2], &se[1], 0, "cut: starts and ends") < 0) {
+        PyBuffer_Release(&raw);
+        PyBuffer_Release(&se[0]);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    if (PyObject_GetBuffer(o[3], &out, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE | PyBUF_FORMAT) < 0) goto release;
+    i64 n = se[0].len / 8, w = out.itemsize;
+    if (se[1].len / 8 != n || out.len != n * w) {
+        PyErr_SetString(PyExc_ValueError, "cut: starts, ends and out of different lengths");
+        goto done;
+    }
+    const i64 *s = se[0].buf, *e = se[1].buf;
+    for (i64 i = 0; i < n; i++)
+        if (s[i] < 0 || e[i] < s[i] || e[i] > raw.len || e[i] - s[i] > w) {
+            PyErr_Format(PyExc_ValueError, "cut: piece %lld (%lld:%lld) outside the %zd bytes or wider than %lld",
+                         (long long)i, (long long)s[i], (long long)e[i], raw.len, (long long)w);
+            goto done;
+        }
+    char *dst = out.buf;
+    const char *src = raw.buf;
+    for (i64 i = 0; i < n; i++) memcpy(dst + i * w, src + s[i], (size_t)(e[i] - s[i]));
+    result = Py_NewRef(Py_None);
+done:
+    PyBuffer_Release(&out);
+release:
+    PyBuffer_Release(&raw);
+    PyBuffer_Release(&se[0]);
+    PyBuffer_Release(&se[1]);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"run", run, METH_VARARGS, "Run the waves event loop on flat arrays (schedsim.sim.waves_columns.run_waves_program)."},
     {"walk", walk, METH_VARARGS, "walk(binding, ogrp, i, out) -> n: the critical path from op i, last op first."},
@@ -2153,6 +2292,8 @@ static PyMethodDef methods[] = {
     {"rank_codes", rank_codes, METH_VARARGS, "rank_codes(rank, key, out) -> bool: keys numbered per rank (ranks ascending)."},
     {"issue_times", issue_times, METH_VARARGS, "issue_times(...) -> bool: rule host-issue from per-class tables (ranks ascending)."},
     {"fifo_edges", fifo_edges, METH_VARARGS, "fifo_edges(rank, comm, batch, out) -> edges (-1: ranks not ascending)."},
+    {"join_rows", join_rows, METH_VARARGS, "join_rows(pieces, n) -> bytes: rows of JSON text (report.chrome._rows_json)."},
+    {"cut", cut, METH_VARARGS, "cut(raw, starts, ends, out): out[i] = raw[starts[i]:ends[i]] (report.chrome._cut)."},
     {NULL, NULL, 0, NULL},
 };
 

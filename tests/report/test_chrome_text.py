@@ -67,3 +67,37 @@ def test_file_is_the_trace_dict(tmp_path):
     tl = Timeline("t", "predict", 3, spans=spans)
     write_chrome_trace(tmp_path / "trace.json", [("p", tl)])
     assert json.loads((tmp_path / "trace.json").read_bytes()) == json.loads(json.dumps(chrome_trace([("p", tl)])))
+
+
+def test_rows_and_pieces_are_the_numpy_forms_byte_for_byte():
+    """The compiled join and cut (``_cwaves.join_rows``, ``_cwaves.cut``) against their numpy forms
+    (tests/oracle/chrome_text.py): pieces of random widths, empty items, more rows than the oracle's block."""
+    from schedsim.report.chrome import _cut
+    from tests.oracle.chrome_text import ROWS, cut, rows_json
+
+    rng = np.random.default_rng(7)
+    n = ROWS + 1000
+    alphabet = np.frombuffer(b'0123456789.-e,"{}:ab', np.uint8)
+    raw = alphabet[rng.integers(0, len(alphabet), 40 * n)]
+    starts = np.sort(rng.integers(0, len(raw) - 30, n))
+    ends = starts + rng.integers(0, 30, n)
+    ends[:3] = starts[:3]  # empty pieces
+    a = _cut(raw, starts, ends)
+    assert a.dtype == cut(raw, starts, ends).dtype and a.tolist() == cut(raw, starts, ends).tolist()
+    b = _cut(raw, ends - 1, ends)  # one byte each: S1
+    pieces = [b'{"x":', a, b",", b, b"", np.where(rng.random(n) < 0.5, a, b""), b"}"]
+    assert _rows_json(pieces, n) == rows_json(pieces, n)
+    assert _rows_json([b"[", a[:5], b"]"], 5) == rows_json([b"[", a[:5], b"]"], 5)
+    assert _rows_json([b"only"], 4) == b"only,only,only,only" and _rows_json([a[:0]], 0) == b""
+    assert _cut(raw, starts[:0], ends[:0]).tolist() == []
+
+
+def test_rows_of_the_wrong_length_or_type_are_refused():
+    import pytest
+
+    from schedsim.report.chrome import _rows_json
+
+    with pytest.raises(ValueError, match="items, not n"):
+        _rows_json([np.array([b"a", b"b"])], 3)
+    with pytest.raises(TypeError, match="fixed-width bytes"):
+        _rows_json([np.arange(3)], 3)

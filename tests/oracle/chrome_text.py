@@ -1,0 +1,40 @@
+"""Oracle: :func:`schedsim.report.chrome._rows_json` and :func:`schedsim.report.chrome._cut` as they were before the
+compiled ``_cwaves.join_rows`` and ``_cwaves.cut`` took them over: numpy forms, the rows' pieces laid side by side as
+the bytes of one matrix per :data:`ROWS` rows whose NUL padding is then dropped, and each piece cut out of a sliding
+window over the text (the 100k-op trace.json of ``overlap_gen.yaml``: ~0.17 CPU s of ``_rows_json``, its
+``bytes.replace`` and ``_cut``). The tests hold the package's forms equal to these, byte for byte."""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["ROWS", "cut", "rows_json"]
+
+ROWS = 32_768  # rows of a columnar block joined at once: bounds the bytes held while joining
+
+
+def cut(raw: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """The pieces ``raw[starts[i]:ends[i]]`` of ``raw`` (uint8) as a bytes array (numpy ``S``; shape (n,), n >= 1)."""
+    lens = ends - starts
+    w = max(int(lens.max()), 1)
+    m = np.lib.stride_tricks.sliding_window_view(np.concatenate([raw, np.zeros(w, np.uint8)]), w)[starts]
+    m *= np.arange(w, dtype=np.int32) < lens[:, None]  # the bytes past each piece's end: NUL
+    return m.view(f"S{w}").reshape(-1)
+
+
+def rows_json(pieces: list[bytes | np.ndarray], n: int) -> bytes:
+    """``n`` JSON texts joined by commas, row ``i`` the concatenation of each piece's: a ``bytes`` piece is the
+    same in every row, an array piece (numpy ``S``, shape (n,)) gives each row its own (``b""``: nothing).
+    The pieces are laid side by side as the bytes of one matrix per :data:`ROWS` rows, whose NUL padding is then
+    dropped (JSON text holds no NUL byte: orjson writes it ``\\u0000``)."""
+    out = []
+    for lo in range(0, n, ROWS):
+        hi = min(n, lo + ROWS)
+        cols = []
+        for p in [*pieces, b","]:
+            if isinstance(p, bytes):
+                cols.append(np.broadcast_to(np.frombuffer(p, np.uint8), (hi - lo, len(p))))
+            else:
+                cols.append(np.ascontiguousarray(p[lo:hi]).view(np.uint8).reshape(hi - lo, p.dtype.itemsize))
+        out.append(np.concatenate(cols, axis=1).tobytes().replace(b"\0", b""))
+    return b"".join(out)[:-1]
