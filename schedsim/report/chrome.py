@@ -104,17 +104,17 @@ def _json_values(a: np.ndarray) -> np.ndarray:
 
 
 def _json_strs(xs: list[str]) -> np.ndarray:
-    """The JSON text of each string of ``xs`` (quotes included) as a bytes array (numpy ``S``; shape (n,)), from
-    one :func:`dumps_json` of the list: the strings are between its quotes that do not follow an odd number of
-    backslashes (those that do are escaped, inside a string), the first of each pair opening one."""
+    """The JSON text of each string of ``xs`` (quotes included) as a bytes array (numpy ``S``; shape (n,)), cut out
+    of one :func:`dumps_json` of the list where the compiled ``_cwaves.str_bounds`` finds each string (its quotes,
+    stepping over each backslash's escaped byte)."""
+    from schedsim.sim.loop import compiled_loop
+
     if not xs:
         return np.zeros(0, "S1")
-    raw = np.frombuffer(dumps_json(list(xs)), np.uint8)
-    pos = np.arange(len(raw))
-    last_other = np.maximum.accumulate(np.where(raw != ord("\\"), pos, -1))  # last byte not a backslash, to each
-    q = np.flatnonzero(raw == ord('"'))
-    q = q[(q - 1 - last_other[q - 1]) % 2 == 0]  # the raw[0] == "[": q >= 1
-    return _cut(raw, q[0::2], q[1::2] + 1)
+    raw = dumps_json(list(xs))
+    starts, ends = np.empty(len(xs), np.int64), np.empty(len(xs), np.int64)
+    compiled_loop().str_bounds(raw, starts, ends)
+    return _cut(np.frombuffer(raw, np.uint8), starts, ends)
 
 
 def _cut(raw: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:

@@ -26,8 +26,8 @@
  * rule communicator-order's communicator-order edges, issue_times(...), rule host-issue's issue times from gpu_model's per-class tables,
  * rank_codes(...), rule hardware-queues's per-rank stream numbering, and stream_reached(...), when each op's stream reached
  * it (the preparation and post-pass of
- * schedsim.sim.waves_columns.run_waves_program); join_rows(pieces, n) and cut(raw, starts, ends, out), the JSON text of
- * trace.json's events (schedsim.report.chrome._rows_json and _cut). The package has no other form of any of them: their numpy or
+ * schedsim.sim.waves_columns.run_waves_program); join_rows(pieces, n), cut(raw, starts, ends, out) and str_bounds(raw, starts,
+ * ends), the JSON text of trace.json's events (schedsim.report.chrome._rows_json, _cut and _json_strs). The package has no other form of any of them: their numpy or
  * Python forms are test oracles (tests/oracle/numpy_helpers.py).
  * Raises MemoryError, or what a Python signal handler raises while it runs (KeyboardInterrupt on Ctrl-C:
  * the handlers run every SIGNAL_EVERY + 1 events).
@@ -819,7 +819,7 @@ static void loop(W *w) {
  * the identity, kmem, ktail, ktail_tau, kgain, kneed of one entry when every kernel has that value; 12: share's
  * optional link CSR, counts and firsts, for flows alone on their links; 13: issue_times' optional per-op call
  * extra (issue_sums removed); 14: run's optional halt argument after share, and its result -1 when it halted; 15:
- * join_rows and cut, the trace writer's JSON text). */
+ * join_rows, cut and str_bounds, the trace writer's JSON text). */
 #define LAYOUT 15
 /* Entries of the copy rate table: 3 engines x reverse engine busy x compute resident (gpu.rates.rate_tables) */
 #define COPY_TAB 12
@@ -2279,6 +2279,52 @@ release:
     return result;
 }
 
+/* str_bounds(raw, starts, ends): where each string of a JSON array of n strings lies in its text raw (orjson's
+ * ["...","...",...], no whitespace), starts[i] its opening quote and ends[i] one past its closing quote (n =
+ * len(starts) = len(ends), writable int64): a scan that steps over each backslash's escaped byte, for
+ * schedsim.report.chrome._json_strs (its numpy form, quotes after an even run of backslashes, is the test oracle
+ * tests/oracle/chrome_text.py). Raises ValueError where raw is not such an array of n strings, TypeError for other
+ * buffers. */
+static PyObject *str_bounds(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *o[3];
+    if (!PyArg_ParseTuple(args, "OOO", &o[0], &o[1], &o[2])) return NULL;
+    Py_buffer raw, se[2];
+    if (PyObject_GetBuffer(o[0], &raw, PyBUF_C_CONTIGUOUS) < 0) return NULL;
+    int got = 0;
+    for (; got < 2; got++)
+        if (int64_buffer(o[1 + got], &se[got], 1, "str_bounds: starts and ends") < 0) break;
+    PyObject *result = NULL;
+    if (got < 2) goto done;
+    i64 n = se[0].len / 8, L = raw.len, p = 1;
+    if (se[1].len / 8 != n) {
+        PyErr_SetString(PyExc_ValueError, "str_bounds: starts and ends of different lengths");
+        goto done;
+    }
+    const unsigned char *r = raw.buf;
+    i64 *s = se[0].buf, *e = se[1].buf;
+    if (L < 2 || r[0] != '[') goto bad;
+    for (i64 i = 0; i < n; i++) {
+        if (p >= L || r[p] != '"') goto bad;
+        s[i] = p++;
+        while (p < L && r[p] != '"') p += r[p] == '\\' ? 2 : 1;
+        if (p >= L) goto bad;
+        e[i] = ++p;
+        if (p >= L || r[p] != (i + 1 < n ? ',' : ']')) goto bad;
+        p++;
+    }
+    if (p != L && !(n == 0 && L == 2 && r[1] == ']')) goto bad;
+    result = Py_NewRef(Py_None);
+    goto done;
+bad:
+    PyErr_Format(PyExc_ValueError, "str_bounds: not a JSON array of %lld strings (at byte %lld)", (long long)n,
+                 (long long)p);
+done:
+    PyBuffer_Release(&raw);
+    for (int k = 0; k < got; k++) PyBuffer_Release(&se[k]);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"run", run, METH_VARARGS, "Run the waves event loop on flat arrays (schedsim.sim.waves_columns.run_waves_program)."},
     {"walk", walk, METH_VARARGS, "walk(binding, ogrp, i, out) -> n: the critical path from op i, last op first."},
@@ -2293,6 +2339,7 @@ static PyMethodDef methods[] = {
     {"issue_times", issue_times, METH_VARARGS, "issue_times(...) -> bool: rule host-issue from per-class tables (ranks ascending)."},
     {"fifo_edges", fifo_edges, METH_VARARGS, "fifo_edges(rank, comm, batch, out) -> edges (-1: ranks not ascending)."},
     {"join_rows", join_rows, METH_VARARGS, "join_rows(pieces, n) -> bytes: rows of JSON text (report.chrome._rows_json)."},
+    {"str_bounds", str_bounds, METH_VARARGS, "str_bounds(raw, starts, ends): the strings of a JSON array (report.chrome._json_strs)."},
     {"cut", cut, METH_VARARGS, "cut(raw, starts, ends, out): out[i] = raw[starts[i]:ends[i]] (report.chrome._cut)."},
     {NULL, NULL, 0, NULL},
 };

@@ -1,14 +1,15 @@
-"""Oracle: :func:`schedsim.report.chrome._rows_json` and :func:`schedsim.report.chrome._cut` as they were before the
-compiled ``_cwaves.join_rows`` and ``_cwaves.cut`` took them over: numpy forms, the rows' pieces laid side by side as
-the bytes of one matrix per :data:`ROWS` rows whose NUL padding is then dropped, and each piece cut out of a sliding
-window over the text (the 100k-op trace.json of ``overlap_gen.yaml``: ~0.17 CPU s of ``_rows_json``, its
-``bytes.replace`` and ``_cut``). The tests hold the package's forms equal to these, byte for byte."""
+"""Oracle: :func:`schedsim.report.chrome._rows_json`, :func:`schedsim.report.chrome._cut` and
+:func:`schedsim.report.chrome._json_strs` as they were before the compiled ``_cwaves.join_rows``, ``_cwaves.cut`` and
+``_cwaves.str_bounds`` took them over: numpy forms, the rows' pieces laid side by side as the bytes of one matrix per
+:data:`ROWS` rows whose NUL padding is then dropped, each piece cut out of a sliding window over the text, and the
+strings found by their quotes after an even run of backslashes (the 100k-op trace.json of ``overlap_gen.yaml``:
+~0.17 CPU s of ``_rows_json``, its ``bytes.replace`` and ``_cut``, ~0.07 of ``_json_strs``). The tests hold the package's forms equal to these, byte for byte."""
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["ROWS", "cut", "rows_json"]
+__all__ = ["ROWS", "cut", "json_strs", "rows_json"]
 
 ROWS = 32_768  # rows of a columnar block joined at once: bounds the bytes held while joining
 
@@ -38,3 +39,19 @@ def rows_json(pieces: list[bytes | np.ndarray], n: int) -> bytes:
                 cols.append(np.ascontiguousarray(p[lo:hi]).view(np.uint8).reshape(hi - lo, p.dtype.itemsize))
         out.append(np.concatenate(cols, axis=1).tobytes().replace(b"\0", b""))
     return b"".join(out)[:-1]
+
+
+def json_strs(xs: list[str]) -> np.ndarray:
+    """The JSON text of each string of ``xs`` (quotes included) as a bytes array (numpy ``S``; shape (n,)), from
+    one :func:`dumps_json` of the list: the strings are between its quotes that do not follow an odd number of
+    backslashes (those that do are escaped, inside a string), the first of each pair opening one."""
+    from schedsim.sim.timeline import dumps_json
+
+    if not xs:
+        return np.zeros(0, "S1")
+    raw = np.frombuffer(dumps_json(list(xs)), np.uint8)
+    pos = np.arange(len(raw))
+    last_other = np.maximum.accumulate(np.where(raw != ord("\\"), pos, -1))  # last byte not a backslash, to each
+    q = np.flatnonzero(raw == ord('"'))
+    q = q[(q - 1 - last_other[q - 1]) % 2 == 0]  # the raw[0] == "[": q >= 1
+    return cut(raw, q[0::2], q[1::2] + 1)

@@ -101,3 +101,20 @@ def test_rows_of_the_wrong_length_or_type_are_refused():
         _rows_json([np.array([b"a", b"b"])], 3)
     with pytest.raises(TypeError, match="fixed-width bytes"):
         _rows_json([np.arange(3)], 3)
+
+
+def test_string_texts_are_the_numpy_form_byte_for_byte():
+    """``_json_strs`` (the compiled ``_cwaves.str_bounds`` finding each string) against its numpy form
+    (tests/oracle/chrome_text.py) on strings of quotes, backslashes, commas, control and non-ASCII characters."""
+    import pytest
+
+    from schedsim.sim.loop import compiled_loop
+    from tests.oracle.chrome_text import json_strs
+
+    rng = random.Random(11)
+    xs = ["".join(rng.choice('"\\,a\x00\n√[]') for _ in range(rng.randint(0, 9))) for _ in range(3000)]
+    assert _json_strs(xs).tolist() == json_strs(xs).tolist()
+    assert _json_strs(["only"]).tolist() == [b'"only"'] and _json_strs([]).tolist() == []
+    s, e = np.empty(2, np.int64), np.empty(2, np.int64)
+    with pytest.raises(ValueError, match="not a JSON array of 2 strings"):
+        compiled_loop().str_bounds(b'["a"]', s, e)
