@@ -178,16 +178,12 @@ def _rate_samples(start: np.ndarray, end: np.ndarray, value: np.ndarray) -> tupl
     xs = val.tolist()
     if not (np.abs(val[1:] - val[:-1]) <= 1e-9 * np.maximum(1.0, np.abs(val[1:]))).any():
         return t, xs  # each differs from the one before: every one is kept
-    keep = [True] * len(val)
-    kept = None
-    for i, x in enumerate(xs):
-        if kept is not None and abs(kept - x) <= 1e-9 * max(1.0, abs(x)):
-            keep[i] = False  # unchanged: a counter sample holds until the next one
-        else:
-            kept = x
-    if all(keep):
+    from schedsim.sim.loop import compiled_loop
+
+    held = np.empty(len(val), bool)  # the loop over the samples, compiled (_cwaves.held_samples)
+    if compiled_loop().held_samples(np.ascontiguousarray(val, np.float64), held) == len(val):
         return t, xs
-    return t[np.asarray(keep, bool)], [x for x, k in zip(xs, keep, strict=True) if k]
+    return t[held], val[held].tolist()
 
 
 def _nesting_rows(spans: list[Span] | Timeline, tol_s: float = 5e-10, cols: SpanColumns | None = None) -> list[int]:
@@ -397,7 +393,7 @@ class _Writer:
                 self.events.append({"ph": "M", "name": "thread_sort_index", "pid": self.pid_of[r], "tid": tid,
                                     "args": {"sort_index": tid}})
         ids = c.id
-        self.row_of = {i: k for k, i in enumerate(ids)}
+        self.row_of = dict(zip(ids, range(len(ids))))  # a repeated id: its last row, as a comprehension gives
         self.row_ids = ids
         tid = (tid0[inv] + sub).tolist()
         # an op id held by several rows (none in a simulated timeline) takes its last row's thread everywhere

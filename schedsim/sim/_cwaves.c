@@ -27,13 +27,15 @@
  * rank_codes(...), rule hardware-queues's per-rank stream numbering, and stream_reached(...), when each op's stream reached
  * it (the preparation and post-pass of
  * schedsim.sim.waves_columns.run_waves_program); join_rows(pieces, n), cut(raw, starts, ends, out) and str_bounds(raw, starts,
- * ends), the JSON text of trace.json's events (schedsim.report.chrome._rows_json, _cut and _json_strs). The package has no other form of any of them: their numpy or
+ * ends), the JSON text of trace.json's events (schedsim.report.chrome._rows_json, _cut and _json_strs), and
+ * held_samples(val, keep), the samples its counters keep (_rate_samples). The package has no other form of any of them: their numpy or
  * Python forms are test oracles (tests/oracle/numpy_helpers.py).
  * Raises MemoryError, or what a Python signal handler raises while it runs (KeyboardInterrupt on Ctrl-C:
  * the handlers run every SIGNAL_EVERY + 1 events).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -819,7 +821,7 @@ static void loop(W *w) {
  * the identity, kmem, ktail, ktail_tau, kgain, kneed of one entry when every kernel has that value; 12: share's
  * optional link CSR, counts and firsts, for flows alone on their links; 13: issue_times' optional per-op call
  * extra (issue_sums removed); 14: run's optional halt argument after share, and its result -1 when it halted; 15:
- * join_rows, cut and str_bounds, the trace writer's JSON text). */
+ * join_rows, cut, str_bounds and held_samples, the trace writer's JSON text and counters). */
 #define LAYOUT 15
 /* Entries of the copy rate table: 3 engines x reverse engine busy x compute resident (gpu.rates.rate_tables) */
 #define COPY_TAB 12
@@ -2325,6 +2327,47 @@ done:
     return result;
 }
 
+/* held_samples(val, keep) -> kept: a counter's samples that hold (schedsim.report.chrome._rate_samples): keep[i] = 1
+ * where val[i] is not within 1e-9 (relative: |kept - x| <= 1e-9 * max(1, |x|), Python's max) of the last value
+ * kept, the first always kept; val float64, keep writable uint8 (bool) of one length. The loop of the Python form
+ * (the test oracle tests/oracle/chrome_text.py), statement for statement: the same IEEE operations (built with
+ * -ffp-contract=off), so the same samples. Raises TypeError for other buffers, ValueError for lengths that
+ * differ. */
+static PyObject *held_samples(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *o[2];
+    if (!PyArg_ParseTuple(args, "OO", &o[0], &o[1])) return NULL;
+    Py_buffer vb, kb;
+    if (typed_buffer(o[0], &vb, "d", 8, 0, "held_samples: val must be a float64 array") < 0) return NULL;
+    if (typed_buffer(o[1], &kb, "?", 1, 1, "held_samples: keep must be a writable bool array") < 0) {
+        PyBuffer_Release(&vb);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    i64 n = vb.len / 8, kept_n = 0;
+    if (kb.len != n) {
+        PyErr_SetString(PyExc_ValueError, "held_samples: val and keep of different lengths");
+    } else {
+        const double *v = vb.buf;
+        char *k = kb.buf;
+        double kept = 0.0;
+        for (i64 i = 0; i < n; i++) {
+            double x = v[i], ax = fabs(x);
+            if (i && fabs(kept - x) <= 1e-9 * (ax > 1.0 ? ax : 1.0)) {
+                k[i] = 0; /* unchanged: a counter sample holds until the next one */
+            } else {
+                k[i] = 1;
+                kept = x;
+                kept_n++;
+            }
+        }
+        result = PyLong_FromLongLong(kept_n);
+    }
+    PyBuffer_Release(&vb);
+    PyBuffer_Release(&kb);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"run", run, METH_VARARGS, "Run the waves event loop on flat arrays (schedsim.sim.waves_columns.run_waves_program)."},
     {"walk", walk, METH_VARARGS, "walk(binding, ogrp, i, out) -> n: the critical path from op i, last op first."},
@@ -2340,6 +2383,7 @@ static PyMethodDef methods[] = {
     {"fifo_edges", fifo_edges, METH_VARARGS, "fifo_edges(rank, comm, batch, out) -> edges (-1: ranks not ascending)."},
     {"join_rows", join_rows, METH_VARARGS, "join_rows(pieces, n) -> bytes: rows of JSON text (report.chrome._rows_json)."},
     {"str_bounds", str_bounds, METH_VARARGS, "str_bounds(raw, starts, ends): the strings of a JSON array (report.chrome._json_strs)."},
+    {"held_samples", held_samples, METH_VARARGS, "held_samples(val, keep) -> kept: a counter's samples that hold (report.chrome._rate_samples)."},
     {"cut", cut, METH_VARARGS, "cut(raw, starts, ends, out): out[i] = raw[starts[i]:ends[i]] (report.chrome._cut)."},
     {NULL, NULL, 0, NULL},
 };

@@ -3,13 +3,15 @@
 ``_cwaves.str_bounds`` took them over: numpy forms, the rows' pieces laid side by side as the bytes of one matrix per
 :data:`ROWS` rows whose NUL padding is then dropped, each piece cut out of a sliding window over the text, and the
 strings found by their quotes after an even run of backslashes (the 100k-op trace.json of ``overlap_gen.yaml``:
-~0.17 CPU s of ``_rows_json``, its ``bytes.replace`` and ``_cut``, ~0.07 of ``_json_strs``). The tests hold the package's forms equal to these, byte for byte."""
+~0.17 CPU s of ``_rows_json``, its ``bytes.replace`` and ``_cut``, ~0.07 of ``_json_strs``); and the Python loop
+over a counter's samples of :func:`schedsim.report.chrome._rate_samples` that ``_cwaves.held_samples`` runs
+(:func:`held_samples`). The tests hold the package's forms equal to these, byte for byte."""
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["ROWS", "cut", "json_strs", "rows_json"]
+__all__ = ["ROWS", "cut", "held_samples", "json_strs", "rows_json"]
 
 ROWS = 32_768  # rows of a columnar block joined at once: bounds the bytes held while joining
 
@@ -55,3 +57,16 @@ def json_strs(xs: list[str]) -> np.ndarray:
     q = np.flatnonzero(raw == ord('"'))
     q = q[(q - 1 - last_other[q - 1]) % 2 == 0]  # the raw[0] == "[": q >= 1
     return cut(raw, q[0::2], q[1::2] + 1)
+
+
+def held_samples(xs: list[float]) -> list[bool]:
+    """Per sample of ``xs``, whether it is kept: not within 1e-9 (relative) of the last one kept, the first always
+    (``_rate_samples``' loop before ``_cwaves.held_samples``)."""
+    keep = [True] * len(xs)
+    kept = None
+    for i, x in enumerate(xs):
+        if kept is not None and abs(kept - x) <= 1e-9 * max(1.0, abs(x)):
+            keep[i] = False  # unchanged: a counter sample holds until the next one
+        else:
+            kept = x
+    return keep

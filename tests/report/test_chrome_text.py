@@ -118,3 +118,19 @@ def test_string_texts_are_the_numpy_form_byte_for_byte():
     s, e = np.empty(2, np.int64), np.empty(2, np.int64)
     with pytest.raises(ValueError, match="not a JSON array of 2 strings"):
         compiled_loop().str_bounds(b'["a"]', s, e)
+
+
+def test_counter_samples_held_as_the_python_loop_holds_them():
+    """``_cwaves.held_samples`` against the Python loop it replaced (tests/oracle/chrome_text.py): runs of values
+    within 1e-9 of each other, around 1 (the relative bound's floor) and far from it, negative, NaN and inf."""
+    from schedsim.sim.loop import compiled_loop
+    from tests.oracle.chrome_text import held_samples
+
+    rng = np.random.default_rng(5)
+    base = rng.choice([0.0, 1.0, 0.5, 3e9, -2.0, 1e-12], 4000)
+    jitter = rng.choice([0.0, 1e-10, 5e-10, 1e-9, 2e-9, 1e-6], 4000) * rng.choice([-1.0, 1.0], 4000)
+    val = np.concatenate([base * (1 + jitter) + jitter, [np.nan, 1.0, np.nan, np.inf, np.inf, 1.0]])
+    keep = np.empty(len(val), bool)
+    kept = compiled_loop().held_samples(val, keep)
+    want = held_samples(val.tolist())
+    assert keep.tolist() == want and kept == sum(want) and 0 < kept < len(val)
