@@ -694,7 +694,7 @@ def write_chrome_trace(path: str | Path, timelines: list[tuple[str, Timeline]], 
     written as they are; the others are serialised with :func:`~schedsim.io.dumps_json` (orjson) in chunks of
     ``_CHUNK``; all are streamed into the temporary file, so no single JSON string of the whole trace is built.
     """
-    with atomic_writer(path, "wb") as f:
+    with atomic_writer(path, "wb", digest=True) as f:  # in an output set: its digest as written, not read back
         f.write(b'{"traceEvents":[')
         sep = b""
         for part in _trace_parts(timelines, graph):

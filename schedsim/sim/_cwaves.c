@@ -28,7 +28,8 @@
  * it (the preparation and post-pass of
  * schedsim.sim.waves_columns.run_waves_program); join_rows(pieces, n), cut(raw, starts, ends, out) and str_bounds(raw, starts,
  * ends), the JSON text of trace.json's events (schedsim.report.chrome._rows_json, _cut and _json_strs), and
- * held_samples(val, keep), the samples its counters keep (_rate_samples). The package has no other form of any of them: their numpy or
+ * held_samples(val, keep), the samples its counters keep (_rate_samples), and overlaps(...), the overlaps of
+ * the metrics' pieces (schedsim.sim.metrics._overlap_by). The package has no other form of any of them: their numpy or
  * Python forms are test oracles (tests/oracle/numpy_helpers.py).
  * Raises MemoryError, or what a Python signal handler raises while it runs (KeyboardInterrupt on Ctrl-C:
  * the handlers run every SIGNAL_EVERY + 1 events).
@@ -821,7 +822,8 @@ static void loop(W *w) {
  * the identity, kmem, ktail, ktail_tau, kgain, kneed of one entry when every kernel has that value; 12: share's
  * optional link CSR, counts and firsts, for flows alone on their links; 13: issue_times' optional per-op call
  * extra (issue_sums removed); 14: run's optional halt argument after share, and its result -1 when it halted; 15:
- * join_rows, cut, str_bounds and held_samples, the trace writer's JSON text and counters). */
+ * join_rows, cut, str_bounds and held_samples, the trace writer's JSON text and counters, and overlaps, the
+ * metrics' overlap of pieces). */
 #define LAYOUT 15
 /* Entries of the copy rate table: 3 engines x reverse engine busy x compute resident (gpu.rates.rate_tables) */
 #define COPY_TAB 12
@@ -2368,6 +2370,67 @@ static PyObject *held_samples(PyObject *self, PyObject *args) {
     return result;
 }
 
+/* overlaps(xg, x0, x1, yg, y0, y1, og, over) -> k: every overlap of a piece of x with a piece of y of its group,
+ * for schedsim.sim.metrics._overlap_by: x and y pieces each sorted by group (int64, ascending) and, within one, by
+ * start, disjoint and apart (schedsim.sim.metrics._merged_by's pieces: each starts after the one before ends), so
+ * that a sweep finds, per x piece in order, the y pieces of its group with y1 > x0 and y0 < x1 in order (the pairs
+ * its numpy form finds by two searches of each group's starts and ends, the test oracle
+ * tests/oracle/merged_pieces.py), and writes those whose overlap min(x1, y1) - max(x0, y0) is positive: og[k] the
+ * group, over[k] the overlap (float64; og and over writable, len(x) + len(y) long at least: the pairs of one group's
+ * sweep are at most its pieces of both less one). Raises TypeError for other buffers, ValueError for lengths that
+ * differ or outputs too short. */
+static PyObject *overlaps(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *o[8];
+    if (!PyArg_ParseTuple(args, "OOOOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7])) return NULL;
+    Py_buffer b[8];
+    int got = 0;
+    for (; got < 8; got++) {
+        int is_group = got == 0 || got == 3 || got == 6, w = got >= 6;
+        int bad = is_group ? int64_buffer(o[got], &b[got], w, "overlaps: int64 groups, float64 times")
+                           : typed_buffer(o[got], &b[got], "d", 8, w, "overlaps: int64 groups, float64 times");
+        if (bad < 0) break;
+    }
+    PyObject *result = NULL;
+    if (got < 8) goto done;
+    i64 nx = b[0].len / 8, ny = b[3].len / 8;
+    if (b[1].len / 8 != nx || b[2].len / 8 != nx || b[4].len / 8 != ny || b[5].len / 8 != ny ||
+        b[6].len / 8 < nx + ny || b[7].len / 8 < nx + ny) {
+        PyErr_SetString(PyExc_ValueError, "overlaps: lengths differ, or og and over shorter than len(x) + len(y)");
+        goto done;
+    }
+    const i64 *xg = b[0].buf, *yg = b[3].buf;
+    const double *x0 = b[1].buf, *x1 = b[2].buf, *y0 = b[4].buf, *y1 = b[5].buf;
+    i64 *og = b[6].buf;
+    double *ov = b[7].buf;
+    i64 k = 0, lo = 0, hi = 0, cap = nx + ny;
+    for (i64 i = 0; i < nx; i++) {
+        i64 g = xg[i];
+        if (!i || g != xg[i - 1]) { /* a new group: both searches start at its first y piece */
+            while (lo < ny && yg[lo] < g) lo++;
+            hi = lo;
+        }
+        while (lo < ny && yg[lo] == g && !(y1[lo] > x0[i])) lo++; /* searchsorted(y1, x0, "right") */
+        if (hi < lo) hi = lo;
+        while (hi < ny && yg[hi] == g && y0[hi] < x1[i]) hi++; /* searchsorted(y0, x1, "left") */
+        for (i64 j = lo; j < hi; j++) {
+            double a = x1[i] < y1[j] ? x1[i] : y1[j], c = x0[i] > y0[j] ? x0[i] : y0[j], d = a - c;
+            if (d > 0.0) {
+                if (k == cap) {
+                    PyErr_SetString(PyExc_ValueError, "overlaps: pieces not sorted and apart");
+                    goto done;
+                }
+                og[k] = g;
+                ov[k++] = d;
+            }
+        }
+    }
+    result = PyLong_FromLongLong(k);
+done:
+    for (int a = 0; a < got; a++) PyBuffer_Release(&b[a]);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"run", run, METH_VARARGS, "Run the waves event loop on flat arrays (schedsim.sim.waves_columns.run_waves_program)."},
     {"walk", walk, METH_VARARGS, "walk(binding, ogrp, i, out) -> n: the critical path from op i, last op first."},
@@ -2384,6 +2447,7 @@ static PyMethodDef methods[] = {
     {"join_rows", join_rows, METH_VARARGS, "join_rows(pieces, n) -> bytes: rows of JSON text (report.chrome._rows_json)."},
     {"str_bounds", str_bounds, METH_VARARGS, "str_bounds(raw, starts, ends): the strings of a JSON array (report.chrome._json_strs)."},
     {"held_samples", held_samples, METH_VARARGS, "held_samples(val, keep) -> kept: a counter's samples that hold (report.chrome._rate_samples)."},
+    {"overlaps", overlaps, METH_VARARGS, "overlaps(xg, x0, x1, yg, y0, y1, og, over) -> k: pieces' overlaps (sim.metrics._overlap_by)."},
     {"cut", cut, METH_VARARGS, "cut(raw, starts, ends, out): out[i] = raw[starts[i]:ends[i]] (report.chrome._cut)."},
     {NULL, NULL, 0, NULL},
 };

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from schedsim.arrays import (  # re-exported
     intersect_length,
@@ -613,37 +613,20 @@ def _pairs(group: np.ndarray, value: np.ndarray) -> np.ndarray:
     return k
 
 
-def _local_search(yg: np.ndarray, yv: np.ndarray, xg: np.ndarray, xv: np.ndarray,
-                  side: Literal["left", "right"]) -> np.ndarray:
-    """Per query ``(xg, xv)``, ``np.searchsorted(yv[group xg's slice], xv, side)``, for ``yv`` sorted within
-    each group and ``yg`` ascending: one search of the (group, value) pairs (:func:`_pairs`)."""
-    import numpy as np
-
-    if not len(xv):
-        return np.zeros(0, np.int64)
-    found: np.ndarray = np.searchsorted(_pairs(yg, yv), _pairs(xg, xv), side)
-    return found - np.searchsorted(yg, xg, side="left")
-
-
 def _overlap_by(x: tuple[np.ndarray, np.ndarray, np.ndarray], y: tuple[np.ndarray, np.ndarray, np.ndarray],
                 n: int) -> np.ndarray:
     """Per group 0 .. n-1, :func:`pieces_intersection` of its pieces of ``x`` and of ``y`` (each ``(group,
-    start, end)`` from :func:`_merged_by`), every group at once: the same overlapping pairs in the same order,
-    summed as it sums them (:func:`_sums_by`)."""
+    start, end)`` from :func:`_merged_by`), every group at once: the same overlapping pairs in the same order
+    (one sweep over both, the compiled ``_cwaves.overlaps``), summed as it sums them (:func:`_sums_by`)."""
     import numpy as np
+
+    from schedsim.sim.loop import compiled_loop
 
     (xg, x0, x1), (yg, y0, y1) = x, y
     if not len(x0) or not len(y0):
         return np.zeros(n, np.float64)
-    ybase = np.searchsorted(yg, xg, side="left")
-    lo = _local_search(yg, y1, xg, x0, "right")
-    hi = _local_search(yg, y0, xg, x1, "left")
-    counts = np.maximum(hi - lo, 0)
-    total = int(counts.sum())
-    if total == 0:
-        return np.zeros(n, np.float64)
-    xi = np.repeat(np.arange(len(x0)), counts)
-    yi = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts) + np.repeat(lo + ybase, counts)
-    over = np.minimum(x1[xi], y1[yi]) - np.maximum(x0[xi], y0[yi])
-    pos = over > 0
-    return _sums_by(xg[xi][pos], over[pos], n)
+    og, over = np.empty(len(x0) + len(y0), np.int64), np.empty(len(x0) + len(y0), np.float64)
+    f64 = [np.ascontiguousarray(a, np.float64) for a in (x0, x1, y0, y1)]
+    k = compiled_loop().overlaps(np.ascontiguousarray(xg, np.int64), f64[0], f64[1], np.ascontiguousarray(yg, np.int64),
+                                 f64[2], f64[3], og, over)
+    return _sums_by(og[:k], over[:k], n)
