@@ -28,8 +28,8 @@
  * it (the preparation and post-pass of
  * schedsim.sim.waves_columns.run_waves_program); join_rows(pieces, n), cut(raw, starts, ends, out) and str_bounds(raw, starts,
  * ends), the JSON text of trace.json's events (schedsim.report.chrome._rows_json, _cut and _json_strs), and
- * held_samples(val, keep), the samples its counters keep (_rate_samples), and overlaps(...), the overlaps of
- * the metrics' pieces (schedsim.sim.metrics._overlap_by). The package has no other form of any of them: their numpy or
+ * held_samples(val, keep), the samples its counters keep (_rate_samples), and overlaps(...) and merge_pieces(...),
+ * the metrics' pieces and their overlaps (schedsim.sim.metrics._merged_by and _overlap_by). The package has no other form of any of them: their numpy or
  * Python forms are test oracles (tests/oracle/numpy_helpers.py).
  * Raises MemoryError, or what a Python signal handler raises while it runs (KeyboardInterrupt on Ctrl-C:
  * the handlers run every SIGNAL_EVERY + 1 events).
@@ -822,8 +822,8 @@ static void loop(W *w) {
  * the identity, kmem, ktail, ktail_tau, kgain, kneed of one entry when every kernel has that value; 12: share's
  * optional link CSR, counts and firsts, for flows alone on their links; 13: issue_times' optional per-op call
  * extra (issue_sums removed); 14: run's optional halt argument after share, and its result -1 when it halted; 15:
- * join_rows, cut, str_bounds and held_samples, the trace writer's JSON text and counters, and overlaps, the
- * metrics' overlap of pieces). */
+ * join_rows, cut, str_bounds and held_samples, the trace writer's JSON text and counters, and overlaps and
+ * merge_pieces, the metrics' pieces). */
 #define LAYOUT 15
 /* Entries of the copy rate table: 3 engines x reverse engine busy x compute resident (gpu.rates.rate_tables) */
 #define COPY_TAB 12
@@ -2431,6 +2431,77 @@ done:
     return result;
 }
 
+/* merge_pieces(group, start, end, runs, og, os, oe) -> k: the pieces of every group's intervals, for
+ * schedsim.sim.metrics._merged_by: the intervals (group int64, start and end float64, of one length n) come as
+ * the runs runs[r]:runs[r + 1] (int64, runs[0] = 0, the last n), each sorted by group (ascending) and, within
+ * one, by start; they are taken in (group, start) order across the runs (a tie: the earlier run first; a merge of
+ * the runs, not a sort), empty ones (not end > start: NaN too) left out, and a piece opens at each interval of a
+ * new group or that starts after the running maximum of its group's ends so far, and ends at that maximum when the
+ * next opens. og[k], os[k], oe[k] (writable, n long at least): each piece's group, start and end, selections of the
+ * values (no arithmetic). Its numpy form, a running maximum over (group, end) pairs, is in the package's history
+ * (tests/oracle/merged_pieces.py holds the loop before it); the tests compare the two. Raises TypeError for other
+ * buffers, ValueError for lengths that differ or runs that do not cover 0..n. */
+static PyObject *merge_pieces(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *o[7];
+    if (!PyArg_ParseTuple(args, "OOOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6])) return NULL;
+    Py_buffer b[7];
+    int got = 0;
+    for (; got < 7; got++) {
+        int is_int = got == 0 || got == 3 || got == 4, w = got >= 4;
+        int bad = is_int ? int64_buffer(o[got], &b[got], w, "merge_pieces: int64 group, runs and og, float64 times")
+                         : typed_buffer(o[got], &b[got], "d", 8, w, "merge_pieces: int64 group, runs and og, float64 times");
+        if (bad < 0) break;
+    }
+    PyObject *result = NULL;
+    if (got < 7) goto done;
+    i64 n = b[0].len / 8, nr = b[3].len / 8 - 1;
+    const i64 *g = b[0].buf, *runs = b[3].buf;
+    const double *st = b[1].buf, *en = b[2].buf;
+    if (b[1].len / 8 != n || b[2].len / 8 != n || b[4].len / 8 < n || b[5].len / 8 < n || b[6].len / 8 < n ||
+        nr < 1 || nr > 64 || runs[0] != 0 || runs[nr] != n) {
+        PyErr_SetString(PyExc_ValueError, "merge_pieces: lengths differ, or runs do not cover 0..n (1 to 64 runs)");
+        goto done;
+    }
+    i64 pos[64];
+    for (i64 r = 0; r < nr; r++) {
+        if (runs[r + 1] < runs[r]) {
+            PyErr_SetString(PyExc_ValueError, "merge_pieces: runs must ascend");
+            goto done;
+        }
+        pos[r] = runs[r];
+    }
+    i64 *og = b[4].buf, k = 0;
+    double *os = b[5].buf, *oe = b[6].buf, reach = 0.0;
+    for (;;) {
+        i64 i = -1;
+        for (i64 r = 0; r < nr; r++) { /* the smallest (group, start) of the runs' heads; a tie: the earlier run */
+            i64 q = pos[r];
+            if (q < runs[r + 1] && (i < 0 || g[q] < g[i] || (g[q] == g[i] && st[q] < st[i]))) i = q;
+        }
+        if (i < 0) break;
+        for (i64 r = 0; r < nr; r++)
+            if (pos[r] == i) {
+                pos[r]++;
+                break;
+            }
+        if (!(en[i] > st[i])) continue;
+        if (!k || g[i] != og[k - 1] || st[i] > reach) {
+            if (k) oe[k - 1] = reach;
+            og[k] = g[i];
+            os[k++] = st[i];
+            reach = en[i];
+        } else if (en[i] > reach) {
+            reach = en[i];
+        }
+    }
+    if (k) oe[k - 1] = reach;
+    result = PyLong_FromLongLong(k);
+done:
+    for (int a = 0; a < got; a++) PyBuffer_Release(&b[a]);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"run", run, METH_VARARGS, "Run the waves event loop on flat arrays (schedsim.sim.waves_columns.run_waves_program)."},
     {"walk", walk, METH_VARARGS, "walk(binding, ogrp, i, out) -> n: the critical path from op i, last op first."},
@@ -2448,6 +2519,7 @@ static PyMethodDef methods[] = {
     {"str_bounds", str_bounds, METH_VARARGS, "str_bounds(raw, starts, ends): the strings of a JSON array (report.chrome._json_strs)."},
     {"held_samples", held_samples, METH_VARARGS, "held_samples(val, keep) -> kept: a counter's samples that hold (report.chrome._rate_samples)."},
     {"overlaps", overlaps, METH_VARARGS, "overlaps(xg, x0, x1, yg, y0, y1, og, over) -> k: pieces' overlaps (sim.metrics._overlap_by)."},
+    {"merge_pieces", merge_pieces, METH_VARARGS, "merge_pieces(group, start, end, runs, og, os, oe) -> k: pieces (sim.metrics._merged_by)."},
     {"cut", cut, METH_VARARGS, "cut(raw, starts, ends, out): out[i] = raw[starts[i]:ends[i]] (report.chrome._cut)."},
     {NULL, NULL, 0, NULL},
 };

@@ -521,10 +521,10 @@ def _compute(tl: Timeline, classes: Sequence[int] | np.ndarray | None = None) ->
     # the union of all three: of their pieces (the same pieces as of the intervals themselves), each rank's
     # comp, comm and copy pieces in that order sorted by start (stable)
     ag, as_, ae = (np.concatenate(x) for x in zip(comp, comm, copy, strict=True))
+    runs = np.cumsum([0, len(comp[0]), len(comm[0]), len(copy[0])])  # each sorted by (rank, start): merged
     del comp, comm, copy
-    o = np.argsort(_pairs(ag, as_), kind="stable")
-    ug, us, ue = _merged_by(ag[o], as_[o], ae[o])
-    del ag, as_, ae, o
+    ug, us, ue = _merged_by(ag, as_, ae, runs.tolist())
+    del ag, as_, ae
     busy = _sums_by(ug, ue - us, nr)
     p = present if classes is None else np.asarray(classes, np.int64)  # a symmetric run: each rank's representative
     lc_p, ov_p, lcp_p, ovc_p = lc[p], ov[p], lcp[p], np.where(lcp[p] > 0, ovc[p], 0.0)
@@ -556,31 +556,23 @@ def _compute(tl: Timeline, classes: Sequence[int] | np.ndarray | None = None) ->
                    copy_overlap_ratio=tot_copy_ov / tot_copy if tot_copy > 0 else None)
 
 
-def _merged_by(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`merged` of every group at once: ``(group, start, end)`` of the pieces, for intervals already
-    sorted by group (ascending, contiguous) and, within one, by start. The same floats as :func:`merged` of
-    each group's slice (selections of its values and of their running maximum, no arithmetic)."""
+def _merged_by(group: np.ndarray, start: np.ndarray, end: np.ndarray, runs: Sequence[int] | None = None
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`merged` of every group at once: ``(group, start, end)`` of the pieces (int64, float64, float64), for
+    intervals already sorted by group (ascending, contiguous) and, within one, by start; or, with ``runs`` (the
+    bounds ``0, .., len(start)`` of runs each so sorted), of the runs merged in (group, start) order. The same
+    floats as :func:`merged` of each group's slice (selections of its values and of their running maximum, no
+    arithmetic), by one compiled pass (``_cwaves.merge_pieces``)."""
     import numpy as np
 
-    keep = end > start
-    if not keep.all():
-        group, start, end = group[keep], start[keep], end[keep]
+    from schedsim.sim.loop import compiled_loop
+
     n = len(start)
-    if n == 0:
-        return group, start, end
-    new = np.empty(n, dtype=bool)
-    new[0] = True
-    np.not_equal(group[1:], group[:-1], out=new[1:])
-    # the running maximum of the ends within each group: the ends themselves where they ascend (one stream's
-    # ops), else that of the (group, end) pairs, which numpy orders lexicographically as complex numbers: with
-    # the groups ascending, a group's own ends (every group at once, no loop over them)
-    reach = end
-    if bool(((end[1:] < end[:-1]) & ~new[1:]).any()):
-        reach = np.maximum.accumulate(_pairs(group, end)).imag.copy()
-    opens = new.copy()
-    opens[1:] |= start[1:] > reach[:-1]
-    first = np.flatnonzero(opens)
-    return group[first], start[first], reach[np.append(first[1:] - 1, n - 1)]
+    og, os_, oe = np.empty(n, np.int64), np.empty(n, np.float64), np.empty(n, np.float64)
+    k = compiled_loop().merge_pieces(np.ascontiguousarray(group, np.int64), np.ascontiguousarray(start, np.float64),
+                                     np.ascontiguousarray(end, np.float64),
+                                     np.asarray([0, n] if runs is None else runs, np.int64), og, os_, oe)
+    return og[:k], os_[:k], oe[:k]
 
 
 def _sums_by(group: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:

@@ -1,7 +1,9 @@
 """Oracle: :func:`schedsim.sim.metrics._merged_by` as it ran before it took the running maximum of every group at
 once (one ``np.maximum.accumulate`` over the (group, end) pairs as complex numbers): the same pieces, found by a
 Python loop over the groups whose ends go down, each group's running maximum accumulated on its own slice (100,000
-calls on a 100,000-rank run); and :func:`schedsim.sim.metrics._overlap_by` as it ran before the compiled sweep
+calls on a 100,000-rank run), and that running maximum itself (:func:`merged_by_pairs`), as it ran before the
+compiled pass ``_cwaves.merge_pieces`` (whose runs replace the union's stable sort of (group, start) pairs); and
+:func:`schedsim.sim.metrics._overlap_by` as it ran before the compiled sweep
 ``_cwaves.overlaps``: each x piece's overlapping y pieces found by two searches of every group's (group, end) and
 (group, start) pairs as complex numbers, then gathered (~0.07 CPU s of a 1M-op run's metrics).
 ``tests/sim/test_metrics_agree.py`` holds each pair equal, bit for bit."""
@@ -15,7 +17,7 @@ import numpy as np
 from schedsim.arrays import unique
 from schedsim.sim.metrics import _pairs, _sums_by
 
-__all__ = ["local_search", "merged_by_groupwise", "overlap_by"]
+__all__ = ["local_search", "merged_by_groupwise", "merged_by_pairs", "overlap_by"]
 
 
 def merged_by_groupwise(group: np.ndarray, start: np.ndarray, end: np.ndarray
@@ -69,3 +71,28 @@ def overlap_by(x: tuple[np.ndarray, np.ndarray, np.ndarray], y: tuple[np.ndarray
     over = np.minimum(x1[xi], y1[yi]) - np.maximum(x0[xi], y0[yi])
     pos = over > 0
     return _sums_by(xg[xi][pos], over[pos], n)
+
+
+def merged_by_pairs(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``merged`` of every group at once: ``(group, start, end)`` of the pieces, for intervals already sorted by
+    group (ascending, contiguous) and, within one, by start (``_merged_by`` before ``_cwaves.merge_pieces``): the
+    running maximum of the ends of every group at once, over the (group, end) pairs as complex numbers."""
+    keep = end > start
+    if not keep.all():
+        group, start, end = group[keep], start[keep], end[keep]
+    n = len(start)
+    if n == 0:
+        return group, start, end
+    new = np.empty(n, dtype=bool)
+    new[0] = True
+    np.not_equal(group[1:], group[:-1], out=new[1:])
+    # the running maximum of the ends within each group: the ends themselves where they ascend (one stream's
+    # ops), else that of the (group, end) pairs, which numpy orders lexicographically as complex numbers: with
+    # the groups ascending, a group's own ends (every group at once, no loop over them)
+    reach = end
+    if bool(((end[1:] < end[:-1]) & ~new[1:]).any()):
+        reach = np.maximum.accumulate(_pairs(group, end)).imag.copy()
+    opens = new.copy()
+    opens[1:] |= start[1:] > reach[:-1]
+    first = np.flatnonzero(opens)
+    return group[first], start[first], reach[np.append(first[1:] - 1, n - 1)]

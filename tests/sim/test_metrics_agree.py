@@ -273,3 +273,36 @@ def test_the_sweep_over_both_pieces_gives_the_searched_overlaps(seed: int) -> No
     assert np.array_equal(_overlap_by(y, x, groups), overlap_by(y, x, groups))
     empty = (x[0][:0], x[1][:0], x[2][:0])
     assert np.array_equal(_overlap_by(empty, y, groups), np.zeros(groups))
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_compiled_pieces_are_the_running_maximum_pieces(seed: int) -> None:
+    """``_merged_by`` (``_cwaves.merge_pieces``) against its numpy form, the running maximum over (group, end)
+    pairs (tests/oracle/merged_pieces.py), on one sorted run and on three runs merged, as the union of a rank's
+    compute, comm and copy pieces takes them, against the stable sort of the (group, start) pairs it replaced:
+    nested, touching, empty and NaN intervals, ties, the same pieces bit for bit."""
+    import numpy as np
+
+    from schedsim.sim.metrics import _merged_by, _pairs
+    from tests.oracle.merged_pieces import merged_by_pairs
+
+    rng = np.random.default_rng(200 + seed)
+
+    def intervals(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        group = rng.integers(0, 200, n)
+        start = np.where(rng.random(n) < 0.5, rng.integers(0, 50, n) * 1e-5, rng.random(n) * 5e-4)
+        end = start + np.where(rng.random(n) < 0.1, 0.0, rng.choice([1e-5, 3e-5, 1e-4, 2e-4], n) * rng.random(n))
+        end[rng.random(n) < 0.02] = np.nan
+        o = np.lexsort((start, group))
+        return group[o].astype(np.int64), start[o], end[o]
+
+    g, s, e = intervals(int(rng.integers(1, 4000)))
+    got, want = _merged_by(g, s, e), merged_by_pairs(g, s, e)
+    assert all(a.dtype == b.dtype and np.array_equal(a, b) for a, b in zip(got, want, strict=True))
+    parts = [intervals(int(rng.integers(0, 1500))) for _ in range(3)]
+    ag, as_, ae = (np.concatenate(x) for x in zip(*parts, strict=True))
+    runs = np.cumsum([0, *(len(p[0]) for p in parts)]).tolist()
+    o = np.argsort(_pairs(ag, as_), kind="stable")
+    got, want = _merged_by(ag, as_, ae, runs), merged_by_pairs(ag[o], as_[o], ae[o])
+    assert all(a.dtype == b.dtype and np.array_equal(a, b) for a, b in zip(got, want, strict=True))
+    assert len(got[0]) and _merged_by(g[:0], s[:0], e[:0])[0].tolist() == []
