@@ -393,7 +393,7 @@ class _Writer:
                 self.events.append({"ph": "M", "name": "thread_sort_index", "pid": self.pid_of[r], "tid": tid,
                                     "args": {"sort_index": tid}})
         ids = c.id
-        self.row_of = dict(zip(ids, range(len(ids)), strict=True))  # a repeated id: its last row, as a comprehension gives
+        self.row_of = dict(zip(ids, range(len(ids)), strict=True))  # a repeated id: its last row
         self.row_ids = ids
         tid = (tid0[inv] + sub).tolist()
         # an op id held by several rows (none in a simulated timeline) takes its last row's thread everywhere
