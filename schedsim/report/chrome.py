@@ -93,27 +93,32 @@ def _us_array(a: np.ndarray) -> np.ndarray:
 
 def _json_values(a: np.ndarray) -> np.ndarray:
     """The JSON text of each value of the numeric array ``a`` (shape (n,)) as :func:`dumps_json` writes it
-    (NaN and inf as ``null``), as a bytes array (numpy ``S``; shape (n,))."""
-    if not len(a):
-        return np.zeros(0, "S1")
-    raw = np.frombuffer(dumps_json(np.ascontiguousarray(a)), np.uint8)  # [v,v,...,v]
-    ends = np.flatnonzero((raw == ord(",")) | (raw == ord("]")))
-    starts = np.empty_like(ends)
-    starts[0], starts[1:] = 1, ends[:-1] + 1
-    return _cut(raw, starts, ends)
+    (NaN and inf as ``null``), as a bytes array (numpy ``S``; shape (n,)): :func:`_json_items` of its array."""
+    return _json_items(dumps_json(np.ascontiguousarray(a)), len(a))
 
 
 def _json_strs(xs: list[str]) -> np.ndarray:
-    """The JSON text of each string of ``xs`` (quotes included) as a bytes array (numpy ``S``; shape (n,)), cut out
-    of one :func:`dumps_json` of the list where the compiled ``_cwaves.str_bounds`` finds each string (its quotes,
-    stepping over each backslash's escaped byte)."""
+    """The JSON text of each string of ``xs`` (quotes included) as a bytes array (numpy ``S``; shape (n,)):
+    :func:`_json_items` of one :func:`dumps_json` of the list."""
+    return _json_items(dumps_json(list(xs)), len(xs))
+
+
+def _json_items(raw: bytes, n: int) -> np.ndarray:
+    """Each of the ``n`` items of the flat JSON array ``raw`` (strings, numbers, nulls: orjson's text) as a bytes
+    array (numpy ``S``; shape (n,)), cut out where the compiled ``_cwaves.item_bounds`` finds them (a string to its
+    closing quote, stepping over each backslash's escaped byte; any other item to the comma after it).
+
+    Raises
+    ------
+    ValueError
+        ``raw`` is not such an array of ``n`` items.
+    """
     from schedsim.sim.loop import compiled_loop
 
-    if not xs:
+    if not n:
         return np.zeros(0, "S1")
-    raw = dumps_json(list(xs))
-    starts, ends = np.empty(len(xs), np.int64), np.empty(len(xs), np.int64)
-    compiled_loop().str_bounds(raw, starts, ends)
+    starts, ends = np.empty(n, np.int64), np.empty(n, np.int64)
+    compiled_loop().item_bounds(raw, starts, ends)
     return _cut(np.frombuffer(raw, np.uint8), starts, ends)
 
 

@@ -26,7 +26,7 @@
  * rule communicator-order's communicator-order edges, issue_times(...), rule host-issue's issue times from gpu_model's per-class tables,
  * rank_codes(...), rule hardware-queues's per-rank stream numbering, and stream_reached(...), when each op's stream reached
  * it (the preparation and post-pass of
- * schedsim.sim.waves_columns.run_waves_program); join_rows(pieces, n), cut(raw, starts, ends, out) and str_bounds(raw, starts,
+ * schedsim.sim.waves_columns.run_waves_program); join_rows(pieces, n), cut(raw, starts, ends, out) and item_bounds(raw, starts,
  * ends), the JSON text of trace.json's events (schedsim.report.chrome._rows_json, _cut and _json_strs), and
  * held_samples(val, keep), the samples its counters keep (_rate_samples), and overlaps(...) and merge_pieces(...),
  * the metrics' pieces and their overlaps (schedsim.sim.metrics._merged_by and _overlap_by). The package has no other form of any of them: their numpy or
@@ -822,7 +822,7 @@ static void loop(W *w) {
  * the identity, kmem, ktail, ktail_tau, kgain, kneed of one entry when every kernel has that value; 12: share's
  * optional link CSR, counts and firsts, for flows alone on their links; 13: issue_times' optional per-op call
  * extra (issue_sums removed); 14: run's optional halt argument after share, and its result -1 when it halted; 15:
- * join_rows, cut, str_bounds and held_samples, the trace writer's JSON text and counters, and overlaps and
+ * join_rows, cut, item_bounds and held_samples, the trace writer's JSON text and counters, and overlaps and
  * merge_pieces, the metrics' pieces). */
 #define LAYOUT 15
 /* Entries of the copy rate table: 3 engines x reverse engine busy x compute resident (gpu.rates.rate_tables) */
@@ -2283,13 +2283,14 @@ release:
     return result;
 }
 
-/* str_bounds(raw, starts, ends): where each string of a JSON array of n strings lies in its text raw (orjson's
- * ["...","...",...], no whitespace), starts[i] its opening quote and ends[i] one past its closing quote (n =
- * len(starts) = len(ends), writable int64): a scan that steps over each backslash's escaped byte, for
- * schedsim.report.chrome._json_strs (its numpy form, quotes after an even run of backslashes, is the test oracle
- * tests/oracle/chrome_text.py). Raises ValueError where raw is not such an array of n strings, TypeError for other
- * buffers. */
-static PyObject *str_bounds(PyObject *self, PyObject *args) {
+/* item_bounds(raw, starts, ends): where each item of a flat JSON array of n strings, numbers or nulls lies in its
+ * text raw (orjson's ["...",1.5,null,...], no whitespace), starts[i] its first byte (a string's opening quote) and
+ * ends[i] one past its last (n = len(starts) = len(ends), writable int64): a scan that steps over each backslash's
+ * escaped byte inside a string and ends any other item at the next comma or bracket, for
+ * schedsim.report.chrome._json_strs and _json_values (their numpy forms, quotes after an even run of backslashes
+ * and the array's commas, are the test oracle tests/oracle/chrome_text.py). Raises ValueError where raw is not
+ * such an array of n items, TypeError for other buffers. */
+static PyObject *item_bounds(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *o[3];
     if (!PyArg_ParseTuple(args, "OOO", &o[0], &o[1], &o[2])) return NULL;
@@ -2297,23 +2298,30 @@ static PyObject *str_bounds(PyObject *self, PyObject *args) {
     if (PyObject_GetBuffer(o[0], &raw, PyBUF_C_CONTIGUOUS) < 0) return NULL;
     int got = 0;
     for (; got < 2; got++)
-        if (int64_buffer(o[1 + got], &se[got], 1, "str_bounds: starts and ends") < 0) break;
+        if (int64_buffer(o[1 + got], &se[got], 1, "item_bounds: starts and ends") < 0) break;
     PyObject *result = NULL;
     if (got < 2) goto done;
     i64 n = se[0].len / 8, L = raw.len, p = 1;
     if (se[1].len / 8 != n) {
-        PyErr_SetString(PyExc_ValueError, "str_bounds: starts and ends of different lengths");
+        PyErr_SetString(PyExc_ValueError, "item_bounds: starts and ends of different lengths");
         goto done;
     }
     const unsigned char *r = raw.buf;
     i64 *s = se[0].buf, *e = se[1].buf;
     if (L < 2 || r[0] != '[') goto bad;
     for (i64 i = 0; i < n; i++) {
-        if (p >= L || r[p] != '"') goto bad;
-        s[i] = p++;
-        while (p < L && r[p] != '"') p += r[p] == '\\' ? 2 : 1;
         if (p >= L) goto bad;
-        e[i] = ++p;
+        s[i] = p;
+        if (r[p] == '"') { /* a string: to its closing quote */
+            p++;
+            while (p < L && r[p] != '"') p += r[p] == '\\' ? 2 : 1;
+            if (p >= L) goto bad;
+            p++;
+        } else { /* a number, null, true or false: to the comma or bracket after it */
+            while (p < L && r[p] != ',' && r[p] != ']' && r[p] != '"' && r[p] != '[' && r[p] != '{') p++;
+            if (p == s[i]) goto bad;
+        }
+        e[i] = p;
         if (p >= L || r[p] != (i + 1 < n ? ',' : ']')) goto bad;
         p++;
     }
@@ -2321,7 +2329,7 @@ static PyObject *str_bounds(PyObject *self, PyObject *args) {
     result = Py_NewRef(Py_None);
     goto done;
 bad:
-    PyErr_Format(PyExc_ValueError, "str_bounds: not a JSON array of %lld strings (at byte %lld)", (long long)n,
+    PyErr_Format(PyExc_ValueError, "item_bounds: not a flat JSON array of %lld items (at byte %lld)", (long long)n,
                  (long long)p);
 done:
     PyBuffer_Release(&raw);
@@ -2516,7 +2524,7 @@ static PyMethodDef methods[] = {
     {"issue_times", issue_times, METH_VARARGS, "issue_times(...) -> bool: rule host-issue from per-class tables (ranks ascending)."},
     {"fifo_edges", fifo_edges, METH_VARARGS, "fifo_edges(rank, comm, batch, out) -> edges (-1: ranks not ascending)."},
     {"join_rows", join_rows, METH_VARARGS, "join_rows(pieces, n) -> bytes: rows of JSON text (report.chrome._rows_json)."},
-    {"str_bounds", str_bounds, METH_VARARGS, "str_bounds(raw, starts, ends): the strings of a JSON array (report.chrome._json_strs)."},
+    {"item_bounds", item_bounds, METH_VARARGS, "item_bounds(raw, starts, ends): the items of a JSON array (report.chrome._json_strs)."},
     {"held_samples", held_samples, METH_VARARGS, "held_samples(val, keep) -> kept: a counter's samples that hold (report.chrome._rate_samples)."},
     {"overlaps", overlaps, METH_VARARGS, "overlaps(xg, x0, x1, yg, y0, y1, og, over) -> k: pieces' overlaps (sim.metrics._overlap_by)."},
     {"merge_pieces", merge_pieces, METH_VARARGS, "merge_pieces(group, start, end, runs, og, os, oe) -> k: pieces (sim.metrics._merged_by)."},

@@ -1,9 +1,10 @@
 """Oracle: :func:`schedsim.report.chrome._rows_json`, :func:`schedsim.report.chrome._cut` and
 :func:`schedsim.report.chrome._json_strs` as they were before the compiled ``_cwaves.join_rows``, ``_cwaves.cut`` and
-``_cwaves.str_bounds`` took them over: numpy forms, the rows' pieces laid side by side as the bytes of one matrix per
+``_cwaves.item_bounds`` took them over: numpy forms, the rows' pieces laid side by side as the bytes of one matrix per
 :data:`ROWS` rows whose NUL padding is then dropped, each piece cut out of a sliding window over the text, and the
 strings found by their quotes after an even run of backslashes (the 100k-op trace.json of ``overlap_gen.yaml``:
-~0.17 CPU s of ``_rows_json``, its ``bytes.replace`` and ``_cut``, ~0.07 of ``_json_strs``); and the Python loop
+~0.17 CPU s of ``_rows_json``, its ``bytes.replace`` and ``_cut``, ~0.07 of ``_json_strs``), and the numbers' texts
+found at the array's commas (:func:`json_values`); and the Python loop
 over a counter's samples of :func:`schedsim.report.chrome._rate_samples` that ``_cwaves.held_samples`` runs
 (:func:`held_samples`). The tests hold the package's forms equal to these, byte for byte."""
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["ROWS", "cut", "held_samples", "json_strs", "rows_json"]
+__all__ = ["ROWS", "cut", "held_samples", "json_strs", "json_values", "rows_json"]
 
 ROWS = 32_768  # rows of a columnar block joined at once: bounds the bytes held while joining
 
@@ -70,3 +71,17 @@ def held_samples(xs: list[float]) -> list[bool]:
         else:
             kept = x
     return keep
+
+
+def json_values(a: np.ndarray) -> np.ndarray:
+    """The JSON text of each value of the numeric array ``a`` (shape (n,)) as ``dumps_json`` writes it (NaN and
+    inf as ``null``), as a bytes array (numpy ``S``; shape (n,)): the items between the array's commas."""
+    from schedsim.sim.timeline import dumps_json
+
+    if not len(a):
+        return np.zeros(0, "S1")
+    raw = np.frombuffer(dumps_json(np.ascontiguousarray(a)), np.uint8)  # [v,v,...,v]
+    ends = np.flatnonzero((raw == ord(",")) | (raw == ord("]")))
+    starts = np.empty_like(ends)
+    starts[0], starts[1:] = 1, ends[:-1] + 1
+    return cut(raw, starts, ends)

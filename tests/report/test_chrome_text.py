@@ -104,20 +104,29 @@ def test_rows_of_the_wrong_length_or_type_are_refused():
 
 
 def test_string_texts_are_the_numpy_form_byte_for_byte():
-    """``_json_strs`` (the compiled ``_cwaves.str_bounds`` finding each string) against its numpy form
-    (tests/oracle/chrome_text.py) on strings of quotes, backslashes, commas, control and non-ASCII characters."""
+    """``_json_strs`` and ``_json_values`` (the compiled ``_cwaves.item_bounds`` finding each item) against their
+    numpy forms (tests/oracle/chrome_text.py): strings of quotes, backslashes, commas, brackets, control and
+    non-ASCII characters; floats of every magnitude, -0.0, NaN and inf (null), ints."""
     import pytest
 
     from schedsim.sim.loop import compiled_loop
-    from tests.oracle.chrome_text import json_strs
+    from tests.oracle.chrome_text import json_strs, json_values
 
     rng = random.Random(11)
     xs = ["".join(rng.choice('"\\,a\x00\n√[]') for _ in range(rng.randint(0, 9))) for _ in range(3000)]
     assert _json_strs(xs).tolist() == json_strs(xs).tolist()
     assert _json_strs(["only"]).tolist() == [b'"only"'] and _json_strs([]).tolist() == []
+    rng = np.random.default_rng(4)
+    xs = rng.standard_normal(5000) * 10.0 ** rng.integers(-30, 30, 5000)
+    xs[:6] = [-0.0, np.nan, np.inf, -np.inf, 1e300, 5e-324]
+    assert _json_values(xs).tolist() == json_values(xs).tolist()
+    ints = rng.integers(-2**62, 2**62, 3000)
+    assert _json_values(ints).tolist() == json_values(ints).tolist() and _json_values(ints[:0]).tolist() == []
     s, e = np.empty(2, np.int64), np.empty(2, np.int64)
-    with pytest.raises(ValueError, match="not a JSON array of 2 strings"):
-        compiled_loop().str_bounds(b'["a"]', s, e)
+    with pytest.raises(ValueError, match="not a flat JSON array of 2 items"):
+        compiled_loop().item_bounds(b'["a"]', s, e)
+    with pytest.raises(ValueError, match="not a flat JSON array of 2 items"):
+        compiled_loop().item_bounds(b'[1,[2]]', s, e)
 
 
 def test_counter_samples_held_as_the_python_loop_holds_them():
