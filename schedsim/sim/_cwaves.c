@@ -131,8 +131,9 @@ static hent heap_pop(heap_t *h) {
 /* ---- inputs (buffers owned by Python) and state --------------------------------------------------------- */
 typedef struct { /* one job: remaining solo work, rate, time of the last rate change; what it is */
     double rem, rate, last;
-    i64 type, key, sms, ver, seen; /* ver: seq of its latest heap entry (the others are stale); seen: settle's
-                                    * stamp, or the next free slot while on the free list */
+    i64 key, ver, seen; /* ver: seq of its latest heap entry (the others are stale); seen: settle's stamp, or the
+                         * next free slot while on the free list */
+    i32 type, sms, rank, pad; /* rank: a batch's or copy's (krank[key], read here instead: 64 bytes a job) */
 } job_t;
 
 typedef struct {
@@ -355,9 +356,10 @@ static void new_job(W *w, i64 typ, i64 key, i64 sms, double work, i64 r, double 
     }
     w->njobs++;
     job_t *jb = &w->job[j];
-    jb->type = typ;
+    jb->type = (i32)typ;
     jb->key = key;
-    jb->sms = sms;
+    jb->sms = (i32)sms;
+    jb->rank = (i32)r;
     jb->seen = -1;
     jb->rem = work;
     jb->rate = 0.0;
@@ -435,7 +437,7 @@ static double rate_of(W *w, i64 j) {
         }
         return rate;
     }
-    i64 k = w->job[j].key, r = w->krank[k];
+    i64 k = w->job[j].key, r = w->job[j].rank;
     if (typ == COPY) { /* gpu.rates.copy_rate's table: engine (0 h2d, 1 d2h, 2 d2d), reverse engine busy, compute */
         i64 e = w->ktype[k] - 2, rev = e == 0 ? 1 : e == 1 ? 0 : -1;
         i64 busy = rev >= 0 && w->cqhead[r * 3 + rev] >= 0; /* gpu.rates.REVERSE_ENGINE */
@@ -715,7 +717,7 @@ static void job_done(W *w, i64 j, double t) {
         for (i64 a = w->granks_ptr[g]; a < w->granks_ptr[g + 1]; a++) mark_toplace(w, w->granks_idx[a]);
         return;
     }
-    i64 k = key, r = w->krank[k];
+    i64 k = key, r = w->job[j].rank;
     run_remove(w, r, j);
     mark_dirty(w, r);
     if (typ == COPY) {
