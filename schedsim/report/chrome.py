@@ -403,9 +403,9 @@ class _Writer:
         tid = (tid0[inv] + sub).tolist()
         # an op id held by several rows (none in a simulated timeline) takes its last row's thread everywhere
         self.tid_row = tid if len(self.row_of) == len(ids) else [tid[self.row_of[i]] for i in ids]
-        pid = np.zeros(max(ranks) + 1 if ranks else 0, np.int64)  # rank -> process, looked up for every row at once
-        pid[ranks] = [self.pid_of[r] for r in ranks]
-        self.pid_row = pid[c.rank].tolist()
+        pid_by_rank = np.zeros(max(ranks) + 1 if ranks else 0, np.int64)  # looked up for every row at once
+        pid_by_rank[ranks] = [self.pid_of[r] for r in ranks]
+        self.pid_row = pid_by_rank[c.rank].tolist()
         self.lane_row = lane.tolist()
         dur = c.end_s - c.start_s
         self.out_us, self.in_us = _us_list(c.start_s + 0.05 * dur), _us_list(c.end_s - 0.05 * dur)
