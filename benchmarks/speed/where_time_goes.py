@@ -2,8 +2,9 @@
 
 Runs the stages of ``schedsim predict --no-gantt`` in this process, with the cyclic GC paused as the CLI
 does, and prints CPU seconds (``time.process_time``, this process only) and µs per op for each:
-load (YAML → spec), lower (op columns and DAG arrays, :func:`schedsim.lower.lower`), static checks on the
-arrays, simulate (the engine: the Program's columns → the compiled ``waves`` loop's arrays, the loop, the
+load (YAML → spec), lower and check (op columns and DAG arrays, :func:`schedsim.lower.lower`, with the static checks
+as ``predict`` runs them: a Program linked as rank 0's ops on every rank checks its forward dependencies alone),
+simulate (the engine: the Program's columns → the compiled ``waves`` loop's arrays, the loop, the
 timeline columns; no per-op objects), timeline columns (a no-op since the engine builds columns), metrics,
 timeline.json, and the teardown (freeing the per-op Python objects). With ``--profile`` it also prints the
 top functions by own time under cProfile (which inflates pure-Python code ~2×).
@@ -29,10 +30,8 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
 def stages(world: int, chunks: int) -> list[tuple[str, float]]:
-    from dataclasses import replace
-
     from schedsim.hardware.profile import load_profile
-    from schedsim.lower import check_program, lower
+    from schedsim.lower import lower
     from schedsim.sim.engine import simulate
     from schedsim.sim.metrics import compute_metrics
     from schedsim.spec.loader import load_schedule
@@ -51,10 +50,8 @@ def stages(world: int, chunks: int) -> list[tuple[str, float]]:
                          parse_overrides([f"world_size={world}", f"chunks={chunks}"]))
     prof = load_profile("h200")
     mark("load YAML → spec")
-    prog = lower(spec, check=False)
-    mark("lower (expand to op columns, link the DAG arrays)")
-    prog = replace(prog, warnings=prog.warnings + tuple(check_program(prog)), checked=True)
-    mark("static checks (on the arrays)")
+    prog = lower(spec)
+    mark("lower and check (op columns, the DAG arrays, the static checks as predict runs them)")
     tl = simulate(prog, prof)
     mark("simulate (Program columns → compiled loop → timeline columns)")
     tl.columns

@@ -308,10 +308,13 @@ def _intern_codes(interner: _Interner, col: Codes) -> np.ndarray:
     used = col.first_used()
     vals = col.values[used].tolist()
     tab = np.full(len(col.values), -1, I32)
+    if None not in vals:  # no None (a name column): every value, as it is
+        tab[used] = _intern_all(interner, vals)  # one lookup per value; fresh distinct ones none more
+        return tab[col.codes]
     at = [k for k, v in zip(used.tolist(), vals, strict=True) if v is not None]
     if at:
         vals = [v for v in vals if v is not None]
-        tab[at] = np.fromiter(map(_intern_new(interner, vals).__getitem__, vals), I32, len(vals))
+        tab[at] = _intern_all(interner, vals)
     return tab[col.codes]
 
 

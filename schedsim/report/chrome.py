@@ -93,59 +93,59 @@ def _us_array(a: np.ndarray) -> np.ndarray:
 
 def _json_values(a: np.ndarray) -> np.ndarray:
     """The JSON text of each value of the numeric array ``a`` (shape (n,)) as :func:`dumps_json` writes it
-    (NaN and inf as ``null``), as a bytes array (numpy ``S``; shape (n,))."""
-    if not len(a):
-        return np.zeros(0, "S1")
-    raw = np.frombuffer(dumps_json(np.ascontiguousarray(a)), np.uint8)  # [v,v,...,v]
-    ends = np.flatnonzero((raw == ord(",")) | (raw == ord("]")))
-    starts = np.empty_like(ends)
-    starts[0], starts[1:] = 1, ends[:-1] + 1
-    return _cut(raw, starts, ends)
+    (NaN and inf as ``null``), as a bytes array (numpy ``S``; shape (n,)): :func:`_json_items` of its array."""
+    return _json_items(dumps_json(np.ascontiguousarray(a)), len(a))
 
 
 def _json_strs(xs: list[str]) -> np.ndarray:
-    """The JSON text of each string of ``xs`` (quotes included) as a bytes array (numpy ``S``; shape (n,)), from
-    one :func:`dumps_json` of the list: the strings are between its quotes that do not follow an odd number of
-    backslashes (those that do are escaped, inside a string), the first of each pair opening one."""
-    if not xs:
+    """The JSON text of each string of ``xs`` (quotes included) as a bytes array (numpy ``S``; shape (n,)):
+    :func:`_json_items` of one :func:`dumps_json` of the list."""
+    return _json_items(dumps_json(list(xs)), len(xs))
+
+
+def _json_items(raw: bytes, n: int) -> np.ndarray:
+    """Each of the ``n`` items of the flat JSON array ``raw`` (strings, numbers, nulls: orjson's text) as a bytes
+    array (numpy ``S``; shape (n,)), cut out where the compiled ``_cwaves.item_bounds`` finds them (a string to its
+    closing quote, stepping over each backslash's escaped byte; any other item to the comma after it).
+
+    Raises
+    ------
+    ValueError
+        ``raw`` is not such an array of ``n`` items.
+    """
+    from schedsim.sim.loop import compiled_loop
+
+    if not n:
         return np.zeros(0, "S1")
-    raw = np.frombuffer(dumps_json(list(xs)), np.uint8)
-    pos = np.arange(len(raw))
-    last_other = np.maximum.accumulate(np.where(raw != ord("\\"), pos, -1))  # last byte not a backslash, to each
-    q = np.flatnonzero(raw == ord('"'))
-    q = q[(q - 1 - last_other[q - 1]) % 2 == 0]  # the raw[0] == "[": q >= 1
-    return _cut(raw, q[0::2], q[1::2] + 1)
+    starts, ends = np.empty(n, np.int64), np.empty(n, np.int64)
+    compiled_loop().item_bounds(raw, starts, ends)
+    return _cut(np.frombuffer(raw, np.uint8), starts, ends)
 
 
 def _cut(raw: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """The pieces ``raw[starts[i]:ends[i]]`` of ``raw`` (uint8) as a bytes array (numpy ``S``; shape (n,))."""
-    lens = ends - starts
-    w = max(int(lens.max()), 1)
-    m = np.lib.stride_tricks.sliding_window_view(np.concatenate([raw, np.zeros(w, np.uint8)]), w)[starts]
-    m *= np.arange(w, dtype=np.int32) < lens[:, None]  # the bytes past each piece's end: NUL
-    return m.view(f"S{w}").reshape(-1)
+    """The pieces ``raw[starts[i]:ends[i]]`` of ``raw`` (uint8) as a bytes array (numpy ``S`` as wide as the longest
+    piece, at least 1; shape (n,)), copied by the compiled ``_cwaves.cut``."""
+    from schedsim.sim.loop import compiled_loop
+
+    starts, ends = np.ascontiguousarray(starts, np.int64), np.ascontiguousarray(ends, np.int64)
+    out = np.zeros(len(starts), f"S{max(int((ends - starts).max()), 1) if len(starts) else 1}")
+    compiled_loop().cut(np.ascontiguousarray(raw, np.uint8), starts, ends, out)
+    return out
 
 
 _Piece = bytes | np.ndarray
-_ROWS = 32_768  # rows of a columnar block joined at once: bounds the bytes held while joining
 
 
 def _rows_json(pieces: list[_Piece], n: int) -> bytes:
     """``n`` JSON texts joined by commas, row ``i`` the concatenation of each piece's: a ``bytes`` piece is the
-    same in every row, an array piece (numpy ``S``, shape (n,)) gives each row its own (``b""``: nothing).
-    The pieces are laid side by side as the bytes of one matrix per ``_ROWS`` rows, whose NUL padding is then
-    dropped (JSON text holds no NUL byte: orjson writes it ``\u0000``)."""
-    out = []
-    for lo in range(0, n, _ROWS):
-        hi = min(n, lo + _ROWS)
-        cols = []
-        for p in [*pieces, b","]:
-            if isinstance(p, bytes):
-                cols.append(np.broadcast_to(np.frombuffer(p, np.uint8), (hi - lo, len(p))))
-            else:
-                cols.append(np.ascontiguousarray(p[lo:hi]).view(np.uint8).reshape(hi - lo, p.dtype.itemsize))
-        out.append(np.concatenate(cols, axis=1).tobytes().replace(b"\0", b""))
-    return b"".join(out)[:-1]
+    same in every row, an array piece (numpy ``S``, shape (n,)) gives each row its own (``b""``: nothing), without
+    its NUL padding (JSON text holds no NUL byte: orjson writes it ``\u0000``). Joined by the compiled
+    ``_cwaves.join_rows`` straight into the result (its length counted first), without a matrix of the rows."""
+    from schedsim.sim.loop import compiled_loop
+
+    if not n:
+        return b""
+    return compiled_loop().join_rows([p if isinstance(p, bytes) else np.ascontiguousarray(p) for p in pieces], n)
 
 
 def _where(mask: np.ndarray, text: np.ndarray | bytes) -> np.ndarray:
@@ -183,16 +183,12 @@ def _rate_samples(start: np.ndarray, end: np.ndarray, value: np.ndarray) -> tupl
     xs = val.tolist()
     if not (np.abs(val[1:] - val[:-1]) <= 1e-9 * np.maximum(1.0, np.abs(val[1:]))).any():
         return t, xs  # each differs from the one before: every one is kept
-    keep = [True] * len(val)
-    kept = None
-    for i, x in enumerate(xs):
-        if kept is not None and abs(kept - x) <= 1e-9 * max(1.0, abs(x)):
-            keep[i] = False  # unchanged: a counter sample holds until the next one
-        else:
-            kept = x
-    if all(keep):
+    from schedsim.sim.loop import compiled_loop
+
+    held = np.empty(len(val), bool)  # the loop over the samples, compiled (_cwaves.held_samples)
+    if compiled_loop().held_samples(np.ascontiguousarray(val, np.float64), held) == len(val):
         return t, xs
-    return t[np.asarray(keep, bool)], [x for x, k in zip(xs, keep, strict=True) if k]
+    return t[held], val[held].tolist()
 
 
 def _nesting_rows(spans: list[Span] | Timeline, tol_s: float = 5e-10, cols: SpanColumns | None = None) -> list[int]:
@@ -402,12 +398,14 @@ class _Writer:
                 self.events.append({"ph": "M", "name": "thread_sort_index", "pid": self.pid_of[r], "tid": tid,
                                     "args": {"sort_index": tid}})
         ids = c.id
-        self.row_of = {i: k for k, i in enumerate(ids)}
+        self.row_of = dict(zip(ids, range(len(ids)), strict=True))  # a repeated id: its last row
         self.row_ids = ids
         tid = (tid0[inv] + sub).tolist()
         # an op id held by several rows (none in a simulated timeline) takes its last row's thread everywhere
         self.tid_row = tid if len(self.row_of) == len(ids) else [tid[self.row_of[i]] for i in ids]
-        self.pid_row = [self.pid_of[r] for r in c.rank.tolist()]
+        pid_by_rank = np.zeros(max(ranks) + 1 if ranks else 0, np.int64)  # looked up for every row at once
+        pid_by_rank[ranks] = [self.pid_of[r] for r in ranks]
+        self.pid_row = pid_by_rank[c.rank].tolist()
         self.lane_row = lane.tolist()
         dur = c.end_s - c.start_s
         self.out_us, self.in_us = _us_list(c.start_s + 0.05 * dur), _us_list(c.end_s - 0.05 * dur)
@@ -703,12 +701,13 @@ def write_chrome_trace(path: str | Path, timelines: list[tuple[str, Timeline]], 
     written as they are; the others are serialised with :func:`~schedsim.io.dumps_json` (orjson) in chunks of
     ``_CHUNK``; all are streamed into the temporary file, so no single JSON string of the whole trace is built.
     """
-    with atomic_writer(path, "wb") as f:
+    with atomic_writer(path, "wb", digest=True) as f:  # in an output set: its digest as written, not read back
         f.write(b'{"traceEvents":[')
         sep = b""
         for part in _trace_parts(timelines, graph):
-            if isinstance(part, bytes):
-                f.write(sep + part)
+            if isinstance(part, bytes):  # a block of events as JSON text: written as it is, not copied after sep
+                f.write(sep)
+                f.write(part)
                 sep = b","
                 continue
             for i in range(0, len(part), _CHUNK):

@@ -26,13 +26,17 @@
  * rule communicator-order's communicator-order edges, issue_times(...), rule host-issue's issue times from gpu_model's per-class tables,
  * rank_codes(...), rule hardware-queues's per-rank stream numbering, and stream_reached(...), when each op's stream reached
  * it (the preparation and post-pass of
- * schedsim.sim.waves_columns.run_waves_program). The package has no other form of any of them: their numpy or
+ * schedsim.sim.waves_columns.run_waves_program); join_rows(pieces, n), cut(raw, starts, ends, out) and item_bounds(raw, starts,
+ * ends), the JSON text of trace.json's events (schedsim.report.chrome._rows_json, _cut and _json_strs), and
+ * held_samples(val, keep), the samples its counters keep (_rate_samples), and overlaps(...) and merge_pieces(...),
+ * the metrics' pieces and their overlaps (schedsim.sim.metrics._merged_by and _overlap_by). The package has no other form of any of them: their numpy or
  * Python forms are test oracles (tests/oracle/numpy_helpers.py).
  * Raises MemoryError, or what a Python signal handler raises while it runs (KeyboardInterrupt on Ctrl-C:
  * the handlers run every SIGNAL_EVERY + 1 events).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -129,8 +133,9 @@ static hent heap_pop(heap_t *h) {
 /* ---- inputs (buffers owned by Python) and state --------------------------------------------------------- */
 typedef struct { /* one job: remaining solo work, rate, time of the last rate change; what it is */
     double rem, rate, last;
-    i64 type, key, sms, ver, seen; /* ver: seq of its latest heap entry (the others are stale); seen: settle's
-                                    * stamp, or the next free slot while on the free list */
+    i64 key, ver, seen; /* ver: seq of its latest heap entry (the others are stale); seen: settle's stamp, or the
+                         * next free slot while on the free list */
+    i32 type, sms, rank, pad; /* rank: a batch's or copy's (krank[key], read here instead: 64 bytes a job) */
 } job_t;
 
 typedef struct {
@@ -365,9 +370,10 @@ static void new_job(W *w, i64 typ, i64 key, i64 sms, double work, i64 r, double 
     }
     w->njobs++;
     job_t *jb = &w->job[j];
-    jb->type = typ;
+    jb->type = (i32)typ;
     jb->key = key;
-    jb->sms = sms;
+    jb->sms = (i32)sms;
+    jb->rank = (i32)r;
     jb->seen = -1;
     jb->rem = work;
     jb->rate = 0.0;
@@ -445,7 +451,7 @@ static double rate_of(W *w, i64 j) {
         }
         return rate;
     }
-    i64 k = w->job[j].key, r = w->krank[k];
+    i64 k = w->job[j].key, r = w->job[j].rank;
     if (typ == COPY) { /* gpu.rates.copy_rate's table: engine (0 h2d, 1 d2h, 2 d2d), reverse engine busy, compute */
         i64 e = w->ktype[k] - 2, rev = e == 0 ? 1 : e == 1 ? 0 : -1;
         i64 busy = rev >= 0 && w->cqhead[r * 3 + rev] >= 0; /* gpu.rates.REVERSE_ENGINE */
@@ -725,7 +731,7 @@ static void job_done(W *w, i64 j, double t) {
         for (i64 a = w->granks_ptr[g]; a < w->granks_ptr[g + 1]; a++) mark_toplace(w, w->granks_idx[a]);
         return;
     }
-    i64 k = key, r = w->krank[k];
+    i64 k = key, r = w->job[j].rank;
     run_remove(w, r, j);
     mark_dirty(w, r);
     if (typ == COPY) {
@@ -831,8 +837,10 @@ static void loop(W *w) {
  * share argument, the shared links; 11: run's and stream_reached's compact forms: kern, kops_ptr, kops_idx empty for
  * the identity, kmem, ktail, ktail_tau, kgain, kneed of one entry when every kernel has that value; 12: share's
  * optional link CSR, counts and firsts, for flows alone on their links; 13: issue_times' optional per-op call
- * extra (issue_sums removed); 14: run's optional halt argument after share, and its result -1 when it halted). */
-#define LAYOUT 14
+ * extra (issue_sums removed); 14: run's optional halt argument after share, and its result -1 when it halted; 15:
+ * join_rows, cut, item_bounds and held_samples, the trace writer's JSON text and counters, and overlaps and
+ * merge_pieces, the metrics' pieces). */
+#define LAYOUT 15
 /* Entries of the copy rate table: 3 engines x reverse engine busy x compute resident (gpu.rates.rate_tables) */
 #define COPY_TAB 12
 /* Each buffer's type, in argument order: d float64, i int32 (see the struct's fields and run()'s unpacking) */
@@ -2155,6 +2163,370 @@ done:
     return result;
 }
 
+/* ---- join_rows(pieces, n) and cut(raw, starts, ends, out): the trace writer's JSON text ------------------ */
+/* An item of a fixed-width bytes buffer (numpy S) without its NUL padding, numpy's value of it */
+static inline i64 item_len(const char *p, i64 w) {
+    while (w && !p[w - 1]) w--;
+    return w;
+}
+
+/* join_rows(pieces, n) -> bytes: n rows joined by commas, row i the concatenation of each piece's: a bytes piece
+ * is the same in every row; any other piece is a C-contiguous buffer of n fixed-width bytes items (numpy S, shape
+ * (n,)) giving row i its item i without the NUL padding (b"": nothing). The writer's JSON text holds no NUL byte
+ * (orjson writes it \u0000), so this is the text the rows' bytes give with every NUL dropped: the form of
+ * schedsim.report.chrome._rows_json (its numpy form, one matrix of the rows' bytes per block of rows, is the test
+ * oracle tests/oracle/chrome_text.py). Two passes (the length, then the bytes): no buffer larger than the result.
+ * Raises TypeError for a piece that is neither, ValueError for a buffer of another length than n, MemoryError. */
+static PyObject *join_rows(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *pieces;
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "On", &pieces, &n)) return NULL;
+    PyObject *seq = PySequence_Fast(pieces, "join_rows: pieces must be a sequence");
+    if (!seq) return NULL;
+    Py_ssize_t np_ = PySequence_Fast_GET_SIZE(seq);
+    Py_buffer *b = calloc((size_t)np_ + 1, sizeof(Py_buffer));
+    char *isarr = calloc((size_t)np_ + 1, 1);
+    PyObject *result = NULL;
+    Py_ssize_t got = 0;
+    if (!b || !isarr) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (n < 0) {
+        PyErr_SetString(PyExc_ValueError, "join_rows: n must be >= 0");
+        goto done;
+    }
+    i64 fixed = 0; /* the bytes every row has: the constant pieces' and the comma */
+    for (; got < np_; got++) {
+        PyObject *o = PySequence_Fast_GET_ITEM(seq, got);
+        if (PyBytes_Check(o)) {
+            if (PyObject_GetBuffer(o, &b[got], PyBUF_SIMPLE) < 0) goto done;
+            fixed += b[got].len;
+            continue;
+        }
+        if (PyObject_GetBuffer(o, &b[got], PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) goto done;
+        isarr[got] = 1;
+        const char *f = b[got].format ? b[got].format : "B";
+        size_t fl = strlen(f);
+        if (b[got].ndim != 1 || !fl || f[fl - 1] != 's') {
+            got++;
+            PyErr_SetString(PyExc_TypeError, "join_rows: a piece must be bytes or a 1-d fixed-width bytes array");
+            goto done;
+        }
+        if (b[got].shape[0] != n) {
+            got++;
+            PyErr_Format(PyExc_ValueError, "join_rows: a piece of %zd items, not n = %zd", b[got - 1].shape[0], n);
+            goto done;
+        }
+    }
+    i64 total = n ? n * (fixed + 1) - 1 : 0;
+    for (Py_ssize_t k = 0; k < np_; k++) {
+        if (!isarr[k]) continue;
+        i64 w = b[k].itemsize;
+        const char *p = b[k].buf;
+        for (i64 i = 0; i < n; i++) total += item_len(p + i * w, w);
+    }
+    result = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
+    if (!result) goto done;
+    char *out = PyBytes_AS_STRING(result);
+    for (i64 i = 0; i < n; i++) {
+        if (i) *out++ = ',';
+        for (Py_ssize_t k = 0; k < np_; k++) {
+            if (!isarr[k]) {
+                memcpy(out, b[k].buf, (size_t)b[k].len);
+                out += b[k].len;
+                continue;
+            }
+            i64 w = b[k].itemsize;
+            const char *p = (const char *)b[k].buf + i * w;
+            i64 L = item_len(p, w);
+            memcpy(out, p, (size_t)L);
+            out += L;
+        }
+    }
+done:
+    for (Py_ssize_t k = 0; k < got; k++) PyBuffer_Release(&b[k]);
+    free(b);
+    free(isarr);
+    Py_DECREF(seq);
+    return result;
+}
+
+/* cut(raw, starts, ends, out): out[i] = raw[starts[i]:ends[i]] for every i, out a writable C-contiguous buffer of
+ * len(starts) fixed-width bytes items (numpy S of width >= every piece's length, zeroed: the rest of each item stays
+ * NUL), raw bytes (uint8), starts and ends int64 of one length: schedsim.report.chrome._cut (its numpy form, a
+ * sliding window per piece, is the test oracle tests/oracle/chrome_text.py). Raises TypeError for other buffers,
+ * ValueError for a piece outside raw or longer than out's items, or lengths that differ. */
+static PyObject *cut(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *o[4];
+    if (!PyArg_ParseTuple(args, "OOOO", &o[0], &o[1], &o[2], &o[3])) return NULL;
+    Py_buffer raw, se[2], out;
+    if (PyObject_GetBuffer(o[0], &raw, PyBUF_C_CONTIGUOUS) < 0) return NULL;
+    if (int64_buffer(o[1], &se[0], 0, "cut: starts and ends") < 0) {
+        PyBuffer_Release(&raw);
+        return NULL;
+    }
+    if (int64_buffer(o[2], &se[1], 0, "cut: starts and ends") < 0) {
+        PyBuffer_Release(&raw);
+        PyBuffer_Release(&se[0]);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    if (PyObject_GetBuffer(o[3], &out, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE | PyBUF_FORMAT) < 0) goto release;
+    i64 n = se[0].len / 8, w = out.itemsize;
+    if (se[1].len / 8 != n || out.len != n * w) {
+        PyErr_SetString(PyExc_ValueError, "cut: starts, ends and out of different lengths");
+        goto done;
+    }
+    const i64 *s = se[0].buf, *e = se[1].buf;
+    for (i64 i = 0; i < n; i++)
+        if (s[i] < 0 || e[i] < s[i] || e[i] > raw.len || e[i] - s[i] > w) {
+            PyErr_Format(PyExc_ValueError, "cut: piece %lld (%lld:%lld) outside the %zd bytes or wider than %lld",
+                         (long long)i, (long long)s[i], (long long)e[i], raw.len, (long long)w);
+            goto done;
+        }
+    char *dst = out.buf;
+    const char *src = raw.buf;
+    for (i64 i = 0; i < n; i++) memcpy(dst + i * w, src + s[i], (size_t)(e[i] - s[i]));
+    result = Py_NewRef(Py_None);
+done:
+    PyBuffer_Release(&out);
+release:
+    PyBuffer_Release(&raw);
+    PyBuffer_Release(&se[0]);
+    PyBuffer_Release(&se[1]);
+    return result;
+}
+
+/* item_bounds(raw, starts, ends): where each item of a flat JSON array of n strings, numbers or nulls lies in its
+ * text raw (orjson's ["...",1.5,null,...], no whitespace), starts[i] its first byte (a string's opening quote) and
+ * ends[i] one past its last (n = len(starts) = len(ends), writable int64): a scan that steps over each backslash's
+ * escaped byte inside a string and ends any other item at the next comma or bracket, for
+ * schedsim.report.chrome._json_strs and _json_values (their numpy forms, quotes after an even run of backslashes
+ * and the array's commas, are the test oracle tests/oracle/chrome_text.py). Raises ValueError where raw is not
+ * such an array of n items, TypeError for other buffers. */
+static PyObject *item_bounds(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *o[3];
+    if (!PyArg_ParseTuple(args, "OOO", &o[0], &o[1], &o[2])) return NULL;
+    Py_buffer raw, se[2];
+    if (PyObject_GetBuffer(o[0], &raw, PyBUF_C_CONTIGUOUS) < 0) return NULL;
+    int got = 0;
+    for (; got < 2; got++)
+        if (int64_buffer(o[1 + got], &se[got], 1, "item_bounds: starts and ends") < 0) break;
+    PyObject *result = NULL;
+    if (got < 2) goto done;
+    i64 n = se[0].len / 8, L = raw.len, p = 1;
+    if (se[1].len / 8 != n) {
+        PyErr_SetString(PyExc_ValueError, "item_bounds: starts and ends of different lengths");
+        goto done;
+    }
+    const unsigned char *r = raw.buf;
+    i64 *s = se[0].buf, *e = se[1].buf;
+    if (L < 2 || r[0] != '[') goto bad;
+    for (i64 i = 0; i < n; i++) {
+        if (p >= L) goto bad;
+        s[i] = p;
+        if (r[p] == '"') { /* a string: to its closing quote */
+            p++;
+            while (p < L && r[p] != '"') p += r[p] == '\\' ? 2 : 1;
+            if (p >= L) goto bad;
+            p++;
+        } else { /* a number, null, true or false: to the comma or bracket after it */
+            while (p < L && r[p] != ',' && r[p] != ']' && r[p] != '"' && r[p] != '[' && r[p] != '{') p++;
+            if (p == s[i]) goto bad;
+        }
+        e[i] = p;
+        if (p >= L || r[p] != (i + 1 < n ? ',' : ']')) goto bad;
+        p++;
+    }
+    if (p != L && !(n == 0 && L == 2 && r[1] == ']')) goto bad;
+    result = Py_NewRef(Py_None);
+    goto done;
+bad:
+    PyErr_Format(PyExc_ValueError, "item_bounds: not a flat JSON array of %lld items (at byte %lld)", (long long)n,
+                 (long long)p);
+done:
+    PyBuffer_Release(&raw);
+    for (int k = 0; k < got; k++) PyBuffer_Release(&se[k]);
+    return result;
+}
+
+/* held_samples(val, keep) -> kept: a counter's samples that hold (schedsim.report.chrome._rate_samples): keep[i] = 1
+ * where val[i] is not within 1e-9 (relative: |kept - x| <= 1e-9 * max(1, |x|), Python's max) of the last value
+ * kept, the first always kept; val float64, keep writable uint8 (bool) of one length. The loop of the Python form
+ * (the test oracle tests/oracle/chrome_text.py), statement for statement: the same IEEE operations (built with
+ * -ffp-contract=off), so the same samples. Raises TypeError for other buffers, ValueError for lengths that
+ * differ. */
+static PyObject *held_samples(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *o[2];
+    if (!PyArg_ParseTuple(args, "OO", &o[0], &o[1])) return NULL;
+    Py_buffer vb, kb;
+    if (typed_buffer(o[0], &vb, "d", 8, 0, "held_samples: val must be a float64 array") < 0) return NULL;
+    if (typed_buffer(o[1], &kb, "?", 1, 1, "held_samples: keep must be a writable bool array") < 0) {
+        PyBuffer_Release(&vb);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    i64 n = vb.len / 8, kept_n = 0;
+    if (kb.len != n) {
+        PyErr_SetString(PyExc_ValueError, "held_samples: val and keep of different lengths");
+    } else {
+        const double *v = vb.buf;
+        char *k = kb.buf;
+        double kept = 0.0;
+        for (i64 i = 0; i < n; i++) {
+            double x = v[i], ax = fabs(x);
+            if (i && fabs(kept - x) <= 1e-9 * (ax > 1.0 ? ax : 1.0)) {
+                k[i] = 0; /* unchanged: a counter sample holds until the next one */
+            } else {
+                k[i] = 1;
+                kept = x;
+                kept_n++;
+            }
+        }
+        result = PyLong_FromLongLong(kept_n);
+    }
+    PyBuffer_Release(&vb);
+    PyBuffer_Release(&kb);
+    return result;
+}
+
+/* overlaps(xg, x0, x1, yg, y0, y1, og, over) -> k: every overlap of a piece of x with a piece of y of its group,
+ * for schedsim.sim.metrics._overlap_by: x and y pieces each sorted by group (int64, ascending) and, within one, by
+ * start, disjoint and apart (schedsim.sim.metrics._merged_by's pieces: each starts after the one before ends), so
+ * that a sweep finds, per x piece in order, the y pieces of its group with y1 > x0 and y0 < x1 in order (the pairs
+ * its numpy form finds by two searches of each group's starts and ends, the test oracle
+ * tests/oracle/merged_pieces.py), and writes those whose overlap min(x1, y1) - max(x0, y0) is positive: og[k] the
+ * group, over[k] the overlap (float64; og and over writable, len(x) + len(y) long at least: the pairs of one group's
+ * sweep are at most its pieces of both less one). Raises TypeError for other buffers, ValueError for lengths that
+ * differ or outputs too short. */
+static PyObject *overlaps(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *o[8];
+    if (!PyArg_ParseTuple(args, "OOOOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7])) return NULL;
+    Py_buffer b[8];
+    int got = 0;
+    for (; got < 8; got++) {
+        int is_group = got == 0 || got == 3 || got == 6, w = got >= 6;
+        int bad = is_group ? int64_buffer(o[got], &b[got], w, "overlaps: int64 groups, float64 times")
+                           : typed_buffer(o[got], &b[got], "d", 8, w, "overlaps: int64 groups, float64 times");
+        if (bad < 0) break;
+    }
+    PyObject *result = NULL;
+    if (got < 8) goto done;
+    i64 nx = b[0].len / 8, ny = b[3].len / 8;
+    if (b[1].len / 8 != nx || b[2].len / 8 != nx || b[4].len / 8 != ny || b[5].len / 8 != ny ||
+        b[6].len / 8 < nx + ny || b[7].len / 8 < nx + ny) {
+        PyErr_SetString(PyExc_ValueError, "overlaps: lengths differ, or og and over shorter than len(x) + len(y)");
+        goto done;
+    }
+    const i64 *xg = b[0].buf, *yg = b[3].buf;
+    const double *x0 = b[1].buf, *x1 = b[2].buf, *y0 = b[4].buf, *y1 = b[5].buf;
+    i64 *og = b[6].buf;
+    double *ov = b[7].buf;
+    i64 k = 0, lo = 0, hi = 0, cap = nx + ny;
+    for (i64 i = 0; i < nx; i++) {
+        i64 g = xg[i];
+        if (!i || g != xg[i - 1]) { /* a new group: both searches start at its first y piece */
+            while (lo < ny && yg[lo] < g) lo++;
+            hi = lo;
+        }
+        while (lo < ny && yg[lo] == g && !(y1[lo] > x0[i])) lo++; /* searchsorted(y1, x0, "right") */
+        if (hi < lo) hi = lo;
+        while (hi < ny && yg[hi] == g && y0[hi] < x1[i]) hi++; /* searchsorted(y0, x1, "left") */
+        for (i64 j = lo; j < hi; j++) {
+            double a = x1[i] < y1[j] ? x1[i] : y1[j], c = x0[i] > y0[j] ? x0[i] : y0[j], d = a - c;
+            if (d > 0.0) {
+                if (k == cap) {
+                    PyErr_SetString(PyExc_ValueError, "overlaps: pieces not sorted and apart");
+                    goto done;
+                }
+                og[k] = g;
+                ov[k++] = d;
+            }
+        }
+    }
+    result = PyLong_FromLongLong(k);
+done:
+    for (int a = 0; a < got; a++) PyBuffer_Release(&b[a]);
+    return result;
+}
+
+/* merge_pieces(group, start, end, runs, og, os, oe) -> k: the pieces of every group's intervals, for
+ * schedsim.sim.metrics._merged_by: the intervals (group int64, start and end float64, of one length n) come as
+ * the runs runs[r]:runs[r + 1] (int64, runs[0] = 0, the last n), each sorted by group (ascending) and, within
+ * one, by start; they are taken in (group, start) order across the runs (a tie: the earlier run first; a merge of
+ * the runs, not a sort), empty ones (not end > start: NaN too) left out, and a piece opens at each interval of a
+ * new group or that starts after the running maximum of its group's ends so far, and ends at that maximum when the
+ * next opens. og[k], os[k], oe[k] (writable, n long at least): each piece's group, start and end, selections of the
+ * values (no arithmetic). Its numpy form, a running maximum over (group, end) pairs, is in the package's history
+ * (tests/oracle/merged_pieces.py holds the loop before it); the tests compare the two. Raises TypeError for other
+ * buffers, ValueError for lengths that differ or runs that do not cover 0..n. */
+static PyObject *merge_pieces(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *o[7];
+    if (!PyArg_ParseTuple(args, "OOOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6])) return NULL;
+    Py_buffer b[7];
+    int got = 0;
+    for (; got < 7; got++) {
+        int is_int = got == 0 || got == 3 || got == 4, w = got >= 4;
+        int bad = is_int ? int64_buffer(o[got], &b[got], w, "merge_pieces: int64 group, runs and og, float64 times")
+                         : typed_buffer(o[got], &b[got], "d", 8, w, "merge_pieces: int64 group, runs and og, float64 times");
+        if (bad < 0) break;
+    }
+    PyObject *result = NULL;
+    if (got < 7) goto done;
+    i64 n = b[0].len / 8, nr = b[3].len / 8 - 1;
+    const i64 *g = b[0].buf, *runs = b[3].buf;
+    const double *st = b[1].buf, *en = b[2].buf;
+    if (b[1].len / 8 != n || b[2].len / 8 != n || b[4].len / 8 < n || b[5].len / 8 < n || b[6].len / 8 < n ||
+        nr < 1 || nr > 64 || runs[0] != 0 || runs[nr] != n) {
+        PyErr_SetString(PyExc_ValueError, "merge_pieces: lengths differ, or runs do not cover 0..n (1 to 64 runs)");
+        goto done;
+    }
+    i64 pos[64];
+    for (i64 r = 0; r < nr; r++) {
+        if (runs[r + 1] < runs[r]) {
+            PyErr_SetString(PyExc_ValueError, "merge_pieces: runs must ascend");
+            goto done;
+        }
+        pos[r] = runs[r];
+    }
+    i64 *og = b[4].buf, k = 0;
+    double *os = b[5].buf, *oe = b[6].buf, reach = 0.0;
+    for (;;) {
+        i64 i = -1;
+        for (i64 r = 0; r < nr; r++) { /* the smallest (group, start) of the runs' heads; a tie: the earlier run */
+            i64 q = pos[r];
+            if (q < runs[r + 1] && (i < 0 || g[q] < g[i] || (g[q] == g[i] && st[q] < st[i]))) i = q;
+        }
+        if (i < 0) break;
+        for (i64 r = 0; r < nr; r++)
+            if (pos[r] == i) {
+                pos[r]++;
+                break;
+            }
+        if (!(en[i] > st[i])) continue;
+        if (!k || g[i] != og[k - 1] || st[i] > reach) {
+            if (k) oe[k - 1] = reach;
+            og[k] = g[i];
+            os[k++] = st[i];
+            reach = en[i];
+        } else if (en[i] > reach) {
+            reach = en[i];
+        }
+    }
+    if (k) oe[k - 1] = reach;
+    result = PyLong_FromLongLong(k);
+done:
+    for (int a = 0; a < got; a++) PyBuffer_Release(&b[a]);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"run", run, METH_VARARGS, "Run the waves event loop on flat arrays (schedsim.sim.waves_columns.run_waves_program)."},
     {"walk", walk, METH_VARARGS, "walk(binding, ogrp, i, out) -> n: the critical path from op i, last op first."},
@@ -2168,6 +2540,12 @@ static PyMethodDef methods[] = {
     {"rank_codes", rank_codes, METH_VARARGS, "rank_codes(rank, key, out) -> bool: keys numbered per rank (ranks ascending)."},
     {"issue_times", issue_times, METH_VARARGS, "issue_times(...) -> bool: rule host-issue from per-class tables (ranks ascending)."},
     {"fifo_edges", fifo_edges, METH_VARARGS, "fifo_edges(rank, comm, batch, out) -> edges (-1: ranks not ascending)."},
+    {"join_rows", join_rows, METH_VARARGS, "join_rows(pieces, n) -> bytes: rows of JSON text (report.chrome._rows_json)."},
+    {"item_bounds", item_bounds, METH_VARARGS, "item_bounds(raw, starts, ends): the items of a JSON array (report.chrome._json_strs)."},
+    {"held_samples", held_samples, METH_VARARGS, "held_samples(val, keep) -> kept: a counter's samples that hold (report.chrome._rate_samples)."},
+    {"overlaps", overlaps, METH_VARARGS, "overlaps(xg, x0, x1, yg, y0, y1, og, over) -> k: pieces' overlaps (sim.metrics._overlap_by)."},
+    {"merge_pieces", merge_pieces, METH_VARARGS, "merge_pieces(group, start, end, runs, og, os, oe) -> k: pieces (sim.metrics._merged_by)."},
+    {"cut", cut, METH_VARARGS, "cut(raw, starts, ends, out): out[i] = raw[starts[i]:ends[i]] (report.chrome._cut)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from schedsim.arrays import (  # re-exported
     intersect_length,
@@ -558,10 +558,10 @@ def _compute(tl: Timeline, classes: Sequence[int] | np.ndarray | None = None) ->
     # the union of all three: of their pieces (the same pieces as of the intervals themselves), each rank's
     # comp, comm and copy pieces in that order sorted by start (stable)
     ag, as_, ae = (np.concatenate(x) for x in zip(comp, comm, copy, strict=True))
+    runs = np.cumsum([0, len(comp[0]), len(comm[0]), len(copy[0])])  # each sorted by (rank, start): merged
     del comp, comm, copy
-    o = np.argsort(_pairs(ag, as_), kind="stable")
-    ug, us, ue = _merged_by(ag[o], as_[o], ae[o])
-    del ag, as_, ae, o
+    ug, us, ue = _merged_by(ag, as_, ae, runs.tolist())
+    del ag, as_, ae
     busy = _sums_by(ug, ue - us, nr)
     p = present if classes is None else np.asarray(classes, np.int64)  # a symmetric run: each rank's representative
     lc_p, ov_p, lcp_p, ovc_p = lc[p], ov[p], lcp[p], np.where(lcp[p] > 0, ovc[p], 0.0)
@@ -593,31 +593,23 @@ def _compute(tl: Timeline, classes: Sequence[int] | np.ndarray | None = None) ->
                    copy_overlap_ratio=tot_copy_ov / tot_copy if tot_copy > 0 else None)
 
 
-def _merged_by(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`merged` of every group at once: ``(group, start, end)`` of the pieces, for intervals already
-    sorted by group (ascending, contiguous) and, within one, by start. The same floats as :func:`merged` of
-    each group's slice (selections of its values and of their running maximum, no arithmetic)."""
+def _merged_by(group: np.ndarray, start: np.ndarray, end: np.ndarray, runs: Sequence[int] | None = None
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`merged` of every group at once: ``(group, start, end)`` of the pieces (int64, float64, float64), for
+    intervals already sorted by group (ascending, contiguous) and, within one, by start; or, with ``runs`` (the
+    bounds ``0, .., len(start)`` of runs each so sorted), of the runs merged in (group, start) order. The same
+    floats as :func:`merged` of each group's slice (selections of its values and of their running maximum, no
+    arithmetic), by one compiled pass (``_cwaves.merge_pieces``)."""
     import numpy as np
 
-    keep = end > start
-    if not keep.all():
-        group, start, end = group[keep], start[keep], end[keep]
+    from schedsim.sim.loop import compiled_loop
+
     n = len(start)
-    if n == 0:
-        return group, start, end
-    new = np.empty(n, dtype=bool)
-    new[0] = True
-    np.not_equal(group[1:], group[:-1], out=new[1:])
-    # the running maximum of the ends within each group: the ends themselves where they ascend (one stream's
-    # ops), else that of the (group, end) pairs, which numpy orders lexicographically as complex numbers: with
-    # the groups ascending, a group's own ends (every group at once, no loop over them)
-    reach = end
-    if bool(((end[1:] < end[:-1]) & ~new[1:]).any()):
-        reach = np.maximum.accumulate(_pairs(group, end)).imag.copy()
-    opens = new.copy()
-    opens[1:] |= start[1:] > reach[:-1]
-    first = np.flatnonzero(opens)
-    return group[first], start[first], reach[np.append(first[1:] - 1, n - 1)]
+    og, os_, oe = np.empty(n, np.int64), np.empty(n, np.float64), np.empty(n, np.float64)
+    k = compiled_loop().merge_pieces(np.ascontiguousarray(group, np.int64), np.ascontiguousarray(start, np.float64),
+                                     np.ascontiguousarray(end, np.float64),
+                                     np.asarray([0, n] if runs is None else runs, np.int64), og, os_, oe)
+    return og[:k], os_[:k], oe[:k]
 
 
 def _sums_by(group: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
@@ -650,37 +642,20 @@ def _pairs(group: np.ndarray, value: np.ndarray) -> np.ndarray:
     return k
 
 
-def _local_search(yg: np.ndarray, yv: np.ndarray, xg: np.ndarray, xv: np.ndarray,
-                  side: Literal["left", "right"]) -> np.ndarray:
-    """Per query ``(xg, xv)``, ``np.searchsorted(yv[group xg's slice], xv, side)``, for ``yv`` sorted within
-    each group and ``yg`` ascending: one search of the (group, value) pairs (:func:`_pairs`)."""
-    import numpy as np
-
-    if not len(xv):
-        return np.zeros(0, np.int64)
-    found: np.ndarray = np.searchsorted(_pairs(yg, yv), _pairs(xg, xv), side)
-    return found - np.searchsorted(yg, xg, side="left")
-
-
 def _overlap_by(x: tuple[np.ndarray, np.ndarray, np.ndarray], y: tuple[np.ndarray, np.ndarray, np.ndarray],
                 n: int) -> np.ndarray:
     """Per group 0 .. n-1, :func:`pieces_intersection` of its pieces of ``x`` and of ``y`` (each ``(group,
-    start, end)`` from :func:`_merged_by`), every group at once: the same overlapping pairs in the same order,
-    summed as it sums them (:func:`_sums_by`)."""
+    start, end)`` from :func:`_merged_by`), every group at once: the same overlapping pairs in the same order
+    (one sweep over both, the compiled ``_cwaves.overlaps``), summed as it sums them (:func:`_sums_by`)."""
     import numpy as np
+
+    from schedsim.sim.loop import compiled_loop
 
     (xg, x0, x1), (yg, y0, y1) = x, y
     if not len(x0) or not len(y0):
         return np.zeros(n, np.float64)
-    ybase = np.searchsorted(yg, xg, side="left")
-    lo = _local_search(yg, y1, xg, x0, "right")
-    hi = _local_search(yg, y0, xg, x1, "left")
-    counts = np.maximum(hi - lo, 0)
-    total = int(counts.sum())
-    if total == 0:
-        return np.zeros(n, np.float64)
-    xi = np.repeat(np.arange(len(x0)), counts)
-    yi = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts) + np.repeat(lo + ybase, counts)
-    over = np.minimum(x1[xi], y1[yi]) - np.maximum(x0[xi], y0[yi])
-    pos = over > 0
-    return _sums_by(xg[xi][pos], over[pos], n)
+    og, over = np.empty(len(x0) + len(y0), np.int64), np.empty(len(x0) + len(y0), np.float64)
+    f64 = [np.ascontiguousarray(a, np.float64) for a in (x0, x1, y0, y1)]
+    k = compiled_loop().overlaps(np.ascontiguousarray(xg, np.int64), f64[0], f64[1], np.ascontiguousarray(yg, np.int64),
+                                 f64[2], f64[3], og, over)
+    return _sums_by(og[:k], over[:k], n)

@@ -67,3 +67,79 @@ def test_file_is_the_trace_dict(tmp_path):
     tl = Timeline("t", "predict", 3, spans=spans)
     write_chrome_trace(tmp_path / "trace.json", [("p", tl)])
     assert json.loads((tmp_path / "trace.json").read_bytes()) == json.loads(json.dumps(chrome_trace([("p", tl)])))
+
+
+def test_rows_and_pieces_are_the_numpy_forms_byte_for_byte():
+    """The compiled join and cut (``_cwaves.join_rows``, ``_cwaves.cut``) against their numpy forms
+    (tests/oracle/chrome_text.py): pieces of random widths, empty items, more rows than the oracle's block."""
+    from schedsim.report.chrome import _cut
+    from tests.oracle.chrome_text import ROWS, cut, rows_json
+
+    rng = np.random.default_rng(7)
+    n = ROWS + 1000
+    alphabet = np.frombuffer(b'0123456789.-e,"{}:ab', np.uint8)
+    raw = alphabet[rng.integers(0, len(alphabet), 40 * n)]
+    starts = np.sort(rng.integers(0, len(raw) - 30, n))
+    ends = starts + rng.integers(0, 30, n)
+    ends[:3] = starts[:3]  # empty pieces
+    a = _cut(raw, starts, ends)
+    assert a.dtype == cut(raw, starts, ends).dtype and a.tolist() == cut(raw, starts, ends).tolist()
+    b = _cut(raw, ends - 1, ends)  # one byte each: S1
+    pieces = [b'{"x":', a, b",", b, b"", np.where(rng.random(n) < 0.5, a, b""), b"}"]
+    assert _rows_json(pieces, n) == rows_json(pieces, n)
+    assert _rows_json([b"[", a[:5], b"]"], 5) == rows_json([b"[", a[:5], b"]"], 5)
+    assert _rows_json([b"only"], 4) == b"only,only,only,only" and _rows_json([a[:0]], 0) == b""
+    assert _cut(raw, starts[:0], ends[:0]).tolist() == []
+
+
+def test_rows_of_the_wrong_length_or_type_are_refused():
+    import pytest
+
+    from schedsim.report.chrome import _rows_json
+
+    with pytest.raises(ValueError, match="items, not n"):
+        _rows_json([np.array([b"a", b"b"])], 3)
+    with pytest.raises(TypeError, match="fixed-width bytes"):
+        _rows_json([np.arange(3)], 3)
+
+
+def test_string_texts_are_the_numpy_form_byte_for_byte():
+    """``_json_strs`` and ``_json_values`` (the compiled ``_cwaves.item_bounds`` finding each item) against their
+    numpy forms (tests/oracle/chrome_text.py): strings of quotes, backslashes, commas, brackets, control and
+    non-ASCII characters; floats of every magnitude, -0.0, NaN and inf (null), ints."""
+    import pytest
+
+    from schedsim.sim.loop import compiled_loop
+    from tests.oracle.chrome_text import json_strs, json_values
+
+    rng = random.Random(11)
+    xs = ["".join(rng.choice('"\\,a\x00\n√[]') for _ in range(rng.randint(0, 9))) for _ in range(3000)]
+    assert _json_strs(xs).tolist() == json_strs(xs).tolist()
+    assert _json_strs(["only"]).tolist() == [b'"only"'] and _json_strs([]).tolist() == []
+    rng = np.random.default_rng(4)
+    xs = rng.standard_normal(5000) * 10.0 ** rng.integers(-30, 30, 5000)
+    xs[:6] = [-0.0, np.nan, np.inf, -np.inf, 1e300, 5e-324]
+    assert _json_values(xs).tolist() == json_values(xs).tolist()
+    ints = rng.integers(-2**62, 2**62, 3000)
+    assert _json_values(ints).tolist() == json_values(ints).tolist() and _json_values(ints[:0]).tolist() == []
+    s, e = np.empty(2, np.int64), np.empty(2, np.int64)
+    with pytest.raises(ValueError, match="not a flat JSON array of 2 items"):
+        compiled_loop().item_bounds(b'["a"]', s, e)
+    with pytest.raises(ValueError, match="not a flat JSON array of 2 items"):
+        compiled_loop().item_bounds(b'[1,[2]]', s, e)
+
+
+def test_counter_samples_held_as_the_python_loop_holds_them():
+    """``_cwaves.held_samples`` against the Python loop it replaced (tests/oracle/chrome_text.py): runs of values
+    within 1e-9 of each other, around 1 (the relative bound's floor) and far from it, negative, NaN and inf."""
+    from schedsim.sim.loop import compiled_loop
+    from tests.oracle.chrome_text import held_samples
+
+    rng = np.random.default_rng(5)
+    base = rng.choice([0.0, 1.0, 0.5, 3e9, -2.0, 1e-12], 4000)
+    jitter = rng.choice([0.0, 1e-10, 5e-10, 1e-9, 2e-9, 1e-6], 4000) * rng.choice([-1.0, 1.0], 4000)
+    val = np.concatenate([base * (1 + jitter) + jitter, [np.nan, 1.0, np.nan, np.inf, np.inf, 1.0]])
+    keep = np.empty(len(val), bool)
+    kept = compiled_loop().held_samples(val, keep)
+    want = held_samples(val.tolist())
+    assert keep.tolist() == want and kept == sum(want) and 0 < kept < len(val)

@@ -245,3 +245,64 @@ def test_pieces_of_nested_intervals_by_hand() -> None:
     g, s, e = _merged_by(np.array([0, 0, 0, 0, 2, 2, 2, 3]), np.array([0.0, 1, 3, 10, 5, 6, 9.5, 1]),
                          np.array([10.0, 2, 4, 12, 9, 7, 11, 1]))
     assert g.tolist() == [0, 2, 2] and s.tolist() == [0.0, 5.0, 9.5] and e.tolist() == [12.0, 9.0, 11.0]
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_sweep_over_both_pieces_gives_the_searched_overlaps(seed: int) -> None:
+    """``_overlap_by`` (one sweep, ``_cwaves.overlaps``) against the two searches of (group, time) pairs it
+    replaced (tests/oracle/merged_pieces.py): pieces of random intervals in many groups, groups of x without y and
+    of y without x, touching and nested intervals, times from a few values (ties): the same sums, bit for bit."""
+    import numpy as np
+
+    from schedsim.sim.metrics import _merged_by, _overlap_by
+    from tests.oracle.merged_pieces import overlap_by
+
+    rng = np.random.default_rng(100 + seed)
+
+    def pieces(n: int, groups: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        group = np.sort(rng.integers(0, groups, n))
+        start = np.where(rng.random(n) < 0.5, rng.integers(0, 50, n) * 1e-5, rng.random(n) * 5e-4)
+        end = start + np.where(rng.random(n) < 0.1, 0.0, rng.choice([1e-5, 3e-5, 1e-4, 2e-4], n) * rng.random(n))
+        o = np.lexsort((start, group))
+        return _merged_by(group[o].astype(np.int64), start[o], end[o])
+
+    groups = int(rng.integers(1, 300))
+    x, y = pieces(int(rng.integers(1, 3000)), groups), pieces(int(rng.integers(1, 3000)), groups)
+    got, want = _overlap_by(x, y, groups), overlap_by(x, y, groups)
+    assert got.dtype == want.dtype and np.array_equal(got, want) and bool((want > 0).any())
+    assert np.array_equal(_overlap_by(y, x, groups), overlap_by(y, x, groups))
+    empty = (x[0][:0], x[1][:0], x[2][:0])
+    assert np.array_equal(_overlap_by(empty, y, groups), np.zeros(groups))
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_compiled_pieces_are_the_running_maximum_pieces(seed: int) -> None:
+    """``_merged_by`` (``_cwaves.merge_pieces``) against its numpy form, the running maximum over (group, end)
+    pairs (tests/oracle/merged_pieces.py), on one sorted run and on three runs merged, as the union of a rank's
+    compute, comm and copy pieces takes them, against the stable sort of the (group, start) pairs it replaced:
+    nested, touching, empty and NaN intervals, ties, the same pieces bit for bit."""
+    import numpy as np
+
+    from schedsim.sim.metrics import _merged_by, _pairs
+    from tests.oracle.merged_pieces import merged_by_pairs
+
+    rng = np.random.default_rng(200 + seed)
+
+    def intervals(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        group = rng.integers(0, 200, n)
+        start = np.where(rng.random(n) < 0.5, rng.integers(0, 50, n) * 1e-5, rng.random(n) * 5e-4)
+        end = start + np.where(rng.random(n) < 0.1, 0.0, rng.choice([1e-5, 3e-5, 1e-4, 2e-4], n) * rng.random(n))
+        end[rng.random(n) < 0.02] = np.nan
+        o = np.lexsort((start, group))
+        return group[o].astype(np.int64), start[o], end[o]
+
+    g, s, e = intervals(int(rng.integers(1, 4000)))
+    got, want = _merged_by(g, s, e), merged_by_pairs(g, s, e)
+    assert all(a.dtype == b.dtype and np.array_equal(a, b) for a, b in zip(got, want, strict=True))
+    parts = [intervals(int(rng.integers(0, 1500))) for _ in range(3)]
+    ag, as_, ae = (np.concatenate(x) for x in zip(*parts, strict=True))
+    runs = np.cumsum([0, *(len(p[0]) for p in parts)]).tolist()
+    o = np.argsort(_pairs(ag, as_), kind="stable")
+    got, want = _merged_by(ag, as_, ae, runs), merged_by_pairs(ag[o], as_[o], ae[o])
+    assert all(a.dtype == b.dtype and np.array_equal(a, b) for a, b in zip(got, want, strict=True))
+    assert len(got[0]) and _merged_by(g[:0], s[:0], e[:0])[0].tolist() == []
