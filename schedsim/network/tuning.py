@@ -542,11 +542,13 @@ def nvls_tree_fill(nbytes: float, t: TuneInput, nic_bw: float = 50.0) -> float:
     chunk per head (:func:`nvls_tree_chunk`; a loop short of data splits it evenly over the heads, as the kernel's
     ``lastChunkCount`` does): ``RunWorkColl<..., NCCL_ALGO_NVLS_TREE, ...>`` (src/device/all_reduce.h) reduces a
     chunk on its head, sends it up the tree to its parent node, which reduces it with its own before sending on, and
-    the root's result comes back down the same way, so a chunk crosses ``2 · log2i(nNodes)`` network hops one
-    after another (the tree's depth, which NCCL's latency counts in hops: ``2 · log2i(nNodes) · hwLat``), and
-    every hop passes the chunks of all the CTAs through the head's NIC (the NVLS graph's ``bwInter`` GB/s) before
-    the next hop has them. NCCL's bandwidth term counts the steady state only; the first chunk's way up and down
-    the tree is this time: ``2 · log2i(nNodes) · nCTAs · chunk / bwInter``. 0 on one node or without NVLS.
+    the root's result comes back down the same way, so a chunk crosses ``2 · depth`` network hops one after another,
+    ``depth = ceil(log2(nNodes))``: the trees are ``ncclGetDtree(nNodes)`` (src/graph/connect.cc, trees.cc), whose
+    root has one child, the highest power of 2 below ``nNodes`` (NCCL's latency counts ``2 · log2i(nNodes)`` hops,
+    one fewer on 3, 5 to 7, 9 to 15 ... nodes), and every hop passes the chunks of all the CTAs through the head's
+    NIC (the NVLS graph's ``bwInter`` GB/s) before the next hop has them. NCCL's bandwidth term counts the steady
+    state only; the first chunk's way up and down the tree is this time: ``2 · depth · nCTAs · chunk / bwInter``.
+    0 on one node or without NVLS.
     ``nbytes``: the nccl-tests size; ``t``: NCCL's view of the group (its NVLS graph, nodes, ranks, arch and
     channel settings); ``nic_bw``: GB/s of one NIC (``comm->minNetBw``, for Blackwell's chunk rule only).
     Evidence: NVIDIA/nccl-tests#309's 2-node log (NCCL 2.26.2) misses NCCL's estimate by an amount that steps with
@@ -561,7 +563,8 @@ def nvls_tree_fill(nbytes: float, t: TuneInput, nic_bw: float = 50.0) -> float:
     nch, heads = nvls_ctas(t.arch, True, t.channel_env), t.nvls.channels
     c = nvls_tree_chunk(nbytes, t.nodes, nch, heads, t.arch, t.ranks // t.nodes, nic_bw)
     per = min(float(c), math.ceil(nbytes / (nch * heads)))
-    return 2 * _log2i(t.nodes) * nch * per / (1000.0 * t.nvls.bw_inter)
+    depth = (t.nodes - 1).bit_length()  # ceil(log2(nNodes)): the deepest leaf of ncclGetBtree(nNodes)
+    return 2 * depth * nch * per / (1000.0 * t.nvls.bw_inter)
 
 
 @dataclass(frozen=True)

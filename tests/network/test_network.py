@@ -274,10 +274,22 @@ def test_nvls_tree_fill_counts_hops_ctas_and_the_chunk_2_to_8_nodes():
     assert nvls_tree_fill(16 * MiB, t(8)) == pytest.approx(6 * 16 * 65536 / 48e3)      # 131.07
     # a loop short of data: 1 MiB over 16 x 8 ops is 8 KiB each (the kernel's lastChunkCount), not the 32 KiB chunk
     assert nvls_tree_fill(MiB, t(2)) == pytest.approx(2 * 16 * 8192 / 48e3)
-    # 3 nodes: log2i(3) = 1 hop each way, as NCCL's latency counts them
-    assert nvls_tree_fill(16 * MiB, t(3)) == pytest.approx(2 * 16 * 65536 / 48e3)
     assert nvls_tree_fill(16 * MiB, replace(t(1), ranks=8)) == 0.0
     assert nvls_tree_fill(16 * MiB, replace(t(2), nvls=None)) == 0.0
+
+
+def test_nvls_tree_fill_crosses_the_depth_of_nccls_tree_over_any_node_count():
+    # connect.cc connectNvls builds NVLS-tree's trees with ncclGetDtree(nNodes) (src/graph/trees.cc): ncclGetBtree
+    # roots node 0 with one child, the highest power of 2 below nNodes, and halves from there, so its deepest leaf is
+    # ceil(log2(nNodes)) hops from the root (the mirrored or shifted second tree is as deep). 3 nodes: 1 -> 2 -> 0,
+    # 2 hops; 5 nodes: 1 -> 2 -> 4 -> 0, 3 hops; 6 and 7 nodes: 3 hops; 9 nodes: 1 -> 2 -> 4 -> 8 -> 0, 4 hops
+    # (log2i, NCCL's latency count, gives 1, 2, 2, 2, 3). Below 4 nodes 64 KiB chunks (16 MiB < 4 x 16 x 8 x
+    # 128 KiB), from 4 nodes nvlsTreeMaxChunkSize 64 KiB.
+    def t(nodes: int) -> TuneInput:
+        return TuneInput(8 * nodes, nodes, "hopper", "nvlink", "intel", Graph(8, 45.0, 45.0), Graph(8, 40.0, 48.0))
+
+    for nodes, depth in ((3, 2), (5, 3), (6, 3), (7, 3), (9, 4)):
+        assert nvls_tree_fill(16 * MiB, t(nodes)) == pytest.approx(2 * depth * 16 * 65536 / 48e3), nodes
 
 
 def test_nvls_tree_estimate_is_corrected_on_blackwell_x86_hosts_only():
