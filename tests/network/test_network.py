@@ -27,6 +27,7 @@ from schedsim.network.tuning import (
     TuneInput,
     algo_time,
     comm_channels,
+    constants_for,
     nvls_graph,
     nvls_tree_chunk,
     nvls_tree_fill,
@@ -276,6 +277,19 @@ def test_nvls_tree_fill_counts_hops_ctas_and_the_chunk_2_to_8_nodes():
     assert nvls_tree_fill(MiB, t(2)) == pytest.approx(2 * 16 * 8192 / 48e3)
     assert nvls_tree_fill(16 * MiB, replace(t(1), ranks=8)) == 0.0
     assert nvls_tree_fill(16 * MiB, replace(t(2), nvls=None)) == 0.0
+
+
+def test_nvls_tree_on_blackwell_takes_the_sm100_tuning_of_ctas_and_chunks():
+    # ncclNvlsTreeSm100Tuning (src/transport/nvls.cc, 2.30.7), GPU-to-NIC path beyond PXB:
+    # - 4 nodes on 200 Gb/s NICs (25 GB/s < 48): no branch sets treeMaxChunkSize, so ncclNvlsTuning's fallback
+    #   (64 KiB from 4 nodes) holds; 32 CTAs x 8 heads: 1 GiB is not below 4 x 256 x 64 KiB -> 64 KiB
+    assert nvls_tree_chunk(1 << 30, 4, 32, 8, "blackwell", 8, 25.0) == 65536
+    # - 3 nodes of 8 on 400 Gb/s NICs (48 <= 50 < 96): nChannels 24, treeMaxChunkSize 128 KiB; 1 GiB not below
+    #   16 x 24 x 8 x 128 KiB = 384 MiB -> 128 KiB; the tree over 3 nodes is 2 deep:
+    #   fill = 2 x 2 hops x 24 CTAs x 128 KiB / 48 GB/s
+    t = TuneInput(24, 3, "blackwell", "nvlink", "intel", Graph(8, 45.0, 45.0), Graph(8, 40.0, 48.0),
+                  consts=constants_for("2.30.7"))
+    assert nvls_tree_fill(1 << 30, t, 50.0) == pytest.approx(2 * 2 * 24 * 131072 / 48e3)
 
 
 def test_nvls_tree_fill_crosses_the_depth_of_nccls_tree_over_any_node_count():
