@@ -144,9 +144,14 @@ def graph_fork_edges(prog: Program) -> np.ndarray:
 
     A graph is launched on its capture stream (module docstring), so every node of it, those captured from a
     forked stream included, runs after the work issued on that stream before the launch (CUDA Programming
-    Guide, "CUDA Graphs": a launch is ordered in its stream like a kernel). Per segment with ops on other
-    streams: an edge from the op before the segment on the capture stream (same rank) to the segment's first op
-    on each other stream. Empty (shape (0, 2)) without such segments, or without an op before them."""
+    Guide, "CUDA Graphs": a launch is ordered in its stream like a kernel); and ``execute`` keeps the other
+    streams' order around the launch (``executor/runtime.py``, ``CudaSegmentRunner._issue_step``: the capture
+    stream waits for each other stream before the replay, and each other stream waits for the capture stream
+    after it). Per segment with ops on other streams (same rank): an edge from the op before the segment on the
+    capture stream to the segment's first op on each other stream; from the op before the segment on each other
+    stream to the segment's first op; and from the segment's last op on the capture stream (which every op of the
+    segment reaches: :func:`check_graph_segments`) to the first op after the segment on each other stream. Empty
+    (shape (0, 2)) without such segments."""
     seg = graph_segments(prog)
     out: list[tuple[int, int]] = []
     if seg is not None:
@@ -154,22 +159,34 @@ def graph_fork_edges(prog: Program) -> np.ndarray:
         member = np.flatnonzero(seg >= 0)
         cut = np.flatnonzero(np.diff(seg[member]) != 0) + 1
         on_stream: dict[tuple[int, int], np.ndarray] = {}  # (rank, stream) -> its ops, ascending
+
+        def ops_on(rank: int, stream: int) -> np.ndarray:
+            key = (rank, stream)
+            if key not in on_stream:
+                on_stream[key] = np.flatnonzero((prog.rank == rank) & (sid == stream))
+            return on_stream[key]
+
         for run in np.split(member, cut):
-            head = int(run[0])
+            head, last = int(run[0]), int(run[-1])
             cap = int(sid[head])
             sides = sid[run] != cap
             if not bool(sides.any()):
                 continue
-            key = (int(prog.rank[head]), cap)
-            if key not in on_stream:
-                on_stream[key] = np.flatnonzero((prog.rank == key[0]) & (sid == cap))
-            ops = on_stream[key]
+            rank = int(prog.rank[head])
+            ops = ops_on(rank, cap)
             k = int(np.searchsorted(ops, head))
-            if k == 0:
-                continue
-            before = int(ops[k - 1])
+            end = int(ops[int(np.searchsorted(ops, last, side="right")) - 1])  # the segment's last op on cap
             firsts: dict[int, int] = {}
             for i in run[sides].tolist():
                 firsts.setdefault(int(sid[i]), i)
-            out += [(before, i) for i in firsts.values()]
+            if k > 0:
+                out += [(int(ops[k - 1]), i) for i in firsts.values()]
+            for s in firsts:
+                other = ops_on(rank, s)
+                j = int(np.searchsorted(other, head))
+                if j > 0:
+                    out.append((int(other[j - 1]), head))
+                j = int(np.searchsorted(other, last, side="right"))
+                if j < len(other):
+                    out.append((end, int(other[j])))
     return np.array(out, np.int64).reshape(-1, 2)

@@ -1,7 +1,9 @@
 """A CUDA graph beside eager ops (``graph:``) is launched on its capture stream, the stream of its first op: its
 nodes captured from a forked stream run after the work issued on the capture stream before the launch (CUDA
 Programming Guide, "CUDA Graphs"; ``execute`` captures the segment with the other streams forked from the capture
-stream). A timeline computed by hand (recorded durations: no host cost), and the edge list itself."""
+stream); and, as ``execute`` replays it (executor/runtime.py ``CudaSegmentRunner._issue_step``), the launch waits
+for its other streams' earlier work, and their later work waits for the launch's end. Timelines computed by hand
+(recorded durations: no host cost), and the edge list itself."""
 
 from __future__ import annotations
 
@@ -40,19 +42,44 @@ def test_a_forked_node_waits_for_the_capture_streams_earlier_work(sched: Path) -
     tl = api.predict(sched).timeline
     sp = {s.id: (s.start_s * 1e6, s.end_s * 1e6) for s in tl.spans}
     # by hand: x 0-1000; the graph starts when x ends: a 1000-1010 and b 1000-1500 (it ran beside x before);
-    # c after a and b: 1500-1510; d after b on s2: 1500-1510
+    # c after a and b: 1500-1510; d on s2 after the launch's end (c): 1510-1520
     assert sp["x@r0"] == pytest.approx((0, 1000))
     assert sp["a@r0"] == pytest.approx((1000, 1010))
     assert sp["b@r0"] == pytest.approx((1000, 1500))
     assert sp["c@r0"] == pytest.approx((1500, 1510))
-    assert sp["d@r0"] == pytest.approx((1500, 1510))
+    assert sp["d@r0"] == pytest.approx((1510, 1520))
+
+
+def test_a_launch_waits_for_its_other_streams_earlier_work(tmp_path: Path) -> None:
+    # y (1000 us) on s2, eager; then graph G: a on compute, b on s2 after a, c on compute after b; then e on s2.
+    # execute replays G after s2's earlier work (y) and e after the replay: a 1000-1010, b 1010-1020,
+    # c 1020-1030, e 1030-1040 (a is not at 0 beside y, nor e at 1020 right after b)
+    f = tmp_path / "side.yaml"
+    f.write_text("""\
+schema_version: 1
+name: side
+world_size: 1
+durations: recorded
+ops:
+  - {name: y, kind: compute, duration_us: 1000, stream: s2}
+  - {name: a, kind: compute, duration_us: 10, graph: G}
+  - {name: b, kind: compute, duration_us: 10, graph: G, stream: s2, deps: [a]}
+  - {name: c, kind: compute, duration_us: 10, graph: G, deps: [b]}
+  - {name: e, kind: compute, duration_us: 10, stream: s2}
+""")
+    sp = {s.id: (s.start_s * 1e6, s.end_s * 1e6) for s in api.predict(f).timeline.spans}
+    assert sp["y@r0"] == pytest.approx((0, 1000))
+    assert sp["a@r0"] == pytest.approx((1000, 1010))
+    assert sp["b@r0"] == pytest.approx((1010, 1020))
+    assert sp["c@r0"] == pytest.approx((1020, 1030))
+    assert sp["e@r0"] == pytest.approx((1030, 1040))
 
 
 def test_the_fork_edges_run_from_the_op_before_the_launch_on_its_stream(sched: Path) -> None:
     prog = api.lower_spec(api.load(sched))
     names = [prog.names[int(i)] for i in prog.name_id]
     edges = [(names[a], names[b]) for a, b in graph_fork_edges(prog).tolist()]
-    assert edges == [("x", "b")]
+    assert edges == [("x", "b"), ("c", "d")]
     assert graph_fork_edges(prog).dtype == np.int64
     eager = sched.with_name("eager.yaml")
     eager.write_text(SCHED.replace(", graph: G", ""))
