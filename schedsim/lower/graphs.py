@@ -142,34 +142,75 @@ def _check_joined(prog: Program, seg: np.ndarray, member: np.ndarray) -> None:
 def graph_fork_edges(prog: Program) -> np.ndarray:
     """The waits a graph launch adds on the GPU: ``(E, 2)`` int64 pairs ``(a, b)``, op ``b`` after op ``a``.
 
-    A graph is launched on its capture stream (module docstring), so every node of it, those captured from a
-    forked stream included, runs after the work issued on that stream before the launch (CUDA Programming
-    Guide, "CUDA Graphs": a launch is ordered in its stream like a kernel). Per segment with ops on other
-    streams: an edge from the op before the segment on the capture stream (same rank) to the segment's first op
-    on each other stream. Empty (shape (0, 2)) without such segments, or without an op before them."""
-    seg = graph_segments(prog)
-    out: list[tuple[int, int]] = []
-    if seg is not None:
-        sid = prog.stream_id
-        member = np.flatnonzero(seg >= 0)
-        cut = np.flatnonzero(np.diff(seg[member]) != 0) + 1
-        on_stream: dict[tuple[int, int], np.ndarray] = {}  # (rank, stream) -> its ops, ascending
-        for run in np.split(member, cut):
-            head = int(run[0])
-            cap = int(sid[head])
-            sides = sid[run] != cap
-            if not bool(sides.any()):
-                continue
-            key = (int(prog.rank[head]), cap)
-            if key not in on_stream:
-                on_stream[key] = np.flatnonzero((prog.rank == key[0]) & (sid == cap))
-            ops = on_stream[key]
-            k = int(np.searchsorted(ops, head))
-            if k == 0:
-                continue
-            before = int(ops[k - 1])
-            firsts: dict[int, int] = {}
-            for i in run[sides].tolist():
-                firsts.setdefault(int(sid[i]), i)
-            out += [(before, i) for i in firsts.values()]
-    return np.array(out, np.int64).reshape(-1, 2)
+    A segment is one launch on its capture stream (module docstring): every node of it, those captured from a
+    forked stream included, runs after the work issued on that stream before the launch (CUDA Programming Guide,
+    "CUDA Graphs": a launch is ordered in its stream like a kernel), and what waits for a node outside the graph
+    waits for the launch's end. ``execute`` replays it so (``executor/runtime.py``,
+    ``CudaSegmentRunner._issue_step``): the capture stream waits, before the replay, for the outside dependencies
+    of every op of the segment and for each other stream of the segment; after it, each other stream waits for
+    the capture stream, and every op's dependency event is recorded there. So, per segment (same rank), with its
+    end the last op on its capture stream (which every op of it reaches: :func:`check_graph_segments`), and a
+    predecessor in another segment standing for that segment's end: an edge to the segment's first op on each of
+    its streams from each outside dependency of its ops and from the op before it on each of its streams; from
+    its end to the first op after it on each of its other streams; and from its end to each op outside it that
+    depends on one of its ops. Empty (shape (0, 2)) without a segment."""
+    launch = graph_segments(prog)
+    if launch is None:
+        return np.zeros((0, 2), np.int64)
+    sid = prog.stream_id
+    member = np.flatnonzero(launch >= 0)
+    cut = np.flatnonzero(np.diff(launch[member]) != 0) + 1
+    runs = np.split(member, cut)
+    seg = np.full(prog.N, -1, np.int64)  # per op its segment's index in runs (-1: eager)
+    first = np.zeros(len(member), np.int64)
+    first[cut] = 1
+    seg[member] = np.cumsum(first)
+    heads = np.array([int(r[0]) for r in runs], np.int64)
+    cap_of = sid[heads]
+    on_cap = member[sid[member] == cap_of[seg[member]]]
+    end_of = np.full(len(runs), -1, np.int64)
+    np.maximum.at(end_of, seg[on_cap], on_cap)  # the last op of each segment on its capture stream
+
+    def stand(a: np.ndarray) -> np.ndarray:  # an op in a segment stands for that segment's end
+        return np.where(seg[a] >= 0, end_of[np.maximum(seg[a], 0)], a)
+
+    ptr, idx = prog.dep_ptr.astype(np.int64), prog.dep_idx.astype(np.int64)
+    dst = np.repeat(np.arange(prog.N, dtype=np.int64), np.diff(ptr))
+    outside = seg[idx] != seg[dst]
+    into = outside & (seg[dst] >= 0)  # an op of a segment depends on an op outside it
+    out_of = outside & (seg[idx] >= 0)  # an op depends on an op of a segment it is not in
+    edges = [np.stack([stand(idx[into]), heads[seg[dst[into]]]], 1),
+             np.stack([end_of[seg[idx[out_of]]], dst[out_of]], 1)]
+    extra: list[tuple[int, int]] = []
+    on_stream: dict[tuple[int, int], np.ndarray] = {}  # (rank, stream) -> its ops, ascending
+
+    def ops_on(rank: int, stream: int) -> np.ndarray:
+        key = (rank, stream)
+        if key not in on_stream:
+            on_stream[key] = np.flatnonzero((prog.rank == rank) & (sid == stream))
+        return on_stream[key]
+
+    for k, run in enumerate(runs):
+        cap = int(cap_of[k])
+        sides = sid[run] != cap
+        if not bool(sides.any()):
+            continue
+        head, last, rank = int(run[0]), int(run[-1]), int(prog.rank[run[0]])
+        firsts = {cap: head}
+        for i in run[sides].tolist():
+            firsts.setdefault(int(sid[i]), i)
+        pre = [(int(d), -1) for i in run.tolist() for d in idx[int(ptr[i]):int(ptr[i + 1])].tolist() if seg[d] != k]
+        for s in firsts:
+            other = ops_on(rank, s)
+            j = int(np.searchsorted(other, head))
+            if j > 0:  # the op before the segment on stream s: its first op on s follows it already
+                pre.append((int(other[j - 1]), s))
+            j = int(np.searchsorted(other, last, side="right"))
+            if s != cap and j < len(other):
+                extra.append((int(end_of[k]), int(other[j])))
+        if pre:
+            src = stand(np.array([a for a, _s in pre], np.int64)).tolist()
+            extra += [(a, f) for a, (_a, s) in zip(src, pre, strict=True) for t, f in firsts.items() if t != s]
+    edges.append(np.array(extra, np.int64).reshape(-1, 2))
+    out = np.concatenate(edges)
+    return np.unique(out, axis=0) if len(out) else out.reshape(-1, 2)

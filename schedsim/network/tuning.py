@@ -482,18 +482,52 @@ def comm_channels(ring: Graph, arch: str, multi_node: bool, env: ChannelEnv = NO
     return min(MAXCHANNELS, max(n, env.min_nchannels or 0, lo))
 
 
-def nvls_ctas(arch: str, multi_node: bool, env: ChannelEnv = NO_CHANNEL_ENV) -> int:
+def nvls_ctas(arch: str, multi_node: bool, env: ChannelEnv = NO_CHANNEL_ENV, *, nodes: int = 1, ppn: int = 8,
+              nic_bw: float = 0.0, since: tuple[int, int, int] = (0, 0, 0)) -> int:
     """``comm->nvlsChannels``, the CTAs NVLS and NVLS-tree run on (``ncclNvlsTuning``, src/transport/nvls.cc,
     NCCL 2.30.7): ``NVLS_NCHANNELS_SM90`` 16 on Hopper, on Blackwell ``NVLS_NCHANNELS_SM100`` 32 across nodes and
-    ``NVLS_NCHANNELS_SM100_NVL`` 24 within one, clamped to ``[minCTAs, maxCTAs]`` (``NCCL_NVLS_NCHANNELS`` and
-    the Blackwell NVLS-tree retuning are not modelled).
+    ``NVLS_NCHANNELS_SM100_NVL`` 24 within one, clamped to ``[minCTAs, maxCTAs]``. With ``since`` (the release's
+    :attr:`TunerConstants.since`) from 2.30 (v2.30.3), Blackwell across ``nodes`` takes the count of
+    ``ncclNvlsTreeSm100Tuning`` (:func:`_sm100_tree_tuning`, from ``ppn`` and ``nic_bw`` GB/s); the default
+    ``since`` leaves it out (``NCCL_NVLS_NCHANNELS`` is not modelled).
 
     >>> nvls_ctas("hopper", True), nvls_ctas("hopper", True, ChannelEnv(min_ctas=24))
     (16, 24)
+    >>> nvls_ctas("blackwell", True, nodes=3, ppn=8, nic_bw=50.0, since=(2, 30, 0))   # 48 <= NIC < 96 GB/s
+    24
     """
     n = (32 if multi_node else 24) if arch == "blackwell" else 16
+    if arch == "blackwell" and nodes > 1 and since >= _SM100_TREE_SINCE:
+        n = _sm100_tree_tuning(nodes, ppn, nic_bw)[0]
     lo, hi = env.ctas()
     return max(lo, min(hi, n))
+
+
+#: The first release with ``ncclNvlsTreeSm100Tuning`` (src/transport/nvls.cc; absent at v2.29.7-1, present at
+#: v2.30.3-1, the first 2.30 tag: :attr:`TunerConstants.since` (2, 30, 0))
+_SM100_TREE_SINCE = (2, 30, 0)
+
+
+def _sm100_tree_tuning(nodes: int, ppn: int, nic_bw: float) -> tuple[int, int, int | None]:
+    """``(nvlsChannels, nvlsChunkSize, nvlsTreeMaxChunkSize)`` that ``ncclNvlsTreeSm100Tuning`` (src/transport/
+    nvls.cc, NCCL 2.30.7) sets for Blackwell across ``nodes`` of ``ppn`` GPUs on NICs of ``nic_bw`` GB/s
+    (``comm->minNetBw``), with the GPU-to-NIC path beyond PXB (a PCIe detail no profile holds); a tree maximum of
+    None is left unset, so that ``ncclNvlsTuning`` falls back to 64 KiB from 4 nodes, else the chunk size."""
+    n, chunk, tree_max = 32, 128 * 1024, None
+    if nodes == 2 and nic_bw >= 48.0:
+        tree_max = 128 * 1024
+        if ppn <= 4:
+            chunk = tree_max = 256 * 1024
+        elif ppn >= 16:
+            tree_max = 64 * 1024
+    elif nic_bw >= 96.0:
+        if ppn <= 8:
+            n, chunk, tree_max = 24, 256 * 1024, 256 * 1024
+        else:
+            tree_max = 128 * 1024 if ppn < 32 else 64 * 1024
+    elif nic_bw >= 48.0:
+        n, tree_max = 24, 128 * 1024
+    return n, chunk, tree_max
 
 
 #: ``NCCL_NVLS_CHUNKSIZE`` default (``NCCL_PARAM(NvlsChunkSize, ...)``, src/transport/nvls.cc, v2.21.5 ... v2.30.7)
@@ -501,33 +535,27 @@ NVLS_CHUNKSIZE = 128 * 1024
 
 
 def nvls_tree_chunk(nbytes: float, nodes: int, nchannels: int, heads: int, arch: str = "hopper", ppn: int = 8,
-                    nic_bw: float = 50.0) -> int:
+                    nic_bw: float = 50.0, since: tuple[int, int, int] = (2, 30, 0)) -> int:
     """Bytes a head sends up (and receives down) the tree per channel and loop of an NVLS-tree all_reduce of
-    ``nbytes``: ``calcCollChunking`` of src/enqueue.cc (NCCL 2.30.7; the same rules from v2.21.5):
+    ``nbytes``: ``calcCollChunking`` of src/enqueue.cc (NCCL 2.30.7; the same ramp from 2.20):
     ``chunkSize = min(nvlsChunkSize, nvlsTreeMaxChunkSize)``, then halved to 256 / 128 / 64 / 32 KiB while
     ``nBytes < 32 / 16 / 4 / 1 · concurrentOps · chunkSize`` with ``concurrentOps = nchannels · heads`` (the NVLS
-    CTAs, :func:`nvls_ctas`, times the NVLS graph's heads). ``nvlsChunkSize`` is ``NCCL_NVLS_CHUNKSIZE`` (128 KiB);
+    CTAs, :func:`nvls_ctas`, times the NVLS graph's heads). ``nvlsChunkSize`` is ``NCCL_NVLS_CHUNKSIZE`` (128 KiB)
+    from 2.21 (v2.21.5); before it (``since``: the release's :attr:`TunerConstants.since`) the chunk starts at the
+    Simple step, ``NCCL_BUFFSIZE / NCCL_STEPS`` = 4 MiB / 8 = 512 KiB (``computeCollChunkInfo``, v2.20.3).
     ``nvlsTreeMaxChunkSize`` 64 KiB from 4 nodes, else ``nvlsChunkSize`` (``ncclNvlsTuning``, src/transport/nvls.cc);
-    on Blackwell across nodes ``ncclNvlsTreeSm100Tuning`` sets both from the nodes, ``ppn`` (GPUs a node) and
-    ``nic_bw`` (GB/s, ``comm->minNetBw``): taken with the GPU-to-NIC path beyond PXB (a PCIe detail no profile holds).
+    on Blackwell across nodes from 2.30 ``ncclNvlsTreeSm100Tuning`` sets both (:func:`_sm100_tree_tuning`) from
+    the nodes, ``ppn`` (GPUs a node) and ``nic_bw`` (GB/s, ``comm->minNetBw``).
 
     >>> nvls_tree_chunk(16 << 20, 8, 16, 8), nvls_tree_chunk(4 << 20, 2, 16, 8), nvls_tree_chunk(1 << 30, 2, 16, 8)
     (65536, 32768, 131072)
     """
-    chunk = NVLS_CHUNKSIZE
-    tree_max = 65536 if nodes >= 4 else chunk
-    if arch == "blackwell" and nodes > 1:  # ncclNvlsTreeSm100Tuning
-        chunk = tree_max = 128 * 1024
-        if nodes == 2 and nic_bw >= 48.0:
-            if ppn <= 4:
-                chunk = tree_max = 256 * 1024
-            elif ppn >= 16:
-                tree_max = 64 * 1024
-        elif nic_bw >= 96.0:
-            if ppn <= 8:
-                chunk = tree_max = 256 * 1024
-            else:
-                tree_max = 128 * 1024 if ppn < 32 else 64 * 1024
+    chunk = NVLS_CHUNKSIZE if since >= (2, 21, 0) else 4 * 1024 * 1024 // 8
+    tree_max: int | None = None
+    if arch == "blackwell" and nodes > 1 and since >= _SM100_TREE_SINCE:
+        _n, chunk, tree_max = _sm100_tree_tuning(nodes, ppn, nic_bw)
+    if tree_max is None:
+        tree_max = 65536 if nodes >= 4 else chunk
     c = min(chunk, tree_max)
     ops = nchannels * heads
     for times, at in ((32, 262144), (16, 131072), (4, 65536), (1, 32768)):
@@ -542,13 +570,16 @@ def nvls_tree_fill(nbytes: float, t: TuneInput, nic_bw: float = 50.0) -> float:
     chunk per head (:func:`nvls_tree_chunk`; a loop short of data splits it evenly over the heads, as the kernel's
     ``lastChunkCount`` does): ``RunWorkColl<..., NCCL_ALGO_NVLS_TREE, ...>`` (src/device/all_reduce.h) reduces a
     chunk on its head, sends it up the tree to its parent node, which reduces it with its own before sending on, and
-    the root's result comes back down the same way, so a chunk crosses ``2 · log2i(nNodes)`` network hops one
-    after another (the tree's depth, which NCCL's latency counts in hops: ``2 · log2i(nNodes) · hwLat``), and
-    every hop passes the chunks of all the CTAs through the head's NIC (the NVLS graph's ``bwInter`` GB/s) before
-    the next hop has them. NCCL's bandwidth term counts the steady state only; the first chunk's way up and down
-    the tree is this time: ``2 · log2i(nNodes) · nCTAs · chunk / bwInter``. 0 on one node or without NVLS.
+    the root's result comes back down the same way, so a chunk crosses ``2 · depth`` network hops one after another,
+    ``depth = ceil(log2(nNodes))``: the trees are ``ncclGetDtree(nNodes)`` (src/graph/connect.cc, trees.cc), whose
+    root has one child, the highest power of 2 below ``nNodes`` (NCCL's latency counts ``2 · log2i(nNodes)`` hops,
+    one fewer on 3, 5 to 7, 9 to 15 ... nodes), and every hop passes the chunks of all the CTAs through the head's
+    NIC (the NVLS graph's ``bwInter`` GB/s) before the next hop has them. NCCL's bandwidth term counts the steady
+    state only; the first chunk's way up and down the tree is this time: ``2 · depth · nCTAs · chunk / bwInter``.
+    0 on one node or without NVLS.
     ``nbytes``: the nccl-tests size; ``t``: NCCL's view of the group (its NVLS graph, nodes, ranks, arch and
-    channel settings); ``nic_bw``: GB/s of one NIC (``comm->minNetBw``, for Blackwell's chunk rule only).
+    channel settings, and its release: ``t.consts.since``); ``nic_bw``: GB/s of one NIC (``comm->minNetBw``, for
+    Blackwell's chunk and CTA rule only).
     Evidence: NVIDIA/nccl-tests#309's 2-node log (NCCL 2.26.2) misses NCCL's estimate by an amount that steps with
     this chunk (docs/validation.md, "NVLS-tree's pipeline fill across nodes").
 
@@ -558,10 +589,13 @@ def nvls_tree_fill(nbytes: float, t: TuneInput, nic_bw: float = 50.0) -> float:
     """
     if t.nvls is None or t.nodes < 2 or t.nvls.bw_inter <= 0:
         return 0.0
-    nch, heads = nvls_ctas(t.arch, True, t.channel_env), t.nvls.channels
-    c = nvls_tree_chunk(nbytes, t.nodes, nch, heads, t.arch, t.ranks // t.nodes, nic_bw)
+    ppn, since = t.ranks // t.nodes, t.consts.since
+    nch = nvls_ctas(t.arch, True, t.channel_env, nodes=t.nodes, ppn=ppn, nic_bw=nic_bw, since=since)
+    heads = t.nvls.channels
+    c = nvls_tree_chunk(nbytes, t.nodes, nch, heads, t.arch, ppn, nic_bw, since)
     per = min(float(c), math.ceil(nbytes / (nch * heads)))
-    return 2 * _log2i(t.nodes) * nch * per / (1000.0 * t.nvls.bw_inter)
+    depth = (t.nodes - 1).bit_length()  # ceil(log2(nNodes)): the deepest leaf of ncclGetBtree(nNodes)
+    return 2 * depth * nch * per / (1000.0 * t.nvls.bw_inter)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,15 @@ import yaml
 
 from schedsim.hardware.profile import HardwareProfile
 from schedsim.network import NcclNetwork
-from schedsim.network.tuning import Graph, TuneInput, constants_for, parse_nccl_version, tune
+from schedsim.network.tuning import (
+    Graph,
+    TuneInput,
+    constants_for,
+    nvls_tree_chunk,
+    nvls_tree_fill,
+    parse_nccl_version,
+    tune,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = yaml.safe_load((ROOT / "schedsim/hardware/profiles/dgx_a100.yaml").read_text())
@@ -331,3 +339,21 @@ def test_a_log_names_its_nccl_settings_and_calibrate_fits_with_them():
     kept, _, notes = fit_profile(load_profile("dgx_h100"), [bad], "synthetic")
     assert kept.nccl.max_ctas is None
     assert "NCCL_MAX_CTAS=0 in the logs is no value NCCL takes for nccl.max_ctas: not applied" in notes
+
+
+def test_nvls_tree_chunk_and_ctas_follow_the_release():
+    # 2.20 (computeCollChunkInfo, v2.20.3-1 enqueue.cc): NVLS-tree's chunk starts at the Simple step, NCCL_BUFFSIZE
+    # 4 MiB / NCCL_STEPS 8 = 512 KiB (no NCCL_NVLS_CHUNKSIZE before 2.21); 2 nodes, 16 CTAs x 8 heads = 128 ops:
+    # 4 GiB is not below 32 x 128 x 512 KiB = 2 GiB -> 512 KiB; 1 GiB -> 256 KiB (not below 16 x 128 x 256 KiB)
+    assert nvls_tree_chunk(4 << 30, 2, 16, 8, since=(2, 20, 0)) == 524288
+    assert nvls_tree_chunk(1 << 30, 2, 16, 8, since=(2, 20, 0)) == 262144
+    assert nvls_tree_chunk(4 << 30, 2, 16, 8, since=(2, 21, 0)) == 131072
+    # ncclNvlsTreeSm100Tuning is in nvls.cc from v2.30.3 only: a 2.27 Blackwell pair of racks of 64 GPUs keeps
+    # nvlsChunkSize 128 KiB and (2 nodes) no tree maximum below it; 2.30 takes 64 KiB (ppn >= 16)
+    assert nvls_tree_chunk(8 << 30, 2, 32, 8, "blackwell", 64, 50.0, since=(2, 27, 0)) == 131072
+    assert nvls_tree_chunk(8 << 30, 2, 32, 8, "blackwell", 64, 50.0, since=(2, 30, 0)) == 65536
+    # the fill of 16 Hopper ranks on 2 nodes at 4 GiB: 2 hops x 16 CTAs x chunk / 48 GB/s, 2.20 against 2.21
+    nvls = Graph(8, 40.0, 48.0)
+    fill = {v: nvls_tree_fill(4 << 30, TuneInput(16, 2, "hopper", "nvlink", "intel", Graph(8, 45.0, 45.0), nvls,
+                                                 consts=constants_for(v))) for v in ("2.20.3", "2.21.5")}
+    assert fill == {"2.20.3": pytest.approx(2 * 16 * 524288 / 48e3), "2.21.5": pytest.approx(2 * 16 * 131072 / 48e3)}

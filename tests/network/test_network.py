@@ -27,6 +27,7 @@ from schedsim.network.tuning import (
     TuneInput,
     algo_time,
     comm_channels,
+    constants_for,
     nvls_graph,
     nvls_tree_chunk,
     nvls_tree_fill,
@@ -274,10 +275,35 @@ def test_nvls_tree_fill_counts_hops_ctas_and_the_chunk_2_to_8_nodes():
     assert nvls_tree_fill(16 * MiB, t(8)) == pytest.approx(6 * 16 * 65536 / 48e3)      # 131.07
     # a loop short of data: 1 MiB over 16 x 8 ops is 8 KiB each (the kernel's lastChunkCount), not the 32 KiB chunk
     assert nvls_tree_fill(MiB, t(2)) == pytest.approx(2 * 16 * 8192 / 48e3)
-    # 3 nodes: log2i(3) = 1 hop each way, as NCCL's latency counts them
-    assert nvls_tree_fill(16 * MiB, t(3)) == pytest.approx(2 * 16 * 65536 / 48e3)
     assert nvls_tree_fill(16 * MiB, replace(t(1), ranks=8)) == 0.0
     assert nvls_tree_fill(16 * MiB, replace(t(2), nvls=None)) == 0.0
+
+
+def test_nvls_tree_on_blackwell_takes_the_sm100_tuning_of_ctas_and_chunks():
+    # ncclNvlsTreeSm100Tuning (src/transport/nvls.cc, 2.30.7), GPU-to-NIC path beyond PXB:
+    # - 4 nodes on 200 Gb/s NICs (25 GB/s < 48): no branch sets treeMaxChunkSize, so ncclNvlsTuning's fallback
+    #   (64 KiB from 4 nodes) holds; 32 CTAs x 8 heads: 1 GiB is not below 4 x 256 x 64 KiB -> 64 KiB
+    assert nvls_tree_chunk(1 << 30, 4, 32, 8, "blackwell", 8, 25.0) == 65536
+    # - 3 nodes of 8 on 400 Gb/s NICs (48 <= 50 < 96): nChannels 24, treeMaxChunkSize 128 KiB; 1 GiB not below
+    #   16 x 24 x 8 x 128 KiB = 384 MiB -> 128 KiB; the tree over 3 nodes is 2 deep:
+    #   fill = 2 x 2 hops x 24 CTAs x 128 KiB / 48 GB/s
+    t = TuneInput(24, 3, "blackwell", "nvlink", "intel", Graph(8, 45.0, 45.0), Graph(8, 40.0, 48.0),
+                  consts=constants_for("2.30.7"))
+    assert nvls_tree_fill(1 << 30, t, 50.0) == pytest.approx(2 * 2 * 24 * 131072 / 48e3)
+
+
+def test_nvls_tree_fill_crosses_the_depth_of_nccls_tree_over_any_node_count():
+    # connect.cc connectNvls builds NVLS-tree's trees with ncclGetDtree(nNodes) (src/graph/trees.cc): ncclGetBtree
+    # roots node 0 with one child, the highest power of 2 below nNodes, and halves from there, so its deepest leaf is
+    # ceil(log2(nNodes)) hops from the root (the mirrored or shifted second tree is as deep). 3 nodes: 1 -> 2 -> 0,
+    # 2 hops; 5 nodes: 1 -> 2 -> 4 -> 0, 3 hops; 6 and 7 nodes: 3 hops; 9 nodes: 1 -> 2 -> 4 -> 8 -> 0, 4 hops
+    # (log2i, NCCL's latency count, gives 1, 2, 2, 2, 3). Below 4 nodes 64 KiB chunks (16 MiB < 4 x 16 x 8 x
+    # 128 KiB), from 4 nodes nvlsTreeMaxChunkSize 64 KiB.
+    def t(nodes: int) -> TuneInput:
+        return TuneInput(8 * nodes, nodes, "hopper", "nvlink", "intel", Graph(8, 45.0, 45.0), Graph(8, 40.0, 48.0))
+
+    for nodes, depth in ((3, 2), (5, 3), (6, 3), (7, 3), (9, 4)):
+        assert nvls_tree_fill(16 * MiB, t(nodes)) == pytest.approx(2 * depth * 16 * 65536 / 48e3), nodes
 
 
 def test_nvls_tree_estimate_is_corrected_on_blackwell_x86_hosts_only():

@@ -50,6 +50,12 @@ def compile_graph(G: nx.DiGraph | Program, profile: HardwareProfile, mode: str) 
         for j in s:
             npred[j] += 1
         succ.append(s)
+    if mode != "cuda_graph":  # a graph launch beside eager ops (the package: schedsim.lower.graphs.graph_fork_edges)
+        deps = [[index[u] for u, e in G._pred[oid].items() if e.get("kind") == "dep"] for oid in ids]
+        for a, b in _launch_edges(ops, deps):
+            if b not in succ[a]:
+                succ[a].append(b)
+                npred[b] += 1
     job_of = list(range(N))
     colls = list(G.graph.get("collectives", {}).values())
     gmem, lone = _coll_groups(np.cumsum([0] + [len(m) for m in colls]), [index[m] for ms in colls for m in ms])
@@ -71,3 +77,61 @@ def compile_graph(G: nx.DiGraph | Program, profile: HardwareProfile, mode: str) 
                    job_work, lone)
     _check_work(ids, ops, N, job_work)
     return _Compiled(ids, ops, N, world, npred, succ, job_of, gmem, job_res, job_ranks, job_work, cost)
+
+
+def _launch_edges(ops: list, deps: list[list[int]]) -> list[tuple[int, int]]:
+    """The waits of each CUDA graph launch beside eager ops, one op at a time: a segment is a run of one rank's
+    consecutive ops (by ``seq``) with one ``graph`` name, launched on the stream of its first op, and ends with its
+    last op on that stream; an op of another segment stands for that segment's end. Each outside dependency of
+    its ops comes before its first op; with ops on other streams, each outside dependency and the op before it on
+    each of its streams come before its first op on every (other) stream, and its end before the first op after
+    it on each other stream; its end comes before every op outside it that depends on one of its ops."""
+    order, runs, seg_of = _launches(ops)
+    end = [max(i for i in run if ops[i].stream == ops[run[0]].stream) for run in runs]
+
+    def stand(a: int) -> int:
+        return end[seg_of[a]] if seg_of[a] >= 0 else a
+
+    out: list[tuple[int, int]] = []
+    for j, ds in enumerate(deps):
+        for d in ds:
+            if seg_of[d] != seg_of[j] and seg_of[j] >= 0:
+                out.append((stand(d), runs[seg_of[j]][0]))
+            if seg_of[d] != seg_of[j] and seg_of[d] >= 0:
+                out.append((end[seg_of[d]], j))
+    for k, run in enumerate(runs):
+        head, cap, rank = run[0], ops[run[0]].stream, ops[run[0]].rank
+        firsts: dict[str, int] = {}
+        for i in run:
+            firsts.setdefault(ops[i].stream, i)
+        if len(firsts) == 1:
+            continue
+        pre = [(d, None) for i in run for d in deps[i] if seg_of[d] != k]
+        for st in firsts:
+            on = [i for i in order if ops[i].rank == rank and ops[i].stream == st]
+            before = [i for i in on if ops[i].seq < ops[head].seq]
+            after = [i for i in on if ops[i].seq > ops[run[-1]].seq]
+            if before:
+                pre.append((before[-1], st))
+            if st != cap and after:
+                out.append((end[k], after[0]))
+        out += [(stand(a), f) for a, st in pre for t, f in firsts.items() if t != st]
+    return out
+
+
+def _launches(ops: list) -> tuple[list[int], list[list[int]], list[int]]:
+    """(the ops by rank and ``seq``, the graph launches as runs of op indices, each op's run or -1)."""
+    order = sorted(range(len(ops)), key=lambda i: (ops[i].rank, ops[i].seq))
+    runs: list[list[int]] = []
+    seg_of = [-1] * len(ops)
+    prev = None
+    for i in order:
+        g = ops[i].graph
+        if g is not None:
+            if prev is not None and ops[prev].rank == ops[i].rank and ops[prev].graph == g:
+                runs[-1].append(i)
+            else:
+                runs.append([i])
+            seg_of[i] = len(runs) - 1
+        prev = i
+    return order, runs, seg_of

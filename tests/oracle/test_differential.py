@@ -58,6 +58,35 @@ def test_every_shipped_schedule_predicts_as_the_oracle(path):
         assert road == ref, (prof, kw)
 
 
+#: graph launches beside eager ops on three streams: two consecutive segments, dependencies into, out of and
+#: between them, a collective after them, an op on one rank only
+LAUNCHES = """\
+schema_version: 1
+name: launches
+world_size: 2
+ops:
+  - {name: y, kind: compute, bytes: 4000000, stream: s3}
+  - {name: w, kind: compute, bytes: 400000, stream: aux}
+  - {name: a, kind: compute, bytes: 65536, graph: G}
+  - {name: b, kind: compute, bytes: 65536, graph: G, stream: aux, deps: [a]}
+  - {name: c, kind: compute, bytes: 65536, graph: G, deps: [b, y]}
+  - {name: h, kind: compute, bytes: 65536, graph: H, stream: aux}
+  - {name: i, kind: compute, bytes: 65536, graph: H, deps: [h]}
+  - {name: j, kind: compute, bytes: 65536, graph: H, stream: aux, deps: [i]}
+  - {name: ar, kind: all_reduce, bytes: 1048576, deps: [b]}
+  - {name: z, kind: compute, bytes: 65536, stream: aux, deps: [a]}
+  - {name: q, kind: compute, bytes: 65536, stream: s3, deps: [i], when: rank == 0}
+"""
+
+
+def test_graph_launches_beside_eager_ops_predict_as_the_oracle():
+    spec = load_text(LAUNCHES, "launches.yaml")
+    for prof, kw in (("h200", {}), ("dgx_h100", {"max_connections": 1}), ("pcie2", {"model_executor": True})):
+        road, ref = road_and_oracle(spec, load_profile(prof), **kw)
+        assert isinstance(ref, tuple) and ref[0], (prof, kw, ref)
+        assert road == ref, (prof, kw)
+
+
 def test_a_large_pipeline_predicts_as_the_oracle():
     # interleaved 1F1B (lone send/recv, serialized per communicator) and 1F1B (batched exchanges), 16 stages
     for sched in ("interleaved_1f1b", "1f1b"):
