@@ -41,7 +41,10 @@ CASES = {
 
 
 def _state(text: str) -> dict[str, Any]:
-    prog = lower(load_text(text))
+    return _state_of(lower(load_text(text)))
+
+
+def _state_of(prog: Any) -> dict[str, Any]:
     out: dict[str, Any] = {k: np.asarray(getattr(prog, k)) for k in ARRAYS}
     out["text"] = json.dumps({"names": list(prog.names), "tagsets": [list(map(list, t)) for t in prog.tagsets],
                               "streams": list(prog.streams), "strs": list(prog.strs),
@@ -93,6 +96,70 @@ def test_names_appended_without_lookup_make_the_same_program(case: str, monkeypa
     assert fast["text"] == slow["text"]
     names = list(lazy.name_table.items)
     assert [lazy.name_table(x) for x in names] == list(range(len(names)))
+
+
+@pytest.mark.parametrize("case", ["cp2", "tp_comm_overlap", "plain"])
+def test_placed_strings_appended_without_lookup_make_the_same_program(case: str,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A phase whose names are new appends its placed ops' NCCL group and message strings without a lookup each
+    (``_Emitter.fresh_strs``, ``pipeline_emitter.emitted_str``): the Program is the one interning every string in
+    turn gives (the op-by-op order: each op's group name, then its message), array for array and string for
+    string, and a lookup of any string afterwards finds its id; the pipeline's messages (``F0.3``) and batch names
+    (``b7``) are not strings the rule covers, placed ones (``F0.3.l1.cp_attn_f0``) are."""
+    from schedsim.lower import pipeline_emitter as pe
+    from schedsim.lower import training
+
+    assert not pe.emitted_str("F0.3") and not pe.emitted_str("b7") and not pe.emitted_str("dp_grad")
+    assert pe.emitted_str("F0.3.l1.cp_attn_f0") and pe.emitted_str("B1.0.I.l0.tp_qkv0")
+    world, extra = CASES[case]
+    text = _text(world, extra)
+    prog = lower(load_text(text))
+    fast = _state(text)
+    init = training._Ranks.__init__
+
+    def no_fresh_strs(self: Any, *a: Any) -> None:
+        init(self, *a)
+        self.fresh_strs = False
+
+    monkeypatch.setattr(training._Ranks, "__init__", no_fresh_strs)
+    slow = _state(text)
+    for k in ARRAYS:
+        np.testing.assert_array_equal(fast[k], slow[k], err_msg=k)
+    assert fast["text"] == slow["text"]
+    table = prog.str_table
+    strs = list(table.items)
+    assert [table(x) for x in strs] == list(range(len(strs)))
+    assert (case != "plain") is any(pe.emitted_str(x) for x in strs)  # the rings' strings took this path
+
+
+def test_a_written_string_equal_to_a_placed_one_has_one_id(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hand-written send/recv whose message tag is one of the block's placed strings (``F0.0.l0...``): its
+    lookup finds the string the block appended (one id, not two), and the Program is the one interning every
+    string in turn gives."""
+    from schedsim.lower import pipeline_emitter as pe
+    from schedsim.lower import training
+
+    base = _text(8, CASES["cp2"][1])
+    placed = next(x for x in lower(load_text(base)).str_table.items if pe.emitted_str(x))
+    text = base + f"""ops:
+  - {{name: w, kind: send, bytes: 4, ranks: [0], peer: 1, tag: {placed}}}
+  - {{name: w, kind: recv, bytes: 4, ranks: [1], peer: 0, tag: {placed}}}
+"""
+    prog = lower(load_text(text), check=False)
+    strs = list(prog.str_table.items)
+    assert len(set(strs)) == len(strs) and placed in strs
+    fast = _state_of(prog)
+    init = training._Ranks.__init__
+
+    def no_fresh_strs(self: Any, *a: Any) -> None:
+        init(self, *a)
+        self.fresh_strs = False
+
+    monkeypatch.setattr(training._Ranks, "__init__", no_fresh_strs)
+    slow = _state_of(lower(load_text(text), check=False))
+    for k in ARRAYS:
+        np.testing.assert_array_equal(fast[k], slow[k], err_msg=k)
+    assert fast["text"] == slow["text"]
 
 
 def test_a_written_op_named_like_a_phase_op_keeps_every_name_looked_up() -> None:
