@@ -137,6 +137,11 @@ class _Run:
     msg_at: tuple[tuple[int, ...], tuple[int, ...]] = ((), ())
     none: array = field(default_factory=lambda: array("i"))  # -1 per op
     lead_after_compute: bool = False  # the first row's ProtoPlace.after_compute
+    # where another rank's run of this stage list holds the same ops in another order (an odd ring position's
+    # recv before its send, training's _ring_order): that run's nid and, per op here, the index of the op of the
+    # same name there (its NCCL group and message suffixes the same): under one prefix, op k's name and string ids
+    # are that run's at perm[k] (_Emitter.compute)
+    alias: tuple[int, tuple[int, ...]] | None = None
 
 
 @dataclass
@@ -188,6 +193,9 @@ class _Emitter:
     # phase whose names are new (fresh's rule) has new placed-op strings too (its prefix begins each): they are
     # appended without a lookup (_placed_cols)
     fresh_strs: bool = False
+    # (sorted op names' suffix_id) -> (nid, names, per op its (group, message) suffixes) of the first run with
+    # those ops: a later run with them in another order is its alias (_Run.alias). Shared like name_ids.
+    orders: dict[int, tuple[int, tuple[str, ...], tuple[tuple[str, str], ...]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.compute_stream = self.table.streams("compute")
@@ -327,9 +335,25 @@ class _Emitter:
                            batch_at=(tuple(x[0] for x in cols[0]), tuple(where[x[2]] for x in cols[0])),
                            msg_at=(tuple(x[0] for x in cols[1]), tuple(where[x[2]] for x in cols[1])),
                            none=array("i", (-1,)) * len(rows),
-                           lead_after_compute=at[0] is not None and at[0].after_compute)
+                           lead_after_compute=at[0] is not None and at[0].after_compute,
+                           alias=self._alias(names, tuple(("", "") if a is None else (a.batch, a.msg) for a in at)))
             self.runs[key] = run
         return self.runs[key]  # type: ignore[no-any-return]
+
+    def _alias(self, names: tuple[str, ...], pairs: tuple[tuple[str, str], ...]) -> tuple[int, tuple[int, ...]] | None:
+        """:attr:`_Run.alias` of a run of ops ``names`` (distinct) with NCCL group and message suffixes ``pairs``,
+        registering it in :attr:`orders` when it is the first with these ops."""
+        if len(set(names)) != len(names):
+            return None
+        nid = suffix_id(names)
+        first = self.orders.setdefault(suffix_id(tuple(sorted(names))), (nid, names, pairs))
+        if first[0] == nid:
+            return None
+        at = {x: k for k, x in enumerate(first[1])}
+        perm = tuple(at[x] for x in names)
+        if any(first[2][i] != pr for i, pr in zip(perm, pairs, strict=True)):
+            return None
+        return first[0], perm
 
     def _placed_cols(self, pre: str, run: _Run, ids: Any, new: bool) -> tuple[Any, Any, list[int], array, array]:
         """Of a run with placed ops under name prefix ``pre`` (name ids ``ids``): the ops that wait for ops of
@@ -342,7 +366,11 @@ class _Emitter:
         got = self.placed_ids.get(key)
         if got is None:
             dep_at, dep_n, flat, ats, sfx = run.shape
-            if new:
+            alias = None if run.alias is None else self.placed_ids.get((pre, run.alias[0]))
+            if alias is not None:  # the same strings as the other order's ops (_Run.alias)
+                perm = run.alias[1]
+                batch, msg = array("i", map(alias[3].__getitem__, perm)), array("i", map(alias[4].__getitem__, perm))
+            elif new:
                 base = self.table.strs.append_new(_full_names(pre, run.uid, run.uniq), emitted_str) if run.uniq \
                     else 0
                 cols = []
@@ -386,14 +414,16 @@ class _Emitter:
                 ids = self.name_ids.get(key)
                 new = False
                 if ids is None:
-                    full = _full_names(pre, run.nid, run.names)
                     fresh = self.fresh
-                    if fresh is not None and run.distinct and pre not in fresh:  # every name new (fresh's rule)
-                        base = table.names.append_new(full, emitted_name)
-                        ids = array("i", range(base, base + len(full)))
+                    alias = None if run.alias is None else self.name_ids.get((pre, run.alias[0]))
+                    if alias is not None:  # the other order's names, interned (_Run.alias)
+                        ids = array("i", map(alias.__getitem__, run.alias[1]))
+                    elif fresh is not None and run.distinct and pre not in fresh:  # every name new (fresh's rule)
+                        base = table.names.append_new(_full_names(pre, run.nid, run.names), emitted_name)
+                        ids = array("i", range(base, base + len(run.names)))
                         new = self.fresh_strs
                     else:
-                        ids = array("i", intern_list(table.names, full, run.distinct))
+                        ids = array("i", intern_list(table.names, _full_names(pre, run.nid, run.names), run.distinct))
                     if fresh is not None:
                         fresh[pre] = -1
                     self.name_ids[key] = ids

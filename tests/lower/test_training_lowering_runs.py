@@ -32,6 +32,8 @@ CASES = {
     "sp_distopt_overlap": (8, "  sequence_parallel: true\n  use_distributed_optimizer: true\n"
                               "  overlap_grad_reduce: true\n  overlap_param_gather: true\n"),
     "cp2": (8, "  cp: 2\n"),
+    # odd CP ranks post each ring step's recv before its send (lone p2p): their phases alias the even ones'
+    "cp2_interleaved": (8, "  cp: 2\n  num_layers_per_virtual_pipeline_stage: 1\n"),
     "interleaved": (8, "  num_layers_per_virtual_pipeline_stage: 1\n  overlap_grad_reduce: true\n"),
     "tp_comm_overlap": (8, "  sequence_parallel: true\n  tp_comm_overlap: true\n"),
     "experts": (8, "  sequence_parallel: true\n  num_experts: 4\n  expert_model_parallel_size: 2\n"
@@ -98,7 +100,7 @@ def test_names_appended_without_lookup_make_the_same_program(case: str, monkeypa
     assert [lazy.name_table(x) for x in names] == list(range(len(names)))
 
 
-@pytest.mark.parametrize("case", ["cp2", "tp_comm_overlap", "plain"])
+@pytest.mark.parametrize("case", ["cp2", "cp2_interleaved", "tp_comm_overlap", "plain"])
 def test_placed_strings_appended_without_lookup_make_the_same_program(case: str,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """A phase whose names are new appends its placed ops' NCCL group and message strings without a lookup each
@@ -316,3 +318,26 @@ def test_interleaved_orders_kept_across_lowerings_give_the_same_program() -> Non
     assert (pplan.p, pplan.m, pplan.v, pb.group_size, pplan.mode) == key
     assert ps._interleaved_steps(spec, pb, pplan) == kept
     ps._STEPS.clear()
+
+
+def test_odd_ring_ranks_alias_the_even_ranks_phases(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With lone ring p2p (interleaving) an odd CP rank's phases hold the even rank's ops with each ring step's
+    recv before its send: they take the even rank's name and string ids through the permutation
+    (``_Run.alias``), and the Program is the one interning each name and string gives (the cases above)."""
+    from schedsim.lower import pipeline_emitter as pe
+
+    got: list[Any] = []
+    orig = pe._Emitter._alias
+
+    def spy(self: Any, names: tuple[str, ...], pairs: Any) -> Any:
+        out = orig(self, names, pairs)
+        if out is not None:
+            got.append((names, out))
+        return out
+
+    monkeypatch.setattr(pe._Emitter, "_alias", spy)
+    lower(load_text(_text(*CASES["cp2_interleaved"])))
+    assert got
+    for names, (_nid, perm) in got:
+        assert sorted(perm) == list(range(len(names))) and list(perm) != sorted(perm)
+        assert any("recv" in n for n in names) and any("send" in n for n in names)
