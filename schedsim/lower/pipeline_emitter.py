@@ -444,23 +444,35 @@ class _Emitter:
                 if lead and len(lead[0]) > 2 and lead[0][2].after_compute and self.last_on_compute is not None \
                         and self.last_on_compute not in first:  # type: ignore[misc]
                     first += (self.last_on_compute,)
-            if self.fresh is not None:
-                self.fresh[pre] = -1
-            oname, end = self._rows(s, j, phase, pre, tags, first)
+            fresh = self.fresh
+            new = False
+            known = None if run is None else self.name_ids.get((pre, run.nid))  # another rank's, this phase
+            if fresh is not None:
+                if pre not in fresh:  # every name new where they differ (fresh's rule): appended, not looked up
+                    new = run.distinct if run is not None else _distinct(self.protos[(s, phase)])
+                fresh[pre] = -1
+            oname, end, done = self._rows(s, j, phase, pre, tags, first, new, known)
+            if run is not None and known is None:
+                self.name_ids[(pre, run.nid)] = array("i", done)
             self.last_compute = oname
             self.prev_of[(s, phase, j)] = oname if end < 0 else end
         if typ is not CT.F and typ is not CT.I and typ is not CT.W:  # a full backward hands its input gradient
             self.prev_of[(s, "I", j)] = self.prev_of[(s, "W", j)]  # on when the whole B is done
 
-    def _rows(self, s: int, j: int, phase: str, pre: str, tags: int, first: tuple[int, ...]) -> tuple[int, int]:
+    def _rows(self, s: int, j: int, phase: str, pre: str, tags: int, first: tuple[int, ...],
+              new: bool = False, known: Any = None) -> tuple[int, int, list[int]]:
         """:meth:`compute`'s op-by-op path for one phase: each row of the stage's phase added on its own; returns
-        the last op's name id and the last one that is not ``side`` (-1: none)."""
+        the last op's name id, the last one that is not ``side`` (-1: none) and every op's name id. ``new``: the
+        phase's names are new (:attr:`fresh`'s rule), each appended without a lookup (the ids a lookup gives; a
+        name ``on_op`` interns between two is not one emitted_name accepts, so none of them); ``known``: their ids,
+        interned by another rank's phase of the same names (:attr:`name_ids`), not looked up."""
         table, names, compute = self.table, self.table.names, self.compute_stream
         done: list[int] = []
         oname = end = -1
-        for row in self.protos[(s, phase)]:
+        for k, row in enumerate(self.protos[(s, phase)]):
             tname, tid = row[0], row[1]
-            oname = names(pre + tname)
+            oname = known[k] if known is not None else names.append_new([pre + tname], emitted_name) if new \
+                else names(pre + tname)
             if len(row) > 2:  # an op placed by its row (training's context-parallel ring): ProtoPlace
                 at: ProtoPlace = row[2]  # type: ignore[misc]
                 table.add_ids(tid, self.rank, oname, tags, compute if at.stream < 0 else at.stream,
@@ -478,7 +490,12 @@ class _Emitter:
             first = ()
             if self.on_op is not None:
                 self.on_op(s, j, phase, tname, oname)
-        return oname, end
+        return oname, end, done
+
+
+def _distinct(rows: list[Any]) -> bool:
+    """Whether no two rows of a phase's list share an op name."""
+    return len({r[0] for r in rows}) == len(rows)
 
 
 def last_backward(plan: PipelinePlan) -> dict[int, int]:
