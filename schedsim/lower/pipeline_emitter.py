@@ -180,6 +180,9 @@ class _Emitter:
     # data-parallel replicas repeat every pipeline rank's tag sets
     shared_p2p_tags: bool = False
     runs: dict[tuple[int, str], Any] = field(default_factory=dict)  # (stage, phase) -> _run's answer
+    # with shared_p2p_tags: (type, stage, microbatch) -> a send's or recv's name, tag set and message ids, the same
+    # on every rank of the stage; shared like name_ids
+    p2p_ids: dict[tuple[Any, int, int], tuple[int, int, int]] = field(default_factory=dict)
     # (name prefix, the phase's op names) -> _placed_cols's answer, shared like name_ids
     placed_ids: dict[tuple[str, int], Any] = field(default_factory=dict)
     # when the table held no name emitted_name accepts before the block's (None: not kept), the name prefixes
@@ -259,14 +262,21 @@ class _Emitter:
         tmpl, stream, peer, name_pre, msg_pre, src_phase, value, chunk, is_send = \
             self._p2p_const(typ, s) if c is None else c
         table = self.table
-        sj = str(j)
-        fresh = self.fresh
-        if fresh is None:
-            opname = table.names(name_pre + sj)
-        else:  # the name of a send or recv not written yet is new (fresh's rule); the other ranks' find it there
-            opname = fresh.get(name_pre + sj, -1)
-            if opname < 0:
-                opname = fresh[name_pre + sj] = table.names.append_new([name_pre + sj], emitted_name)
+        kept = self.p2p_ids.get((typ, s, j)) if self.shared_p2p_tags else None
+        if kept is None:
+            sj = str(j)
+            fresh = self.fresh
+            if fresh is None:
+                opname = table.names(name_pre + sj)
+            else:  # the name of a send or recv not written yet is new (fresh's rule); the other ranks' find it there
+                opname = fresh.get(name_pre + sj, -1)
+                if opname < 0:
+                    opname = fresh[name_pre + sj] = table.names.append_new([name_pre + sj], emitted_name)
+            msg = msg_pre + sj  # the message: who produced it, which mb
+            tset = (("chunk", chunk), ("mb", j), ("msg", msg), ("pp_op", value), ("stage", s))
+            tags = table.tag_id(tset) if self.shared_p2p_tags else table.new_tag_id(tset)
+        else:  # another rank's of this stage: the same name, tag set and message (all interned)
+            opname, tags, msg_id = kept
         deps = []
         if src_phase is not None:
             src = self.prev_of.get((s, src_phase, j))
@@ -277,11 +287,12 @@ class _Emitter:
             # Megatron's batch_p2p_sync (default on) calls torch.cuda.synchronize() around each
             # batch, so the host posts it only after all work issued before it has finished
             deps.append(self.last_compute)
-        msg = msg_pre + sj  # the message: who produced it, which mb
-        tset = (("chunk", chunk), ("mb", j), ("msg", msg), ("pp_op", value), ("stage", s))
-        tags = table.tag_id(tset) if self.shared_p2p_tags else table.new_tag_id(tset)
-        table.add_ids(tmpl, self.rank, opname, tags, stream, tuple(deps), peer,
-                      -1 if batch_id is None else self._batch(batch_id), table.strs(msg))
+        bid = -1 if batch_id is None else self._batch(batch_id)
+        if kept is None:
+            msg_id = table.strs(msg)
+            if self.shared_p2p_tags:
+                self.p2p_ids[(typ, s, j)] = (opname, tags, msg_id)
+        table.add_ids(tmpl, self.rank, opname, tags, stream, tuple(deps), peer, bid, msg_id)
         self.prev_of[(s, value, j)] = opname
         if is_send and batched:
             self.pending_sends.append(opname)

@@ -342,3 +342,33 @@ def test_odd_ring_ranks_alias_the_even_ranks_phases(monkeypatch: pytest.MonkeyPa
     for names, (_nid, perm) in got:
         assert sorted(perm) == list(range(len(names))) and list(perm) != sorted(perm)
         assert any("recv" in n for n in names) and any("send" in n for n in names)
+
+
+class _Forgetful(dict):  # type: ignore[type-arg]
+    """A dict that keeps nothing: every lookup misses."""
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        pass
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_sends_and_recvs_kept_per_stage_make_the_same_program(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A send's or recv's name, tag set and message ids are kept per (type, stage, microbatch) for the other ranks
+    of its stage (``_Emitter.p2p_ids``): the Program is the one each rank interning its own gives (every rank is
+    written here, so the TP and DP ranks of a stage reuse them)."""
+    from schedsim.lower import training
+
+    world, extra = CASES[case]
+    text = _text(world, extra)
+    fast = _state(text)
+    init = training._Ranks.__init__
+
+    def forget(self: Any, *a: Any) -> None:
+        init(self, *a)
+        self.p2p_ids = _Forgetful()
+
+    monkeypatch.setattr(training._Ranks, "__init__", forget)
+    slow = _state(text)
+    for k in ARRAYS:
+        np.testing.assert_array_equal(fast[k], slow[k], err_msg=k)
+    assert fast["text"] == slow["text"]
