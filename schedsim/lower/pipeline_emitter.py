@@ -378,7 +378,7 @@ class _Emitter:
         if got is None:
             dep_at, dep_n, flat, ats, sfx = run.shape
             alias = None if run.alias is None else self.placed_ids.get((pre, run.alias[0]))
-            if alias is not None:  # the same strings as the other order's ops (_Run.alias)
+            if alias is not None and run.alias is not None:  # the same strings as the other order's (_Run.alias)
                 perm = run.alias[1]
                 batch, msg = array("i", map(alias[3].__getitem__, perm)), array("i", map(alias[4].__getitem__, perm))
             elif new:
@@ -421,54 +421,70 @@ class _Emitter:
                 first += (self.last_on_compute,)
             if run is not None and (self.on_op is None or (
                     self.on_op_at is not None and not self.on_op_at(s, j, phase))):
-                key = (pre, run.nid)
-                ids = self.name_ids.get(key)
-                new = False
-                if ids is None:
-                    fresh = self.fresh
-                    alias = None if run.alias is None else self.name_ids.get((pre, run.alias[0]))
-                    if alias is not None:  # the other order's names, interned (_Run.alias)
-                        ids = array("i", map(alias.__getitem__, run.alias[1]))
-                    elif fresh is not None and run.distinct and pre not in fresh:  # every name new (fresh's rule)
-                        base = table.names.append_new(_full_names(pre, run.nid, run.names), emitted_name)
-                        ids = array("i", range(base, base + len(run.names)))
-                        new = self.fresh_strs
-                    else:
-                        ids = array("i", intern_list(table.names, _full_names(pre, run.nid, run.names), run.distinct))
-                    if fresh is not None:
-                        fresh[pre] = -1
-                    self.name_ids[key] = ids
-                if run.plain:
-                    table.add_placed(run.cols[0], self.rank, ids, tags, run.cols[1], first, (), (), (), run.none,
-                                     run.none, run.none)
-                else:
-                    dep_at, dep_n, dep, batch, msg = self._placed_cols(pre, run, ids, new)
-                    table.add_placed(run.cols[0], self.rank, ids, tags, run.cols[1], first, dep_at, dep_n, dep,
-                                     run.cols[2], batch, msg)
-                if run.on_compute >= 0:
-                    self.last_on_compute = ids[run.on_compute]
-                self.last_compute = ids[-1]
-                self.prev_of[(s, phase, j)] = ids[run.end]
-                continue
-            if run is None:  # an empty row list: the first row's after_compute as the op-by-op path reads it
-                lead = self.protos[(s, phase)][:1]
-                if lead and len(lead[0]) > 2 and lead[0][2].after_compute and self.last_on_compute is not None \
-                        and self.last_on_compute not in first:  # type: ignore[misc]
-                    first += (self.last_on_compute,)
-            fresh = self.fresh
-            new = False
-            known = None if run is None else self.name_ids.get((pre, run.nid))  # another rank's, this phase
-            if fresh is not None:
-                if pre not in fresh:  # every name new where they differ (fresh's rule): appended, not looked up
-                    new = run.distinct if run is not None else _distinct(self.protos[(s, phase)])
-                fresh[pre] = -1
-            oname, end, done = self._rows(s, j, phase, pre, tags, first, new, known)
-            if run is not None and known is None:
-                self.name_ids[(pre, run.nid)] = array("i", done)
-            self.last_compute = oname
-            self.prev_of[(s, phase, j)] = oname if end < 0 else end
+                self._write_run(s, j, phase, pre, run, tags, first)
+            else:
+                self._write_rows(s, j, phase, pre, run, tags, first)
         if typ is not CT.F and typ is not CT.I and typ is not CT.W:  # a full backward hands its input gradient
             self.prev_of[(s, "I", j)] = self.prev_of[(s, "W", j)]  # on when the whole B is done
+
+    def _run_ids(self, pre: str, run: _Run) -> tuple[Any, bool]:
+        """The name ids of ``run``'s ops under prefix ``pre`` (an array, kept in :attr:`name_ids` for the other
+        ranks), and whether they were all new (then the placed strings are too, where :attr:`fresh_strs`)."""
+        key = (pre, run.nid)
+        ids = self.name_ids.get(key)
+        if ids is not None:
+            return ids, False
+        table, fresh, new = self.table, self.fresh, False
+        alias = None if run.alias is None else self.name_ids.get((pre, run.alias[0]))
+        if alias is not None and run.alias is not None:  # the other order's names, interned (_Run.alias)
+            ids = array("i", map(alias.__getitem__, run.alias[1]))
+        elif fresh is not None and run.distinct and pre not in fresh:  # every name new (fresh's rule)
+            base = table.names.append_new(_full_names(pre, run.nid, run.names), emitted_name)
+            ids = array("i", range(base, base + len(run.names)))
+            new = self.fresh_strs
+        else:
+            ids = array("i", intern_list(table.names, _full_names(pre, run.nid, run.names), run.distinct))
+        if fresh is not None:
+            fresh[pre] = -1
+        self.name_ids[key] = ids
+        return ids, new
+
+    def _write_run(self, s: int, j: int, phase: str, pre: str, run: _Run, tags: int, first: tuple[int, ...]) -> None:
+        """:meth:`compute`'s phase as one run of rows (:meth:`Table.add_placed`)."""
+        table = self.table
+        ids, new = self._run_ids(pre, run)
+        if run.plain:
+            table.add_placed(run.cols[0], self.rank, ids, tags, run.cols[1], first, (), (), (), run.none, run.none,
+                             run.none)
+        else:
+            dep_at, dep_n, dep, batch, msg = self._placed_cols(pre, run, ids, new)
+            table.add_placed(run.cols[0], self.rank, ids, tags, run.cols[1], first, dep_at, dep_n, dep, run.cols[2],
+                             batch, msg)
+        if run.on_compute >= 0:
+            self.last_on_compute = ids[run.on_compute]
+        self.last_compute = ids[-1]
+        self.prev_of[(s, phase, j)] = ids[run.end]
+
+    def _write_rows(self, s: int, j: int, phase: str, pre: str, run: _Run | None, tags: int,
+                    first: tuple[int, ...]) -> None:
+        """:meth:`compute`'s phase op by op (:meth:`_rows`: ``on_op`` acts in it, or no run)."""
+        if run is None:  # an empty row list: the first row's after_compute as the op-by-op path reads it
+            lead = self.protos[(s, phase)][:1]
+            if lead and len(lead[0]) > 2 and lead[0][2].after_compute and self.last_on_compute is not None \
+                    and self.last_on_compute not in first:  # type: ignore[misc]
+                first += (self.last_on_compute,)
+        fresh = self.fresh
+        new = False
+        known = None if run is None else self.name_ids.get((pre, run.nid))  # another rank's, this phase
+        if fresh is not None:
+            if pre not in fresh:  # every name new where they differ (fresh's rule): appended, not looked up
+                new = run.distinct if run is not None else _distinct(self.protos[(s, phase)])
+            fresh[pre] = -1
+        oname, end, done = self._rows(s, j, phase, pre, tags, first, new, known)
+        if run is not None and known is None:
+            self.name_ids[(pre, run.nid)] = array("i", done)
+        self.last_compute = oname
+        self.prev_of[(s, phase, j)] = oname if end < 0 else end
 
     def _rows(self, s: int, j: int, phase: str, pre: str, tags: int, first: tuple[int, ...],
               new: bool = False, known: Any = None) -> tuple[int, int, list[int]]:
