@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 __all__ = ["SearchPoint", "candidates", "run_point", "worker_point", "pareto", "search"]
@@ -55,9 +55,10 @@ class SearchPoint:
     pareto: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON form (the block left out)."""
-        d = asdict(self)
-        d.pop("block")
+        """Plain JSON form (the block left out): ``dataclasses.asdict`` without the block, which it would copy
+        deeply only to drop (the setting's values are numbers, strings and None: a shallow copy is a deep one)."""
+        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "block"}
+        d["setting"] = dict(self.setting)
         return d
 
 

@@ -13,6 +13,7 @@ from array import array
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from itertools import count
 from typing import Any
 
 import numpy as np
@@ -24,17 +25,34 @@ from schedsim.pipeline.actions import ComputationType as CT
 
 _VALUE = {t: t.value for t in CT}  # an enum's .value is a descriptor call; this is a dict lookup
 
-#: In this process: (name prefix, a phase's op names or NCCL group / message suffixes) -> the full strings, kept
-#: across lowerings (the points of a ``schedsim search`` name their ops alike), so that each string is made and
-#: hashed once, not once a lowering; at most this many runs, then forgotten all at once. A pure cache: the names
-#: interned are the same.
+#: In this process: (name prefix, the id of a phase's op names or NCCL group / message suffixes in
+#: :data:`_SUFFIX_IDS`) -> the full strings, kept across lowerings (the points of a ``schedsim search`` name their
+#: ops alike), so that each string is made and hashed once, not once a lowering; at most this many runs, then
+#: forgotten all at once. A pure cache: the names interned are the same.
 NAME_RUNS_MAX = 1 << 14
-_NAME_RUNS: dict[tuple[str, tuple[str, ...]], list[str]] = {}
+_NAME_RUNS: dict[tuple[str, int], list[str]] = {}
+#: In this process: a tuple of name suffixes -> its id, unique for the process's life (ids are never reused, so a
+#: key of :data:`_NAME_RUNS` made with an id names one tuple even after this store was forgotten): the key of a
+#: run's strings is then a short tuple, not one hashed and compared over its 60 suffixes at every phase.
+_SUFFIX_IDS: dict[tuple[str, ...], int] = {}
+_SUFFIX_COUNT = count()
 
 
-def _full_names(pre: str, suffixes: tuple[str, ...]) -> list[str]:
-    """``[pre + x for x in suffixes]``, kept in :data:`_NAME_RUNS` (the list is shared: not to be changed)."""
-    key = (pre, suffixes)
+def suffix_id(suffixes: tuple[str, ...]) -> int:
+    """The process-wide id of the tuple ``suffixes`` (:data:`_SUFFIX_IDS`); at most :data:`NAME_RUNS_MAX` kept,
+    then forgotten all at once (a tuple seen again takes a new id)."""
+    got = _SUFFIX_IDS.get(suffixes)
+    if got is None:
+        if len(_SUFFIX_IDS) >= NAME_RUNS_MAX:
+            _SUFFIX_IDS.clear()
+        got = _SUFFIX_IDS[suffixes] = next(_SUFFIX_COUNT)
+    return got
+
+
+def _full_names(pre: str, sid: int, suffixes: tuple[str, ...]) -> list[str]:
+    """``[pre + x for x in suffixes]`` (``sid``: ``suffix_id(suffixes)``), kept in :data:`_NAME_RUNS` (the list is
+    shared: not to be changed)."""
+    key = (pre, sid)
     full = _NAME_RUNS.get(key)
     if full is None:
         if len(_NAME_RUNS) >= NAME_RUNS_MAX:
@@ -51,7 +69,18 @@ def emitted_name(x: Any) -> bool:
     return (x[:1] in _LABELS and x[1:2].isdigit()) or (x[:4] in _P2P and x[4:5] in _FB and x[5:6].isdigit())
 
 
+def emitted_str(x: Any) -> bool:
+    """Whether NCCL group or message string ``x`` may be one the training block's emitter appends without a lookup
+    (:attr:`_Emitter.fresh_strs`): a placed op's (:class:`ProtoPlace`), its phase's name prefix (``F<s>.<mb>.``,
+    ``B<s>.<mb>.I.``: a label, the stage's number, two dots at least) then a suffix. The pipeline's messages
+    (``F<s>.<mb>``: one dot) and batch names (``b<id>``) are not: their lookups register nothing."""
+    return x[:1] in _LABELS and x[1:2].isdigit() and x.count(".") >= 2
+
+
 _LABELS = frozenset("FIWB")
+#: a compute action's phases, (phase, label): F, I and W one each, anything else a full backward B = I then W
+_PARTS = {CT.F: (("F", "F"),), CT.I: (("I", "I"),), CT.W: (("W", "W"),)}
+_PARTS_B = (("I", "B"), ("W", "B"))
 _P2P = frozenset(("send", "recv"))
 _FB = frozenset("FB")
 
@@ -97,6 +126,22 @@ class _Run:
     shape: tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[str, ...]]
     end: int = -1  # the op the phase ends with: the last one not ProtoPlace.side
     on_compute: int = -1  # the last op on stream ``compute`` (-1: none)
+    nid: int = -1  # suffix_id(names): the key of the phase's names under a prefix
+    sid: int = -1  # suffix_id of the suffixes of ``shape`` (every op's, in order)
+    # the distinct suffixes in first-seen order and their suffix_id; per column (group names, messages) the ops
+    # that have a string and the index of theirs among the distinct ones: where every string is new, op k's id is
+    # the first id appended plus that index (_Emitter._placed_cols)
+    uniq: tuple[str, ...] = ()
+    uid: int = -1
+    batch_at: tuple[tuple[int, ...], tuple[int, ...]] = ((), ())
+    msg_at: tuple[tuple[int, ...], tuple[int, ...]] = ((), ())
+    none: array = field(default_factory=lambda: array("i"))  # -1 per op
+    lead_after_compute: bool = False  # the first row's ProtoPlace.after_compute
+    # where another rank's run of this stage list holds the same ops in another order (an odd ring position's
+    # recv before its send, training's _ring_order): that run's nid and, per op here, the index of the op of the
+    # same name there (its NCCL group and message suffixes the same): under one prefix, op k's name and string ids
+    # are that run's at perm[k] (_Emitter.compute)
+    alias: tuple[int, tuple[int, ...]] | None = None
 
 
 @dataclass
@@ -130,13 +175,16 @@ class _Emitter:
     on_op_at: Any = None
     # (name prefix, the phase's op names) -> their name ids: the same on every rank of a stage, so an emitter
     # that shares it with the other ranks' (the training block) interns each name once
-    name_ids: dict[tuple[str, tuple[str, ...]], Any] = field(default_factory=dict)
+    name_ids: dict[tuple[str, int], Any] = field(default_factory=dict)  # keyed by (prefix, _Run.nid)
     # intern a send's or recv's tag set (Table.tag_id) instead of a fresh one per op: the training block, whose
     # data-parallel replicas repeat every pipeline rank's tag sets
     shared_p2p_tags: bool = False
     runs: dict[tuple[int, str], Any] = field(default_factory=dict)  # (stage, phase) -> _run's answer
+    # with shared_p2p_tags: (type, stage, microbatch) -> a send's or recv's name, tag set and message ids, the same
+    # on every rank of the stage; shared like name_ids
+    p2p_ids: dict[tuple[Any, int, int], tuple[int, int, int]] = field(default_factory=dict)
     # (name prefix, the phase's op names) -> _placed_cols's answer, shared like name_ids
-    placed_ids: dict[tuple[str, tuple[str, ...]], Any] = field(default_factory=dict)
+    placed_ids: dict[tuple[str, int], Any] = field(default_factory=dict)
     # when the table held no name emitted_name accepts before the block's (None: not kept), the name prefixes
     # (``F<s>.<mb>.``) of the phases written so far (value -1) and the sends' and recvs' names with their ids:
     # a phase under a prefix not in it, its names distinct, has only new names (each is its prefix, which the
@@ -144,6 +192,13 @@ class _Emitter:
     # other op's name starts as emitted_name's): they are appended without a lookup (_Interner.append_new).
     # Shared like name_ids.
     fresh: dict[str, int] | None = None
+    # with ``fresh``: the table held no NCCL group or message string emitted_str accepts before the block's, so a
+    # phase whose names are new (fresh's rule) has new placed-op strings too (its prefix begins each): they are
+    # appended without a lookup (_placed_cols)
+    fresh_strs: bool = False
+    # (sorted op names' suffix_id) -> (nid, names, per op its (group, message) suffixes) of the first run with
+    # those ops: a later run with them in another order is its alias (_Run.alias). Shared like name_ids.
+    orders: dict[int, tuple[int, tuple[str, ...], tuple[tuple[str, str], ...]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.compute_stream = self.table.streams("compute")
@@ -207,14 +262,21 @@ class _Emitter:
         tmpl, stream, peer, name_pre, msg_pre, src_phase, value, chunk, is_send = \
             self._p2p_const(typ, s) if c is None else c
         table = self.table
-        sj = str(j)
-        fresh = self.fresh
-        if fresh is None:
-            opname = table.names(name_pre + sj)
-        else:  # the name of a send or recv not written yet is new (fresh's rule); the other ranks' find it there
-            opname = fresh.get(name_pre + sj, -1)
-            if opname < 0:
-                opname = fresh[name_pre + sj] = table.names.append_new([name_pre + sj], emitted_name)
+        kept = self.p2p_ids.get((typ, s, j)) if self.shared_p2p_tags else None
+        if kept is None:
+            sj = str(j)
+            fresh = self.fresh
+            if fresh is None:
+                opname = table.names(name_pre + sj)
+            else:  # the name of a send or recv not written yet is new (fresh's rule); the other ranks' find it there
+                opname = fresh.get(name_pre + sj, -1)
+                if opname < 0:
+                    opname = fresh[name_pre + sj] = table.names.append_new([name_pre + sj], emitted_name)
+            msg = msg_pre + sj  # the message: who produced it, which mb
+            tset = (("chunk", chunk), ("mb", j), ("msg", msg), ("pp_op", value), ("stage", s))
+            tags = table.tag_id(tset) if self.shared_p2p_tags else table.new_tag_id(tset)
+        else:  # another rank's of this stage: the same name, tag set and message (all interned)
+            opname, tags, msg_id = kept
         deps = []
         if src_phase is not None:
             src = self.prev_of.get((s, src_phase, j))
@@ -225,11 +287,12 @@ class _Emitter:
             # Megatron's batch_p2p_sync (default on) calls torch.cuda.synchronize() around each
             # batch, so the host posts it only after all work issued before it has finished
             deps.append(self.last_compute)
-        msg = msg_pre + sj  # the message: who produced it, which mb
-        tset = (("chunk", chunk), ("mb", j), ("msg", msg), ("pp_op", value), ("stage", s))
-        tags = table.tag_id(tset) if self.shared_p2p_tags else table.new_tag_id(tset)
-        table.add_ids(tmpl, self.rank, opname, tags, stream, tuple(deps), peer,
-                      -1 if batch_id is None else self._batch(batch_id), table.strs(msg))
+        bid = -1 if batch_id is None else self._batch(batch_id)
+        if kept is None:
+            msg_id = table.strs(msg)
+            if self.shared_p2p_tags:
+                self.p2p_ids[(typ, s, j)] = (opname, tags, msg_id)
+        table.add_ids(tmpl, self.rank, opname, tags, stream, tuple(deps), peer, bid, msg_id)
         self.prev_of[(s, value, j)] = opname
         if is_send and batched:
             self.pending_sends.append(opname)
@@ -268,42 +331,80 @@ class _Emitter:
                 peers = tuple(-1 if a is None else a.peer for a in at)
                 after = tuple((k, at[k].after) for k in placed)  # type: ignore[union-attr]
                 strs = tuple((k, 2 * k + (i % 2), x) for i, (k, x) in enumerate(sfx) if x)
+                uniq = tuple(dict.fromkeys(x[2] for x in strs))
+                where = {x: i for i, x in enumerate(uniq)}
+                cols = [tuple(x for x in strs if x[1] % 2 == c) for c in (0, 1)]
                 run = _Run(tmpls, names, all(a is None for a in at), streams, peers, after, strs,
                            len(set(names)) == len(names), (array("i", tmpls), array("i", streams), array("i", peers)),
                            (tuple(k for k, _a in after), tuple(len(a) for _k, a in after),
                             tuple(i for _k, a in after for i in a), tuple(x[1] for x in strs),
                             tuple(x[2] for x in strs)),
                            end=max([k for k, a in enumerate(at) if a is None or not a.side], default=len(rows) - 1),
-                           on_compute=max([k for k, st in enumerate(streams) if st == cs], default=-1))
+                           on_compute=max([k for k, st in enumerate(streams) if st == cs], default=-1),
+                           nid=suffix_id(names), sid=suffix_id(tuple(x[2] for x in strs)), uniq=uniq,
+                           uid=suffix_id(uniq),
+                           batch_at=(tuple(x[0] for x in cols[0]), tuple(where[x[2]] for x in cols[0])),
+                           msg_at=(tuple(x[0] for x in cols[1]), tuple(where[x[2]] for x in cols[1])),
+                           none=array("i", (-1,)) * len(rows),
+                           lead_after_compute=at[0] is not None and at[0].after_compute,
+                           alias=self._alias(names, tuple(("", "") if a is None else (a.batch, a.msg) for a in at)))
             self.runs[key] = run
         return self.runs[key]  # type: ignore[no-any-return]
 
-    def _placed_cols(self, pre: str, run: _Run, ids: Any) -> tuple[Any, Any, list[int], array, array]:
+    def _alias(self, names: tuple[str, ...], pairs: tuple[tuple[str, str], ...]) -> tuple[int, tuple[int, ...]] | None:
+        """:attr:`_Run.alias` of a run of ops ``names`` (distinct) with NCCL group and message suffixes ``pairs``,
+        registering it in :attr:`orders` when it is the first with these ops."""
+        if len(set(names)) != len(names):
+            return None
+        nid = suffix_id(names)
+        first = self.orders.setdefault(suffix_id(tuple(sorted(names))), (nid, names, pairs))
+        if first[0] == nid:
+            return None
+        at = {x: k for k, x in enumerate(first[1])}
+        perm = tuple(at[x] for x in names)
+        if any(first[2][i] != pr for i, pr in zip(perm, pairs, strict=True)):
+            return None
+        return first[0], perm
+
+    def _placed_cols(self, pre: str, run: _Run, ids: Any, new: bool) -> tuple[Any, Any, list[int], array, array]:
         """Of a run with placed ops under name prefix ``pre`` (name ids ``ids``): the ops that wait for ops of
         their own phase, how many each, those ops' name ids (concatenated), and each op's NCCL group name's and
         message's string ids (-1: none), interned in the op-by-op order (each op's group name, then its message)
-        and kept for the other ranks (the same strings): :meth:`Table.add_placed`'s arguments."""
-        key = (pre, run.names)
+        and kept for the other ranks (the same strings): :meth:`Table.add_placed`'s arguments. ``new``: none of
+        the strings is interned yet (:attr:`fresh_strs`), so the distinct ones take the next ids in first-seen
+        order (what interning them in turn gives) without a lookup each."""
+        key = (pre, run.nid)
         got = self.placed_ids.get(key)
         if got is None:
             dep_at, dep_n, flat, ats, sfx = run.shape
-            both = [-1] * (2 * len(ids))  # each op's group name, then its message
-            sids = intern_list(self.table.strs, _full_names(pre, sfx))
-            deque(map(both.__setitem__, ats, sids), maxlen=0)  # both[at] = sid, in C
-            got = self.placed_ids[key] = (dep_at, dep_n, list(map(ids.__getitem__, flat)), array("i", both[0::2]),
-                                          array("i", both[1::2]))
+            alias = None if run.alias is None else self.placed_ids.get((pre, run.alias[0]))
+            if alias is not None and run.alias is not None:  # the same strings as the other order's (_Run.alias)
+                perm = run.alias[1]
+                batch, msg = array("i", map(alias[3].__getitem__, perm)), array("i", map(alias[4].__getitem__, perm))
+            elif new:
+                base = self.table.strs.append_new(_full_names(pre, run.uid, run.uniq), emitted_str) if run.uniq \
+                    else 0
+                cols = []
+                for at, which in (run.batch_at, run.msg_at):
+                    col = array("i", run.none)
+                    deque(map(col.__setitem__, at, map(base.__add__, which)), maxlen=0)  # in C
+                    cols.append(col)
+                batch, msg = cols
+            else:
+                both = [-1] * (2 * len(ids))  # each op's group name, then its message
+                sids = intern_list(self.table.strs, _full_names(pre, run.sid, sfx))
+                deque(map(both.__setitem__, ats, sids), maxlen=0)  # both[at] = sid, in C
+                batch, msg = array("i", both[0::2]), array("i", both[1::2])
+            got = self.placed_ids[key] = (dep_at, dep_n, list(map(ids.__getitem__, flat)), batch, msg)
         return got  # type: ignore[no-any-return]
 
     def compute(self, sub: Any) -> None:
         """The ops of one F, I, W or full backward B (= I then W) of a stage on a microbatch."""
         s, j, typ = sub.stage, sub.microbatch, sub.type
-        parts = [("F", "F")] if typ is CT.F else [("I", "I")] if typ is CT.I else \
-            [("W", "W")] if typ is CT.W else [("I", "B"), ("W", "B")]
         chunk = self.chunk_of[s]
         table = self.table
-        names = table.names
-        compute = self.compute_stream
-        for phase, label in parts:
+        runs = self.runs
+        for phase, label in _PARTS.get(typ, _PARTS_B):
             deps = self._input(s, j, phase)
             if self.pair_deps:
                 deps.extend(d for d in self.pair_deps if d not in deps)
@@ -314,54 +415,91 @@ class _Emitter:
             tags = table.tag_id((("chunk", chunk), ("mb", j), ("phase", phase), ("pp_op", label), ("stage", s)))
             first = tuple(deps)
             pre = f"{label}{s}.{j}." if label == phase else f"B{s}.{j}.{phase}."
-            run = self._run(s, phase)
+            run = runs[(s, phase)] if (s, phase) in runs else self._run(s, phase)
+            if run is not None and run.lead_after_compute and self.last_on_compute is not None \
+                    and self.last_on_compute not in first:
+                first += (self.last_on_compute,)
+            if run is not None and (self.on_op is None or (
+                    self.on_op_at is not None and not self.on_op_at(s, j, phase))):
+                self._write_run(s, j, phase, pre, run, tags, first)
+            else:
+                self._write_rows(s, j, phase, pre, run, tags, first)
+        if typ is not CT.F and typ is not CT.I and typ is not CT.W:  # a full backward hands its input gradient
+            self.prev_of[(s, "I", j)] = self.prev_of[(s, "W", j)]  # on when the whole B is done
+
+    def _run_ids(self, pre: str, run: _Run) -> tuple[Any, bool]:
+        """The name ids of ``run``'s ops under prefix ``pre`` (an array, kept in :attr:`name_ids` for the other
+        ranks), and whether they were all new (then the placed strings are too, where :attr:`fresh_strs`)."""
+        key = (pre, run.nid)
+        ids = self.name_ids.get(key)
+        if ids is not None:
+            return ids, False
+        table, fresh, new = self.table, self.fresh, False
+        alias = None if run.alias is None else self.name_ids.get((pre, run.alias[0]))
+        if alias is not None and run.alias is not None:  # the other order's names, interned (_Run.alias)
+            ids = array("i", map(alias.__getitem__, run.alias[1]))
+        elif fresh is not None and run.distinct and pre not in fresh:  # every name new (fresh's rule)
+            base = table.names.append_new(_full_names(pre, run.nid, run.names), emitted_name)
+            ids = array("i", range(base, base + len(run.names)))
+            new = self.fresh_strs
+        else:
+            ids = array("i", intern_list(table.names, _full_names(pre, run.nid, run.names), run.distinct))
+        if fresh is not None:
+            fresh[pre] = -1
+        self.name_ids[key] = ids
+        return ids, new
+
+    def _write_run(self, s: int, j: int, phase: str, pre: str, run: _Run, tags: int, first: tuple[int, ...]) -> None:
+        """:meth:`compute`'s phase as one run of rows (:meth:`Table.add_placed`)."""
+        table = self.table
+        ids, new = self._run_ids(pre, run)
+        if run.plain:
+            table.add_placed(run.cols[0], self.rank, ids, tags, run.cols[1], first, (), (), (), run.none, run.none,
+                             run.none)
+        else:
+            dep_at, dep_n, dep, batch, msg = self._placed_cols(pre, run, ids, new)
+            table.add_placed(run.cols[0], self.rank, ids, tags, run.cols[1], first, dep_at, dep_n, dep, run.cols[2],
+                             batch, msg)
+        if run.on_compute >= 0:
+            self.last_on_compute = ids[run.on_compute]
+        self.last_compute = ids[-1]
+        self.prev_of[(s, phase, j)] = ids[run.end]
+
+    def _write_rows(self, s: int, j: int, phase: str, pre: str, run: _Run | None, tags: int,
+                    first: tuple[int, ...]) -> None:
+        """:meth:`compute`'s phase op by op (:meth:`_rows`: ``on_op`` acts in it, or no run)."""
+        if run is None:  # an empty row list: the first row's after_compute as the op-by-op path reads it
             lead = self.protos[(s, phase)][:1]
             if lead and len(lead[0]) > 2 and lead[0][2].after_compute and self.last_on_compute is not None \
                     and self.last_on_compute not in first:  # type: ignore[misc]
                 first += (self.last_on_compute,)
-            if run is not None and (self.on_op is None or (
-                    self.on_op_at is not None and not self.on_op_at(s, j, phase))):
-                key = (pre, run.names)
-                ids = self.name_ids.get(key)
-                if ids is None:
-                    full = _full_names(pre, run.names)
-                    fresh = self.fresh
-                    if fresh is not None and run.distinct and pre not in fresh:  # every name new (fresh's rule)
-                        base = names.append_new(full, emitted_name)
-                        ids = array("i", range(base, base + len(full)))
-                    else:
-                        ids = array("i", intern_list(names, full, run.distinct))
-                    if fresh is not None:
-                        fresh[pre] = -1
-                    self.name_ids[key] = ids
-                if run.plain:
-                    table.add_run(run.cols[0], self.rank, ids, tags, compute, first)
-                else:
-                    dep_at, dep_n, dep, batch, msg = self._placed_cols(pre, run, ids)
-                    table.add_placed(run.cols[0], self.rank, ids, tags, run.cols[1], first, dep_at, dep_n, dep,
-                                     run.cols[2], batch, msg)
-                if run.on_compute >= 0:
-                    self.last_on_compute = ids[run.on_compute]
-                self.last_compute = ids[-1]
-                self.prev_of[(s, phase, j)] = ids[run.end]
-                continue
-            if self.fresh is not None:
-                self.fresh[pre] = -1
-            oname, end = self._rows(s, j, phase, pre, tags, first)
-            self.last_compute = oname
-            self.prev_of[(s, phase, j)] = oname if end < 0 else end
-        if parts[0][1] == "B":  # a full backward hands its input gradient on when the whole B is done
-            self.prev_of[(s, "I", j)] = self.prev_of[(s, "W", j)]
+        fresh = self.fresh
+        new = False
+        known = None if run is None else self.name_ids.get((pre, run.nid))  # another rank's, this phase
+        if fresh is not None:
+            if pre not in fresh:  # every name new where they differ (fresh's rule): appended, not looked up
+                new = run.distinct if run is not None else _distinct(self.protos[(s, phase)])
+            fresh[pre] = -1
+        oname, end, done = self._rows(s, j, phase, pre, tags, first, new, known)
+        if run is not None and known is None:
+            self.name_ids[(pre, run.nid)] = array("i", done)
+        self.last_compute = oname
+        self.prev_of[(s, phase, j)] = oname if end < 0 else end
 
-    def _rows(self, s: int, j: int, phase: str, pre: str, tags: int, first: tuple[int, ...]) -> tuple[int, int]:
+    def _rows(self, s: int, j: int, phase: str, pre: str, tags: int, first: tuple[int, ...],
+              new: bool = False, known: Any = None) -> tuple[int, int, list[int]]:
         """:meth:`compute`'s op-by-op path for one phase: each row of the stage's phase added on its own; returns
-        the last op's name id and the last one that is not ``side`` (-1: none)."""
+        the last op's name id, the last one that is not ``side`` (-1: none) and every op's name id. ``new``: the
+        phase's names are new (:attr:`fresh`'s rule), each appended without a lookup (the ids a lookup gives; a
+        name ``on_op`` interns between two is not one emitted_name accepts, so none of them); ``known``: their ids,
+        interned by another rank's phase of the same names (:attr:`name_ids`), not looked up."""
         table, names, compute = self.table, self.table.names, self.compute_stream
         done: list[int] = []
         oname = end = -1
-        for row in self.protos[(s, phase)]:
+        for k, row in enumerate(self.protos[(s, phase)]):
             tname, tid = row[0], row[1]
-            oname = names(pre + tname)
+            oname = known[k] if known is not None else names.append_new([pre + tname], emitted_name) if new \
+                else names(pre + tname)
             if len(row) > 2:  # an op placed by its row (training's context-parallel ring): ProtoPlace
                 at: ProtoPlace = row[2]  # type: ignore[misc]
                 table.add_ids(tid, self.rank, oname, tags, compute if at.stream < 0 else at.stream,
@@ -379,7 +517,12 @@ class _Emitter:
             first = ()
             if self.on_op is not None:
                 self.on_op(s, j, phase, tname, oname)
-        return oname, end
+        return oname, end, done
+
+
+def _distinct(rows: list[Any]) -> bool:
+    """Whether no two rows of a phase's list share an op name."""
+    return len({r[0] for r in rows}) == len(rows)
 
 
 def last_backward(plan: PipelinePlan) -> dict[int, int]:

@@ -560,12 +560,16 @@ class _Ranks:
 
     def __init__(self, spec: ScheduleSpec, table: Table, t: TrainingSpec, plan: TrainingPlan, num_stages: int):
         self.spec, self.table, self.t, self.plan = spec, table, t, plan
-        self.name_ids: dict[tuple[str, tuple[str, ...]], Any] = {}  # every rank's emitter shares them
-        self.placed_ids: dict[tuple[str, tuple[str, ...]], Any] = {}  # likewise (_Emitter.placed_ids)
-        from schedsim.lower.pipeline_emitter import emitted_name
+        self.name_ids: dict[tuple[str, int], Any] = {}  # every rank's emitter shares them
+        self.placed_ids: dict[tuple[str, int], Any] = {}  # likewise (_Emitter.placed_ids)
+        self.orders: dict[int, Any] = {}  # likewise (_Emitter.orders)
+        self.p2p_ids: dict[tuple[Any, int, int], tuple[int, int, int]] = {}  # likewise (_Emitter.p2p_ids)
+        from schedsim.lower.pipeline_emitter import emitted_name, emitted_str
 
         # likewise (_Emitter.fresh): kept where no name written before the block's could be the emitter's
         self.fresh: dict[str, int] | None = None if table.names.may_hold_any(emitted_name) else {}
+        # (_Emitter.fresh_strs) where no NCCL group or message string written before could be a placed op's
+        self.fresh_strs = self.fresh is not None and not table.strs.may_hold_any(emitted_str)
         self.lists = {s: stage_lists(t, plan, s, num_stages) for s in range(num_stages)}
         self.hot_lists = {s: stage_lists(t, plan, s, num_stages, hot=True) for s in range(num_stages)} \
             if plan.experts and t.moe_expert_capacity_factor is not None else self.lists
@@ -863,7 +867,8 @@ def _emit_rank(ranks: _Ranks, g: int, pplan: Any, steps: dict[int, list[tuple[An
                                 if t.tp_comm_overlap else (-1, -1), odd=(c_ % 2 == 1, t_ % 2 == 1),
                                 dp_group=dp_group if t.use_torch_fsdp2 else ())
     em = _Emitter(ranks.table, pplan, protos, p2p_tmpl, chunk_of, g, 0, ranks=pp_ranks, name_ids=ranks.name_ids,
-                  placed_ids=ranks.placed_ids, shared_p2p_tags=True, fresh=ranks.fresh)
+                  placed_ids=ranks.placed_ids, shared_p2p_tags=True, fresh=ranks.fresh, fresh_strs=ranks.fresh_strs,
+                  orders=ranks.orders, p2p_ids=ranks.p2p_ids)
     multi = len(dp_group) > 1
     fsdp = t.use_torch_fsdp2 and multi  # FSDP2 reduce-scatters each unit's gradients inside the backward
     shard = plan.dp * plan.cp if t.use_distributed_optimizer or fsdp else 1

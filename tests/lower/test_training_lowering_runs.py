@@ -32,6 +32,8 @@ CASES = {
     "sp_distopt_overlap": (8, "  sequence_parallel: true\n  use_distributed_optimizer: true\n"
                               "  overlap_grad_reduce: true\n  overlap_param_gather: true\n"),
     "cp2": (8, "  cp: 2\n"),
+    # odd CP ranks post each ring step's recv before its send (lone p2p): their phases alias the even ones'
+    "cp2_interleaved": (8, "  cp: 2\n  num_layers_per_virtual_pipeline_stage: 1\n"),
     "interleaved": (8, "  num_layers_per_virtual_pipeline_stage: 1\n  overlap_grad_reduce: true\n"),
     "tp_comm_overlap": (8, "  sequence_parallel: true\n  tp_comm_overlap: true\n"),
     "experts": (8, "  sequence_parallel: true\n  num_experts: 4\n  expert_model_parallel_size: 2\n"
@@ -41,7 +43,10 @@ CASES = {
 
 
 def _state(text: str) -> dict[str, Any]:
-    prog = lower(load_text(text))
+    return _state_of(lower(load_text(text)))
+
+
+def _state_of(prog: Any) -> dict[str, Any]:
     out: dict[str, Any] = {k: np.asarray(getattr(prog, k)) for k in ARRAYS}
     out["text"] = json.dumps({"names": list(prog.names), "tagsets": [list(map(list, t)) for t in prog.tagsets],
                               "streams": list(prog.streams), "strs": list(prog.strs),
@@ -74,8 +79,9 @@ def test_names_appended_without_lookup_make_the_same_program(case: str, monkeypa
     world, extra = CASES[case]
     text = _text(world, extra)
     lazy = lower(load_text(text))
-    # the spans were not registered by the lowering (overlap_grad_reduce's phases, op by op, look names up)
-    assert bool(lazy.name_table._unreg) is ("overlap_grad_reduce" not in extra)
+    # the spans were not registered by the lowering (overlap_grad_reduce's phases, op by op, append their names
+    # too, and a later rank's take the first's ids)
+    assert lazy.name_table._unreg
     it = lazy.name_table
     for base, n, pred, _span in it._unreg:  # append_new's condition: a lookup of any unregistered one registers
         assert all(pred(x) for x in it._items[base:base + n] if x not in it._ids)
@@ -93,6 +99,70 @@ def test_names_appended_without_lookup_make_the_same_program(case: str, monkeypa
     assert fast["text"] == slow["text"]
     names = list(lazy.name_table.items)
     assert [lazy.name_table(x) for x in names] == list(range(len(names)))
+
+
+@pytest.mark.parametrize("case", ["cp2", "cp2_interleaved", "tp_comm_overlap", "plain"])
+def test_placed_strings_appended_without_lookup_make_the_same_program(case: str,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A phase whose names are new appends its placed ops' NCCL group and message strings without a lookup each
+    (``_Emitter.fresh_strs``, ``pipeline_emitter.emitted_str``): the Program is the one interning every string in
+    turn gives (the op-by-op order: each op's group name, then its message), array for array and string for
+    string, and a lookup of any string afterwards finds its id; the pipeline's messages (``F0.3``) and batch names
+    (``b7``) are not strings the rule covers, placed ones (``F0.3.l1.cp_attn_f0``) are."""
+    from schedsim.lower import pipeline_emitter as pe
+    from schedsim.lower import training
+
+    assert not pe.emitted_str("F0.3") and not pe.emitted_str("b7") and not pe.emitted_str("dp_grad")
+    assert pe.emitted_str("F0.3.l1.cp_attn_f0") and pe.emitted_str("B1.0.I.l0.tp_qkv0")
+    world, extra = CASES[case]
+    text = _text(world, extra)
+    prog = lower(load_text(text))
+    fast = _state(text)
+    init = training._Ranks.__init__
+
+    def no_fresh_strs(self: Any, *a: Any) -> None:
+        init(self, *a)
+        self.fresh_strs = False
+
+    monkeypatch.setattr(training._Ranks, "__init__", no_fresh_strs)
+    slow = _state(text)
+    for k in ARRAYS:
+        np.testing.assert_array_equal(fast[k], slow[k], err_msg=k)
+    assert fast["text"] == slow["text"]
+    table = prog.str_table
+    strs = list(table.items)
+    assert [table(x) for x in strs] == list(range(len(strs)))
+    assert (case != "plain") is any(pe.emitted_str(x) for x in strs)  # the rings' strings took this path
+
+
+def test_a_written_string_equal_to_a_placed_one_has_one_id(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hand-written send/recv whose message tag is one of the block's placed strings (``F0.0.l0...``): its
+    lookup finds the string the block appended (one id, not two), and the Program is the one interning every
+    string in turn gives."""
+    from schedsim.lower import pipeline_emitter as pe
+    from schedsim.lower import training
+
+    base = _text(8, CASES["cp2"][1])
+    placed = next(x for x in lower(load_text(base)).str_table.items if pe.emitted_str(x))
+    text = base + f"""ops:
+  - {{name: w, kind: send, bytes: 4, ranks: [0], peer: 1, tag: {placed}}}
+  - {{name: w, kind: recv, bytes: 4, ranks: [1], peer: 0, tag: {placed}}}
+"""
+    prog = lower(load_text(text), check=False)
+    strs = list(prog.str_table.items)
+    assert len(set(strs)) == len(strs) and placed in strs
+    fast = _state_of(prog)
+    init = training._Ranks.__init__
+
+    def no_fresh_strs(self: Any, *a: Any) -> None:
+        init(self, *a)
+        self.fresh_strs = False
+
+    monkeypatch.setattr(training._Ranks, "__init__", no_fresh_strs)
+    slow = _state_of(lower(load_text(text), check=False))
+    for k in ARRAYS:
+        np.testing.assert_array_equal(fast[k], slow[k], err_msg=k)
+    assert fast["text"] == slow["text"]
 
 
 def test_a_written_op_named_like_a_phase_op_keeps_every_name_looked_up() -> None:
@@ -249,3 +319,56 @@ def test_interleaved_orders_kept_across_lowerings_give_the_same_program() -> Non
     assert (pplan.p, pplan.m, pplan.v, pb.group_size, pplan.mode) == key
     assert ps._interleaved_steps(spec, pb, pplan) == kept
     ps._STEPS.clear()
+
+
+def test_odd_ring_ranks_alias_the_even_ranks_phases(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With lone ring p2p (interleaving) an odd CP rank's phases hold the even rank's ops with each ring step's
+    recv before its send: they take the even rank's name and string ids through the permutation
+    (``_Run.alias``), and the Program is the one interning each name and string gives (the cases above)."""
+    from schedsim.lower import pipeline_emitter as pe
+
+    got: list[Any] = []
+    orig = pe._Emitter._alias
+
+    def spy(self: Any, names: tuple[str, ...], pairs: Any) -> Any:
+        out = orig(self, names, pairs)
+        if out is not None:
+            got.append((names, out))
+        return out
+
+    monkeypatch.setattr(pe._Emitter, "_alias", spy)
+    lower(load_text(_text(*CASES["cp2_interleaved"])))
+    assert got
+    for names, (_nid, perm) in got:
+        assert sorted(perm) == list(range(len(names))) and list(perm) != sorted(perm)
+        assert any("recv" in n for n in names) and any("send" in n for n in names)
+
+
+class _Forgetful(dict):  # type: ignore[type-arg]
+    """A dict that keeps nothing: every lookup misses."""
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        pass
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_sends_and_recvs_kept_per_stage_make_the_same_program(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A send's or recv's name, tag set and message ids are kept per (type, stage, microbatch) for the other ranks
+    of its stage (``_Emitter.p2p_ids``): the Program is the one each rank interning its own gives (every rank is
+    written here, so the TP and DP ranks of a stage reuse them)."""
+    from schedsim.lower import training
+
+    world, extra = CASES[case]
+    text = _text(world, extra)
+    fast = _state(text)
+    init = training._Ranks.__init__
+
+    def forget(self: Any, *a: Any) -> None:
+        init(self, *a)
+        self.p2p_ids = _Forgetful()
+
+    monkeypatch.setattr(training._Ranks, "__init__", forget)
+    slow = _state(text)
+    for k in ARRAYS:
+        np.testing.assert_array_equal(fast[k], slow[k], err_msg=k)
+    assert fast["text"] == slow["text"]
