@@ -325,10 +325,13 @@ class NcclNetwork:
 
     def _fill(self, func: str, algo: str, nbytes: float, shape: GroupShape, t: TuneInput) -> float:
         """µs of an NVLS-tree all_reduce's pipeline fill across nodes (:func:`schedsim.network.tuning.nvls_tree_fill`,
-        which NCCL's estimate leaves out); 0 for the others."""
+        which NCCL's estimate leaves out); 0 for the others. Blackwell's chunk and CTA rule reads ``comm->minNetBw``,
+        the NICs' own speed as NCCL's net plugin reports it (line rate / 8), which knows nothing of the fabric's
+        oversubscription (so not :meth:`_nic_bw`)."""
         if algo != "nvls_tree" or func != "allreduce":
             return 0.0
-        return nvls_tree_fill(nbytes, t, self._nic_bw(shape))
+        nics = self.topo.nics
+        return nvls_tree_fill(nbytes, t, nics.bandwidth_Gbps / 8.0 if nics is not None else 0.0)
 
     def _comm_channels(self, t: TuneInput) -> int:
         """``comm->nChannels`` of a group NCCL sees as ``t`` (:func:`schedsim.network.tuning.comm_channels`), which

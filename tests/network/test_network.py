@@ -924,3 +924,23 @@ def test_no_collective_beats_the_nics_of_a_node(gpn: int, nics: int, nic_exp: fl
     assert got is not None
     into = gpn * (n - gpn) * size / n / n if coll == "all_to_all" else _KINDS_INTO_NODE[coll](nodes) * size
     assert got.seconds >= into / (nics * nic_Gbps / 8 * 1e9) * (1 - 1e-9), (got, into)
+
+
+def test_blackwell_nvls_tree_rule_reads_the_nics_own_speed_not_the_oversubscribed_share(monkeypatch: Any) -> None:
+    # ncclNvlsTreeSm100Tuning reads comm->minNetBw, the NICs' speed as the net plugin reports it (400 Gb/s -> 50 GB/s);
+    # NCCL knows nothing of a spine's oversubscription, which halves the time-side share across leaves to 25 GB/s
+    # (test_oversubscribed_spine_slows_groups_across_leaves). 25 would fall below the rule's 48 GB/s branch.
+    import schedsim.network as network
+
+    seen: list[float] = []
+    real = network.nvls_tree_fill
+
+    def spy(nbytes: float, t: Any, nic_bw: float = 50.0) -> float:
+        seen.append(nic_bw)
+        return real(nbytes, t, nic_bw)
+
+    monkeypatch.setattr(network, "nvls_tree_fill", spy)
+    topo = {**hopper(8, 8, nodes=4, fabric={"nodes_per_leaf": 2, "oversubscription": 2.0, "source": "test"}),
+            "arch": "blackwell"}
+    got = forced(topo, "nvlstree", "Simple").collective("all_reduce", 1 << 30, tuple(range(32)))
+    assert got is not None and seen and set(seen) == {50.0}
