@@ -581,8 +581,9 @@ def host_surely_waited(p: _Prep, world: int, sms: int, tab: gr.RateTables, cw: f
 
 def latest_end_bound(p: _Prep, world: int, sms: int, tab: gr.RateTables) -> float:
     """A lower bound (s) on the latest end of the ``waves`` loop's run of the preparation ``p`` (:func:`_prepare`'s,
-    of a Program on ``world`` ranks, the issue column its ``release``), wherever the loop ends every op; -inf
-    where it proves nothing (no compute kernel).
+    of a Program on ``world`` ranks, the issue column its ``release``), wherever the loop ends every op, up to
+    rounding (its sums and the loop's differ in the last bits: one op alone measured 1 ulp above its end; hence
+    :func:`host_surely_waited`'s margin); -inf where it proves nothing (no compute kernel).
 
     The bound, over each (rank, stream)'s ops in program order (the Program's stream edges join each op to the one
     before it on its stream, or to every member of the p2p batch run before it, :func:`schedsim.lower.link.

@@ -105,7 +105,8 @@ def test_the_first_pass_is_not_run_where_the_bound_proves_the_host_waited() -> N
 def test_the_bound_is_no_later_than_the_latest_end(name: str, profile: str) -> None:
     """On every schedule of schedules/ (GEMMs on several streams, memory-bound kernels sharing HBM, copies, CUDA
     graphs beside NCCL, pipelines, a training step) the bound is no later than the latest end of the warm pass
-    run whole (equal to it where the host's calls bound the end: small_ops_graph, within 1e-6)."""
+    run whole, up to rounding (1e-12 relative; equal to it within 1e-6 where the host's calls bound the end:
+    small_ops_graph)."""
     prog = lower(load_text((ROOT / "schedules" / name).read_text(), name))
     prof = load_profile(profile)
     if prog.world_size > 1 and profile == "h200":
@@ -113,7 +114,7 @@ def test_the_bound_is_no_later_than_the_latest_end(name: str, profile: str) -> N
     p, rules, tab = _prep(prog, prof)
     bound = wc.latest_end_bound(p, prog.world_size, rules.sms, tab)
     run = wc._run_program_once(prog, prof, "eager", rules, tab, rules.p2p_serialized, False, compiled_loop(), False)
-    assert run is not None and bound <= float(run.end.max())
+    assert run is not None and bound <= float(run.end.max()) * (1.0 + 1e-12)
 
 
 def test_no_halt_where_the_host_did_not_wait() -> None:
