@@ -39,7 +39,7 @@ from schedsim.gpu.cost import CostModel, cost_model
 from schedsim.graph.ops import Op
 from schedsim.hardware.profile import HardwareProfile
 from schedsim.kinds import KINDS, P2P_KINDS, PER_RANK_SIZE
-from schedsim.lower.program import Program, rendezvous_groups
+from schedsim.lower.program import Program, rendezvous_groups, stable_order
 
 if TYPE_CHECKING:
     from schedsim.network.share import LinkShare
@@ -53,6 +53,10 @@ _COPY_RES = {"h2d": 2, "d2h": 3, "d2d": 4}
 #: the most ops for which :func:`run_waves_program` reruns an iteration with cold first calls (rule host-issue,
 #: ``launch.cold_first_call_us``): tens of µs once per rank, nothing against a schedule of this many ops
 COLD_RERUN_MAX = 100_000
+
+#: whether the first pass is skipped where :func:`host_surely_waited` proves it would halt (off: the loop runs
+#: and halts, the form the tests compare it with)
+SKIP_PROVED = True
 
 
 class ProgramRun(NamedTuple):
@@ -563,6 +567,77 @@ def run_waves_program(prog: Program, profile: HardwareProfile, mode: str, rules:
     return run
 
 
+def host_surely_waited(p: _Prep, world: int, sms: int, tab: gr.RateTables, cw: float) -> bool:
+    """Whether the first pass of :func:`run_waves_program` on the preparation ``p`` (of a Program on ``world``
+    ranks; ``sms``: :attr:`~schedsim.gpu.rates.GpuRules.sms`; ``tab``: the loop's rate tables) would halt, proved
+    without running it: :func:`latest_end_bound`, taken 1e-6 lower (relative, far more than the loop's rounding),
+    is ``cw`` (s, :func:`schedsim.gpu.host.cold_wait_s`) or more past the host's last call (the halt's own test).
+    Only a True is a proof; False says nothing. It assumes the loop ends every op: a Program the loop would
+    deadlock on before the halt gets the cold pass's result or error, as one that deadlocks after the halt does."""
+    best = latest_end_bound(p, world, sms, tab)
+    host = max(float(np.max(p.issue)), 0.0) if len(p.issue) else 0.0  # no less than the halt's gh.host_end_per_rank
+    return best * (1.0 - 1e-6) - host >= cw
+
+
+def latest_end_bound(p: _Prep, world: int, sms: int, tab: gr.RateTables) -> float:
+    """A lower bound (s) on the latest end of the ``waves`` loop's run of the preparation ``p`` (:func:`_prepare`'s,
+    of a Program on ``world`` ranks, the issue column its ``release``), wherever the loop ends every op, up to
+    rounding (its sums and the loop's differ in the last bits: one op alone measured 1 ulp above its end; hence
+    :func:`host_surely_waited`'s margin); -inf where it proves nothing (no compute kernel).
+
+    The bound, over each (rank, stream)'s ops in program order (the Program's stream edges join each op to the one
+    before it on its stream, or to every member of the p2p batch run before it, :func:`schedsim.lower.link.
+    _stream_edges`): op ``i`` (a compute kernel of one op) ends no earlier than ``max_j (release_j + Σ_{j..i} d)``
+    over the ops ``j`` before it on its stream, since no op is ready before its ``release`` (the loop's issue
+    column) nor before the op before it on its stream ended, and each op takes at least ``d``. ``d`` is 0 but
+    for a compute kernel of one op, of wave time ``τ`` (its batches' work, the loop's ``ktau`` or ``ktail_tau``),
+    ``C`` SM-slots in all (``kleft``) and full width ``w`` where memory-bound (``kmem``): a batch runs at most at
+    ``b · g · m`` (``b`` the largest batch rate of ``tab``, ``g`` its wave-tail gain where that rule applies to it,
+    ``m`` = β (``mem_boost``) memory-bound, else 1), so one batch takes at least ``τ / (b · g · m)``; and its
+    batches' slots ``s`` do their ``C · τ`` slot-seconds at most at ``b · g · cap`` (rule wave-dispatch: a rank's
+    batches hold at most ``sms`` slots, ``cap`` = ``sms``; memory-bound, rule hbm-share's factor
+    ``min(β, 1 / load)`` with ``load ≥ Σ s / w`` keeps ``Σ s · factor ≤ min(β · sms, w)`` = ``cap``):
+    ``d = max(τ / (b · g · m), C · τ / (b · g · cap))``."""
+    N, K = len(p.rank32), p.K
+    if not N or not K:
+        return -np.inf
+
+    def per_kernel(a: np.ndarray) -> np.ndarray:  # a buffer of one entry (_one_entry) for every kernel
+        a = np.asarray(a)
+        return np.broadcast_to(a, (K,)) if a.size == 1 else a
+
+    ktail, kgain, kmem = per_kernel(p.ktail), per_kernel(p.kgain), per_kernel(p.kmem).astype(np.float64)
+    tau = np.where(ktail < 0, per_kernel(p.ktail_tau), p.ktau)
+    b = max(tab.batch)
+    beta = max(tab.mem_boost, 1.0)
+    rate = b * np.where(ktail >= 0, np.maximum(kgain, 1.0), 1.0)
+    mem = kmem > 0
+    cap = np.where(mem, np.minimum(beta * sms, kmem), float(sms))
+    kleft = np.asarray(p.kleft, np.float64)
+    d = np.where((np.asarray(p.ktype) == 0) & (kleft > 0),
+                 np.maximum(tau / (rate * np.where(mem, beta, 1.0)), kleft * tau / (rate * cap)), 0.0)
+    if len(p.kptr):  # kernels of several ops (p2p batches, foreach entries): d on kernels of one op only
+        one = np.diff(p.kptr) == 1
+        dop = np.zeros(N)
+        dop[np.asarray(p.kidx)[np.asarray(p.kptr)[:-1][one]]] = d[one]
+    else:  # every op its own kernel
+        dop = d
+    ns = int(p.sid.max()) + 1
+    o = stable_order(p.rank32.astype(I64) * ns + p.sid, world * ns)  # each (rank, stream) in program order
+    key = p.rank32[o].astype(I64) * ns + p.sid[o]
+    dd, rel = dop[o], np.asarray(p.release, np.float64)[o]
+    cut = np.flatnonzero(key[1:] != key[:-1]) + 1
+    best = -np.inf
+    for lo, hi in zip(np.concatenate(([0], cut)).tolist(), np.concatenate((cut, [N])).tolist(), strict=True):
+        dj = dd[lo:hi]
+        if not dj.any():
+            continue
+        c = np.cumsum(dj)  # Σ_{first..i} d
+        run = np.maximum.accumulate(rel[lo:hi] - (c - dj))  # max_j (release_j - Σ_{first..j-1} d)
+        best = max(best, float((run + c)[dj > 0].max()))
+    return best
+
+
 def share_args(share: LinkShare | None) -> tuple[object, ...] | None:
     """The compiled loop's ``share`` argument (:meth:`LinkShare.loop_args`), None without shared links."""
     return None if share is None else share.loop_args()
@@ -596,6 +671,8 @@ def _run_program_once(prog: Program, profile: HardwareProfile, mode: str, rules:
                      keep is not None and N <= COLD_RERUN_MAX)
         if keep is not None and p.host is not None:
             keep["prep"] = p
+        if halt_cw is not None and SKIP_PROVED and host_surely_waited(p, prog.world_size, rules.sms, tab, halt_cw):
+            return None  # the loop would halt: not run
         issue, call0, release = p.issue, p.call0, p.release
         share = p.share
     else:  # a second pass: the same preparation, the host issue times anew and the shared links' state fresh
