@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["unique", "py_round", "Interval", "Pieces", "merge", "merge_per_group", "length", "intersect_length",
-           "merged", "union_length", "union_by_group", "pieces_intersection"]
+__all__ = ["unique", "first_table", "first_codes", "py_round", "Interval", "Pieces", "merge", "merge_per_group",
+           "length", "intersect_length", "merged", "union_length", "union_by_group", "pieces_intersection"]
 
 
 def py_round(a: np.ndarray, nd: int) -> np.ndarray:
@@ -54,6 +54,36 @@ def unique(key: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     inv = np.empty(len(k), np.int64)
     inv[o] = np.cumsum(new) - 1
     return k[new], o[new], inv
+
+
+def first_table(key: np.ndarray) -> np.ndarray | None:
+    """Per value ``0 .. max(key)``, the index of its first occurrence in ``key`` (``len(key)`` where absent), or
+    None when the keys are not in a small range (0 ≤ key < 4n + 64)."""
+    import numpy as np
+
+    n = len(key)
+    if not (n and int(key.min()) >= 0 and int(key.max()) < 4 * n + 64):
+        return None
+    first = np.full(int(key.max()) + 1, n, np.int64)
+    np.minimum.at(first, key, np.arange(n, dtype=np.int64))
+    return first
+
+
+def first_codes(key: np.ndarray) -> np.ndarray:
+    """Dense codes of the integer array ``key`` numbered by first appearance (int64): equal keys, equal codes;
+    the first distinct key 0, the next 1, ..."""
+    import numpy as np
+
+    first = first_table(key)
+    if first is None:
+        _u, f, inv = unique(key)
+        num = np.empty(len(f), np.int64)
+        num[np.argsort(f, kind="stable")] = np.arange(len(f))
+        return num[inv]
+    vals = np.flatnonzero(first < len(key))
+    num = np.zeros(len(first), np.int64)
+    num[vals[np.argsort(first[vals], kind="stable")]] = np.arange(len(vals))
+    return num[key]
 
 
 Interval = tuple[float, float]

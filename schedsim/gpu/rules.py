@@ -345,6 +345,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from schedsim.arrays import first_table
 from schedsim.gpu.cost import CostModel
 from schedsim.gpu.kernels import mem_boost
 from schedsim.graph.ops import Op
@@ -401,7 +402,7 @@ def unique_keys(key: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     in ``values``). Keys in a small range (0 ≤ key < 4n + 64, as rank × stream or rank × queue codes are)
     go through a table of the range, O(n) without a sort; others through ``unique``'s stable sort."""
     n = len(key)
-    first = _first_table(key)
+    first = first_table(key)
     if first is not None:
         vals = np.flatnonzero(first < n)
         code = np.zeros(len(first), np.int64)
@@ -418,32 +419,6 @@ def stable_order(key: np.ndarray) -> np.ndarray:
     if len(key) and int(key.min()) >= 0 and int(key.max()) < 1 << 16:
         return np.argsort(key.astype(np.uint16), kind="stable")
     return np.argsort(key, kind="stable")
-
-
-def _first_table(key: np.ndarray) -> np.ndarray | None:
-    """Per value ``0 .. max(key)``, the index of its first occurrence in ``key`` (``len(key)`` where absent), or
-    None when the keys are not in a small range (0 ≤ key < 4n + 64)."""
-    n = len(key)
-    if not (n and int(key.min()) >= 0 and int(key.max()) < 4 * n + 64):
-        return None
-    first = np.full(int(key.max()) + 1, n, np.int64)
-    np.minimum.at(first, key, np.arange(n, dtype=np.int64))
-    return first
-
-
-def first_codes(key: np.ndarray) -> np.ndarray:
-    """Dense codes of the integer array ``key`` numbered by first appearance (int64): equal keys, equal codes;
-    the first distinct key 0, the next 1, ..."""
-    first = _first_table(key)
-    if first is None:
-        _u, f, inv = unique_keys(key)
-        num = np.empty(len(f), np.int64)
-        num[np.argsort(f, kind="stable")] = np.arange(len(f))
-        return num[inv]
-    vals = np.flatnonzero(first < len(key))
-    num = np.zeros(len(first), np.int64)
-    num[vals[np.argsort(first[vals], kind="stable")]] = np.arange(len(vals))
-    return num[key]
 
 
 def graph_node_terms(profile: HardwareProfile, mode: str) -> tuple[float, float]:

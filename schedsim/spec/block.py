@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from schedsim.arrays import first_codes
 from schedsim.coded import Codes
 from schedsim.expr import ExprError
 from schedsim.spec.context import _compile_ranks, _Ctx, _uses_rank
@@ -808,19 +809,8 @@ def _combos(vals: dict[str, Any], nk: int, known: dict[int, Any] | None = None) 
                 key = np.unique(key, return_inverse=True)[1].reshape(-1)
                 span = int(key.max()) + 1
             key, span = key * r + c, span * r  # distinct values stay distinct
-        if span <= 4 * nk + 64:  # the keys in use numbered by a table of them (no sort): by their first rows
-            first = np.full(span, nk, np.int64)
-            np.minimum.at(first, key, np.arange(nk, dtype=np.int64))
-            used = np.flatnonzero(first < nk)
-            at = first[used]
-            o = np.argsort(at, kind="stable")
-            num = np.empty(span, np.int64)
-            num[used[o]] = np.arange(len(used))
-            return num[key], at[o]
-        _u, first, inv = np.unique(key, return_index=True, return_inverse=True)
-        rank_of = np.empty(len(first), np.int64)
-        rank_of[np.argsort(first, kind="stable")] = np.arange(len(first))
-        return rank_of[inv.reshape(-1)], np.sort(first)
+        combo = first_codes(key)  # numbered by first row: a new id is the running maximum's step up by one
+        return combo, np.flatnonzero(np.diff(np.maximum.accumulate(combo), prepend=-1))
     cols = [v.tolist() if isinstance(v, np.ndarray) else
             list(zip(*[x.tolist() if isinstance(x, np.ndarray) else [x] * nk for x in v], strict=True))
             for v in vary]

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from schedsim.arrays import first_codes
 from schedsim.gpu import rules as gm
 from schedsim.lower.pipeline_plan import PipelinePlan
 from schedsim.lower.pipeline_steps import StepCols, _torch_producers
@@ -81,7 +82,7 @@ def kernels(dims: tuple[int, int, int, int], rank: np.ndarray, batch: np.ndarray
     kleft = np.where(comp, tctas[ht], np.where(ktype == 1, kneed, 0))
     ktau = np.where(comp, whead / twaves[ht], 0.0)
     kmem = np.where(comp, tmem[ht], 0)
-    kq = gm.first_codes(krank.astype(I64) * C + ohead) if K else np.zeros(0, I64)
+    kq = first_codes(krank.astype(I64) * C + ohead) if K else np.zeros(0, I64)
     Q = int(kq.max()) + 1 if K else 0
     qptr, qidx = _csr_of(kq, Q)
     for buf, x in zip(out, (kern, kptr, kidx, ktype, krank, kneed, kleft, ktau, kmem, kq, qptr, qidx), strict=True):
