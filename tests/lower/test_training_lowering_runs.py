@@ -55,6 +55,26 @@ def _state_of(prog: Any) -> dict[str, Any]:
     return out
 
 
+def _assert_same(fast: dict[str, Any], slow: dict[str, Any]) -> None:
+    """Two :func:`_state` answers equal, array for array and string for string."""
+    for k in ARRAYS:
+        np.testing.assert_array_equal(fast[k], slow[k], err_msg=k)
+    assert fast["text"] == slow["text"]
+
+
+def _patch_ranks(monkeypatch: pytest.MonkeyPatch, attr: str, make: Any) -> None:
+    """``training._Ranks`` made with its attribute ``attr`` set to ``make()`` (each time) after its own init."""
+    from schedsim.lower import training
+
+    init = training._Ranks.__init__
+
+    def patched(self: Any, *a: Any) -> None:
+        init(self, *a)
+        setattr(self, attr, make())
+
+    monkeypatch.setattr(training._Ranks, "__init__", patched)
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_runs_write_the_program_the_op_by_op_emitter_writes(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
     world, extra = CASES[case]
@@ -74,7 +94,6 @@ def test_names_appended_without_lookup_make_the_same_program(case: str, monkeypa
     """A phase under a name prefix not written before appends its names without a lookup each
     (``_Emitter.fresh``, ``_Interner.append_new``): the Program is the one every name interned gives, array for
     array and name for name, and a lookup of any op name afterwards finds its id."""
-    from schedsim.lower import training
 
     world, extra = CASES[case]
     text = _text(world, extra)
@@ -86,17 +105,9 @@ def test_names_appended_without_lookup_make_the_same_program(case: str, monkeypa
     for base, n, pred, _span in it._unreg:  # append_new's condition: a lookup of any unregistered one registers
         assert all(pred(x) for x in it._items[base:base + n] if x not in it._ids)
     fast = _state(text)
-    init = training._Ranks.__init__
-
-    def no_fresh(self: Any, *a: Any) -> None:
-        init(self, *a)
-        self.fresh = None
-
-    monkeypatch.setattr(training._Ranks, "__init__", no_fresh)
+    _patch_ranks(monkeypatch, "fresh", lambda: None)
     slow = _state(text)
-    for k in ARRAYS:
-        np.testing.assert_array_equal(fast[k], slow[k], err_msg=k)
-    assert fast["text"] == slow["text"]
+    _assert_same(fast, slow)
     names = list(lazy.name_table.items)
     assert [lazy.name_table(x) for x in names] == list(range(len(names)))
 
@@ -110,7 +121,6 @@ def test_placed_strings_appended_without_lookup_make_the_same_program(case: str,
     string, and a lookup of any string afterwards finds its id; the pipeline's messages (``F0.3``) and batch names
     (``b7``) are not strings the rule covers, placed ones (``F0.3.l1.cp_attn_f0``) are."""
     from schedsim.lower import pipeline_emitter as pe
-    from schedsim.lower import training
 
     assert not pe.emitted_str("F0.3") and not pe.emitted_str("b7") and not pe.emitted_str("dp_grad")
     assert pe.emitted_str("F0.3.l1.cp_attn_f0") and pe.emitted_str("B1.0.I.l0.tp_qkv0")
@@ -118,17 +128,9 @@ def test_placed_strings_appended_without_lookup_make_the_same_program(case: str,
     text = _text(world, extra)
     prog = lower(load_text(text))
     fast = _state(text)
-    init = training._Ranks.__init__
-
-    def no_fresh_strs(self: Any, *a: Any) -> None:
-        init(self, *a)
-        self.fresh_strs = False
-
-    monkeypatch.setattr(training._Ranks, "__init__", no_fresh_strs)
+    _patch_ranks(monkeypatch, "fresh_strs", lambda: False)
     slow = _state(text)
-    for k in ARRAYS:
-        np.testing.assert_array_equal(fast[k], slow[k], err_msg=k)
-    assert fast["text"] == slow["text"]
+    _assert_same(fast, slow)
     table = prog.str_table
     strs = list(table.items)
     assert [table(x) for x in strs] == list(range(len(strs)))
@@ -140,7 +142,6 @@ def test_a_written_string_equal_to_a_placed_one_has_one_id(monkeypatch: pytest.M
     lookup finds the string the block appended (one id, not two), and the Program is the one interning every
     string in turn gives."""
     from schedsim.lower import pipeline_emitter as pe
-    from schedsim.lower import training
 
     base = _text(8, CASES["cp2"][1])
     placed = next(x for x in lower(load_text(base)).str_table.items if pe.emitted_str(x))
@@ -152,17 +153,9 @@ def test_a_written_string_equal_to_a_placed_one_has_one_id(monkeypatch: pytest.M
     strs = list(prog.str_table.items)
     assert len(set(strs)) == len(strs) and placed in strs
     fast = _state_of(prog)
-    init = training._Ranks.__init__
-
-    def no_fresh_strs(self: Any, *a: Any) -> None:
-        init(self, *a)
-        self.fresh_strs = False
-
-    monkeypatch.setattr(training._Ranks, "__init__", no_fresh_strs)
+    _patch_ranks(monkeypatch, "fresh_strs", lambda: False)
     slow = _state_of(lower(load_text(text), check=False))
-    for k in ARRAYS:
-        np.testing.assert_array_equal(fast[k], slow[k], err_msg=k)
-    assert fast["text"] == slow["text"]
+    _assert_same(fast, slow)
 
 
 def test_a_written_op_named_like_a_phase_op_keeps_every_name_looked_up() -> None:
@@ -356,19 +349,10 @@ def test_sends_and_recvs_kept_per_stage_make_the_same_program(case: str, monkeyp
     """A send's or recv's name, tag set and message ids are kept per (type, stage, microbatch) for the other ranks
     of its stage (``_Emitter.p2p_ids``): the Program is the one each rank interning its own gives (every rank is
     written here, so the TP and DP ranks of a stage reuse them)."""
-    from schedsim.lower import training
 
     world, extra = CASES[case]
     text = _text(world, extra)
     fast = _state(text)
-    init = training._Ranks.__init__
-
-    def forget(self: Any, *a: Any) -> None:
-        init(self, *a)
-        self.p2p_ids = _Forgetful()
-
-    monkeypatch.setattr(training._Ranks, "__init__", forget)
+    _patch_ranks(monkeypatch, "p2p_ids", _Forgetful)
     slow = _state(text)
-    for k in ARRAYS:
-        np.testing.assert_array_equal(fast[k], slow[k], err_msg=k)
-    assert fast["text"] == slow["text"]
+    _assert_same(fast, slow)
