@@ -110,7 +110,8 @@ def tf32_plan(impls: Sequence[Any]) -> bool | None:
 
 def compile_cuda(torch: Any, impls: Sequence[Any], streams: Sequence[Any], cross: Sequence[Sequence[int]],
                  dep_events: Sequence[Any], end_events: Sequence[tuple[Any, Any]],
-                 owners: list[int] | None = None) -> list[Callable[[], Any]]:
+                 owners: list[int] | None = None,
+                 replays: dict[int, tuple[Sequence[int], Any]] | None = None) -> list[Callable[[], Any]]:
     """Flat step list of one uninstrumented CUDA iteration (see the module docstring).
 
     Parameters
@@ -123,6 +124,11 @@ def compile_cuda(torch: Any, impls: Sequence[Any], streams: Sequence[Any], cross
         dict keyed by stream: two schedule streams that share a CUDA stream each keep their event)
     owners : when given, filled with the op index of each step (-1 for the end events' records), so that a
         caller can time each op's call (:meth:`executor.runtime.CudaRunner` ``host_calls``)
+    replays : captured CUDA graph segments (:class:`executor.runtime.CudaSegmentRunner`), keyed by a segment's
+        first op: ``(its op indices, its torch.cuda.CUDAGraph)``. The segment is one step group at its first op's
+        place, on that op's stream: that stream waits for the segment's other streams and for its dependencies
+        outside the segment, replays the graph, records its ops' dependency events, and the other streams wait
+        for it (what the instrumented segment issue does without timing events); its other ops add no step
 
     The caller sets TF32 to :func:`tf32_plan` (when not None) before running the steps, and resets
     the current stream to the default one afterwards.
@@ -131,11 +137,20 @@ def compile_cuda(torch: Any, impls: Sequence[Any], streams: Sequence[Any], cross
     tf32 = tf32_plan(impls)
     cur = None
     set_stream = torch.cuda.set_stream
+    replays = replays or {}
+    skip = {j for seg, _g in replays.values() for j in seg[1:]}
     for i, impl in enumerate(impls):
+        if i in skip:
+            continue
         s = streams[i]
         if s is not cur:
             steps.append(functools.partial(set_stream, s))
             cur = s
+        if i in replays:
+            _replay_steps(steps, s, replays[i], streams, cross, dep_events)
+            if owners is not None:
+                owners.extend([i] * (len(steps) - len(owners)))
+            continue
         for d in cross[i]:
             steps.append(functools.partial(s.wait_event, dep_events[d]))
         fast = impl.fast if impl.fast is not None and (impl.tf32 is None or tf32 is not None) else None
@@ -149,6 +164,19 @@ def compile_cuda(torch: Any, impls: Sequence[Any], streams: Sequence[Any], cross
     if owners is not None:
         owners.extend([-1] * (len(steps) - len(owners)))
     return steps
+
+
+def _replay_steps(steps: list[Callable[[], Any]], s: Any, seg_graph: tuple[Sequence[int], Any],
+                  streams: Sequence[Any], cross: Sequence[Sequence[int]], dep_events: Sequence[Any]) -> None:
+    """The steps of one captured segment replayed on stream ``s`` (:func:`compile_cuda`'s ``replays``)."""
+    seg, graph = seg_graph
+    inside = set(seg)
+    side = list({id(streams[j]): streams[j] for j in seg if streams[j] is not s}.values())
+    steps.extend(functools.partial(s.wait_stream, other) for other in side)
+    steps.extend(functools.partial(s.wait_event, dep_events[d]) for j in seg for d in cross[j] if d not in inside)
+    steps.append(graph.replay)
+    steps.extend(functools.partial(dep_events[j].record, s) for j in seg if dep_events[j] is not None)
+    steps.extend(functools.partial(other.wait_stream, s) for other in side)
 
 
 def compile_cpu(impls: Sequence[Any], waits: Sequence[Sequence[int]]) -> list[tuple[int, tuple[int, ...], Any, bool]]:

@@ -144,3 +144,25 @@ def test_a_failed_capture_leaves_the_ops_eager() -> None:
     r._prepare()
     assert r.seg_graphs == {}
     assert any(x[0] == "log" and "capturing the CUDA graph segments failed (RuntimeError" in x[1] for x in LOG)
+
+
+def test_the_uninstrumented_iteration_is_the_compiled_step_list_with_the_replay() -> None:
+    """The uninstrumented iteration runs :func:`executor.lean.compile_cuda`'s flat steps (what a hand-written
+    script calls, nothing looked up per op), the segment one replay among them: the same stream calls as the
+    segment issue above, less the repeated ``set_stream`` of a stream already current."""
+    r = _runner()
+    for impl in r.impls:
+        impl.fast, impl.tf32 = None, None
+    r.lean_cuda = None
+    r._prepare()
+    steps = r._compile_lean()
+    LOG.clear()
+    for f in steps:
+        f()
+    assert LOG == [("c", "set"), ("host", "run", "e0"),
+                   ("c", "wait_stream", "s"), ("host", "replay"),
+                   ("c", "record", "dep_g1"), ("c", "record", "dep_g2"), ("c", "record", "dep_g3"),
+                   ("s", "wait_stream", "c"),
+                   ("s", "set"), ("s", "wait", "dep_g3"), ("host", "run", "e4"),
+                   ("c", "record", "stream_end_c"), ("s", "record", "stream_end_s")]
+    assert r.lean_owner == [0, 0, 1, 1, 1, 1, 1, 1, 4, 4, 4, -1, -1]
