@@ -35,7 +35,7 @@ p2p in eager-init mode), which is exactly what the program order gives.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from schedsim.kinds import P2P_KINDS
@@ -111,7 +111,7 @@ def tf32_plan(impls: Sequence[Any]) -> bool | None:
 def compile_cuda(torch: Any, impls: Sequence[Any], streams: Sequence[Any], cross: Sequence[Sequence[int]],
                  dep_events: Sequence[Any], end_events: Sequence[tuple[Any, Any]],
                  owners: list[int] | None = None,
-                 replays: dict[int, tuple[Sequence[int], Any]] | None = None) -> list[Callable[[], Any]]:
+                 replays: Mapping[int, tuple[Sequence[int], Any]] | None = None) -> list[Callable[[], Any]]:
     """Flat step list of one uninstrumented CUDA iteration (see the module docstring).
 
     Parameters
