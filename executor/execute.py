@@ -289,6 +289,17 @@ def _fail(e: BaseException, rank: int, outdir: Path, G: Any, spec: Any, runner: 
     os._exit(130 if interrupted else 2)
 
 
+def _segment_meta(gathered: list[dict[str, Any]]) -> dict[str, Any]:
+    """``graph_segments`` (the op ids of each captured CUDA graph segment, over every rank) and its note, or {}."""
+    segments = [seg for p in gathered for seg in p["times"].get("segments") or []]
+    if not segments:
+        return {}
+    return {"graph_segments": segments,
+            "graph_segments_note": "the ops of each CUDA graph segment (graph_segments: op ids) are timed as the "
+                                   "segment's whole replay; compare gives their predicted ops the segment's "
+                                   "predicted span (docs/metrics.md, \"Per-op spans\")"}
+
+
 def _write_outputs(gathered: list[dict[str, Any]], G: Any, spec: Any, file: Path, sets: list[str], outdir: Path,
                    opts: Any, launch: str, ctx: Any, genv: dict[str, Any], compare: bool, profile: str,
                    gantt: bool, profile_note: str | None = None) -> None:
@@ -319,6 +330,7 @@ def _write_outputs(gathered: list[dict[str, Any]], G: Any, spec: Any, file: Path
         meta["host_costs_us"] = dict(host)
         meta["host_costs"] = ("plain PyTorch's host cost per call by kind, measured in rank 0's process after the "
                               "timed iterations (--measure-host; executor.calibrate_host.measure_here)")
+    meta.update(_segment_meta(gathered))
     if timing == "cuda_graph_replay_total":
         meta["note"] = "per-op times are unavailable inside this CUDA graph: every op spans the whole replay"
     checks = [p["check"] for p in gathered if p.get("check")]

@@ -902,6 +902,12 @@ class CudaSegmentRunner(CudaRunner):
     def _host_call_iters(self, o: RunOptions) -> int:
         return 0 if self.seg_graphs else super()._host_call_iters(o)
 
+    def times_dict(self) -> dict[str, Any]:
+        """Also ``segments``: the op ids of each captured segment (each of its ops timed as the whole replay)."""
+        d = super().times_dict()
+        d["segments"] = [[self.ids[j] for j in seg] for seg in self.segments if seg[0] in self.seg_graphs]
+        return d
+
     def close(self) -> None:
         for g in self.seg_graphs.values():
             try:

@@ -51,7 +51,9 @@ iteration, a list of per-op times in seconds relative to the anchor);
 seconds to issue each timed / uninstrumented iteration); ``host_call_end_s`` (eager CUDA: per stamped
 uninstrumented iteration, per op in ``ids`` order, seconds from the start of the issue loop to the op's call
 returning); ``late_starts`` (iterations,
-warm-up included, this rank began after the aligned start of :mod:`executor.clock`).
+warm-up included, this rank began after the aligned start of :mod:`executor.clock`); ``segments`` (eager CUDA with
+captured CUDA graph segments, :class:`executor.runtime.CudaSegmentRunner`: the op ids of each segment, whose ops
+are all timed as the segment's whole replay).
 """
 
 

@@ -401,6 +401,30 @@ def _windows(tl: Timeline, *, stream_reached: bool) -> tuple[np.ndarray, np.ndar
     return np.where(np.isnan(a), c.start_s, np.minimum(t0, c.end_s)), c.end_s
 
 
+def graph_segments(tl: Timeline) -> list[list[str]]:
+    """The op ids of each CUDA graph segment that ``tl`` timed as one replay (``meta.graph_segments``, written by
+    ``schedsim execute`` for ops with ``graph:`` keys in an eager run); [] when none."""
+    segs = tl.meta.get("graph_segments") if isinstance(tl.meta, dict) else None
+    return [[str(i) for i in seg] for seg in segs if isinstance(seg, list)] if isinstance(segs, list) else []
+
+
+def segment_windows(tl: Timeline, window: tuple[np.ndarray, np.ndarray],
+                    segments: list[list[str]]) -> tuple[np.ndarray, np.ndarray]:
+    """``window`` (per row of ``tl.columns``, start and end in seconds, as :func:`_windows` gives them) with every
+    op of each segment given the segment's window: the earliest start and the latest end over the segment's ops
+    found in ``tl`` (new arrays; ``window`` itself unchanged). What the other side measured for each of them when
+    it timed the segment as one CUDA graph replay (:func:`graph_segments`)."""
+    if not segments:
+        return window
+    start, end = window[0].copy(), window[1].copy()
+    row = {k: i for i, k in enumerate(tl.columns.id)}
+    for seg in segments:
+        rows = np.array([row[k] for k in seg if k in row], np.int64)
+        if len(rows):
+            start[rows], end[rows] = start[rows].min(), end[rows].max()
+    return start, end
+
+
 def _is_timed_prediction(tl: Timeline) -> bool:
     """A prediction of a CUDA graph timed op by op (``predict --timed-graph``, ``execute --compare``'s
     ``predicted_timed/``): ``meta.timed_graph``, or a profile named by :meth:`HardwareProfile.timed_graph`."""
@@ -641,10 +665,13 @@ def compare_timelines(pred: Timeline, meas: Timeline, *, max_ops_listed: int = 1
     ops = None
     if mode == "id":
         stream_reached = event_timed(meas) and not event_timed(pred)
-        ops = _op_errors(m, pred, meas, max_ops_listed, _windows(pred, stream_reached=stream_reached),
+        segs = graph_segments(meas)
+        ops = _op_errors(m, pred, meas, max_ops_listed,
+                         segment_windows(pred, _windows(pred, stream_reached=stream_reached), segs),
                          _windows(meas, stream_reached=False),
                          span=("stream reached -> end: wait + span (CUDA events on the op's stream)" if stream_reached
                                else "got the GPU -> end: span")
+                         + ("; a CUDA graph segment's ops: the segment's span on both sides" if segs else "")
                          + ("" if untimed is None else
                             "; predicted as the timed eager run (its timing events' host time per op)"
                             if _is_timed_eager_prediction(pred) else

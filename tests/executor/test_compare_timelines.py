@@ -228,3 +228,23 @@ def test_profiled_iteration_is_predicted_with_the_profilers_host_cost():
     assert profiled_profile(ktl, Timeline("x", "execute", 1, spans=spans), prof) is None
     graph = Timeline("x", "execute", 1, launch="cuda_graph", spans=spans, meta=base.meta)
     assert profiled_profile(ktl, graph, prof) is None
+
+
+def test_a_graph_segments_ops_are_compared_on_the_segments_span():
+    # predicted: a 0-2 and b 2-5 on one CUDA graph segment, c 5-6 eager. Measured (execute's segment runner):
+    # events around the replay time a and b each as the whole segment, 0-4.4; c 4.4-5.4.
+    pred = Timeline("x", "predict", 1, spans=[span("a@r0", "matmul", "compute", 0, 2),
+                                              span("b@r0", "compute", "compute", 2, 5),
+                                              span("c@r0", "compute", "compute", 5, 6)])
+    spans = [span("a@r0", "matmul", "compute", 0, 4.4), span("b@r0", "compute", "compute", 0, 4.4),
+             span("c@r0", "compute", "compute", 4.4, 5.4)]
+    plain = compare_timelines(pred, Timeline("x", "execute", 1, spans=spans))
+    assert [round(r.error, 4) for r in plain.ops.per_op] == [round(2 / 4.4 - 1, 4), round(3 / 4.4 - 1, 4), 0.0]
+    meas = Timeline("x", "execute", 1, meta={"graph_segments": [["a@r0", "b@r0"]]}, spans=spans)
+    r = compare_timelines(pred, meas)
+    # a and b: the predicted segment 0-5 against the replay 0-4.4, +13.6 %; c unchanged
+    assert [round(x.error, 4) for x in r.ops.per_op] == [round(5 / 4.4 - 1, 4)] * 2 + [0.0]
+    assert r.ops.median_abs_error == pytest.approx(5 / 4.4 - 1)
+    assert [x.pred_start_s for x in r.ops.per_op] == [0, 0, 5]
+    assert "the segment's span on both sides" in r.ops.span
+    assert pred.columns.start_s.tolist() == [0, 2, 5]  # the timeline itself untouched

@@ -166,3 +166,17 @@ def test_the_uninstrumented_iteration_is_the_compiled_step_list_with_the_replay(
                    ("s", "set"), ("s", "wait", "dep_g3"), ("host", "run", "e4"),
                    ("c", "record", "stream_end_c"), ("s", "record", "stream_end_s")]
     assert r.lean_owner == [0, 0, 1, 1, 1, 1, 1, 1, 4, 4, 4, -1, -1]
+
+
+def test_the_ranks_times_name_each_captured_segments_ops(monkeypatch: Any) -> None:
+    """``times_dict`` carries ``segments`` (op ids), which ``execute`` writes to ``meta.graph_segments`` for
+    ``compare`` (every op of a segment is timed as its whole replay); none when the capture failed."""
+    from executor.runtime import RankRunner
+
+    monkeypatch.setattr(RankRunner, "times_dict", lambda self: {"ids": self.ids})
+    r = _runner()
+    r.ids = [o.id for o in r.ops]
+    r._prepare()
+    assert r.times_dict() == {"ids": r.ids, "segments": [["g1@r0", "g2@r0", "g3@r0"]]}
+    r.seg_graphs = {}
+    assert r.times_dict()["segments"] == []
