@@ -95,7 +95,7 @@ def replay_case(case: Path, profile: str, gpu_model: str | None = None, process_
             "op_median": ops.get("median_abs_error"), "worst_id": w.get("id"), "worst_error": w.get("error"),
             "host_error": _worst_host_error(res.get("host_issue")),
             "by_kind": ops.get("by_kind", {}), "process_host": own,
-            "host_calls": host_call_misses(case, G, pred)}
+            "host_calls": host_call_misses(case, G, pred), "phases": process_phases(case)}
 
 
 def _processes(case: Path) -> list[Path]:
@@ -152,6 +152,43 @@ def host_call_misses(case: Path, G: Any, pred: Timeline) -> dict[str, list[float
             cls = f"{kind.get(op, '?')} " + (f"after {kind.get(p, '?')}" if p else "first")
             out.setdefault(cls, []).append(m - g)
     return out
+
+
+def process_phases(case: Path) -> list[dict[str, Any]]:
+    """Each process of the case (``execute/``, ``rep<N>/execute/``) that ran both uninstrumented and stamped
+    iterations (``--host-calls``): ``[{"process", "lean_issue_s", "stamped_issue_s", "ratio", "iter_min_s",
+    "iter_max_s"}]``. ``lean_issue_s`` is rank 0's host issue of an uninstrumented iteration (median,
+    ``meta.host_issue_uninstrumented_s``), ``stamped_issue_s`` rank 0's last call end of the stamped iterations
+    that ran after them (median, ``meta.host_call_end_s``), ``ratio`` the first over the second, ``iter_min_s`` /
+    ``iter_max_s`` the fastest and slowest uninstrumented makespan (``meta.makespan_uninstrumented_iters_s``,
+    None without). The lean issue also holds the end events' records after the last call (a few µs), so a ratio
+    far from 1 says the process ran at another speed in one phase than in the other: the per-call readings of
+    :func:`host_call_misses` then describe another iteration than the makespan."""
+    out = []
+    for d in _processes(case):
+        meta = Timeline.read_json(d / "timeline.json").meta
+        lean = (meta.get("host_issue_uninstrumented_s") or [None])[0]
+        r0 = [v for k, v in (meta.get("host_call_end_s") or {}).items() if k.endswith("@r0")]
+        if not lean or not r0:
+            continue
+        its = meta.get("makespan_uninstrumented_iters_s") or []
+        out.append({"process": d.parent.name if d.parent != case else "execute", "lean_issue_s": float(lean),
+                    "stamped_issue_s": max(r0), "ratio": float(lean) / max(r0),
+                    "iter_min_s": min(its) if its else None, "iter_max_s": max(its) if its else None})
+    return out
+
+
+def process_phase_table(rows: list[dict[str, Any]]) -> str:
+    """Markdown: per process, the uninstrumented iterations' issue against the stamped ones'
+    (:func:`process_phases`)."""
+    out = ["| case | process | lean issue ms | stamped issue ms | lean / stamped "
+           "| uninstrumented makespans ms, min–max |", "|---|---|---:|---:|---:|---|"]
+    for r in rows:
+        for p in r.get("phases", []):
+            span = "" if p["iter_min_s"] is None else f"{p['iter_min_s'] * 1e3:.3f}–{p['iter_max_s'] * 1e3:.3f}"
+            out.append(f"| {r['case']} | {p['process']} | {p['lean_issue_s'] * 1e3:.3f} | "
+                       f"{p['stamped_issue_s'] * 1e3:.3f} | {p['ratio']:.2f} | {span} |")
+    return "\n".join(out)
 
 
 def host_call_table(rows: list[dict[str, Any]]) -> str:
@@ -275,7 +312,8 @@ def main(argv: list[str] | None = None) -> int:
                     "measured (execute --measure-host), where it did; and print each such process (execute/, rep<N>/) "
                     "predicted with its own host costs against its own makespan")
     ap.add_argument("--host-calls", action="store_true", help="also print, per case, measured less predicted host "
-                    "time per call by op kind and the kind of the call before it")
+                    "time per call by op kind and the kind of the call before it, and per process its uninstrumented "
+                    "iterations' host issue against its stamped ones' (a process that changed speed between them)")
     a = ap.parse_args(argv)
     rows = []
     for case in cases(a.runs):
@@ -296,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.process_host:
         md += "\n\n" + process_host_table(rows)
     if a.host_calls:
-        md += "\n\n" + host_call_table(rows)
+        md += "\n\n" + host_call_table(rows) + "\n\n" + process_phase_table(rows)
     print(md)
     if a.md:
         atomic_write_text(a.md, md + "\n")

@@ -222,3 +222,31 @@ def test_host_call_misses_by_call_and_the_call_before(tmp_path, monkeypatch):
     assert sorted(got) == ["compute after matmul", "matmul after compute", "matmul after matmul", "matmul first"]
     assert got["compute after matmul"] == pytest.approx([2e-6, 0.0, 0.0])  # act0, act1, join
     assert got["matmul first"] == [0.0] and all(x == pytest.approx(0.0) for x in got["matmul after matmul"])
+
+
+def test_process_phases_compare_the_uninstrumented_issue_with_the_stamped_one(tmp_path):
+    """--host-calls, per process: rank 0's lean issue (median of the uninstrumented iterations) over its last stamped
+    call end. A process whose uninstrumented iterations issued in 4.0 ms and its stamped ones in 2.5 ms reads 1.6;
+    one whose two phases agree reads 1.0; a process without stamped calls is left out."""
+    from schedsim.sim.timeline import Timeline
+
+    mod = _replay_module()
+    case = tmp_path / "run" / "tpw"
+    procs = {"execute": (4.0e-3, {"a@r0": 1.0e-3, "b@r0": 2.5e-3, "c@r1": 9.0e-3}, [2.4e-3, 4.1e-3, 14.2e-3]),
+             "rep2/execute": (2.5e-3, {"a@r0": 1.2e-3, "b@r0": 2.5e-3}, None),
+             "rep3/execute": (2.5e-3, {}, None)}
+    for sub, (lean, calls, its) in procs.items():
+        (case / sub).mkdir(parents=True)
+        meta = {"host_issue_uninstrumented_s": [lean], "host_call_end_s": calls}
+        if its:
+            meta["makespan_uninstrumented_iters_s"] = its
+        Timeline(schedule="tpw", source="execute", world_size=2, launch="eager", spans=[], meta=meta).write_json(
+            case / sub / "timeline.json")
+    got = mod.process_phases(case)
+    assert [p["process"] for p in got] == ["execute", "rep2"]
+    assert got[0]["ratio"] == pytest.approx(1.6) and got[0]["stamped_issue_s"] == 2.5e-3  # rank 1's call is not r0's
+    assert (got[0]["iter_min_s"], got[0]["iter_max_s"]) == (2.4e-3, 14.2e-3)
+    assert got[1]["ratio"] == pytest.approx(1.0) and got[1]["iter_min_s"] is None
+    table = mod.process_phase_table([{"case": "tpw", "phases": got}])
+    assert "| tpw | execute | 4.000 | 2.500 | 1.60 | 2.400–14.200 |" in table
+    assert "| tpw | rep2 | 2.500 | 2.500 | 1.00 |  |" in table
