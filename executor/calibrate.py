@@ -287,6 +287,8 @@ def _assemble(o: CalibrateOptions, raw: dict[str, Any], ctx: Any, dev_name: str)
         **launch_fields(H),
         "graph_launch_us": round(L.get("graph_launch_us", d["launch"]["graph_launch_us"]), 2),
         "graph_per_op_us": round(L.get("graph_per_op_us", d["launch"]["graph_per_op_us"]), 3),
+        "graph_start_us": (round(L["graph_start_us"], 2) if "graph_start_us" in L
+                           else d["launch"].get("graph_start_us")),
         "graph_timing_event_us": round(L.get("graph_timing_event_us",
                                              d["launch"].get("graph_timing_event_us", 0.0)), 2),
         "graph_timing_gap_us": (round(L["graph_timing_gap_us"], 2) if "graph_timing_gap_us" in L
@@ -305,7 +307,8 @@ def _assemble(o: CalibrateOptions, raw: dict[str, Any], ctx: Any, dev_name: str)
                    f"the kernel's launch) / the call, a bf16 2048^3 matmul on an idle GPU against back to back; "
                    f"stream_switch_us = (a torch.cuda.set_stream switch + the "
                    f"matmul launch) - the launch (the context manager's is stream_context_us in the .json); "
-                   f"graph_launch_us = CUDAGraph.replay() of a 1-node graph; "
+                   f"graph_launch_us = CUDAGraph.replay() of a 1-node graph; graph_start_us = an event on the "
+                   f"idle stream, that replay and an event after it, less the node's time in a graph chain; "
                    f"graph_per_op_us = GPU time of an add_ on 32x1024 bf16 as a node of a 64-node graph chain minus "
                    f"its back-to-back time (negative: a node is shorter; without an L2 size, a 300-node matmul "
                    f"graph, clamped at 0); "

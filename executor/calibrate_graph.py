@@ -18,8 +18,8 @@ from executor.calibrate_host import (
 )
 from executor.calibrate_logs import base_profile_dict
 
-__all__ = ["GRAPH_T", "GRAPH_H", "GRAPH_LAYERS", "graph_chain_per_node", "pool_count", "add_graph_times",
-           "timed_graph_chain", "graph_timing_event_us", "graph_edge_us", "fork_edge_rows"]
+__all__ = ["GRAPH_T", "GRAPH_H", "GRAPH_LAYERS", "graph_chain_per_node", "graph_start_us", "pool_count",
+           "add_graph_times", "timed_graph_chain", "graph_timing_event_us", "graph_edge_us", "fork_edge_rows"]
 
 
 def graph_chain_per_node(torch: Any, fns: Sequence[Callable[[], Any]], stream: Any, reps: int = 15) -> float:
@@ -46,6 +46,24 @@ def graph_chain_per_node(torch: Any, fns: Sequence[Callable[[], Any]], stream: A
             ts.append(a0.elapsed_time(a1) * 1e-3 / len(fns))
     del g
     return float(statistics.median(ts))
+
+
+def graph_start_us(torch: Any, g: Any, node_us: float, reps: int = 100) -> float:
+    """µs from an event recorded on the idle current stream to the first node of the replayed one-node graph ``g``
+    starting on the GPU: the median over ``reps`` (after 3) of the event pair around ``g.replay()`` less the node's
+    GPU time ``node_us`` (its per-node time in a graph chain), at least 0. What the prediction's
+    ``launch.graph_start_us`` is (:func:`schedsim.gpu.host.kernel_release`)."""
+    a0, a1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    ts = []
+    for r in range(reps + 3):
+        torch.cuda.synchronize()
+        a0.record()
+        g.replay()
+        a1.record()
+        torch.cuda.synchronize()
+        if r >= 3:
+            ts.append(a0.elapsed_time(a1) * 1e3 - node_us)
+    return max(0.0, float(statistics.median(ts)))
 
 
 def pool_count(set_bytes: float, l2: float, least: int = 8) -> int:
@@ -162,6 +180,7 @@ def _measure_launch(b: _Bench, log: Callable[[str], None]) -> dict[str, float]:
         t_graph = b.time_one(lambda: gN.replay(), iters=10)
         t_solo = b.time_batched(lambda: torch.matmul(a, bb, out=c))[0]
         res["graph_node_gpu_us"] = t_graph / N * 1e6
+        res["graph_start_us"] = graph_start_us(torch, g1, res["graph_node_gpu_us"])
         res["solo_event_us"] = t_solo * 1e6
         res["graph_per_op_us"] = max(0.0, t_graph / N - t_solo) * 1e6
         res.update(_graph_fork_us(torch, dev, main_only=True))

@@ -175,7 +175,11 @@ def kernel_release(issue: np.ndarray, call0: np.ndarray, profile: HardwareProfil
     one-kernel call (a split-K GEMM launches its reduction kernel after the main one) spends that extra after
     its main kernel's launch (an extra below 0, a call cheaper than the 64×64 one, counts as 0).
     ``issue`` itself (``f`` = 1, the default, and no extra) and in ``cuda_graph`` mode, where nothing is called
-    per op, and for the ops of a graph launch (``graph`` ≥ 0, :func:`host_issue_columns`).
+    per op, and for the ops of a graph launch (``graph`` ≥ 0, :func:`host_issue_columns`); with
+    ``launch.graph_start_us`` set, those graph ops reach the GPU that long after the launch call began instead
+    (``call0 + graph_start_us``; in ``cuda_graph`` mode the call begins at 0): a replay's first node starts on
+    the GPU later than its host call returns (one H100: ~8-10 µs from the iteration's anchor against a 5.1 µs
+    call, docs/validation.md, "the host-bound misses ... by kind").
 
     Source: timed eager runs on one H200, [evidence: timed-eager] (``benchmarks/accuracy/heldout.sh new_shapes``
     SET=c, d): on an idle GPU the window from a GEMM's start event to its end was 23-37 µs for split-K GEMMs
@@ -185,7 +189,10 @@ def kernel_release(issue: np.ndarray, call0: np.ndarray, profile: HardwareProfil
     (executor/calibrate_host.py: 0.87-1.0 in calibrate's process and its three fresh ones, 0.78-0.97 in six
     ``execute --measure-host`` processes that day)."""
     f = profile.launch.call_launch_fraction
-    if mode == "cuda_graph" or (f >= 1.0 and call_extra is None):
+    gs = profile.launch.graph_start_us
+    if mode == "cuda_graph":  # one launch per rank, its call at 0
+        return issue if gs is None else np.full(len(issue), gs * 1e-6)
+    if f >= 1.0 and call_extra is None and (gs is None or graph is None):
         return issue
     # a call cheaper than the one-kernel call (a row below 1) launches at f of itself: never after it returned
     pre = issue - call0  # then in place, the same operations in the same order: one array of n, not three
@@ -193,9 +200,9 @@ def kernel_release(issue: np.ndarray, call0: np.ndarray, profile: HardwareProfil
         pre -= np.maximum(call_extra, 0.0)
     pre *= f
     pre += call0
-    if graph is not None:  # a graph's ops reach the GPU when its launch returns, as a whole-schedule graph's
-        g = graph >= 0
-        pre[g] = issue[g]
+    if graph is not None:  # a graph's ops reach the GPU when its launch returns (or graph_start_us after its call
+        g = graph >= 0  # began), as a whole-schedule graph's
+        pre[g] = issue[g] if gs is None else call0[g] + gs * 1e-6
     return pre
 
 

@@ -157,6 +157,12 @@ class Launch(_B):
     eager_per_op_us: float = Field(ge=0, description="Host time to launch one kernel in eager mode, µs.")
     eager_per_collective_us: float = Field(ge=0, description="Host time to launch one NCCL call in eager mode, µs.")
     graph_launch_us: float = Field(ge=0, description="Host time of one cudaGraphLaunch, µs.")
+    graph_start_us: float | None = Field(default=None, ge=0, description="GPU-side start of a replayed CUDA graph, "
+                                         "µs: from an event recorded on the idle stream just before "
+                                         "CUDAGraph.replay() to the graph's first node starting (calibrate: a "
+                                         "one-node graph, the event pair's time less the node's). A graph's "
+                                         "nodes reach the GPU this long after its launch call began; default: "
+                                         "when the launch returns (graph_launch_us).")
     graph_per_op_us: float = Field(ge=-100, description="GPU time, µs, a kernel's node in a CUDA graph adds to "
                                    "(negative: saves on) its back-to-back time on a stream (the GEMM table's and "
                                    "kernel floor's method); one H200: -0.75 to -0.90 for every small "

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from schedsim import api
@@ -89,6 +90,42 @@ def test_kernels_of_a_graph_reach_the_gpu_when_its_launch_returns() -> None:
     rel = gh.kernel_release(issue, call0, PROF, "eager", None, graph)
     assert rel[0] == pytest.approx(call0[0] + F * (issue[0] - call0[0]))
     assert np.array_equal(rel[1:], issue[1:])
+
+
+def test_with_graph_start_a_graphs_nodes_reach_the_gpu_that_long_after_its_launch_began() -> None:
+    """``launch.graph_start_us`` (a replay's first node on the GPU, from its call's start): the graph's kernels
+    are released at call0 + graph_start_us, later than the launch returns when that is longer than the call;
+    eager ops unchanged; ``cuda_graph`` mode (its one launch begins at 0): every node at graph_start_us."""
+    k = gh.H_KERNEL
+    graph = np.array([-1, 0, 0], np.int64)
+    issue, call0 = _issue([k] * 3, graph.tolist())
+    prof = PROF.model_copy(update={"launch": LP.model_copy(update={"graph_start_us": G + 3.5})})
+    rel = gh.kernel_release(issue, call0, prof, "eager", None, graph)
+    assert rel[0] == pytest.approx(call0[0] + F * (issue[0] - call0[0]))
+    assert rel[1:] * 1e6 == pytest.approx([OP + FIRST + G + 3.5] * 2, abs=1e-9)  # the launch began after a0's call
+    assert (rel[1:] - issue[1:]) * 1e6 == pytest.approx([3.5, 3.5], abs=1e-9)
+    whole = gh.kernel_release(np.full(3, G * 1e-6), np.zeros(3), prof, "cuda_graph")
+    assert whole * 1e6 == pytest.approx([G + 3.5] * 3, abs=1e-9)
+    assert np.array_equal(gh.kernel_release(np.full(3, G * 1e-6), np.zeros(3), PROF, "cuda_graph"),
+                          np.full(3, G * 1e-6))  # unset: when the launch returns
+
+
+def test_predict_a_whole_graph_with_graph_start(tmp_path: Path) -> None:
+    """A whole-schedule graph of five 1 µs kernels: its first node starts graph_start_us after the iteration's
+    start, the others back to back (the GPU time a node adds, graph_per_op_us, is the same with or without it)."""
+    f = tmp_path / "g.yaml"
+    f.write_text(SCHED.replace(", graph: g", "").replace("world_size: 1\n", "world_size: 1\nlaunch: cuda_graph\n"))
+    base = api.predict(f).timeline
+    b0 = min(s.start_s for s in base.spans)
+    assert b0 * 1e6 == pytest.approx(G, abs=1e-6)
+    p = tmp_path / "p.yaml"
+    d = PROF.model_dump(mode="json")
+    d["launch"]["graph_start_us"] = 9.0
+    d["name"] = "h200_graph_start"
+    p.write_text(yaml.safe_dump(d))
+    tl = api.predict(f, profile=str(p)).timeline
+    assert min(s.start_s for s in tl.spans) * 1e6 == pytest.approx(9.0, abs=1e-6)
+    assert (tl.makespan_s - base.makespan_s) * 1e6 == pytest.approx(9.0 - G, abs=1e-6)
 
 
 # one rank, five 1 µs kernels a0..a4, the middle three (a1, a2, a3) in graph g
