@@ -27,7 +27,7 @@ import bisect
 import itertools
 import math
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import numpy as np
 
@@ -37,6 +37,7 @@ from schedsim.kinds import KINDS
 from schedsim.network.tuning import (
     NO_CHANNEL_ENV,
     ChannelEnv,
+    Graph,
     TuneInput,
     algo_time,
     channel_ceiling,
@@ -59,7 +60,7 @@ from schedsim.network.tuning import (
 if TYPE_CHECKING:
     from schedsim.hardware.profile import HardwareProfile
 
-__all__ = ["CollectiveCost", "NcclNetwork", "GroupShape", "rank_nodes"]
+__all__ = ["CollectiveCost", "NcclNetwork", "GroupShape", "fewest_graph", "rank_nodes"]
 
 _Table = dict[tuple[str, str], tuple[float, float]]
 
@@ -79,16 +80,44 @@ class CollectiveCost:
     proto: str
 
 
+@overload
+def fewest_graph(*graphs: Graph) -> Graph: ...
+
+
+@overload
+def fewest_graph(*graphs: Graph | None) -> Graph | None: ...
+
+
+def fewest_graph(*graphs: Graph | None) -> Graph | None:
+    """One graph of a communicator from each node's own search: every rank searches its node's GPUs, and
+    ``initTransportsRank`` (src/init.cc, NCCL 2.30.7) keeps the least ``nChannels``, ``bwIntra`` and ``bwInter``
+    over the ranks; None (no such graph) where any node has none (``nvlsSupport`` is then 0: ``graphs[NVLS]->
+    nChannels == 0``). ``graphs``: one per distinct node (an uneven group's fullest and emptiest node suffice:
+    channels fall and speeds rise as a node holds fewer GPUs).
+
+    >>> fewest_graph(Graph(8, 40.0, 60.0), Graph(4, 60.0, 80.0))   # 8 GPUs on one node, 4 on the other
+    Graph(channels=4, bw_intra=40.0, bw_inter=60.0)
+    >>> fewest_graph(Graph(8, 40.0, 60.0), None) is None
+    True
+    """
+    if any(g is None for g in graphs):
+        return None
+    gs = [g for g in graphs if g is not None]
+    return Graph(min(g.channels for g in gs), min(g.bw_intra for g in gs), min(g.bw_inter for g in gs))
+
+
 @dataclass(frozen=True)
 class GroupShape:
-    """Where a group's ranks sit: ``nodes`` spanned, ``local`` (most ranks on one node), ``nics`` (fewest
-    distinct NICs its ranks use on a node), ``leaves`` (fabric leaves spanned)."""
+    """Where a group's ranks sit: ``nodes`` spanned, ``local`` (most ranks on one node: NCCL's
+    ``comm->maxLocalRanks``), ``nics`` (fewest distinct NICs its ranks use on a node), ``leaves`` (fabric leaves
+    spanned), ``min_local`` (fewest ranks on one of its nodes: ``comm->minLocalRanks``, src/init.cc)."""
 
     ranks: int
     nodes: int
     local: int
     nics: int
     leaves: int
+    min_local: int
 
 
 class NcclNetwork:
@@ -198,7 +227,7 @@ class NcclNetwork:
         lo, span = int(nic.min()), int(nic.max() - nic.min()) + 1
         node_nics = unique(node * span + (nic - lo))[0]  # the distinct (node, NIC) pairs
         nics = int(np.bincount(unique(node_nics // span)[2]).min())  # fewest NICs on a node
-        got = GroupShape(len(ranks), len(nodes), int(per_node.max()), nics, leaves)
+        got = GroupShape(len(ranks), len(nodes), int(per_node.max()), nics, leaves, int(per_node.min()))
         self._shapes[ranks] = got
         return got
 
@@ -273,19 +302,21 @@ class NcclNetwork:
         if multi and self.topo.nics is None:
             raise ProfileError(f"profile {self.profile.name!r}: a group spans {shape.nodes} nodes but the profile "
                                "has no topology.nics", fix="add topology.nics (per_node, bandwidth_Gbps, source)")
-        nic_bw = self._nic_bw(shape)
-        ring = ring_graph(self.arch, self.up.bandwidth_GBps, shape.local, shape.nics, nic_bw, multi)
-        nvls = nvls_graph(self.arch, self.up.bandwidth_GBps, shape.local, shape.nics, nic_bw, multi) \
+        nic_bw, up = self._nic_bw(shape), self.up.bandwidth_GBps
+        locals_ = sorted({shape.local, shape.min_local})  # the fullest and the emptiest node (uneven groups)
+        ring = fewest_graph(*(ring_graph(self.arch, up, k, shape.nics, nic_bw, multi) for k in locals_))
+        nvls = fewest_graph(*(nvls_graph(self.arch, up, k, shape.nics, nic_bw, multi) for k in locals_)) \
             if self.up.nvls else None
         hw: Literal["nvlink", "pci"] = "pci" if self.up.kind == "pcie" else "nvlink"
         fab = self.topo.fabric
         collnet = multi and fab is not None and fab.sharp
-        direct = collnet_direct_graph(self.arch, self.up.bandwidth_GBps, shape.local, shape.nics, nic_bw) \
+        direct = fewest_graph(*(collnet_direct_graph(self.arch, up, k, shape.nics, nic_bw) for k in locals_)) \
             if collnet else None
         return TuneInput(shape.ranks, shape.nodes, self.arch, hw, self.topo.cpu_vendor, ring, nvls,
                          self._lat_inter(shape), ll128=hw == "nvlink", lat_intra=self.up.latency_us,
                          collnet=collnet, nvswitch=self.up.kind == "nvswitch", collnet_direct=direct,
-                         consts=self.consts, channel_env=self.channel_env)
+                         consts=self.consts, channel_env=self.channel_env,
+                         local_range=(shape.min_local, shape.local))
 
     def _tune_for(self, shape: GroupShape, func: str) -> tuple[_Table, _Table, TuneInput]:
         t = self.tune_input(shape)
