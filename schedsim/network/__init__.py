@@ -106,6 +106,30 @@ def fewest_graph(*graphs: Graph | None) -> Graph | None:
     return Graph(min(g.channels for g in gs), min(g.bw_intra for g in gs), min(g.bw_inter for g in gs))
 
 
+#: The first release whose NVLS and NVLS-tree bandwidth is NCCL's "Improved NVLS/NVLSTree tuning prediction"
+#: (v2.28.3-1 release notes, "Other Improvements"; tuning.cc: ``nvlsEfficiency``, ``(nChannels-1)/nChannels``,
+#: ``perChMaxNVLSTreeBws``, ``nRanks / nsteps``)
+NVLS_PREDICTION = "2.28.3"
+
+
+def timing_table(func: str, t: TuneInput) -> dict[tuple[str, str], tuple[float, float]]:
+    """``(latency µs, bandwidth GB/s)`` per enabled (algorithm, protocol), as :func:`~schedsim.network.tuning.tune`
+    gives them, to time a run rather than choose it: for a release before 2.28 (``t.consts.nvls_eff`` None) NVLS
+    and NVLS-tree take the bandwidth of 2.28.3's prediction (:data:`NVLS_PREDICTION`), NCCL's correction of its
+    own earlier estimate, which 2.28.3's notes give as a change of the prediction (for the choice), not of the
+    kernel; the latency, and every other pair, stay the release's. NCCL chooses with its own release's figures
+    (:meth:`NcclNetwork.collective`). Published: 8 x GB200 of one rack, NVLS, NCCL 2.27.3: 18.97 ms at 8 GiB
+    (453 GB/s algbw); 2.27.3's estimate 532 GB/s, 2.28.3's 411 (``benchmarks/accuracy/network_published.py``)."""
+    got = tune(func, t)
+    if t.consts.nvls_eff is None:
+        k = constants_for(NVLS_PREDICTION)
+        nvls = tune(func, replace(t, consts=replace(t.consts, nvls_eff=k.nvls_eff, per_ch_nvls_tree=k.per_ch_nvls_tree,
+                                                      legacy_steps=False)))
+        got = {key: (v[0], nvls[key][1]) if key[0] in ("nvls", "nvls_tree") and key in nvls else v
+               for key, v in got.items()}
+    return got
+
+
 @dataclass(frozen=True)
 class GroupShape:
     """Where a group's ranks sit: ``nodes`` spanned, ``local`` (most ranks on one node: NCCL's
@@ -327,8 +351,8 @@ class NcclNetwork:
                      and (self.protos is None or p in self.protos[func])}
         intra, inter, bus = self.timing_figures(shape.nodes > 1)
         timed = table
-        if intra or inter or bus:
-            full = tune(func, replace(t, hw_intra=intra, hw_inter=inter, bw_factor=bus))
+        if intra or inter or bus or t.consts.nvls_eff is None:
+            full = timing_table(func, replace(t, hw_intra=intra, hw_inter=inter, bw_factor=bus))
             timed = {k: full[k] for k in table}
         return table, timed, t
 
@@ -348,7 +372,7 @@ class NcclNetwork:
             raise KeyError(kind)
         t = self.tune_input(shape)
         intra, inter, bus = self.timing_figures(shape.nodes > 1, over)
-        lat, bw = tune(func, replace(t, hw_intra=intra, hw_inter=inter, bw_factor=bus))[(algo, proto)]
+        lat, bw = timing_table(func, replace(t, hw_intra=intra, hw_inter=inter, bw_factor=bus))[(algo, proto)]
         nc = runtime_channels(algo, proto, nbytes, shape.ranks, t.ring, channel_ceiling(t))
         bw *= runtime_bw_scale(func, algo, proto, nc, t) * cta_bw_scale(algo, t)
         return algo_time(func, algo, proto, lat, bw, nbytes, shape.nodes, shape.ranks, self._comm_channels(t),
