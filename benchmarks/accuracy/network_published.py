@@ -6,8 +6,9 @@ Usage (repo root)::
 
 Every row is a result somebody else published (an nccl-tests log, or an NCCL maintainer's stated figure for a
 machine), with its source; none was measured here and none tuned a constant (the constants are NCCL's own:
-those of the release the log ran where it prints one (the row's ``nccl.version``), else 2.30.7's; the
-bandwidths hardware specifications: see schedsim/network/tuning.py and the profiles' ``source`` fields).
+those of the release the log ran where it prints one (the row's ``nccl.version``; NVLS bandwidth before 2.28 at
+2.28.3's prediction: schedsim.network.timing_table), else 2.30.7's; the bandwidths hardware specifications:
+see schedsim/network/tuning.py and the profiles' ``source`` fields).
 Each row runs on a shipped profile (dgx_h100, dgx_a100, h200) or on one of them with the row's own published
 topology (NIC count, CPU) changed, as the row's ``topology`` says. Time is nccl-tests' out-of-place ``time``;
 where a source gives busbw only, time = size x factor / busbw (factor from nccl-tests doc/PERFORMANCE.md).

@@ -643,8 +643,10 @@ class Nccl(_B):
                               "'LL,Simple;allreduce:LL128'.")
     version: str | None = Field(default=None, description="NCCL release whose tuning.cc constants choose and time "
                                 "collectives (NCCL's model changed between releases: e.g. NVLS-tree's network step "
-                                "14 µs up to 2.28.7, 20.9 from 2.28.9), as nccl-tests prints it ('2.26.2'); 2.20.0 "
-                                "or later; None: the newest modelled, 2.30.7 (schedsim.network.tuning.constants_for).")
+                                "14 µs up to 2.28.7, 20.9 from 2.28.9; NVLS bandwidth before 2.28 is timed at 2.28.3's "
+                                "prediction, schedsim.network.timing_table), as nccl-tests prints it ('2.26.2'); "
+                                "2.20.0 or later; None: the newest modelled, 2.30.7 "
+                                "(schedsim.network.tuning.constants_for).")
     min_ctas: int | None = Field(default=None, ge=1, description="NCCL_MIN_CTAS: at least this many channels "
                                  "(CTAs) per collective (src/graph/connect.cc, src/transport/nvls.cc); extra ring "
                                  "channels are copies of the same rings and add no bandwidth "

@@ -27,7 +27,7 @@ import bisect
 import itertools
 import math
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import numpy as np
 
@@ -37,6 +37,7 @@ from schedsim.kinds import KINDS
 from schedsim.network.tuning import (
     NO_CHANNEL_ENV,
     ChannelEnv,
+    Graph,
     TuneInput,
     algo_time,
     channel_ceiling,
@@ -59,7 +60,7 @@ from schedsim.network.tuning import (
 if TYPE_CHECKING:
     from schedsim.hardware.profile import HardwareProfile
 
-__all__ = ["CollectiveCost", "NcclNetwork", "GroupShape", "rank_nodes"]
+__all__ = ["CollectiveCost", "NcclNetwork", "GroupShape", "fewest_graph", "rank_nodes"]
 
 _Table = dict[tuple[str, str], tuple[float, float]]
 
@@ -79,16 +80,68 @@ class CollectiveCost:
     proto: str
 
 
+@overload
+def fewest_graph(*graphs: Graph) -> Graph: ...
+
+
+@overload
+def fewest_graph(*graphs: Graph | None) -> Graph | None: ...
+
+
+def fewest_graph(*graphs: Graph | None) -> Graph | None:
+    """One graph of a communicator from each node's own search: every rank searches its node's GPUs, and
+    ``initTransportsRank`` (src/init.cc, NCCL 2.30.7) keeps the least ``nChannels``, ``bwIntra`` and ``bwInter``
+    over the ranks; None (no such graph) where any node has none (``nvlsSupport`` is then 0: ``graphs[NVLS]->
+    nChannels == 0``). ``graphs``: one per distinct node (an uneven group's fullest and emptiest node suffice:
+    channels fall and speeds rise as a node holds fewer GPUs).
+
+    >>> fewest_graph(Graph(8, 40.0, 60.0), Graph(4, 60.0, 80.0))   # 8 GPUs on one node, 4 on the other
+    Graph(channels=4, bw_intra=40.0, bw_inter=60.0)
+    >>> fewest_graph(Graph(8, 40.0, 60.0), None) is None
+    True
+    """
+    if any(g is None for g in graphs):
+        return None
+    gs = [g for g in graphs if g is not None]
+    return Graph(min(g.channels for g in gs), min(g.bw_intra for g in gs), min(g.bw_inter for g in gs))
+
+
+#: The first release whose NVLS and NVLS-tree bandwidth is NCCL's "Improved NVLS/NVLSTree tuning prediction"
+#: (v2.28.3-1 release notes, "Other Improvements"; tuning.cc: ``nvlsEfficiency``, ``(nChannels-1)/nChannels``,
+#: ``perChMaxNVLSTreeBws``, ``nRanks / nsteps``)
+NVLS_PREDICTION = "2.28.3"
+
+
+def timing_table(func: str, t: TuneInput) -> dict[tuple[str, str], tuple[float, float]]:
+    """``(latency µs, bandwidth GB/s)`` per enabled (algorithm, protocol), as :func:`~schedsim.network.tuning.tune`
+    gives them, to time a run rather than choose it: for a release before 2.28 (``t.consts.nvls_eff`` None) NVLS
+    and NVLS-tree take the bandwidth of 2.28.3's prediction (:data:`NVLS_PREDICTION`), NCCL's correction of its
+    own earlier estimate, which 2.28.3's notes give as a change of the prediction (for the choice), not of the
+    kernel; the latency, and every other pair, stay the release's. NCCL chooses with its own release's figures
+    (:meth:`NcclNetwork.collective`). Published: 8 x GB200 of one rack, NVLS, NCCL 2.27.3: 18.97 ms at 8 GiB
+    (453 GB/s algbw); 2.27.3's estimate 532 GB/s, 2.28.3's 411 (``benchmarks/accuracy/network_published.py``)."""
+    got = tune(func, t)
+    if t.consts.nvls_eff is None:
+        k = constants_for(NVLS_PREDICTION)
+        nvls = tune(func, replace(t, consts=replace(t.consts, nvls_eff=k.nvls_eff, per_ch_nvls_tree=k.per_ch_nvls_tree,
+                                                      legacy_steps=False)))
+        got = {key: (v[0], nvls[key][1]) if key[0] in ("nvls", "nvls_tree") and key in nvls else v
+               for key, v in got.items()}
+    return got
+
+
 @dataclass(frozen=True)
 class GroupShape:
-    """Where a group's ranks sit: ``nodes`` spanned, ``local`` (most ranks on one node), ``nics`` (fewest
-    distinct NICs its ranks use on a node), ``leaves`` (fabric leaves spanned)."""
+    """Where a group's ranks sit: ``nodes`` spanned, ``local`` (most ranks on one node: NCCL's
+    ``comm->maxLocalRanks``), ``nics`` (fewest distinct NICs its ranks use on a node), ``leaves`` (fabric leaves
+    spanned), ``min_local`` (fewest ranks on one of its nodes: ``comm->minLocalRanks``, src/init.cc)."""
 
     ranks: int
     nodes: int
     local: int
     nics: int
     leaves: int
+    min_local: int
 
 
 class NcclNetwork:
@@ -198,7 +251,7 @@ class NcclNetwork:
         lo, span = int(nic.min()), int(nic.max() - nic.min()) + 1
         node_nics = unique(node * span + (nic - lo))[0]  # the distinct (node, NIC) pairs
         nics = int(np.bincount(unique(node_nics // span)[2]).min())  # fewest NICs on a node
-        got = GroupShape(len(ranks), len(nodes), int(per_node.max()), nics, leaves)
+        got = GroupShape(len(ranks), len(nodes), int(per_node.max()), nics, leaves, int(per_node.min()))
         self._shapes[ranks] = got
         return got
 
@@ -273,19 +326,21 @@ class NcclNetwork:
         if multi and self.topo.nics is None:
             raise ProfileError(f"profile {self.profile.name!r}: a group spans {shape.nodes} nodes but the profile "
                                "has no topology.nics", fix="add topology.nics (per_node, bandwidth_Gbps, source)")
-        nic_bw = self._nic_bw(shape)
-        ring = ring_graph(self.arch, self.up.bandwidth_GBps, shape.local, shape.nics, nic_bw, multi)
-        nvls = nvls_graph(self.arch, self.up.bandwidth_GBps, shape.local, shape.nics, nic_bw, multi) \
+        nic_bw, up = self._nic_bw(shape), self.up.bandwidth_GBps
+        locals_ = sorted({shape.local, shape.min_local})  # the fullest and the emptiest node (uneven groups)
+        ring = fewest_graph(*(ring_graph(self.arch, up, k, shape.nics, nic_bw, multi) for k in locals_))
+        nvls = fewest_graph(*(nvls_graph(self.arch, up, k, shape.nics, nic_bw, multi) for k in locals_)) \
             if self.up.nvls else None
         hw: Literal["nvlink", "pci"] = "pci" if self.up.kind == "pcie" else "nvlink"
         fab = self.topo.fabric
         collnet = multi and fab is not None and fab.sharp
-        direct = collnet_direct_graph(self.arch, self.up.bandwidth_GBps, shape.local, shape.nics, nic_bw) \
+        direct = fewest_graph(*(collnet_direct_graph(self.arch, up, k, shape.nics, nic_bw) for k in locals_)) \
             if collnet else None
         return TuneInput(shape.ranks, shape.nodes, self.arch, hw, self.topo.cpu_vendor, ring, nvls,
                          self._lat_inter(shape), ll128=hw == "nvlink", lat_intra=self.up.latency_us,
                          collnet=collnet, nvswitch=self.up.kind == "nvswitch", collnet_direct=direct,
-                         consts=self.consts, channel_env=self.channel_env)
+                         consts=self.consts, channel_env=self.channel_env,
+                         local_range=(shape.min_local, shape.local))
 
     def _tune_for(self, shape: GroupShape, func: str) -> tuple[_Table, _Table, TuneInput]:
         t = self.tune_input(shape)
@@ -296,8 +351,8 @@ class NcclNetwork:
                      and (self.protos is None or p in self.protos[func])}
         intra, inter, bus = self.timing_figures(shape.nodes > 1)
         timed = table
-        if intra or inter or bus:
-            full = tune(func, replace(t, hw_intra=intra, hw_inter=inter, bw_factor=bus))
+        if intra or inter or bus or t.consts.nvls_eff is None:
+            full = timing_table(func, replace(t, hw_intra=intra, hw_inter=inter, bw_factor=bus))
             timed = {k: full[k] for k in table}
         return table, timed, t
 
@@ -317,7 +372,7 @@ class NcclNetwork:
             raise KeyError(kind)
         t = self.tune_input(shape)
         intra, inter, bus = self.timing_figures(shape.nodes > 1, over)
-        lat, bw = tune(func, replace(t, hw_intra=intra, hw_inter=inter, bw_factor=bus))[(algo, proto)]
+        lat, bw = timing_table(func, replace(t, hw_intra=intra, hw_inter=inter, bw_factor=bus))[(algo, proto)]
         nc = runtime_channels(algo, proto, nbytes, shape.ranks, t.ring, channel_ceiling(t))
         bw *= runtime_bw_scale(func, algo, proto, nc, t) * cta_bw_scale(algo, t)
         return algo_time(func, algo, proto, lat, bw, nbytes, shape.nodes, shape.ranks, self._comm_channels(t),

@@ -392,7 +392,7 @@ def link_share(profile: HardwareProfile, world: int, gptr: Sequence[int] | np.nd
         # a send/recv drives its NICs at its bandwidth term while it moves data (NcclNetwork._p2p_terms: the NIC,
         # over the oversubscription across the spine; LL at half, at most llMaxBw)
         ll = size_a[pg[ok]] <= P2P_LL_THRESHOLD
-        terms = {(a, b): net._p2p_terms(P2P_LL_THRESHOLD * (2 - a), True, GroupShape(2, 2, 1, 1, 1 + b))[1] * 1e9
+        terms = {(a, b): net._p2p_terms(P2P_LL_THRESHOLD * (2 - a), True, GroupShape(2, 2, 1, 1, 1 + b, 1))[1] * 1e9
                  for a in (0, 1) for b in (0, 1)}
         demand[pg[ok]] = np.select([ll & sp, ll & ~sp, ~ll & sp], [terms[(1, 1)], terms[(1, 0)], terms[(0, 1)]],
                                    terms[(0, 0)])

@@ -589,7 +589,7 @@ def nvls_tree_fill(nbytes: float, t: TuneInput, nic_bw: float = 50.0) -> float:
     """
     if t.nvls is None or t.nodes < 2 or t.nvls.bw_inter <= 0:
         return 0.0
-    ppn, since = t.ranks // t.nodes, t.consts.since
+    ppn, since = t.local_range[0] if t.local_range else t.ranks // t.nodes, t.consts.since  # comm->minLocalRanks
     nch = nvls_ctas(t.arch, True, t.channel_env, nodes=t.nodes, ppn=ppn, nic_bw=nic_bw, since=since)
     heads = t.nvls.channels
     c = nvls_tree_chunk(nbytes, t.nodes, nch, heads, t.arch, ppn, nic_bw, since)
@@ -608,6 +608,9 @@ class TuneInput:
     runs its CollNet plugin (``config.collnetEnable``); ``nvswitch``: the node has an NVSwitch (NCCL's
     ``nvsCount``, which CollNet Direct needs); ``collnet_direct``: that graph (:func:`collnet_direct_graph`);
     ``consts``: the tuning.cc constants of the NCCL release that runs (:func:`constants_for`).
+    ``local_range``: ``(comm->minLocalRanks, comm->maxLocalRanks)``, the fewest and most ranks on one node (None:
+    ``ranks // nodes`` both, a group even over its nodes); tuning.cc itself reads ``nRanks / nNodes``, enqueue.cc's
+    arity limits ``maxLocalRanks`` and ``ncclNvlsTreeSm100Tuning`` (src/transport/nvls.cc) ``minLocalRanks``.
     ``channel_env``: ``NCCL_MIN_CTAS`` and the other channel-count settings (:class:`ChannelEnv`); NCCL's
     estimate (``ncclTopoTuneModel``) reads the graphs' channels and does not see them, the time does
     (:func:`channel_ceiling`, :func:`cta_bw_scale`).
@@ -635,6 +638,7 @@ class TuneInput:
     collnet_direct: Graph | None = None
     consts: TunerConstants = LATEST
     channel_env: ChannelEnv = NO_CHANNEL_ENV
+    local_range: tuple[int, int] | None = None
 
 
 def _p(proto: str) -> int:
@@ -652,7 +656,9 @@ def _enabled(coll: str, a: str, p: str, t: TuneInput) -> bool:
     local ranks (``NCCL_MAX_NVLS_ARITY``), CollNet Direct and Chain beyond 8 (``NCCL_MAX_DIRECT_ARITY + 1``)."""
     if coll in ("broadcast", "reduce") and a != "ring":
         return False
-    local = t.ranks / t.nodes  # comm->localRanks / maxLocalRanks (uniform groups)
+    # comm->maxLocalRanks (enqueue.cc's CollNet test; its NVLS test reads the rank's own comm->localRanks: the
+    # fullest node's, whose ranks refuse NVLS first)
+    local = t.local_range[1] if t.local_range else t.ranks / t.nodes
     if a in ("nvls", "nvls_tree") and coll != "allreduce" and local > _MAX_NVLS_ARITY:
         return False  # updateCollCostTable (enqueue.cc): NVLS beyond NCCL_MAX_NVLS_ARITY local ranks is all_reduce only
     if a in ("collnet_direct", "collnet_chain") and local > _MAX_DIRECT_ARITY + 1:
@@ -705,8 +711,10 @@ def _bandwidth(coll: str, a: str, p: str, t: TuneInput, share: float = 1.0) -> f
         bus = min(bus / 3.8, ll_max)
     if a == "tree" and p == "LL128":
         bus = min(bus * (7.0 / 9.0 if nodes == 1 else 120.0 / 128.0), ch * k.per_ch_tree_ll128[cc][idx2])
-    if a == "tree" and n == nodes:  # one GPU per node: search.cc sets the tree's pattern to NCCL_TOPO_PATTERN_TREE
-        bus *= .85  # (all NIC traffic through one GPU), and tuning.cc takes .85 of busBw for maxTreePattern TREE
+    if a == "tree" and (t.local_range[0] if t.local_range else n // nodes) == 1:
+        # a node with one GPU: search.cc sets its tree's pattern to NCCL_TOPO_PATTERN_TREE (all NIC traffic through
+        # one GPU), init.cc keeps the most of the ranks' patterns (maxTreePattern), and tuning.cc takes .85 of busBw
+        bus *= .85
     if a == "pat" and k.pat_bw is not None:
         bus *= k.pat_bw
     if a == "collnet_direct":  # all_reduce: "Collnet+Direct requires all GPUs to have a local NIC"

@@ -76,13 +76,13 @@ def test_a_version_takes_the_constants_of_the_last_release_at_or_before_it():
 def test_forced_nvls_tree_small_all_reduce_on_2_21_5_against_2_30_7():
     # NVIDIA/nccl#1244's shape: 16 ranks on 2 nodes, NCCL_ALGO=NVLSTree, 512 B (NCCL's estimate, no tree
     # correction on Hopper, plus the pipeline fill: 2 log2(2) = 2 hops x 16 CTAs x 512 / (16 x 8) = 4 B / 48 GB/s).
-    # 2.21.5: lat = 0 + 25 (NVLink) + 2 * log2(2) * 14 = 53; bw = min(bwIntra 40, bwInter 48) = 40, busBw
-    #         8 * 40 = 320, algbw x 5/6 = 266.67 -> 512 B adds 512 / 266.67e3 us
+    # 2.21.5: lat = 0 + 25 (NVLink) + 2 * log2(2) * 14 = 53; its bandwidth estimate (min(40, 48) x 8 x 5/6 =
+    #         266.67) chooses; the time takes 2.28.3's prediction of the kernel, as 2.30.7's here (below)
     # 2.30.7: lat = 25 + 2 * 20.9 = 66.8; bw = min(40 * .85 * 7/8 * 2 = 59.5, 48 * 2 = 96, 57.7) = 57.7, busBw
     #         461.6, algbw x 16/30 = 246.19
     fill = 2 * 16 * 4 / 48e3
     assert us(net("2.21.5", algo="nvlstree"), "all_reduce", 512, 16) == pytest.approx(
-        53.0 + 512 / (320 * 5 / 6 * 1e3) + fill, rel=1e-9)
+        53.0 + 512 / (461.6 * 16 / 30 * 1e3) + fill, rel=1e-6)
     assert us(net(None, algo="nvlstree"), "all_reduce", 512, 16) == pytest.approx(
         66.8 + 512 / (461.6 * 16 / 30 * 1e3) + fill, rel=1e-6)
 
@@ -111,6 +111,17 @@ def test_nvls_tree_beyond_two_nodes_before_2_28_halves_the_network_share():
 
     assert bw("2.26.2") == pytest.approx(160.0)
     assert bw("2.30.7") == pytest.approx(364 * 32 / 62)
+
+
+def test_nvls_before_2_28_chooses_with_its_estimate_and_runs_at_2_28_3s_prediction():
+    # 8 GPUs of one node, 8 GiB all_reduce on NCCL 2.26.2. The choice, with 2.26.2's estimates: NVLS 8 x min(40,
+    # 60) = 320 x 5/6 = 266.7 GB/s against ring/Simple 12 x 30 = 360 x 8/14 = 205.7 -> NVLS. The time: 2.28.3's
+    # "improved NVLS/NVLSTree tuning prediction" (release notes) of the same kernel: 40 x .85 x 7/8 x 2 = 59.5
+    # (< bwInter 60) x 8 = 476 x 8/14 = 272 GB/s, with 2.26.2's latency (NVLink NVLS hwLat 25 us)
+    got = net("2.26.2").collective("all_reduce", 8 << 30, tuple(range(8)))
+    assert got is not None and (got.algo, got.proto) == ("nvls", "Simple")
+    assert got.seconds * 1e6 == pytest.approx(25.0 + (8 << 30) / (1000 * 272.0), rel=1e-9)
+    assert us(net("2.30.7"), "all_reduce", 8 << 30, 8) == pytest.approx(got.seconds * 1e6, rel=1e-12)
 
 
 def test_eight_nodes_nvls_tree_and_tree_ll128_terms_of_2_30_7():
