@@ -49,7 +49,8 @@ Each rule has a name, used in code, notes and errors (the numbers they once had:
    replaces all of this with one ``graph_launch_us`` (its Python is not
    replayed, so ``host_us`` is skipped) and adds ``graph_per_op_us`` of GPU time
    per node; its nodes reach the GPU when the launch returns, or
-   ``graph_start_us`` after the launch began where calibrate measured that. A replay timed op by op, as ``schedsim execute --cuda-graph`` times it
+   ``graph_start_us`` after the launch began where calibrate measured that.
+   A replay timed op by op, as ``schedsim execute --cuda-graph`` times it
    (an event pair around every op), adds ``graph_timing_event_us`` per node too
    (:meth:`~schedsim.hardware.profile.HardwareProfile.timed_graph`). The rank's
    first kernel launch and its first communication call of the iteration add
