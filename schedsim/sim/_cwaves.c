@@ -1,6 +1,7 @@
 /* The event loop of the ``waves`` GPU model, compiled: the mechanics of the Python loop of tests/oracle/waves_loop.py
  * (_run_python: heap, ready counts, hardware queues, dispatch FIFOs, CTA batches, copy engines, rate
- * updates), statement for statement and in the same order, so heap ties break the same way.
+ * updates), statement for statement and in the same order, so heap ties break the same way (one shortcut of the
+ * same effects: a CTA batch whose kernel's next wave takes its SMs back at once, next_wave).
  *
  * No GPU rule lives here. Python (schedsim.sim.waves_columns.run_waves_program) computes every per-op,
  * per-kernel and per-collective parameter from schedsim.gpu.rules (CTA counts, wave times, queues, host
@@ -701,8 +702,41 @@ static void run_remove(W *w, i64 q, i64 j) {
     rj->n = rs->n = n - 1;
 }
 
+/* A CTA batch ends whose kernel's next wave takes its SMs back at once: the kernel heads the rank's dispatch FIFO
+ * with more CTAs left than the batch held, and the rank has no free SM. job_done then place (rule wave-dispatch)
+ * would free the batch's SMs, place a batch of as many of the kernel's CTAs on them (the kernel stays at the head:
+ * CTAs are still left) and make it a new job in the slot just freed; here the same state results without the
+ * round trip: the job is the new batch (its slot, at the end of the rank's running jobs, rate 0: settle rates it
+ * and pushes its end, as for a new job), the kernel's CTAs left drop by the batch's, and the rank's HBM load
+ * takes the batch's share off and on again (the same float operations). Returns 0 (nothing done) otherwise. */
+static int next_wave(W *w, i64 j, double t) {
+    job_t *jb = &w->job[j];
+    i64 k = jb->key, r = jb->rank, s = jb->sms;
+    const heap_t *P = &w->pend[r];
+    if (w->kleft[k] <= s || w->free_[r] || !P->n || P->e[0].b != k || w->intoplace[r]) return 0;
+    run_remove(w, r, j);
+    if (ivec_push(&w->run_job[r], j) < 0 || ivec_push(&w->run_slot[r], -1) < 0) {
+        w->oom = 1;
+        return 1;
+    }
+    mark_dirty(w, r);
+    i64 mem = w->kmem[k & w->mmem];
+    if (mem) {
+        w->nmem[r] -= (double)s / (double)mem;
+        w->nmem[r] += (double)s / (double)mem;
+    }
+    w->kleft[k] -= (i32)s;
+    w->njobs++;
+    jb->seen = -1;
+    jb->rem = w->ktail[k & w->mtail] < 0 ? w->ktail_tau[k & w->mttau] : w->ktau[k];
+    jb->rate = 0.0;
+    jb->last = t;
+    return 1;
+}
+
 static void job_done(W *w, i64 j, double t) {
     i64 typ = w->job[j].type, key = w->job[j].key, s = w->job[j].sms;
+    if (typ == BATCH && next_wave(w, j, t)) return;
     w->job[j].rate = -1.0;
     w->job[j].seen = w->jfree; /* the slot goes on the free list; only j's value is used below */
     w->jfree = j;
