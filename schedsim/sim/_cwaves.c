@@ -719,8 +719,8 @@ static int next_wave(W *w, i64 j, double t) {
         w->oom = 1;
         return 1;
     }
-    mark_dirty(w, r);
     i64 mem = w->kmem[k & w->mmem];
+    double load = w->nmem[r];
     if (mem) {
         w->nmem[r] -= (double)s / (double)mem;
         w->nmem[r] += (double)s / (double)mem;
@@ -731,6 +731,16 @@ static int next_wave(W *w, i64 j, double t) {
     jb->rem = w->ktail[k & w->mtail] < 0 ? w->ktail_tau[k & w->mttau] : w->ktau[k];
     jb->rate = 0.0;
     jb->last = t;
+    if (w->dirty.n || w->lchg[r] || memcmp(&load, &w->nmem[r], sizeof load)) {
+        mark_dirty(w, r); /* settle as after job_done and place */
+        return 1;
+    }
+    /* settle of this rank alone would change nothing but this job's rate: the rank's comm rate stays (its SMs
+     * held are the same), no end of it changed (lchg), its transfers are tracked, and every other job of it was
+     * rated at the end of the event that last changed what its rate reads (each such change marks the job's
+     * rank dirty, and settle rates every job of a dirty rank), none of which changed here (the kernel keeps CTAs
+     * left, the HBM load is the same bits) */
+    rerate_job(w, j, t);
     return 1;
 }
 
