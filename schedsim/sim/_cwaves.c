@@ -157,9 +157,10 @@ typedef struct {
     const double *ktail_tau;
     const double *kgain; /* rule wave-tail: gpu.rates.fill_gain of the kernel's wave time */
     /* compact forms (run()): kern, kops_ptr and kops_idx NULL when every op is its own kernel, in op order (each
-     * the identity); kmem, ktail, ktail_tau and kgain of one entry when every kernel has that value (index k &
+     * the identity); ktail of one entry when every kernel's is 0, and kmem, ktail_tau, kgain and ktau, which only
+     * compute kernels (their CTA batches) read, of one entry when every compute kernel has that value (index k &
      * its mask: 0, else ~0); kone: every kernel has one op (kneed and kwait of one entry, 1, never written) */
-    i64 mmem, mtail, mttau, mgain;
+    i64 mmem, mtail, mttau, mgain, mtau;
     int kone;
     /* hardware queues */
     const i32 *q_ptr, *q_idx;
@@ -589,7 +590,7 @@ static void place(W *w, i64 r, double t) {
         i64 mem = w->kmem[k & w->mmem];
         if (mem) w->nmem[r] += (double)s / (double)mem;
         w->kbat[k]++;
-        new_job(w, BATCH, k, s, w->ktail[k & w->mtail] < 0 ? w->ktail_tau[k & w->mttau] : w->ktau[k], r, t);
+        new_job(w, BATCH, k, s, w->ktail[k & w->mtail] < 0 ? w->ktail_tau[k & w->mttau] : w->ktau[k & w->mtau], r, t);
         if (left - s) return;
         heap_pop(P);
         w->nwait[r]--;
@@ -728,7 +729,7 @@ static int next_wave(W *w, i64 j, double t) {
     w->kleft[k] -= (i32)s;
     w->njobs++;
     jb->seen = -1;
-    jb->rem = w->ktail[k & w->mtail] < 0 ? w->ktail_tau[k & w->mttau] : w->ktau[k];
+    jb->rem = w->ktail[k & w->mtail] < 0 ? w->ktail_tau[k & w->mttau] : w->ktau[k & w->mtau];
     jb->rate = 0.0;
     jb->last = t;
     if (w->dirty.n || w->lchg[r] || memcmp(&load, &w->nmem[r], sizeof load)) {
@@ -883,8 +884,10 @@ static void loop(W *w) {
  * optional link CSR, counts and firsts, for flows alone on their links; 13: issue_times' optional per-op call
  * extra (issue_sums removed); 14: run's optional halt argument after share, and its result -1 when it halted; 15:
  * join_rows, cut, item_bounds and held_samples, the trace writer's JSON text and counters, and overlaps and
- * merge_pieces, the metrics' pieces). */
-#define LAYOUT 15
+ * merge_pieces, the metrics' pieces; 16: run's ktau of one entry too, and every one-entry buffer read by compute
+ * kernels alone, kmem, ktail_tau, kgain and ktau, holds the value of every compute kernel: the others' are never
+ * read). */
+#define LAYOUT 16
 /* Entries of the copy rate table: 3 engines x reverse engine busy x compute resident (gpu.rates.rate_tables) */
 #define COPY_TAB 12
 /* Each buffer's type, in argument order: d float64, i int32 (see the struct's fields and run()'s unpacking) */
@@ -1024,8 +1027,8 @@ static PyObject *run(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_SystemError, "_cwaves: buffer count");
         goto release_bufs;
     }
-    { /* the compact forms (W): kern, kops_ptr, kops_idx all empty (the identity, K == N); kmem, ktail, ktail_tau,
-       * kgain of one entry (every kernel's value; ktail's 0); kneed of one entry 1 (every kernel one op: kwait
+    { /* the compact forms (W): kern, kops_ptr, kops_idx all empty (the identity, K == N); ktail of one
+       * entry (every kernel's 0); kmem, ktail_tau, kgain, ktau of one entry (every compute kernel's value); kneed of one entry 1 (every kernel one op: kwait
        * is not read) */
         int ident = !bufs[9].len && !bufs[12].len && !bufs[13].len;
         if (ident) {
@@ -1039,6 +1042,7 @@ static PyObject *run(PyObject *self, PyObject *args) {
         w->mtail = many && bufs[21].len == 4 ? 0 : ~(i64)0;
         w->mttau = many && bufs[22].len == 8 ? 0 : ~(i64)0;
         w->mgain = many && bufs[23].len == 8 ? 0 : ~(i64)0;
+        w->mtau = many && bufs[20].len == 8 ? 0 : ~(i64)0;
         w->kone = bufs[18].len == 4 && w->kneed[0] == 1;
         if ((ident && w->K != w->N) || (!w->mtail && w->ktail[0] != 0) || (bufs[18].len == 4 && w->K > 1 && !w->kone)) {
             PyErr_SetString(PyExc_ValueError, "run: an identity kernel map needs K == N, a one-entry ktail 0 and a "
