@@ -1,6 +1,7 @@
 /* The event loop of the ``waves`` GPU model, compiled: the mechanics of the Python loop of tests/oracle/waves_loop.py
  * (_run_python: heap, ready counts, hardware queues, dispatch FIFOs, CTA batches, copy engines, rate
- * updates), statement for statement and in the same order, so heap ties break the same way.
+ * updates), statement for statement and in the same order, so heap ties break the same way (one shortcut of the
+ * same effects: a CTA batch whose kernel's next wave takes its SMs back at once, next_wave).
  *
  * No GPU rule lives here. Python (schedsim.sim.waves_columns.run_waves_program) computes every per-op,
  * per-kernel and per-collective parameter from schedsim.gpu.rules (CTA counts, wave times, queues, host
@@ -156,9 +157,10 @@ typedef struct {
     const double *ktail_tau;
     const double *kgain; /* rule wave-tail: gpu.rates.fill_gain of the kernel's wave time */
     /* compact forms (run()): kern, kops_ptr and kops_idx NULL when every op is its own kernel, in op order (each
-     * the identity); kmem, ktail, ktail_tau and kgain of one entry when every kernel has that value (index k &
+     * the identity); ktail of one entry when every kernel's is 0, and kmem, ktail_tau, kgain and ktau, which only
+     * compute kernels (their CTA batches) read, of one entry when every compute kernel has that value (index k &
      * its mask: 0, else ~0); kone: every kernel has one op (kneed and kwait of one entry, 1, never written) */
-    i64 mmem, mtail, mttau, mgain;
+    i64 mmem, mtail, mttau, mgain, mtau;
     int kone;
     /* hardware queues */
     const i32 *q_ptr, *q_idx;
@@ -588,7 +590,7 @@ static void place(W *w, i64 r, double t) {
         i64 mem = w->kmem[k & w->mmem];
         if (mem) w->nmem[r] += (double)s / (double)mem;
         w->kbat[k]++;
-        new_job(w, BATCH, k, s, w->ktail[k & w->mtail] < 0 ? w->ktail_tau[k & w->mttau] : w->ktau[k], r, t);
+        new_job(w, BATCH, k, s, w->ktail[k & w->mtail] < 0 ? w->ktail_tau[k & w->mttau] : w->ktau[k & w->mtau], r, t);
         if (left - s) return;
         heap_pop(P);
         w->nwait[r]--;
@@ -701,8 +703,51 @@ static void run_remove(W *w, i64 q, i64 j) {
     rj->n = rs->n = n - 1;
 }
 
+/* A CTA batch ends whose kernel's next wave takes its SMs back at once: the kernel heads the rank's dispatch FIFO
+ * with more CTAs left than the batch held, and the rank has no free SM. job_done then place (rule wave-dispatch)
+ * would free the batch's SMs, place a batch of as many of the kernel's CTAs on them (the kernel stays at the head:
+ * CTAs are still left) and make it a new job in the slot just freed; here the same state results without the
+ * round trip: the job is the new batch (its slot, at the end of the rank's running jobs, rate 0: settle rates it
+ * and pushes its end, as for a new job), the kernel's CTAs left drop by the batch's, and the rank's HBM load
+ * takes the batch's share off and on again (the same float operations). Returns 0 (nothing done) otherwise. */
+static int next_wave(W *w, i64 j, double t) {
+    job_t *jb = &w->job[j];
+    i64 k = jb->key, r = jb->rank, s = jb->sms;
+    const heap_t *P = &w->pend[r];
+    if (w->kleft[k] <= s || w->free_[r] || !P->n || P->e[0].b != k || w->intoplace[r]) return 0;
+    run_remove(w, r, j);
+    if (ivec_push(&w->run_job[r], j) < 0 || ivec_push(&w->run_slot[r], -1) < 0) {
+        w->oom = 1;
+        return 1;
+    }
+    i64 mem = w->kmem[k & w->mmem];
+    double load = w->nmem[r];
+    if (mem) {
+        w->nmem[r] -= (double)s / (double)mem;
+        w->nmem[r] += (double)s / (double)mem;
+    }
+    w->kleft[k] -= (i32)s;
+    w->njobs++;
+    jb->seen = -1;
+    jb->rem = w->ktail[k & w->mtail] < 0 ? w->ktail_tau[k & w->mttau] : w->ktau[k & w->mtau];
+    jb->rate = 0.0;
+    jb->last = t;
+    if (w->dirty.n || w->lchg[r] || memcmp(&load, &w->nmem[r], sizeof load)) {
+        mark_dirty(w, r); /* settle as after job_done and place */
+        return 1;
+    }
+    /* settle of this rank alone would change nothing but this job's rate: the rank's comm rate stays (its SMs
+     * held are the same), no end of it changed (lchg), its transfers are tracked, and every other job of it was
+     * rated at the end of the event that last changed what its rate reads (each such change marks the job's
+     * rank dirty, and settle rates every job of a dirty rank), none of which changed here (the kernel keeps CTAs
+     * left, the HBM load is the same bits) */
+    rerate_job(w, j, t);
+    return 1;
+}
+
 static void job_done(W *w, i64 j, double t) {
     i64 typ = w->job[j].type, key = w->job[j].key, s = w->job[j].sms;
+    if (typ == BATCH && next_wave(w, j, t)) return;
     w->job[j].rate = -1.0;
     w->job[j].seen = w->jfree; /* the slot goes on the free list; only j's value is used below */
     w->jfree = j;
@@ -839,8 +884,10 @@ static void loop(W *w) {
  * optional link CSR, counts and firsts, for flows alone on their links; 13: issue_times' optional per-op call
  * extra (issue_sums removed); 14: run's optional halt argument after share, and its result -1 when it halted; 15:
  * join_rows, cut, item_bounds and held_samples, the trace writer's JSON text and counters, and overlaps and
- * merge_pieces, the metrics' pieces). */
-#define LAYOUT 15
+ * merge_pieces, the metrics' pieces; 16: run's ktau of one entry too, and every one-entry buffer read by compute
+ * kernels alone, kmem, ktail_tau, kgain and ktau, holds the value of every compute kernel: the others' are never
+ * read). */
+#define LAYOUT 16
 /* Entries of the copy rate table: 3 engines x reverse engine busy x compute resident (gpu.rates.rate_tables) */
 #define COPY_TAB 12
 /* Each buffer's type, in argument order: d float64, i int32 (see the struct's fields and run()'s unpacking) */
@@ -980,8 +1027,8 @@ static PyObject *run(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_SystemError, "_cwaves: buffer count");
         goto release_bufs;
     }
-    { /* the compact forms (W): kern, kops_ptr, kops_idx all empty (the identity, K == N); kmem, ktail, ktail_tau,
-       * kgain of one entry (every kernel's value; ktail's 0); kneed of one entry 1 (every kernel one op: kwait
+    { /* the compact forms (W): kern, kops_ptr, kops_idx all empty (the identity, K == N); ktail of one
+       * entry (every kernel's 0); kmem, ktail_tau, kgain, ktau of one entry (every compute kernel's value); kneed of one entry 1 (every kernel one op: kwait
        * is not read) */
         int ident = !bufs[9].len && !bufs[12].len && !bufs[13].len;
         if (ident) {
@@ -995,6 +1042,7 @@ static PyObject *run(PyObject *self, PyObject *args) {
         w->mtail = many && bufs[21].len == 4 ? 0 : ~(i64)0;
         w->mttau = many && bufs[22].len == 8 ? 0 : ~(i64)0;
         w->mgain = many && bufs[23].len == 8 ? 0 : ~(i64)0;
+        w->mtau = many && bufs[20].len == 8 ? 0 : ~(i64)0;
         w->kone = bufs[18].len == 4 && w->kneed[0] == 1;
         if ((ident && w->K != w->N) || (!w->mtail && w->ktail[0] != 0) || (bufs[18].len == 4 && w->K > 1 && !w->kone)) {
             PyErr_SetString(PyExc_ValueError, "run: an identity kernel map needs K == N, a one-entry ktail 0 and a "

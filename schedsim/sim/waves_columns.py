@@ -328,9 +328,10 @@ def _kernels(tps, tres, world, tmpl, rank, batch, res, work, opq, C, cost, sms):
     (a collective of one rank's as rule one-rank-collective gives it).
 
     The loop's compact forms (``_cwaves.c``, ``W``): when every op is its own kernel (K = N, in op order),
-    ``kern``, ``kptr`` and ``kidx`` (the identity) are empty and ``kneed`` is ``[1]``; ``kmem``, ``ktail``
-    (when 0), ``ktail_tau`` and ``kgain`` are one entry when every kernel has the same value (:func:`_one_entry`).
-    At 1M ops that is 7 arrays of N entries fewer at the loop's peak."""
+    ``kern``, ``kptr`` and ``kidx`` (the identity) are empty and ``kneed`` is ``[1]``; ``ktail`` is one entry when
+    every kernel's is 0, and ``kmem``, ``ktail_tau``, ``kgain`` and ``ktau``, which the loop reads for compute
+    kernels alone (their CTA batches), are one entry when every compute kernel has the same value
+    (:func:`_one_entry`). At 1M ops that is 9 arrays of N entries fewer at the loop's peak."""
     from schedsim.sim.loop import compiled_loop
 
     N = len(tmpl)
@@ -363,21 +364,29 @@ def _kernels(tps, tres, world, tmpl, rank, batch, res, work, opq, C, cost, sms):
     if K == N and N > 1:  # each op its own kernel, numbered in op order (kernels numbers them by first op)
         kern = kptr = kidx = np.zeros(0, I32)
         kneed = np.ones(1, I32)
-    kmem, ktail_tau, kgain = _one_entry(kmem), _one_entry(ktail_tau), _one_entry(kgain)
+    compute = np.asarray(ktype) == 0  # the kernels whose kmem, ktail_tau, kgain and ktau the loop reads
+    kmem, ktail_tau, kgain, ktau = (_one_entry(x, compute) for x in (kmem, ktail_tau, kgain, ktau))
     if not ktail.any():
         ktail = _one_entry(ktail)
     return (kern, kptr, kidx, ktype, krank, kneed, kleft, ktau, kmem, kq, qptr[:Q + 1], qidx, ktail, ktail_tau,
             kgain)
 
 
-def _one_entry(a: np.ndarray) -> np.ndarray:
+def _one_entry(a: np.ndarray, read: np.ndarray | None = None) -> np.ndarray:
     """``a`` (a per-kernel buffer of the loop, read-only there) as one entry when all its entries are the same
-    value bit for bit (a -0.0 among 0.0 is not), which the compiled loop reads for every kernel; else ``a``."""
+    value bit for bit (a -0.0 among 0.0 is not), which the compiled loop reads for every kernel; else ``a``.
+    ``read`` (bool, one per kernel): the kernels whose entry the loop reads; only theirs need be the same (the
+    entry is theirs; any entry when none is read)."""
     if len(a) < 2:
         return a
     bits = a.view(I64) if a.dtype == np.float64 else a
+    if read is not None and not bool(read.all()):
+        bits = bits[read]
+        if not len(bits):
+            return a[:1].copy()
     if bool((bits == bits[0]).all()):
-        return a[:1].copy()
+        j = 0 if read is None else int(np.argmax(read))  # the first entry read
+        return a[j:j + 1].copy()
     return a
 
 
@@ -829,7 +838,7 @@ def _prepare(prog: Program, profile: HardwareProfile, mode: str, rules: gm.GpuRu
         tps, ktres, prog.world_size, tmpl, rank32, prog.batch, kres, work, opq, rules.max_connections, cost,
         rules.sms)
     del opq, kres, ktres
-    K = len(ktau)  # kptr is empty for the identity (_kernels)
+    K = len(kleft)  # kptr is empty for the identity (_kernels)
     node = cost.net.rank_nodes(prog.world_size)  # None without a cluster topology: one link tier
     groups = [tps[t].group for t in tmpl[gidx[gptr[:C]]].tolist()] if prog.represented else None
     link = [_i32(x) for x in _link_ends(gptr, gidx, rank, C, rules.p2p_one_way,

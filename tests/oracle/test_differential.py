@@ -115,6 +115,32 @@ def test_a_heap_of_over_a_thousand_events_predicts_as_the_oracle(tmp_path):
     assert road == ref
 
 
+#: GEMMs of many CTA waves on two streams of each rank beside a memory-bound kernel and all_reduces: most batch ends
+#: hand the batch's SMs to its kernel's next wave at once (_cwaves.c, next_wave; the Python loop frees and places
+#: them), with the rank's HBM shared and transfers starting and ending around them
+WAVES = """\
+schema_version: 1
+name: waves
+world_size: 2
+params: {chunks: 3}
+ops:
+  - foreach: {i: range(chunks)}
+    ops:
+      - {name: 'mm{i}', kind: matmul, m: 8192, n: 8192, k: 1024, dtype: bf16, stream: compute}
+      - {name: 'mb{i}', kind: compute, bytes: 200000000, stream: side}
+      - {name: 'mn{i}', kind: matmul, m: 4096, n: 6144, k: 512, dtype: bf16, stream: other}
+      - {name: 'ar{i}', kind: all_reduce, bytes: 16*2**20, stream: comm, deps: ['mm{i}']}
+"""
+
+
+def test_gemm_waves_beside_memory_bound_kernels_predict_as_the_oracle():
+    spec = load_text(WAVES, "waves.yaml")
+    for prof, kw in (("h200", {}), ("dgx_h100", {"max_connections": 1}), ("h200x2", {})):
+        road, ref = road_and_oracle(spec, load_profile(prof), **kw)
+        assert isinstance(ref, tuple) and isinstance(ref[0], list) and len(ref[0]) == 2 * 3 * 4, (prof, ref)
+        assert road == ref, (prof, kw)
+
+
 def _gemm_all_reduce(tmp_path, world: int, chunks: int, k: int, nbytes: str):  # type: ignore[no-untyped-def]
     """A schedule of ``chunks`` times, on each of ``world`` ranks, a 4096 x 4096 x ``k`` bf16 GEMM and an all_reduce
     of ``nbytes`` (an expression) over every rank that depends on it."""

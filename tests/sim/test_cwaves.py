@@ -181,21 +181,26 @@ def test_compiled_acyclic_refuses_bad_input():
 
 #: The loop's per-kernel buffers that have a compact form (``_cwaves.c``, ``W``): position in ``run``'s arrays ->
 #: how the full form is made from the compact one, given N and K.
-_KERN, _KPTR, _KIDX, _KMEM, _KNEED, _KTAIL, _KTTAU, _KGAIN, _KWAIT = 9, 12, 13, 16, 18, 21, 22, 23, 44
+_KERN, _KPTR, _KIDX, _KTYPE, _KMEM, _KNEED, _KTAU, _KTAIL, _KTTAU, _KGAIN, _KWAIT = (
+    9, 12, 13, 14, 16, 18, 20, 21, 22, 23, 44)
 
 
 def _full_forms(arrays: tuple, N: int, K: int) -> list:
     """``run``'s arrays with every compact form written out: the identity maps as aranges, one-entry buffers
-    repeated K times (copies of the rest: the loop writes some of them)."""
+    repeated K times (copies of the rest: the loop writes some of them), and the entries of the buffers that only
+    compute kernels read poisoned (NaN, or a memory-bound flag) for the other kernels."""
     import numpy as np
 
     out = [np.array(a, copy=True) for a in arrays]
     if not len(out[_KERN]):
         out[_KERN], out[_KIDX] = np.arange(N, dtype=np.int32), np.arange(N, dtype=np.int32)
         out[_KPTR] = np.arange(K + 1, dtype=np.int32)
-    for k in (_KMEM, _KNEED, _KTAIL, _KTTAU, _KGAIN, _KWAIT):
+    for k in (_KMEM, _KNEED, _KTAU, _KTAIL, _KTTAU, _KGAIN, _KWAIT):
         if len(out[k]) == 1:
             out[k] = np.repeat(out[k], K)
+    other = out[_KTYPE] != 0  # not compute kernels: their kmem, ktail_tau, kgain and ktau are never read
+    for k, poison in ((_KMEM, 3), (_KTAU, np.nan), (_KTTAU, np.nan), (_KGAIN, np.nan)):
+        out[k][other] = poison
     return out
 
 
@@ -223,6 +228,8 @@ def test_the_loops_compact_buffers_run_as_their_full_forms(monkeypatch):
     arrays, full, jobs_full, jobs = calls[0]
     assert [len(arrays[k]) for k in (_KERN, _KPTR, _KIDX, _KNEED, _KWAIT)] == [0, 0, 0, 1, 1]  # compact here
     assert len(arrays[_KTAIL]) == 1 and len(arrays[_KTTAU]) == 1 and len(arrays[_KMEM]) == 1
+    # the GEMMs' wave time and fill gain: one entry, though the all_reduces' kernels (never read) hold others
+    assert len(arrays[_KTAU]) == 1 and len(arrays[_KGAIN]) == 1
     assert np.shares_memory(arrays[7], G.rank) and np.shares_memory(arrays[6], G.stream_id)  # read-only inputs
     assert jobs == jobs_full
     for k in range(37, 43):  # start, end, ready_t, deps_t, khand, binding
