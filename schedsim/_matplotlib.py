@@ -73,7 +73,7 @@ class _Finder:
             spec = finder.find_spec(name, path, target) if hasattr(finder, "find_spec") else None
             if spec is not None:
                 if spec.loader is not None:
-                    spec.loader = _Loader(spec.loader)
+                    spec.loader = _Loader(spec.loader)  # type: ignore[assignment]  # a loader by its methods
                 return spec
         return None
 
