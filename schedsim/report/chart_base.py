@@ -126,6 +126,18 @@ def _makespan_labels(ax: Any, items: list[tuple[str, float]], xmax: float) -> No
                 gid=MAKESPAN_GID, clip_on=False)
 
 
+def _lane_ticks(ax: Any, labels: list[str], fontsize: float) -> None:
+    """One y tick per lane ``0 .. len(labels) - 1``, labelled ``labels``, on axes that have no y-axis label. The
+    (empty) y-axis label is given fixed coordinates (``set_label_coords``), which is all that changes: matplotlib
+    otherwise places it beside the tick labels' bounding boxes, measuring every label's extent for it at each draw
+    and again for the title's position (``YAxis._update_label_position``, ``_get_tick_boxes_siblings``): two of
+    the four passes over a lane chart's 30-50 labels per saved figure. An empty label draws nothing, wherever it
+    is."""
+    ax.set_yticks(range(len(labels)))
+    ax.set_yticklabels(labels, fontsize=fontsize)
+    ax.yaxis.set_label_coords(0.0, 0.5)
+
+
 def _title_pad(n_labels: int) -> float:
     """Points between the axes and the title, leaving one row per makespan label."""
     return 6 + 11 * n_labels

@@ -46,6 +46,7 @@ from schedsim.report.chart_base import (
     _coverage,
     _cut,
     _fig,
+    _lane_ticks,
     _legend,
     _lighten,
     _makespan_labels,
@@ -158,8 +159,7 @@ def draw_gantt(timelines: list[tuple[str, Timeline]], title: str = "", max_label
                 yt.append(f"{span_txt}: {resname} busy share" + (f" [{lbl}]" if multi else ""))
     if busiest is not None:
         yt.append(f"{_cut(busiest['name'])} use" + (f" [{_cut(timelines[0][0])}]" if multi else ""))
-    ax.set_yticks(range(n))
-    ax.set_yticklabels(yt, fontsize=7 if n <= 60 else 6)
+    _lane_ticks(ax, yt, 7 if n <= 60 else 6)
     ax.set_xlabel("time (ms)")
     ax.set_xlim(0, xmax_s * 1e3 * 1.02)
     ax.set_ylim(n - 0.5, -0.6)

@@ -28,6 +28,7 @@ from schedsim.report.chart_base import (
     _color,
     _cut,
     _fig,
+    _lane_ticks,
     _legend,
     _lighten,
     _makespan_labels,
@@ -549,11 +550,9 @@ def draw_pipeline(tl: Timeline, title: str = "", mode: str = "steps", max_lanes:
             items.append(((xa[k] + xb[k]) / 2, int(yv[k]), texts[int(minv[k])], float(fs[k]),
                           "white" if white[combo[k]] else "black"))
     _centred_labels(ax, items)
-    ax.set_yticks(range(n))
     s2r = info.stage_to_rank if info is not None else {}
     stride = info.rank_stride if info is not None else 1
-    ax.set_yticklabels([f"rank {r}" + (f" (stage {_stages_of(s2r, r // stride)})" if s2r else "") for r in shown],
-                       fontsize=7)
+    _lane_ticks(ax, [f"rank {r}" + (f" (stage {_stages_of(s2r, r // stride)})" if s2r else "") for r in shown], 7)
     ax.set_ylim(n - 0.5, -0.6)
     ax.set_xlim(0, xmax * 1.02)
     ms = tl.makespan_s * 1e3
