@@ -43,10 +43,18 @@ def py_round(a: np.ndarray, nd: int) -> np.ndarray:
 
 def unique(key: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(values, first, inverse)`` of a 1-d integer array, as ``np.unique(key, return_index=True,
-    return_inverse=True)`` gives them (``first``: index of each value's first occurrence), by one stable
-    argsort; ``np.unique`` imports ``numpy.ma`` on first use, 10 ms of a cold start."""
+    return_inverse=True)`` gives them (``first``: index of each value's first occurrence; ``values`` of
+    ``key``'s dtype, the two others int64). Keys in a small range (0 ≤ key < 4n + 64) by a table over the
+    range (:func:`first_table`; the values are its occupied entries, the inverse their running count): no sort,
+    ~16 ms for 456,704 keys in 0..3,000 where ``np.unique`` took 0.3 s (2-vCPU VM); others by one stable
+    argsort. ``np.unique`` also imports ``numpy.ma`` on first use, 10 ms of a cold start."""
     import numpy as np
 
+    first = first_table(key) if key.dtype.kind in "iu" else None
+    if first is not None:
+        present = first < len(key)
+        code = np.cumsum(present) - 1
+        return np.flatnonzero(present).astype(key.dtype), first[present], code[key]
     o = np.argsort(key, kind="stable")
     k = key[o]
     new = np.ones(len(k), bool)

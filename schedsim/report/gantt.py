@@ -30,6 +30,7 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
+from schedsim.arrays import unique
 from schedsim.report.chart_base import (
     _DPI,
     _PHASES,
@@ -45,6 +46,7 @@ from schedsim.report.chart_base import (
     _coverage,
     _cut,
     _fig,
+    _lane_ticks,
     _legend,
     _lighten,
     _makespan_labels,
@@ -157,8 +159,7 @@ def draw_gantt(timelines: list[tuple[str, Timeline]], title: str = "", max_label
                 yt.append(f"{span_txt}: {resname} busy share" + (f" [{lbl}]" if multi else ""))
     if busiest is not None:
         yt.append(f"{_cut(busiest['name'])} use" + (f" [{_cut(timelines[0][0])}]" if multi else ""))
-    ax.set_yticks(range(n))
-    ax.set_yticklabels(yt, fontsize=7 if n <= 60 else 6)
+    _lane_ticks(ax, yt, 7 if n <= 60 else 6)
     ax.set_xlabel("time (ms)")
     ax.set_xlim(0, xmax_s * 1e3 * 1.02)
     ax.set_ylim(n - 0.5, -0.6)
@@ -200,7 +201,7 @@ def _lane_table(c: SpanColumns) -> list[tuple[int, str, int, str]]:
     rv, rc = c.resource
     rmin = int(c.rank.min())
     key = (c.rank - rmin) * max(1, len(sv)) + sc
-    uniq, first = np.unique(key, return_index=True)
+    uniq, first, _inv = unique(key)
     ranks = uniq // max(1, len(sv)) + rmin
     order = np.lexsort((first, ranks))
     return [(r, sv[sc[i]], i, rv[rc[i]]) for r, i in zip(ranks[order].tolist(), first[order].tolist(), strict=True)]
@@ -335,7 +336,7 @@ class _GanttPen:
         kv, kc = c.kind
         rank = c.rank[idx]
         # lane (y) of each row: one dict look-up per distinct (rank, stream)
-        lk, inv = np.unique(rank * max(1, len(sv)) + sc[idx], return_inverse=True)
+        lk, _first, inv = unique(rank * max(1, len(sv)) + sc[idx])
         ns = max(1, len(sv))
         y_of = np.array([self.lay.ypos[(r, self.lay.lane_st(r, sv[k % ns]), lbl)]
                          for r, k in zip((lk // ns).tolist(), lk.tolist(), strict=True)])
@@ -351,7 +352,7 @@ class _GanttPen:
         # one colour decision per distinct (action, kind, later chunk), taken in the order of the rows' first use
         # (the colours' and the legend's order); each row then takes its combination's colour
         combo = (op_code.astype(np.int64) % (len(ov) + 1) * max(1, len(kv)) + kc[idx]) * 2 + chunk
-        _u, first, inv = np.unique(combo, return_index=True, return_inverse=True)
+        _u, first, inv = unique(combo)
         colours: dict[str, int] = {}
         cid_of = np.empty(len(first), dtype=np.int64)
         for g in np.argsort(first, kind="stable").tolist():
@@ -370,7 +371,8 @@ class _GanttPen:
         self._waits(c, idx, y)
         # one collection per (lane, colour, chunk, edge), in order of first use (the draw order of before)
         gk = ((y * max(1, len(colours)) + cid) * 2 + chunk) * 2 + wide
-        _u, first, ginv, counts = np.unique(gk, return_index=True, return_inverse=True, return_counts=True)
+        _u, first, ginv = unique(gk)
+        counts = np.bincount(ginv, minlength=len(first))
         perm = np.argsort(ginv.reshape(-1), kind="stable")
         ends = np.cumsum(counts)
         names = list(colours)
@@ -431,7 +433,7 @@ class _GanttPen:
         sel = idx[rc == code.get("comm", -1)]
         # the comm lanes, numbered in order of first use (a lane may gather several streams)
         pair = c.rank[sel] * max(1, len(sv)) + sc[sel]
-        _u, first, inv = np.unique(pair, return_index=True, return_inverse=True)
+        _u, first, inv = unique(pair)
         lane_of: dict[tuple[int, str], int] = {}
         lane_ids = np.empty(len(first), np.int64)
         for g in np.argsort(first, kind="stable").tolist():

@@ -16,6 +16,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from schedsim.arrays import unique
 from schedsim.report.chart_base import (
     _DPI,
     _PHASES,
@@ -27,6 +28,7 @@ from schedsim.report.chart_base import (
     _color,
     _cut,
     _fig,
+    _lane_ticks,
     _legend,
     _lighten,
     _makespan_labels,
@@ -109,7 +111,7 @@ class _Actions(NamedTuple):
         import numpy as np
 
         table = np.zeros(len(self.chunks) + 1, np.int64)
-        for k in np.unique(self.chunk).tolist():
+        for k in unique(self.chunk)[0].tolist():
             table[k] = int(self.chunks[k] or 0) if k >= 0 else 0
         return table[self.chunk]
 
@@ -141,7 +143,7 @@ def _pipeline_actions(tl: Timeline, ranks: Any = None) -> _Actions:
         codes = codes[rows]
         if len(codes) and int(codes.min()) < 0:
             raise KeyError(key)  # an action without it (pp_op and stage are there: _pipeline_rows)
-        used = np.unique(codes)
+        used = unique(codes)[0]
         conv_of: dict[Any, int] = {}
         out: list[Any] = []
         table = np.zeros(len(values) + 1, np.int64)
@@ -158,9 +160,8 @@ def _pipeline_actions(tl: Timeline, ranks: Any = None) -> _Actions:
     stages, stc = column("stage", int)
     mbs, mbc = column("mb", int)
     rank, start, end = c.rank[rows], c.start_s[rows], c.end_s[rows]
-    order = np.lexsort((mbc, stc, opc, rank))  # stable: a box's rows in timeline order
-    key = np.stack([rank[order], opc[order], stc[order], mbc[order]])
-    head = np.flatnonzero(np.r_[True, (key[:, 1:] != key[:, :-1]).any(axis=0)]) if len(order) else order
+    order, key = _lex_order((rank, opc, stc, mbc))  # stable: a box's rows in timeline order
+    head = np.flatnonzero(np.r_[True, key[1:] != key[:-1]]) if len(order) else order
     first = order[head]  # each box's first row (of rows)
     a_s = np.minimum.reduceat(start[order], head) if len(head) else start[:0]
     b_s = np.maximum.reduceat(end[order], head) if len(head) else end[:0]
@@ -169,6 +170,29 @@ def _pipeline_actions(tl: Timeline, ranks: Any = None) -> _Actions:
     f = first[o]
     return _Actions(rank[f].astype(np.int64), ops, opc[f], np.array(stages + [0], np.int64)[stc[f]],
                     np.array(mbs + [0], np.int64)[mbc[f]], list(chv), chc[rows[f]].astype(np.int64), a_s[o], b_s[o])
+
+
+def _lex_order(cols: tuple[Any, ...]) -> tuple[Any, Any]:
+    """``(order, key)``: ``order`` the stable order of the rows by the non-negative integer columns ``cols``, first
+    column first (``np.lexsort(cols[::-1])``), and ``key`` one int64 per row in that order, equal where the rows
+    hold equal values in every column. The columns packed into one int64 key (each a digit of base its maximum +
+    1) and one stable argsort where the product of those bases stays below 2**62: pp=32's 196,608 action rows
+    in 18 ms against lexsort's 64 (2-vCPU VM); else ``np.lexsort`` and the rows' running count of changes."""
+    import numpy as np
+
+    n = len(cols[0])
+    bases = [int(c.max()) + 1 if n else 1 for c in cols]
+    if n and min(int(c.min()) for c in cols) >= 0 and float(np.prod(np.array(bases, float))) < 2.0**62:
+        key = cols[0].astype(np.int64)
+        for c, b in zip(cols[1:], bases[1:], strict=True):
+            key = key * b + c
+        order = np.argsort(key, kind="stable")
+        return order, key[order]
+    order = np.lexsort(cols[::-1])
+    new = np.zeros(n, bool)
+    if n:
+        new[1:] = np.any([c[order][1:] != c[order][:-1] for c in cols], axis=0)
+    return order, np.cumsum(new)
 
 
 def pipeline_view(tl: Timeline, ranks: Any = None) -> Timeline:
@@ -480,8 +504,7 @@ def draw_pipeline(tl: Timeline, title: str = "", mode: str = "steps", max_lanes:
     chunk = acts.chunk_numbers()
     # (action, chunk) pairs as one int64 key in the same (action, chunk) order: a 1-D unique, not one over axis 1
     ch0 = chunk - (int(chunk.min()) if n_act else 0)
-    _u, first, combo = np.unique(acts.op * (int(ch0.max()) + 1 if n_act else 1) + ch0, return_index=True,
-                                 return_inverse=True)
+    _u, first, combo = unique(acts.op * (int(ch0.max()) + 1 if n_act else 1) + ch0)
     combo = combo.reshape(-1)
     used: dict[str, str] = {}
     colour_id: dict[str, int] = {}
@@ -498,7 +521,8 @@ def draw_pipeline(tl: Timeline, title: str = "", mode: str = "steps", max_lanes:
     # one collection (or raster strip) per (lane, colour), in order of first use
     raster = _box_raster(ax) if n_act > RASTER_MIN_BOXES else None
     gkey = yv * max(1, len(colours)) + box_c
-    _u, gfirst, ginv, counts = np.unique(gkey, return_index=True, return_inverse=True, return_counts=True)
+    _u, gfirst, ginv = unique(gkey)
+    counts = np.bincount(ginv, minlength=len(gfirst))
     perm = np.argsort(ginv.reshape(-1), kind="stable")
     ends = np.cumsum(counts)
     for g in np.argsort(gfirst, kind="stable").tolist():
@@ -518,7 +542,7 @@ def draw_pipeline(tl: Timeline, title: str = "", mode: str = "steps", max_lanes:
     # a label's font size: its box's pixels over the text's width at 1 pt, at most 8 pt; none under 4.5 pt
     items: list[tuple[float, float, str, float, str]] = []
     if n_act:
-        mvals, minv = np.unique(acts.mb, return_inverse=True)
+        mvals, _first, minv = unique(acts.mb)
         texts = [str(v) for v in mvals.tolist()]
         chars = np.array([len(t) for t in texts])[minv.reshape(-1)]
         fs = np.minimum(8.0, (xb - xa) * unit_px * 0.85 * 72 / (0.62 * chars * _DPI))
@@ -526,11 +550,9 @@ def draw_pipeline(tl: Timeline, title: str = "", mode: str = "steps", max_lanes:
             items.append(((xa[k] + xb[k]) / 2, int(yv[k]), texts[int(minv[k])], float(fs[k]),
                           "white" if white[combo[k]] else "black"))
     _centred_labels(ax, items)
-    ax.set_yticks(range(n))
     s2r = info.stage_to_rank if info is not None else {}
     stride = info.rank_stride if info is not None else 1
-    ax.set_yticklabels([f"rank {r}" + (f" (stage {_stages_of(s2r, r // stride)})" if s2r else "") for r in shown],
-                       fontsize=7)
+    _lane_ticks(ax, [f"rank {r}" + (f" (stage {_stages_of(s2r, r // stride)})" if s2r else "") for r in shown], 7)
     ax.set_ylim(n - 0.5, -0.6)
     ax.set_xlim(0, xmax * 1.02)
     ms = tl.makespan_s * 1e3

@@ -233,3 +233,16 @@ def test_tags_of_gives_the_rows_tags_in_order_from_either_form():
     got = c.tags_of(rows)
     assert c._tags is None  # only those rows' dicts were built
     assert got == [c.tags[i] for i in rows] and any(t.get("pp_op") == "F" for t in got)
+
+
+@pytest.mark.parametrize("hi", [1, 7, 600, 2**20])  # 2**20: four columns past 2**62 together, lexsort's path
+def test_lex_order_is_lexsorts(hi: int) -> None:
+    rng = np.random.default_rng(hi)
+    cols = tuple(rng.integers(0, hi, 3000) for _ in range(4))
+    order, key = P._lex_order(cols)
+    assert order.tolist() == np.lexsort(cols[::-1]).tolist()
+    rows = np.stack([c[order] for c in cols], axis=1)
+    same = (rows[1:] == rows[:-1]).all(axis=1)
+    assert ((key[1:] == key[:-1]) == same).all()  # equal keys exactly where the rows are equal
+    empty = P._lex_order(tuple(np.zeros(0, np.int64) for _ in range(4)))
+    assert len(empty[0]) == 0 and len(empty[1]) == 0
