@@ -648,8 +648,6 @@ def main() -> None:
     * the process starts OpenBLAS with one thread (``OPENBLAS_NUM_THREADS=1`` unless set): numpy's import
       starts one BLAS thread per core, which cost ~70 ms CPU of a 0.16 s ``import numpy`` (2-core VM),
       and schedsim's own arrays never call BLAS. Must run before anything imports numpy.
-    * matplotlib, where a command imports it, writes no property tables into its artists' ``set`` docstrings
-      (:func:`schedsim._matplotlib.defer_artist_docstrings`: ~0.14 of 0.34 CPU s of its import).
     * freed memory stays mapped for reuse (:func:`keep_freed_memory`).
     * the cyclic garbage collector stays off for the whole command, which then exits: a command leaves no
       cyclic garbage worth collecting (none after a ``sweep`` point), and each pass rescans the
@@ -729,7 +727,6 @@ def _run_app() -> None:
     import gc
     import os
 
-    from schedsim._matplotlib import defer_artist_docstrings
     from schedsim._pydantic import defer_plugin_discovery
 
     defer_plugin_discovery()  # before typer builds its parameters' validators, the first of the process
@@ -737,7 +734,6 @@ def _run_app() -> None:
         _app()
         return
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    defer_artist_docstrings()
     keep_freed_memory()
     gc.disable()
     try:

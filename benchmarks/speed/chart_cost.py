@@ -1,8 +1,7 @@
 """What ``predict``'s default charts cost on a large run, chart by chart (CPU and wall seconds).
 
 Simulates the schedule once (not timed), imports matplotlib (timed on its own: every run with charts pays it
-once; without its artists' ``set`` docstrings, as the CLI imports it, where the checkout has ``schedsim._matplotlib``),
-then calls :func:`schedsim.report.charts.write_charts` as ``predict`` does: once plain (the figures to
+once), then calls :func:`schedsim.report.charts.write_charts` as ``predict`` does: once plain (the figures to
 quote) and once under cProfile, whose cumulative times (inflated ~1.5-2x by the profiler) say where the time
 goes: each writer, matplotlib's ``savefig``, and the text drawn. Works on any checkout that has
 ``write_charts`` (``PYTHONPATH=<tree> python benchmarks/speed/chart_cost.py``), so before/after runs compare.
@@ -36,12 +35,6 @@ def main() -> None:
     ap.add_argument("--set", action="append", default=[], dest="sets")
     a = ap.parse_args()
     gc.disable()  # as predict does
-    try:  # as the CLI does (schedsim._matplotlib), where the checkout has it
-        from schedsim._matplotlib import defer_artist_docstrings
-
-        defer_artist_docstrings()
-    except ImportError:
-        pass
     import schedsim
     from schedsim.api import load, predict
 
