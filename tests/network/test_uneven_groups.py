@@ -36,9 +36,23 @@ def hopper_nodes(gpus: int, nics: int) -> HardwareProfile:
 
 def test_shape_counts_the_fewest_and_the_most_ranks_on_a_node():
     net = NcclNetwork(hopper_nodes(8, 8))
-    # ranks 0-7 on node 0, rank 8 on node 1: at most 8 on a node, at least 1; node 1 uses 1 NIC
-    assert net.shape(tuple(range(9))) == GroupShape(ranks=9, nodes=2, local=8, nics=1, leaves=1, min_local=1)
-    assert net.shape(tuple(range(16))) == GroupShape(ranks=16, nodes=2, local=8, nics=8, leaves=1, min_local=8)
+    # ranks 0-7 on node 0 (8 NICs), rank 8 on node 1 (1 NIC): at most 8 on a node, at least 1
+    assert net.shape(tuple(range(9))) == GroupShape(ranks=9, nodes=2, local=8, nics=1, leaves=1, min_local=1,
+                                                    node_kinds=((1, 1), (8, 8)))
+    assert net.shape(tuple(range(16))) == GroupShape(ranks=16, nodes=2, local=8, nics=8, leaves=1, min_local=8,
+                                                     node_kinds=((8, 8),))
+
+
+def test_each_node_is_searched_with_its_own_nics():
+    # 8 GPUs on 8 NICs (node 0) beside 4 on 4 (node 1). NVLS graph of a node: one head per NIC (at most its GPUs),
+    # at the fastest speed s of Hopper's inter-node array with (heads + 1) x s <= 370.8 and s <= 50 GB/s: node 0
+    # 8 heads, 9 x 40 = 360 -> 40; node 1 4 heads, 5 x 48 = 240 -> 48. init.cc keeps the least: 4 channels at
+    # 40 GB/s. Node 0's 8 GPUs searched with node 1's 4 NICs (4 heads at 48) would be no node's graph.
+    net = NcclNetwork(hopper_nodes(8, 8))
+    shape = net.shape(tuple(range(12)))
+    assert shape.node_kinds == ((4, 4), (8, 8))
+    nvls = net.tune_input(shape).nvls
+    assert nvls is not None and (nvls.channels, nvls.bw_intra) == (4, 40.0)
 
 
 def test_graphs_of_an_uneven_group_are_the_least_of_its_nodes():
