@@ -107,3 +107,19 @@ def test_blackwell_nvls_tree_chunk_reads_the_emptiest_node():
     even = TuneInput(68, 2, "blackwell", "nvlink", "arm", Graph(16, 45.0, 45.0), Graph(4, 40.0, 48.0),
                      consts=constants_for("2.30.7"))
     assert nvls_tree_fill(GiB, even, 50.0) == pytest.approx(2 * 32 * 65536 / 48e3, rel=1e-12)
+
+
+def test_collnet_latency_reads_ranks_over_nodes_as_integers():
+    # tuning.cc: CollNet Direct 2 x (min(1, nRanks / nNodes - 1) x intraLat + (nRanks / nNodes - 1) x 0.4) + interLat,
+    # Chain 2 x (nRanks / nNodes - 1) x intraLat + interLat, nRanks and nNodes ints: 15 ranks over 2 nodes (7 + 8)
+    # is 7 a node, as 14 (7 + 7), not 7.5
+    ring, direct = Graph(8, 45.0, 45.0), Graph(8, 48.0, 48.0)
+
+    def lat(ranks: int, local_range: tuple[int, int]) -> dict[str, float]:
+        t = TuneInput(ranks, 2, "hopper", "nvlink", "intel", ring, None, collnet=True, nvswitch=True,
+                      collnet_direct=direct, local_range=local_range)
+        return {a: v[0] for (a, p), v in tune("allreduce", t).items() if a.startswith("collnet") and p == "Simple"}
+
+    uneven, even = lat(15, (7, 8)), lat(14, (7, 7))
+    assert set(uneven) == {"collnet_direct", "collnet_chain"}
+    assert uneven == pytest.approx(even, rel=1e-12)
