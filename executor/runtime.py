@@ -900,7 +900,10 @@ class CudaSegmentRunner(CudaRunner):
         return self.lean_cuda
 
     def _host_call_iters(self, o: RunOptions) -> int:
-        return 0 if self.seg_graphs else super()._host_call_iters(o)
+        """None on every rank of a schedule with graph segments (this runner's): a rank whose ops hold no segment, or
+        whose capture failed, runs as many as the ranks that replay theirs (each iteration's aligned start is an
+        all-gather over every rank: a count that differs by rank pairs one rank's iteration with another's)."""
+        return 0
 
     def times_dict(self) -> dict[str, Any]:
         """Also ``segments``: the op ids of each captured segment (each of its ops timed as the whole replay)."""

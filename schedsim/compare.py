@@ -40,6 +40,7 @@ The result is a :class:`Comparison` (frozen dataclasses all the way down); ``Com
 ``compare.json``, and ``Comparison.from_dict`` reads it back.
 """
 
+import itertools
 import math
 import statistics
 from dataclasses import dataclass, field
@@ -417,11 +418,17 @@ def segment_windows(tl: Timeline, window: tuple[np.ndarray, np.ndarray],
     if not segments:
         return window
     start, end = window[0].copy(), window[1].copy()
-    row = {k: i for i, k in enumerate(tl.columns.id)}
-    for seg in segments:
-        rows = np.array([row[k] for k in seg if k in row], np.int64)
-        if len(rows):
-            start[rows], end[rows] = start[rows].min(), end[rows].max()
+    ids = tl.columns.id
+    row = dict(zip(ids, range(len(ids)), strict=True))
+    flat = list(itertools.chain.from_iterable(segments))  # one pass over the ids, no loop per segment
+    rows = np.fromiter(map(row.get, flat, itertools.repeat(-1)), np.int64, len(flat))
+    seg_of = np.repeat(np.arange(len(segments)), np.fromiter(map(len, segments), np.int64, len(segments)))
+    found = rows >= 0
+    rows, seg_of = rows[found], seg_of[found]
+    lo, hi = np.full(len(segments), np.inf), np.full(len(segments), -np.inf)
+    np.minimum.at(lo, seg_of, start[rows])
+    np.maximum.at(hi, seg_of, end[rows])
+    start[rows], end[rows] = lo[seg_of], hi[seg_of]
     return start, end
 
 

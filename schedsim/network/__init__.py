@@ -92,8 +92,8 @@ def fewest_graph(*graphs: Graph | None) -> Graph | None:
     """One graph of a communicator from each node's own search: every rank searches its node's GPUs, and
     ``initTransportsRank`` (src/init.cc, NCCL 2.30.7) keeps the least ``nChannels``, ``bwIntra`` and ``bwInter``
     over the ranks; None (no such graph) where any node has none (``nvlsSupport`` is then 0: ``graphs[NVLS]->
-    nChannels == 0``). ``graphs``: one per distinct node (an uneven group's fullest and emptiest node suffice:
-    channels fall and speeds rise as a node holds fewer GPUs).
+    nChannels == 0``). ``graphs``: one per distinct kind of node, each searched with its own GPUs and NICs
+    (:attr:`GroupShape.node_kinds`).
 
     >>> fewest_graph(Graph(8, 40.0, 60.0), Graph(4, 60.0, 80.0))   # 8 GPUs on one node, 4 on the other
     Graph(channels=4, bw_intra=40.0, bw_inter=60.0)
@@ -134,7 +134,9 @@ def timing_table(func: str, t: TuneInput) -> dict[tuple[str, str], tuple[float, 
 class GroupShape:
     """Where a group's ranks sit: ``nodes`` spanned, ``local`` (most ranks on one node: NCCL's
     ``comm->maxLocalRanks``), ``nics`` (fewest distinct NICs its ranks use on a node), ``leaves`` (fabric leaves
-    spanned), ``min_local`` (fewest ranks on one of its nodes: ``comm->minLocalRanks``, src/init.cc)."""
+    spanned), ``min_local`` (fewest ranks on one of its nodes: ``comm->minLocalRanks``, src/init.cc),
+    ``node_kinds`` (the distinct ``(ranks, NICs)`` of its nodes, each node's own: the searches NCCL's ranks run;
+    empty: ``(local, nics)`` and ``(min_local, nics)``)."""
 
     ranks: int
     nodes: int
@@ -142,6 +144,7 @@ class GroupShape:
     nics: int
     leaves: int
     min_local: int
+    node_kinds: tuple[tuple[int, int], ...] = ()
 
 
 class NcclNetwork:
@@ -250,8 +253,11 @@ class NcclNetwork:
         nic = nic_of[loc]
         lo, span = int(nic.min()), int(nic.max() - nic.min()) + 1
         node_nics = unique(node * span + (nic - lo))[0]  # the distinct (node, NIC) pairs
-        nics = int(np.bincount(unique(node_nics // span)[2]).min())  # fewest NICs on a node
-        got = GroupShape(len(ranks), len(nodes), int(per_node.max()), nics, leaves, int(per_node.min()))
+        nics_on = np.bincount(unique(node_nics // span)[2])  # NICs on each node (the order of nodes)
+        kinds = unique(per_node * (int(nics_on.max()) + 1) + nics_on)[0].tolist()  # distinct (ranks, NICs) a node
+        node_kinds = tuple((k // (int(nics_on.max()) + 1), k % (int(nics_on.max()) + 1)) for k in kinds)
+        got = GroupShape(len(ranks), len(nodes), int(per_node.max()), int(nics_on.min()), leaves, int(per_node.min()),
+                         node_kinds)
         self._shapes[ranks] = got
         return got
 
@@ -327,14 +333,16 @@ class NcclNetwork:
             raise ProfileError(f"profile {self.profile.name!r}: a group spans {shape.nodes} nodes but the profile "
                                "has no topology.nics", fix="add topology.nics (per_node, bandwidth_Gbps, source)")
         nic_bw, up = self._nic_bw(shape), self.up.bandwidth_GBps
-        locals_ = sorted({shape.local, shape.min_local})  # the fullest and the emptiest node (uneven groups)
-        ring = fewest_graph(*(ring_graph(self.arch, up, k, shape.nics, nic_bw, multi) for k in locals_))
-        nvls = fewest_graph(*(nvls_graph(self.arch, up, k, shape.nics, nic_bw, multi) for k in locals_)) \
+        # each kind of node's own search, with its own GPUs and NICs (uneven groups: a node's GPU count paired with
+        # another node's NICs is no node's search, e.g. 8 GPUs on 8 NICs beside 2 on 2: NVLS bwIntra 40, not 48)
+        kinds = shape.node_kinds or tuple(sorted({(shape.local, shape.nics), (shape.min_local, shape.nics)}))
+        ring = fewest_graph(*(ring_graph(self.arch, up, k, c, nic_bw, multi) for k, c in kinds))
+        nvls = fewest_graph(*(nvls_graph(self.arch, up, k, c, nic_bw, multi) for k, c in kinds)) \
             if self.up.nvls else None
         hw: Literal["nvlink", "pci"] = "pci" if self.up.kind == "pcie" else "nvlink"
         fab = self.topo.fabric
         collnet = multi and fab is not None and fab.sharp
-        direct = fewest_graph(*(collnet_direct_graph(self.arch, up, k, shape.nics, nic_bw) for k in locals_)) \
+        direct = fewest_graph(*(collnet_direct_graph(self.arch, up, k, c, nic_bw) for k, c in kinds)) \
             if collnet else None
         return TuneInput(shape.ranks, shape.nodes, self.arch, hw, self.topo.cpu_vendor, ring, nvls,
                          self._lat_inter(shape), ll128=hw == "nvlink", lat_intra=self.up.latency_us,

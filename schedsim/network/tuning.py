@@ -787,10 +787,10 @@ def _latency(coll: str, a: str, p: str, t: TuneInput) -> float:
         return lat + (_nsteps(coll, n) - inter_steps) * max(intra_lat, overhead) + inter_steps * inter_lat
     if a == "tree":
         return lat + (2 * ((n // nodes - 1) * intra_lat + _log2i(nodes) * inter_lat) if coll == "allreduce" else 0.0)
-    if a == "collnet_direct":  # "Add 0.4 us arity serialization latency"
-        return lat + 2 * (min(1.0, ppn - 1) * intra_lat + (ppn - 1) * 0.4) + inter_lat
+    if a == "collnet_direct":  # "Add 0.4 us arity serialization latency"; nRanks / nNodes of ints: C's integer
+        return lat + 2 * (min(1, n // nodes - 1) * intra_lat + (n // nodes - 1) * 0.4) + inter_lat  # division
     if a == "collnet_chain":
-        return lat + 2 * (ppn - 1) * intra_lat + inter_lat
+        return lat + 2 * (n // nodes - 1) * intra_lat + inter_lat
     if a == "nvls":
         return intra_lat + (inter_lat if nodes > 1 else 0.0)
     if a == "nvls_tree":

@@ -356,6 +356,19 @@ _META_FLAG = ("timed_graph",)
 _META_SECTIONS = ("memory", "power", "pipeline", "check", "iteration")
 
 
+#: ``meta`` entries that are lists of lists of op ids, no id twice (``graph_segments``: each CUDA graph segment's
+#: ops, which ``compare`` gives one span, :func:`schedsim.compare.segment_windows`).
+_META_ID_GROUPS = ("graph_segments",)
+
+
+def _id_groups_ok(v: Any) -> bool:
+    """Whether ``v`` is a list of non-empty lists of non-empty strings, no string twice over all of them."""
+    if not isinstance(v, list) or not all(isinstance(g, list) and g for g in v):
+        return False
+    flat = [x for g in v for x in g]
+    return all(isinstance(x, str) and x for x in flat) and len(set(flat)) == len(flat)
+
+
 def _meta_numbers_ok(v: Any) -> bool:
     """Whether ``v`` is null, a finite number, or a list / dict of those (one level of nesting)."""
     def num(x: Any) -> bool:
@@ -372,7 +385,7 @@ def _check_meta(meta: Any, where: str) -> None:
     """Refuse a ``meta`` whose entries the readers use as numbers or texts hold something else: each of
     :data:`_META_NUMBERS` must be a finite number (or a list/dict of them, as ``host_call_end_s``),
     :data:`_META_TEXT` a string, :data:`_META_TEXTS` a list of strings, :data:`_META_FLAG` a boolean,
-    :data:`_META_SECTIONS` an object.
+    :data:`_META_SECTIONS` an object, :data:`_META_ID_GROUPS` a list of lists of op ids (no id twice).
 
     Raises
     ------
@@ -391,6 +404,8 @@ def _check_meta(meta: Any, where: str) -> None:
             ok = isinstance(v, list) and all(isinstance(x, str) for x in v)
         elif k in _META_FLAG:
             ok = v is None or isinstance(v, bool)
+        elif k in _META_ID_GROUPS:
+            ok = _id_groups_ok(v)
         elif k in _META_SECTIONS:
             ok = v is None or isinstance(v, dict)
             if ok and k == "memory" and v is not None:  # {"ranks": {rank: {...}}} (schedsim.report.memory)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from schedsim.compare import compare_timelines, load_timeline_arg
@@ -248,3 +249,29 @@ def test_a_graph_segments_ops_are_compared_on_the_segments_span():
     assert [x.pred_start_s for x in r.ops.per_op] == [0, 0, 5]
     assert "the segment's span on both sides" in r.ops.span
     assert pred.columns.start_s.tolist() == [0, 2, 5]  # the timeline itself untouched
+
+
+def test_segment_windows_equal_the_loop_over_segments_on_random_segments():
+    # segments of 1 to 5 ops, some ids absent from the timeline; against the loop it replaced (tests/oracle)
+    from types import SimpleNamespace
+
+    from schedsim.compare import segment_windows
+    from tests.oracle.segment_loop import segment_windows_loop
+
+    rng = np.random.default_rng(0)
+    ids = [f"o{i}@r{i % 3}" for i in range(400)]
+    start = rng.uniform(0, 1, 400)
+    window = (start, start + rng.uniform(0, 1, 400))
+    order = rng.permutation(420).tolist()  # 20 ids ("o400@r1" ...) that the timeline lacks
+    segments, k = [], 0
+    while k < len(order):
+        n = int(rng.integers(1, 6))
+        segments.append([f"o{i}@r{i % 3}" for i in order[k:k + n]])
+        k += n
+    got = segment_windows(SimpleNamespace(columns=SimpleNamespace(id=ids)), window, segments)
+    want = segment_windows_loop(ids, window, segments)
+    assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+    assert not np.array_equal(got[0], window[0])  # the segments changed something
+    only_absent = [["o401@r2", "o402@r0"]]
+    same = segment_windows(SimpleNamespace(columns=SimpleNamespace(id=ids)), window, only_absent)
+    assert np.array_equal(same[0], window[0]) and np.array_equal(same[1], window[1])

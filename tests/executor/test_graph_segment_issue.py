@@ -180,3 +180,27 @@ def test_the_ranks_times_name_each_captured_segments_ops(monkeypatch: Any) -> No
     assert r.times_dict() == {"ids": r.ids, "segments": [["g1@r0", "g2@r0", "g3@r0"]]}
     r.seg_graphs = {}
     assert r.times_dict()["segments"] == []
+
+
+def test_every_rank_runs_the_same_stamped_iterations() -> None:
+    """Each iteration's aligned start is an all-gather over every rank (:class:`executor.clock.IterationClock`), so
+    a rank that captured its segments, one whose capture failed and one whose ops hold no segment all run the same
+    number of stamped iterations (``_host_call_iters``): none, in a schedule with graph segments."""
+    from executor.runtime import RunOptions
+
+    o = RunOptions(host_call_iters=5)
+    captured = _runner()
+    captured._prepare()
+    failed = _runner()
+
+    def broken(*a: Any, **k: Any) -> Any:
+        raise RuntimeError("capture failed")
+
+    failed.torch.cuda.graph = broken
+    failed._prepare()
+    plain = _runner()  # a rank whose ops have no `graph:`
+    plain.ops = [_op(o_.name, o_.stream) for o_ in plain.ops]
+    plain.segments = graph_runs(plain.ops)
+    plain._prepare()
+    assert (captured.seg_graphs != {}, failed.seg_graphs, plain.segments) == (True, {}, [])
+    assert [r._host_call_iters(o) for r in (captured, failed, plain)] == [0, 0, 0]

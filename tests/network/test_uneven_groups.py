@@ -36,9 +36,23 @@ def hopper_nodes(gpus: int, nics: int) -> HardwareProfile:
 
 def test_shape_counts_the_fewest_and_the_most_ranks_on_a_node():
     net = NcclNetwork(hopper_nodes(8, 8))
-    # ranks 0-7 on node 0, rank 8 on node 1: at most 8 on a node, at least 1; node 1 uses 1 NIC
-    assert net.shape(tuple(range(9))) == GroupShape(ranks=9, nodes=2, local=8, nics=1, leaves=1, min_local=1)
-    assert net.shape(tuple(range(16))) == GroupShape(ranks=16, nodes=2, local=8, nics=8, leaves=1, min_local=8)
+    # ranks 0-7 on node 0 (8 NICs), rank 8 on node 1 (1 NIC): at most 8 on a node, at least 1
+    assert net.shape(tuple(range(9))) == GroupShape(ranks=9, nodes=2, local=8, nics=1, leaves=1, min_local=1,
+                                                    node_kinds=((1, 1), (8, 8)))
+    assert net.shape(tuple(range(16))) == GroupShape(ranks=16, nodes=2, local=8, nics=8, leaves=1, min_local=8,
+                                                     node_kinds=((8, 8),))
+
+
+def test_each_node_is_searched_with_its_own_nics():
+    # 8 GPUs on 8 NICs (node 0) beside 4 on 4 (node 1). NVLS graph of a node: one head per NIC (at most its GPUs),
+    # at the fastest speed s of Hopper's inter-node array with (heads + 1) x s <= 370.8 and s <= 50 GB/s: node 0
+    # 8 heads, 9 x 40 = 360 -> 40; node 1 4 heads, 5 x 48 = 240 -> 48. init.cc keeps the least: 4 channels at
+    # 40 GB/s. Node 0's 8 GPUs searched with node 1's 4 NICs (4 heads at 48) would be no node's graph.
+    net = NcclNetwork(hopper_nodes(8, 8))
+    shape = net.shape(tuple(range(12)))
+    assert shape.node_kinds == ((4, 4), (8, 8))
+    nvls = net.tune_input(shape).nvls
+    assert nvls is not None and (nvls.channels, nvls.bw_intra) == (4, 40.0)
 
 
 def test_graphs_of_an_uneven_group_are_the_least_of_its_nodes():
@@ -93,3 +107,19 @@ def test_blackwell_nvls_tree_chunk_reads_the_emptiest_node():
     even = TuneInput(68, 2, "blackwell", "nvlink", "arm", Graph(16, 45.0, 45.0), Graph(4, 40.0, 48.0),
                      consts=constants_for("2.30.7"))
     assert nvls_tree_fill(GiB, even, 50.0) == pytest.approx(2 * 32 * 65536 / 48e3, rel=1e-12)
+
+
+def test_collnet_latency_reads_ranks_over_nodes_as_integers():
+    # tuning.cc: CollNet Direct 2 x (min(1, nRanks / nNodes - 1) x intraLat + (nRanks / nNodes - 1) x 0.4) + interLat,
+    # Chain 2 x (nRanks / nNodes - 1) x intraLat + interLat, nRanks and nNodes ints: 15 ranks over 2 nodes (7 + 8)
+    # is 7 a node, as 14 (7 + 7), not 7.5
+    ring, direct = Graph(8, 45.0, 45.0), Graph(8, 48.0, 48.0)
+
+    def lat(ranks: int, local_range: tuple[int, int]) -> dict[str, float]:
+        t = TuneInput(ranks, 2, "hopper", "nvlink", "intel", ring, None, collnet=True, nvswitch=True,
+                      collnet_direct=direct, local_range=local_range)
+        return {a: v[0] for (a, p), v in tune("allreduce", t).items() if a.startswith("collnet") and p == "Simple"}
+
+    uneven, even = lat(15, (7, 8)), lat(14, (7, 7))
+    assert set(uneven) == {"collnet_direct", "collnet_chain"}
+    assert uneven == pytest.approx(even, rel=1e-12)
