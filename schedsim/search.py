@@ -232,11 +232,14 @@ def _warm_for_workers(profile: Any) -> None:
     import schedsim.network.share
     import schedsim.pipeline.memory
     import schedsim.report.training
-    import schedsim.sim._cwaves
     import schedsim.sim.engine
     import schedsim.sim.symmetry  # noqa: F401
     from schedsim.hardware.profile import load_profile
 
+    try:  # not built: each point then raises the BuildError that says how to build it
+        from schedsim.sim import _cwaves  # type: ignore[attr-defined]  # noqa: F401
+    except ImportError:
+        pass
     if isinstance(profile, str):
         load_profile(profile)
 

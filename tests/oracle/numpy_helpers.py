@@ -4,9 +4,9 @@ prefix sums :func:`issue_sums`), rule
 communicator-order's edges ``_cwaves.fifo_edges`` as :func:`comm_fifo_columns`, the static checks' Kahn sweep
 ``_cwaves.acyclic``, rule hardware-queues's stream numbering ``_cwaves.rank_codes``, the pipeline emitter's input
 lookups ``_cwaves.first_set``, torch's send/recv rows of a pipeline order ``_cwaves.torch_rows`` as
-:func:`torch_lower_cols`, the walk of the first pass's bound ``_cwaves.end_bound``), with the C functions' signatures and output buffers, so a test can put them in place of
-the compiled ones (:func:`with_numpy_helpers`) and hold the timelines equal. The package calls the compiled helpers
-only (:mod:`schedsim.sim.waves_columns`, :mod:`schedsim.gpu.rules`, :mod:`schedsim.gpu.host`,
+:func:`torch_lower_cols`, the walk of the first pass's bound ``_cwaves.end_bound``), with the C functions'
+signatures and output buffers, so a test can put them in place of the compiled ones (:func:`with_numpy_helpers`)
+and hold the timelines equal. The package calls the compiled helpers only (:mod:`schedsim.sim.waves_columns`, :mod:`schedsim.gpu.rules`, :mod:`schedsim.gpu.host`,
 :mod:`schedsim.lower.pipeline`, :mod:`schedsim.lower.pipeline_steps`); these were its fallbacks for a build without
 them.
 """
@@ -23,8 +23,8 @@ from schedsim.gpu import rules as gm
 from schedsim.lower.pipeline_plan import PipelinePlan
 from schedsim.lower.pipeline_steps import StepCols, _torch_producers
 
-__all__ = ["acyclic", "comm_fifo_columns", "end_bound", "fifo_edges", "first_set", "issue_sums", "issue_times", "kernels",
-           "rank_codes", "stream_reached", "succ_csr", "torch_lower_cols", "with_numpy_helpers"]
+__all__ = ["acyclic", "comm_fifo_columns", "end_bound", "fifo_edges", "first_set", "issue_sums", "issue_times",
+           "kernels", "rank_codes", "stream_reached", "succ_csr", "torch_lower_cols", "with_numpy_helpers"]
 
 I32, I64 = np.int32, np.int64
 

@@ -1,7 +1,7 @@
 """The compiled helpers beside the event loop (schedsim/sim/_cwaves.c): rule host-issue's issue times
 (``issue_times``, with a GEMM's per-op ``gemm.call`` extra) and the first pass's bound (``end_bound``) against their
-numpy forms (the oracle ``tests/oracle/numpy_helpers``) bit for bit, the critical path's ``walk`` against the Python walk it
-replaced, and the loop refusing buffers of the wrong type instead of reading them as int32.
+numpy forms (the oracle ``tests/oracle/numpy_helpers``) bit for bit, the critical path's ``walk`` against the Python
+walk it replaced, and the loop refusing buffers of the wrong type instead of reading them as int32.
 """
 
 from __future__ import annotations
