@@ -6,9 +6,9 @@ communicator-order's edges ``_cwaves.fifo_edges`` as :func:`comm_fifo_columns`, 
 lookups ``_cwaves.first_set``, torch's send/recv rows of a pipeline order ``_cwaves.torch_rows`` as
 :func:`torch_lower_cols`, the walk of the first pass's bound ``_cwaves.end_bound``), with the C functions'
 signatures and output buffers, so a test can put them in place of the compiled ones (:func:`with_numpy_helpers`)
-and hold the timelines equal. The package calls the compiled helpers only (:mod:`schedsim.sim.waves_columns`, :mod:`schedsim.gpu.rules`, :mod:`schedsim.gpu.host`,
-:mod:`schedsim.lower.pipeline`, :mod:`schedsim.lower.pipeline_steps`); these were its fallbacks for a build without
-them.
+and hold the timelines equal. The package calls the compiled helpers only (:mod:`schedsim.sim.waves_columns`,
+:mod:`schedsim.gpu.rules`, :mod:`schedsim.gpu.host`, :mod:`schedsim.lower.pipeline`,
+:mod:`schedsim.lower.pipeline_steps`); these were its fallbacks for a build without them.
 """
 
 from __future__ import annotations
