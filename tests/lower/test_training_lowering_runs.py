@@ -259,6 +259,46 @@ def test_a_process_validates_each_stage_op_entry_once(monkeypatch: pytest.Monkey
         np.testing.assert_array_equal(again[k], first[k], err_msg=k)
 
 
+def test_the_layers_copies_of_a_stage_op_share_one_validation(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stage of 2 layers validates as many stage op entries as a stage of 1 (``l0.qkv`` and ``l1.qkv`` differ
+    only in their names, which the template does not hold: ``_stage_proto`` validates each entry as ``x``), and the
+    Program lowered with the cache kept is the one lowered with nothing kept."""
+    from schedsim.lower import pipeline, training
+
+    built: list[int] = []
+    proto = pipeline._stage_proto
+
+    def counted(*a: Any) -> Any:
+        built.append(1)
+        return proto(*a)
+
+    monkeypatch.setattr(training, "_stage_proto", counted)
+    counts = []
+    for layers in (2, 4):  # pp 2: 1 and 2 layers a stage
+        training._STAGE_OPS.clear()
+        built.clear()
+        lower(load_text(TINY.replace("num_layers: 2", f"num_layers: {layers}")))
+        counts.append(len(built))
+    assert counts[0] == counts[1] > 10
+    text = _text(8, "")
+    kept = _state(text)
+    monkeypatch.setattr(training, "STAGE_OPS_KEPT", 0)  # emptied at every insertion: one entry kept at a time
+    _assert_same(kept, _state(text))
+
+
+def test_id_ranges_are_the_ranges() -> None:
+    """The emitter's sliced id ranges equal ``array("i", range(...))``, in the kept array, past it (grown) and past
+    its cap; ids past int32 overflow as the array conversion does."""
+    from array import array
+
+    from schedsim.lower.pipeline_emitter import ID_RANGE_MAX, _id_range
+
+    for base, n in ((0, 0), (0, 5), (4090, 10), (100_000, 3), (ID_RANGE_MAX - 2, 5), (ID_RANGE_MAX + 3, 4)):
+        assert _id_range(base, n) == array("i", range(base, base + n))
+    with pytest.raises(OverflowError):
+        _id_range(2**31 - 1, 2)
+
+
 def test_the_kept_op_names_change_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     """The full op names kept across lowerings (``pipeline_emitter._NAME_RUNS``, for ``schedsim search``'s
     points): each case's Program the same with an empty store, after every other case filled it, and when it is
