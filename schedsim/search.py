@@ -215,6 +215,35 @@ def worker_point(token: str, profile: Any, name: str, world: int, block: dict[st
         return run_point(name, world, block, profile, symmetric, env)
 
 
+def _warm_for_workers(profile: Any) -> None:
+    """Before the worker processes start: import what :func:`_point` imports and load the profile (a name, through
+    :func:`~schedsim.hardware.profile.load_profile`'s cache) in this process, so that workers started by fork
+    inherit them instead of each importing and loading its own (about 0.2 CPU s a worker); where workers do not
+    fork (another start method) it costs this process that once and changes nothing else."""
+    import schedsim.gpu.cost
+    import schedsim.gpu.power
+    import schedsim.lower
+    import schedsim.lower.check_errors
+    import schedsim.lower.checks
+    import schedsim.lower.graphs
+    import schedsim.lower.link
+    import schedsim.lower.training
+    import schedsim.lower.written
+    import schedsim.network.share
+    import schedsim.pipeline.memory
+    import schedsim.report.training
+    import schedsim.sim.engine
+    import schedsim.sim.symmetry  # noqa: F401
+    from schedsim.hardware.profile import load_profile
+
+    try:  # not built: each point then raises the BuildError that says how to build it
+        from schedsim.sim import _cwaves  # type: ignore[attr-defined]  # noqa: F401
+    except ImportError:
+        pass
+    if isinstance(profile, str):
+        load_profile(profile)
+
+
 def pareto(points: list[SearchPoint]) -> None:
     """Mark the simulated points no other simulated point beats on both iteration time and memory."""
     done = sorted((p for p in points if p.status == "simulated"), key=lambda p: (p.iteration_s, p.memory_bytes))
@@ -258,6 +287,7 @@ def search(name: str, world: int, points: list[SearchPoint], profile: str, jobs:
         # the largest points first (by the loader's op estimate), so that the workers finish together: a large
         # point left for the end would run alone on one core; each result goes back to its own point
         big = sorted(range(len(todo)), key=lambda i: -_training_ops(todo[i].block, world, symmetric))
+        _warm_for_workers(profile)
         with ProcessPoolExecutor(max_workers=min(jobs, len(todo))) as ex:
             futs = {i: ex.submit(run_point, name, world, todo[i].block, profile, symmetric, env) for i in big}
             done = {i: futs[i].result() for i in track(big, "search", total=len(big))}

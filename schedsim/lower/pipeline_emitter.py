@@ -61,6 +61,23 @@ def _full_names(pre: str, sid: int, suffixes: tuple[str, ...]) -> list[str]:
     return full
 
 
+#: ``array("i", range(len))``, grown on demand up to :data:`ID_RANGE_MAX` ids: :func:`_id_range` slices it (a copy
+#: in C) instead of converting a range int by int
+ID_RANGE_MAX = 1 << 20
+_ID_RANGE = [array("i", range(1 << 12))]
+
+
+def _id_range(base: int, n: int) -> array:
+    """``array("i", range(base, base + n))`` (a new array)."""
+    hi = base + n
+    got = _ID_RANGE[0]
+    if hi > len(got):
+        if hi > ID_RANGE_MAX:
+            return array("i", range(base, hi))
+        got = _ID_RANGE[0] = array("i", range(min(max(hi, 2 * len(got)), ID_RANGE_MAX)))
+    return got[base:hi]
+
+
 def emitted_name(x: Any) -> bool:
     """Whether op name ``x`` may be one the training block's emitter appends without a lookup
     (:attr:`_Emitter.fresh`, :meth:`~schedsim.lower.table._Interner.append_new`): a compute phase's (``F``, ``I``,
@@ -440,7 +457,7 @@ class _Emitter:
             ids = array("i", map(alias.__getitem__, run.alias[1]))
         elif fresh is not None and run.distinct and pre not in fresh:  # every name new (fresh's rule)
             base = table.names.append_new(_full_names(pre, run.nid, run.names), emitted_name)
-            ids = array("i", range(base, base + len(run.names)))
+            ids = _id_range(base, len(run.names))
             new = self.fresh_strs
         else:
             ids = array("i", intern_list(table.names, _full_names(pre, run.nid, run.names), run.distinct))

@@ -539,11 +539,14 @@ STAGE_OPS_KEPT = 20_000
 
 def _stage_op(spec: ScheduleSpec, o: dict[str, Any], k: int, phase: str) -> Op:
     """:func:`~schedsim.lower.pipeline._stage_proto` of entry ``o`` (its ``k``-th op of ``phase``), validated once
-    per process for each distinct entry (its items with their types, in order): the lowerings share the template
-    object (templates are not changed once registered). An entry with an unhashable value, or one that fails
-    (raising the error that names ``k``), is validated each time."""
+    per process for each distinct entry but for its name (its other items with their types, in order: the template
+    does not depend on the name, which ``_stage_proto`` validates as ``x``, so the layers' renamed copies of one
+    op, ``l0.qkv``, ``l1.qkv``, share one validation): the lowerings share the template object (templates are not
+    changed once registered). An entry with an unhashable value, or one that fails (raising the error that names
+    ``k``), is validated each time."""
     try:
-        key = (phase, tuple(o.items()), tuple(map(type, o.values())))  # the types: 1, 1.0 and True differ
+        items = [it for it in o.items() if it[0] != "name"]
+        key = (phase, tuple(items), tuple(type(v) for _k, v in items))  # the types: 1, 1.0 and True differ
         got = _STAGE_OPS.get(key)
     except TypeError:  # a list or dict value
         return _stage_proto(spec, o, k, phase)

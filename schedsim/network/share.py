@@ -514,7 +514,7 @@ def _program_share(profile: HardwareProfile, prog: Program, gptr: np.ndarray, gi
     ranks = prog.rank[gidx]
     if prog.represented and G:  # a symmetric lowering: a collective's links are those of its whole group
         p2p = frozenset(P2P_KINDS)
-        C = sum(k not in p2p for k in kinds)  # collectives, then the (send, recv) pairs
+        C = G - sum(map(p2p.__contains__, kinds))  # collectives, then the (send, recv) pairs
         # each collective's whole group, from its template's (one array per distinct template, gathered)
         uniq, inv = np.unique(first[:C], return_inverse=True)
         garr = [np.asarray(tps[t].group, np.int64).reshape(-1) for t in uniq.tolist()]

@@ -2575,6 +2575,67 @@ done:
     return result;
 }
 
+/* end_bound(key, d, rel) -> best: schedsim.sim.waves_columns.latest_end_bound's walk over each (rank, stream)'s ops
+ * in program order: key (int64) the ops' (rank, stream) codes, each code's ops consecutive, d and rel (float64) each
+ * op's least duration and release, all of one length n. Per run of equal keys whose d is not all zero, with c_i the
+ * running sum of d from the run's first op (summed in order, as numpy's cumsum) and run_i the running maximum of
+ * rel_i - (c_i - d_i) (NaN once a NaN is met, as numpy's maximum.accumulate), the largest run_i + c_i over its ops
+ * with d_i > 0 (NaN where one is NaN); best is the largest of those over the runs that is not NaN (-inf: none): the
+ * arithmetic of its numpy form (the test oracle tests/oracle/numpy_helpers.py end_bound), operation for operation,
+ * so the bound is bit-identical. A run with d not all zero but none positive (a negative or NaN d, which the bound
+ * never makes) counts nothing, where the numpy form raises. Raises TypeError for other buffers, ValueError for
+ * lengths that differ. */
+static PyObject *end_bound(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *o[3];
+    if (!PyArg_ParseTuple(args, "OOO", &o[0], &o[1], &o[2])) return NULL;
+    Py_buffer kb, db, rb;
+    if (int64_buffer(o[0], &kb, 0, "end_bound: key") < 0) return NULL;
+    if (typed_buffer(o[1], &db, "d", 8, 0, "end_bound: d must be a float64 array") < 0) {
+        PyBuffer_Release(&kb);
+        return NULL;
+    }
+    if (typed_buffer(o[2], &rb, "d", 8, 0, "end_bound: rel must be a float64 array") < 0) {
+        PyBuffer_Release(&kb);
+        PyBuffer_Release(&db);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    i64 n = kb.len / 8;
+    if (db.len / 8 != n || rb.len / 8 != n) {
+        PyErr_SetString(PyExc_ValueError, "end_bound: key, d and rel of different lengths");
+    } else {
+        const i64 *key = kb.buf;
+        const double *d = db.buf, *rel = rb.buf;
+        double best = -INFINITY;
+        for (i64 lo = 0, hi; lo < n; lo = hi) {
+            int any = 0;
+            for (hi = lo; hi < n && key[hi] == key[lo]; hi++) any |= d[hi] != 0.0;
+            if (!any) continue;
+            double c = 0.0, run = 0.0, top = 0.0;
+            int have = 0, top_nan = 0;
+            for (i64 i = lo; i < hi; i++) {
+                c = c + d[i];
+                double x = rel[i] - (c - d[i]);
+                if (i == lo || isnan(x) || isnan(run)) run = (i == lo || isnan(x)) ? x : run;
+                else if (x > run) run = x;
+                if (d[i] > 0.0) {
+                    double v = run + c;
+                    if (isnan(v)) top_nan = 1;
+                    else if (!have || v > top) top = v;
+                    have = 1;
+                }
+            }
+            if (have && !top_nan && top > best) best = top;
+        }
+        result = PyFloat_FromDouble(best);
+    }
+    PyBuffer_Release(&kb);
+    PyBuffer_Release(&db);
+    PyBuffer_Release(&rb);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"run", run, METH_VARARGS, "Run the waves event loop on flat arrays (schedsim.sim.waves_columns.run_waves_program)."},
     {"walk", walk, METH_VARARGS, "walk(binding, ogrp, i, out) -> n: the critical path from op i, last op first."},
@@ -2593,6 +2654,7 @@ static PyMethodDef methods[] = {
     {"held_samples", held_samples, METH_VARARGS, "held_samples(val, keep) -> kept: a counter's samples that hold (report.chrome._rate_samples)."},
     {"overlaps", overlaps, METH_VARARGS, "overlaps(xg, x0, x1, yg, y0, y1, og, over) -> k: pieces' overlaps (sim.metrics._overlap_by)."},
     {"merge_pieces", merge_pieces, METH_VARARGS, "merge_pieces(group, start, end, runs, og, os, oe) -> k: pieces (sim.metrics._merged_by)."},
+    {"end_bound", end_bound, METH_VARARGS, "end_bound(key, d, rel) -> best: the walk of waves_columns.latest_end_bound."},
     {"cut", cut, METH_VARARGS, "cut(raw, starts, ends, out): out[i] = raw[starts[i]:ends[i]] (report.chrome._cut)."},
     {NULL, NULL, 0, NULL},
 };

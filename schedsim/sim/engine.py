@@ -391,17 +391,21 @@ def _timeline_program(prog: Program, info: ProgramInfo, profile: HardwareProfile
         n = compiled_loop().walk(run.binding, run.ogrp, int(np.argmax(run.end)), out)
         at = out[:n][::-1].astype(np.int64)
         del out
-    # "@r{rank}" of the path's ranks: ids joined, not formatted per op (nor per rank of the world)
-    suffix = {r: format_op_id("", r) for r in set(prog.rank[at].tolist())}
-    cp = list(map(str.__add__, prog.op_names(at), map(suffix.__getitem__, prog.rank[at].tolist())))
     meta = {"pipeline": dict(info["pipeline"])} if "pipeline" in info else {}
     # per-op host calls, not for a pipeline block (its op names are made on demand; _timeline does the same)
     _host_meta(meta, run.host_s, mode, None if "pipeline" in info else run.host_call, prog.ids)
     tl = Timeline(schedule=str(info.get("name", "")), source="predict", world_size=prog.world_size, launch=mode,
-                  profile=profile.name, critical_path=cp, meta=meta, columns=cols)
-    tl._cp_rows = (list(cp), at)  # in path order; critical_rows() sorts them
+                  profile=profile.name, meta=meta, columns=cols)
+    tl.lazy_critical_path(lambda: _path_ids(prog, at), at)  # in path order; critical_rows() sorts them
     tl.host_call_end_s = run.host_call
     return tl
+
+
+def _path_ids(prog: Program, at: np.ndarray) -> list[str]:
+    """The op ids (``name@r<rank>``) of ``prog``'s ops ``at`` (int64, the critical path's rows in path order)."""
+    # "@r{rank}" of the path's ranks: ids joined, not formatted per op (nor per rank of the world)
+    suffix = {r: format_op_id("", r) for r in set(prog.rank[at].tolist())}
+    return list(map(str.__add__, prog.op_names(at), map(suffix.__getitem__, prog.rank[at].tolist())))
 
 
 def _kind_codes(run: ProgramRun) -> tuple[tuple[str, ...], np.ndarray]:

@@ -630,7 +630,11 @@ class Timeline:
         self._spans: list[Span] | None = spans if spans is not None else (None if columns is not None else [])
         self._cols = columns
         self._makespan: float | None = None
-        self.critical_path: list[str] = critical_path if critical_path is not None else []
+        self._critical_path: list[str] = critical_path if critical_path is not None else []
+        #: the path's ids made on first read (:meth:`lazy_critical_path`), and its rows in path order until then
+        #: (None once the spans they index were replaced)
+        self._cp_make: Callable[[], list[str]] | None = None
+        self._cp_at: NDArray[np.int64] | None = None
         self.meta: dict[str, Any] = meta if meta is not None else {}
         #: (critical_path as it was, rows in path order)
         self._cp_rows: tuple[list[str], NDArray[np.int64]] | None = None
@@ -639,11 +643,41 @@ class Timeline:
         #: (:func:`schedsim.sim.metrics.critical_path_segments`); None when unknown (not stored in timeline.json).
         self.host_call_end_s: NDArray[np.float64] | None = None
 
+    @property
+    def critical_path(self) -> list[str]:
+        """Op ids of the critical path, from the first op to the last (made on first read where the simulator gave
+        them as a function, :meth:`lazy_critical_path`)."""
+        make = self._cp_make
+        if make is not None:
+            self._cp_make = None
+            self._critical_path = make()
+            if self._cp_at is not None:
+                self._cp_rows = (list(self._critical_path), self._cp_at)
+            self._cp_at = None
+        return self._critical_path
+
+    @critical_path.setter
+    def critical_path(self, value: list[str]) -> None:
+        self._cp_make = self._cp_at = None
+        self._critical_path = value
+
+    def lazy_critical_path(self, make: Callable[[], list[str]], rows: NDArray[np.int64]) -> None:
+        """Set :attr:`critical_path` to ``make()``, called on its first read (a search reads only the makespan: a
+        path of thousands of ops is not named), and its rows in path order (int64) to ``rows``, as the simulator
+        knows them (:meth:`critical_rows`, :meth:`critical_path_order`), unless the spans are replaced first."""
+        self._cp_make, self._cp_at, self._cp_rows = make, rows, None
+
+    def __getstate__(self) -> dict[str, object]:
+        """Pickling (and copying) makes the critical path first: its function may not pickle."""
+        self.critical_path  # noqa: B018 (made)
+        return self.__dict__.copy()
+
     def critical_rows(self) -> NDArray[np.int64]:
         """Rows (int64, ascending) of the ops whose id is on :attr:`critical_path`: from the simulator when it
         gave them and the path is unchanged since, else by a scan of the ids."""
         import numpy as np
 
+        self.critical_path  # noqa: B018 (made, with its rows)
         known = self._cp_rows
         if known is not None and known[0] == self.critical_path:
             return np.sort(known[1])
@@ -654,6 +688,7 @@ class Timeline:
     def critical_path_order(self) -> NDArray[np.int64] | None:
         """Rows (int64) of the :attr:`critical_path` ops in path order when the simulator gave them and the path
         is unchanged since, else None (:func:`schedsim.sim.metrics.critical_path_segments` then maps the ids)."""
+        self.critical_path  # noqa: B018 (made, with its rows)
         known = self._cp_rows
         return known[1] if known is not None and known[0] == self.critical_path else None
 
@@ -668,7 +703,8 @@ class Timeline:
     @spans.setter
     def spans(self, value: Iterable[Span]) -> None:
         self._spans, self._cols, self._makespan = list(value), None, None
-        self._cp_rows = self.host_call_end_s = None  # the simulator's per-row arrays belong to the old spans
+        # the simulator's per-row arrays belong to the old spans
+        self._cp_rows = self._cp_at = self.host_call_end_s = None
 
     @property
     def columns(self) -> SpanColumns:

@@ -39,7 +39,7 @@ from schedsim.gpu.cost import CostModel, cost_model
 from schedsim.graph.ops import Op
 from schedsim.hardware.profile import HardwareProfile
 from schedsim.kinds import KINDS, P2P_KINDS, PER_RANK_SIZE
-from schedsim.lower.program import Program, rendezvous_groups, stable_order
+from schedsim.lower.program import Program, rendezvous_groups, required, stable_order
 
 if TYPE_CHECKING:
     from schedsim.network.share import LinkShare
@@ -634,17 +634,10 @@ def latest_end_bound(p: _Prep, world: int, sms: int, tab: gr.RateTables) -> floa
     ns = int(p.sid.max()) + 1
     o = stable_order(p.rank32.astype(I64) * ns + p.sid, world * ns)  # each (rank, stream) in program order
     key = p.rank32[o].astype(I64) * ns + p.sid[o]
-    dd, rel = dop[o], np.asarray(p.release, np.float64)[o]
-    cut = np.flatnonzero(key[1:] != key[:-1]) + 1
-    best = -np.inf
-    for lo, hi in zip(np.concatenate(([0], cut)).tolist(), np.concatenate((cut, [N])).tolist(), strict=True):
-        dj = dd[lo:hi]
-        if not dj.any():
-            continue
-        c = np.cumsum(dj)  # Σ_{first..i} d
-        run = np.maximum.accumulate(rel[lo:hi] - (c - dj))  # max_j (release_j - Σ_{first..j-1} d)
-        best = max(best, float((run + c)[dj > 0].max()))
-    return best
+    # per (rank, stream): the running sum c of d and the running max of release_j - Σ_{first..j-1} d, the largest
+    # of their sums over the kernels (the compiled walk; its numpy form is the test oracle)
+    return float(required("end_bound")(key, np.ascontiguousarray(dop[o], np.float64),
+                                       np.ascontiguousarray(np.asarray(p.release, np.float64)[o])))
 
 
 def share_args(share: LinkShare | None) -> tuple[object, ...] | None:

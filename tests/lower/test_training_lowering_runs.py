@@ -235,15 +235,10 @@ def test_placed_ring_ops_are_written_as_runs(case: str, monkeypatch: pytest.Monk
                                         if names[i].startswith(("send", "recv")) or "." not in names[i])
 
 
-def test_a_process_validates_each_stage_op_entry_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Lowering a configuration again (as ``schedsim search``'s points do in one process) builds no stage op
-    template anew: each distinct entry of the layer's kernel lists was validated by the first lowering, and the
-    Program is the same, array for array and template for template."""
+def _count_validations(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A list that gets an item at each stage op validation (``training._stage_proto``) from now on."""
     from schedsim.lower import pipeline, training
 
-    text = _text(8, CASES["cp2"][1])
-    training._STAGE_OPS.clear()
-    first = _state(text)
     built: list[int] = []
     proto = pipeline._stage_proto
 
@@ -252,11 +247,57 @@ def test_a_process_validates_each_stage_op_entry_once(monkeypatch: pytest.Monkey
         return proto(*a)
 
     monkeypatch.setattr(training, "_stage_proto", counted)
+    return built
+
+
+def test_a_process_validates_each_stage_op_entry_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lowering a configuration again (as ``schedsim search``'s points do in one process) builds no stage op
+    template anew: each distinct entry of the layer's kernel lists was validated by the first lowering, and the
+    Program is the same, array for array and template for template."""
+    from schedsim.lower import training
+
+    text = _text(8, CASES["cp2"][1])
+    training._STAGE_OPS.clear()
+    first = _state(text)
+    built = _count_validations(monkeypatch)
     again = _state(text)
     assert built == [] and len(training._STAGE_OPS) > 10
     assert again["text"] == first["text"]
     for k in ARRAYS:
         np.testing.assert_array_equal(again[k], first[k], err_msg=k)
+
+
+def test_the_layers_copies_of_a_stage_op_share_one_validation(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stage of 2 layers validates as many stage op entries as a stage of 1 (``l0.qkv`` and ``l1.qkv`` differ
+    only in their names, which the template does not hold: ``_stage_proto`` validates each entry as ``x``), and the
+    Program lowered with the cache kept is the one lowered with nothing kept."""
+    from schedsim.lower import training
+
+    built = _count_validations(monkeypatch)
+    counts = []
+    for layers in (2, 4):  # pp 2: 1 and 2 layers a stage
+        training._STAGE_OPS.clear()
+        built.clear()
+        lower(load_text(TINY.replace("num_layers: 2", f"num_layers: {layers}")))
+        counts.append(len(built))
+    assert counts[0] == counts[1] > 10
+    text = _text(8, "")
+    kept = _state(text)
+    monkeypatch.setattr(training, "STAGE_OPS_KEPT", 0)  # emptied at every insertion: one entry kept at a time
+    _assert_same(kept, _state(text))
+
+
+def test_id_ranges_are_the_ranges() -> None:
+    """The emitter's sliced id ranges equal ``array("i", range(...))``, in the kept array, past it (grown) and past
+    its cap; ids past int32 overflow as the array conversion does."""
+    from array import array
+
+    from schedsim.lower.pipeline_emitter import ID_RANGE_MAX, _id_range
+
+    for base, n in ((0, 0), (0, 5), (4090, 10), (100_000, 3), (ID_RANGE_MAX - 2, 5), (ID_RANGE_MAX + 3, 4)):
+        assert _id_range(base, n) == array("i", range(base, base + n))
+    with pytest.raises(OverflowError):
+        _id_range(2**31 - 1, 2)
 
 
 def test_the_kept_op_names_change_nothing(monkeypatch: pytest.MonkeyPatch) -> None:

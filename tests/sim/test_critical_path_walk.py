@@ -173,3 +173,25 @@ def test_megatron_pp4_path_leaves_the_host_when_the_host_is_faster(megatron) -> 
     # more launches of a few µs each at seq 32, micro batch 1) the h200 host binds for a good part of the step:
     # halving its kernel calls shortens the makespan by 10-20 % (64.5 -> 55.0 ms)
     assert 0.80 * megatron.metrics.makespan_s < half.metrics.makespan_s < 0.90 * megatron.metrics.makespan_s
+
+
+def test_the_critical_path_is_named_on_first_read() -> None:
+    """The simulator gives the path as a function: nothing is named until :attr:`Timeline.critical_path` is read;
+    then the ids are those of the rows it keeps (``critical_path_order``), a pickled copy holds the same path, and
+    replacing the spans drops the rows but not the ids."""
+    import pickle
+
+    text = (ROOT / "schedules" / "megatron_gpt_pp4.yaml").read_text()
+    prog = api.lower_spec(load_text(text, "pp4.yaml"))
+    tl = simulate(prog, load_profile("h200x2"))
+    assert tl._cp_make is not None and tl._cp_rows is None
+    rows = tl.critical_path_order()
+    assert tl._cp_make is None and rows is not None and len(rows) == len(tl.critical_path) > 10
+    ids = tl.columns.id
+    assert tl.critical_path == [ids[i] for i in rows.tolist()]
+    fresh = simulate(prog, load_profile("h200x2"))
+    copy = pickle.loads(pickle.dumps(fresh))
+    assert copy.critical_path == tl.critical_path and copy._cp_make is None
+    again = simulate(prog, load_profile("h200x2"))
+    again.spans = list(again.spans)
+    assert again.critical_path == tl.critical_path and again.critical_path_order() is None

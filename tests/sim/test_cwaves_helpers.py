@@ -1,7 +1,7 @@
 """The compiled helpers beside the event loop (schedsim/sim/_cwaves.c): rule host-issue's issue times
-(``issue_times``, with a GEMM's per-op ``gemm.call`` extra) against their numpy form (the oracle
-``tests/oracle/numpy_helpers.issue_times``) bit for bit, the critical path's ``walk`` against the Python walk it
-replaced, and the loop refusing buffers of the wrong type instead of reading them as int32.
+(``issue_times``, with a GEMM's per-op ``gemm.call`` extra) and the first pass's bound (``end_bound``) against their
+numpy forms (the oracle ``tests/oracle/numpy_helpers``) bit for bit, the critical path's ``walk`` against the Python
+walk it replaced, and the loop refusing buffers of the wrong type instead of reading them as int32.
 """
 
 from __future__ import annotations
@@ -217,3 +217,32 @@ def test_the_loop_refuses_an_int64_index_buffer():
     arrays[4] = np.zeros(1, np.int64)  # succ_ptr
     with pytest.raises(TypeError, match="array 4 must be a contiguous int32 buffer"):
         _cwaves.run((0, 0, 0, 1, 132, 16), (1.0, 0.0, 1.0), tuple(arrays))
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(0, 80), keys=st.integers(1, 6), zeros=st.floats(0.0, 1.0))
+def test_end_bound_equals_the_numpy_walk(seed, n, keys, zeros):
+    """Runs of (rank, stream) codes of any length, least durations zero on some ops (whole runs of zeros too) and
+    releases anywhere, negative ones among them: the compiled walk's bound is the numpy walk's to the bit (-inf
+    where no run has a nonzero duration)."""
+    rng = np.random.default_rng(seed)
+    key = np.sort(rng.integers(0, keys, n)).astype(np.int64) * 7
+    d = np.where(rng.random(n) < zeros, 0.0, rng.random(n) * 1e-4)
+    rel = (rng.random(n) - 0.2) * 1e-3
+    want = numpy_helpers.end_bound(key, d, rel)
+    assert repr(_cwaves.end_bound(key, d, rel)) == repr(want)
+
+
+def test_end_bound_by_hand():
+    """Two streams: a chain 3, 4 released at 0 and 10 (ends 3, then max(3, 10) + 4 = 14); the other's kernels 5
+    from release 1 and a zero-duration op released at 100 (counted nothing: d = 0) -> 14. Lengths that differ are a
+    ValueError, an int32 key a TypeError."""
+    key = np.array([0, 0, 1, 1], np.int64)
+    d = np.array([3.0, 4.0, 5.0, 0.0])
+    rel = np.array([0.0, 10.0, 1.0, 100.0])
+    assert _cwaves.end_bound(key, d, rel) == 14.0 == numpy_helpers.end_bound(key, d, rel)
+    assert _cwaves.end_bound(key[:0], d[:0], rel[:0]) == -np.inf
+    with pytest.raises(ValueError):
+        _cwaves.end_bound(key, d[:3], rel)
+    with pytest.raises(TypeError):
+        _cwaves.end_bound(key.astype(np.int32), d, rel)

@@ -19,6 +19,7 @@ from schedsim.sim.engine import _rate_tables
 from schedsim.sim.loop import compiled_loop
 from schedsim.spec.loader import load_text
 from tests.gpu.test_gpu_model import FULL, HEAD, waves_profile
+from tests.oracle import numpy_helpers
 from tests.oracle.cold_rerun import run_waves_program_whole
 from tests.spec.test_training_block import TINY
 
@@ -102,17 +103,21 @@ def test_the_first_pass_is_not_run_where_the_bound_proves_the_host_waited() -> N
 
 @pytest.mark.parametrize("name", sorted(p.name for p in (ROOT / "schedules").glob("*.yaml")))
 @pytest.mark.parametrize("profile", ["h200", "h200x2", "dgx_h100"])
-def test_the_bound_is_no_later_than_the_latest_end(name: str, profile: str) -> None:
+def test_the_bound_is_no_later_than_the_latest_end(name: str, profile: str, monkeypatch: Any) -> None:
     """On every schedule of schedules/ (GEMMs on several streams, memory-bound kernels sharing HBM, copies, CUDA
     graphs beside NCCL, pipelines, a training step) the bound is no later than the latest end of the warm pass
     run whole, up to rounding (1e-12 relative; equal to it within 1e-6 where the host's calls bound the end:
-    small_ops_graph)."""
+    small_ops_graph); its compiled walk (``_cwaves.end_bound``) gives the numpy walk's bound (the oracle
+    ``tests/oracle/numpy_helpers.end_bound``, the package's form before) to the bit."""
     prog = lower(load_text((ROOT / "schedules" / name).read_text(), name))
     prof = load_profile(profile)
     if prog.world_size > 1 and profile == "h200":
         pytest.skip("one GPU")
     p, rules, tab = _prep(prog, prof)
     bound = wc.latest_end_bound(p, prog.world_size, rules.sms, tab)
+    with monkeypatch.context() as m:
+        m.setattr(wc, "required", lambda fn: getattr(numpy_helpers, fn))
+        assert repr(wc.latest_end_bound(p, prog.world_size, rules.sms, tab)) == repr(bound)
     run = wc._run_program_once(prog, prof, "eager", rules, tab, rules.p2p_serialized, False, compiled_loop(), False)
     assert run is not None and bound <= float(run.end.max()) * (1.0 + 1e-12)
 
