@@ -222,6 +222,29 @@ def test_stream_reached_time_is_the_host_call_start_or_the_dependencies(sim_text
     assert {s.id: round(s.stream_s * 1e6, 6) for s in tl.spans} == {"A@r0": 0.0, "B@r0": 2.0, "C@r0": 2.0}
 
 
+def test_a_collective_is_reached_at_its_call_start_not_its_release_or_return(sim_text):
+    # the same rule for a collective (every host-called op): stream_s = max(dependencies done, its call's start),
+    # never the kernel's release inside the call nor the call's return. Calls: matmuls 5 µs, one-rank all_reduce
+    # 20 µs, launch at 0.5 of the call; the all_reduce on its own stream pays a 2 µs event wait for A, B one for
+    # r2. A: call 0-5, kernel 2.5-4.5, stream_s 0. r1: call 7-27 (after the wait), released at 17 (no work on one
+    # rank), stream_s 7. r2: call 27-47, released 37, stream_s 27 (r1 done at 17): not 37, not 47. B: call 49-54.
+    prof = waves_profile(launch={"eager_per_op_us": 5.0, "eager_per_collective_us": 20.0,
+                                 "call_launch_fraction": 0.5})
+    body = (f"  - {{name: A, {TINY}}}\n  - {{name: r1, kind: all_reduce, bytes: 1000, deps: [A]}}\n"
+            f"  - {{name: r2, kind: all_reduce, bytes: 1000, deps: [r1]}}\n  - {{name: B, {TINY}, deps: [r2]}}\n")
+    spans, tl = sim_text(HEAD % 1 + body, prof)
+    assert spans == {"A@r0": (2.5, 4.5), "r1@r0": (17.0, 17.0), "r2@r0": (37.0, 37.0), "B@r0": (51.5, 53.5)}
+    assert {s.id: round(s.stream_s * 1e6, 6) for s in tl.spans} == {"A@r0": 0.0, "r1@r0": 7.0, "r2@r0": 27.0,
+                                                                     "B@r0": 49.0}
+    # timed op by op (4 µs of events per op before each call, half of it after the return bounds the end): r1's
+    # call 15-35 after A's call 4-9 and the 2 µs wait; its CUDA-event window 15 -> 37 holds the whole call, as a
+    # measured one-rank all_reduce's does when its host call is what the stream waits for.
+    spans, tl = sim_text(HEAD % 1 + body, prof.timed_eager(4.0), model_executor=True)
+    assert {s.id: round(s.stream_s * 1e6, 6) for s in tl.spans} == {"A@r0": 4.0, "r1@r0": 15.0, "r2@r0": 39.0,
+                                                                     "B@r0": 65.0}
+    assert {k: v[1] for k, v in spans.items()} == {"A@r0": 11.0, "r1@r0": 37.0, "r2@r0": 61.0, "B@r0": 72.0}
+
+
 def test_a_kernel_reaches_the_gpu_part_way_through_its_call(sim_text):
     # calls of 10 µs back to back: [0, 10], [10, 20], [20, 30]. launch.call_launch_fraction 0.4: each kernel (2 µs)
     # is launched 4 µs into its call: [4, 6], [14, 16], [24, 26]; at 1 (the default) at the call's return:
