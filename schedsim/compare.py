@@ -537,6 +537,36 @@ def _replayed(pred: Timeline, meas: Timeline) -> bool:
     return meas.source == "import" and pred.source != "import" and bool(pred.columns.tag_column(TRACE_ID_TAG)[0])
 
 
+#: Largest ratio between the medians of a run's uninstrumented iterations in consecutive quarters that is not
+#: reported as drift (:func:`iteration_drift`). One H100, 2026-12-06/07, 53 execute processes: every GPU-bound
+#: case 1.00-1.09; the host-bound processes whose makespans differed from their twins' by up to 1.9x read
+#: 1.21-1.94 (docs/validation.md, "A run that changed speed").
+DRIFT_WARN = 1.15
+
+
+def iteration_drift(meta: object) -> tuple[float, list[float]] | None:
+    """How much a measured run changed speed while it ran: the medians of its uninstrumented iterations
+    (``meta.makespan_uninstrumented_iters_s``, seconds, in order) over four consecutive quarters (the last takes
+    the remainder) and the ratio of the largest to the smallest; None with fewer than 8 iterations (or none)."""
+    xs = meta.get("makespan_uninstrumented_iters_s") if isinstance(meta, dict) else None
+    if not isinstance(xs, list) or len(xs) < 8 or not all(isinstance(x, (int, float)) and x > 0 for x in xs):
+        return None
+    q = len(xs) // 4
+    meds = [statistics.median(xs[i * q:(i + 1) * q if i < 3 else len(xs)]) for i in range(4)]
+    return max(meds) / min(meds), meds
+
+
+def _drift_warning(meas: Timeline) -> list[str]:
+    """A warning when :func:`iteration_drift` of ``meas`` exceeds :data:`DRIFT_WARN`."""
+    d = iteration_drift(meas.meta)
+    if d is None or d[0] <= DRIFT_WARN:
+        return []
+    return [f"the measured run changed speed while it ran: its uninstrumented iterations' medians by quarter "
+            f"{', '.join(f'{m * 1e3:.4g}' for m in d[1])} ms ({d[0]:.2f}x between them): the process's host (or the "
+            f"GPU's clock) drifted, and the measured makespan, their median, stands for none of them; rerun, or "
+            f"compare several processes"]
+
+
 def _warnings(pred: Timeline, meas: Timeline, pred_timed: Timeline | None = None) -> list[str]:
     """Why the timelines may not be comparable: different schedules, ``--set`` values or world sizes (of
     ``pred``, and of ``pred_timed`` when given, against ``meas``), a replay holding ops the import it is held
@@ -561,7 +591,7 @@ def _warnings(pred: Timeline, meas: Timeline, pred_timed: Timeline | None = None
                                 "were folded into --ops ranges or lie outside the kept --iteration), so the "
                                 "makespans and busy times hold different work; to compare the replay, import the "
                                 "trace again without --ops")
-    warnings += _represented(pred)
+    warnings += _represented(pred) + _drift_warning(meas)
     if pred_timed is None:
         if timed_graph_measurement(meas) and pred.launch == "cuda_graph" and not _is_timed_prediction(pred):
             warnings.append("the measured ops were timed inside a CUDA graph by event pairs, which lengthen each "

@@ -275,3 +275,24 @@ def test_segment_windows_equal_the_loop_over_segments_on_random_segments():
     only_absent = [["o401@r2", "o402@r0"]]
     same = segment_windows(SimpleNamespace(columns=SimpleNamespace(id=ids)), window, only_absent)
     assert np.array_equal(same[0], window[0]) and np.array_equal(same[1], window[1])
+
+
+def test_a_run_that_changed_speed_is_reported():
+    """Twenty uninstrumented iterations whose quarters' medians are 3.6, 4.8, 4.8 and 2.5 ms (a process that ran
+    1.9x slower for most of its life, one H100): a warning naming the medians and the ratio 4.8/2.5 = 1.92;
+    a steady run (quarters within 5 %) and a run of fewer than 8 iterations: none."""
+    from schedsim.compare import DRIFT_WARN, iteration_drift
+
+    drift = [3.6e-3] * 5 + [4.8e-3] * 5 + [4.8e-3] * 5 + [2.5e-3] * 5
+    ratio, meds = iteration_drift({"makespan_uninstrumented_iters_s": drift})
+    assert ratio == pytest.approx(4.8 / 2.5) and meds == pytest.approx([3.6e-3, 4.8e-3, 4.8e-3, 2.5e-3])
+    meas = Timeline("x", "execute", 1, meta={"makespan_uninstrumented_iters_s": drift},
+                    spans=[span("a@r0", "matmul", "compute", 0, 1)])
+    pred = Timeline("x", "predict", 1, spans=[span("a@r0", "matmul", "compute", 0, 1)])
+    w = [x for x in compare_timelines(pred, meas).warnings if "changed speed" in x]
+    assert len(w) == 1 and "3.6, 4.8, 4.8, 2.5 ms (1.92x" in w[0]
+    steady = [1.0e-3, 1.02e-3, 0.99e-3, 1.01e-3] * 5
+    assert iteration_drift({"makespan_uninstrumented_iters_s": steady})[0] < DRIFT_WARN
+    for meta in ({"makespan_uninstrumented_iters_s": steady}, {"makespan_uninstrumented_iters_s": drift[:7]}, {}):
+        meas = Timeline("x", "execute", 1, meta=meta, spans=[span("a@r0", "matmul", "compute", 0, 1)])
+        assert not [x for x in compare_timelines(pred, meas).warnings if "changed speed" in x]
