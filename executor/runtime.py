@@ -696,9 +696,14 @@ class CudaRunner(RankRunner):
             self.lean_owner = []
             self.lean_cuda = compile_cuda(self.torch, self.impls, self.stream_list, self.cross, self.ev_dep,
                                           [(self.streams[s], self.ev_stream_end[s]) for s in self.last_on_stream],
-                                          owners=self.lean_owner)
+                                          owners=self.lean_owner, replays=self._lean_replays())
             self.lean_tf32 = tf32_plan(self.impls)
         return self.lean_cuda
+
+    def _lean_replays(self) -> dict[int, tuple[list[int], Any]]:
+        """Captured CUDA graph segments the compiled step list replays (:func:`executor.lean.compile_cuda`'s
+        ``replays``): none here."""
+        return {}
 
     def _lean_stamped(self) -> list[float]:
         """One uninstrumented iteration that reads the host clock after every step: per op, seconds from the
@@ -842,26 +847,28 @@ class CudaSegmentRunner(CudaRunner):
 
     def _issue_cuda(self, timed: bool, profile: bool = False, capture: bool = False,
                     ev_start: list[Any] | None = None, ev_end: list[Any] | None = None) -> None:
-        """The eager issue with each captured segment replayed at its first op's place."""
+        """The eager issue with each captured segment replayed at its first op's place; uninstrumented, the
+        compiled step list (:meth:`_compile_lean`, its one form)."""
         if not self.seg_graphs:
             super()._issue_cuda(timed, profile, capture, ev_start, ev_end)
+            return
+        if not timed:
+            for f in self._compile_lean():
+                f()
             return
         by_head = {seg[0]: seg for seg in self.segments}
         n, i = len(self.impls), 0
         while i < n:
             seg = by_head.get(i, [i])
-            self._issue_step(seg, timed)
+            self._issue_step(seg)
             i = seg[-1] + 1
-        if not timed:
-            for name in self.last_on_stream:
-                self.ev_stream_end[name].record(self.streams[name])
 
-    def _issue_step(self, seg: list[int], timed: bool) -> None:
+    def _issue_step(self, seg: list[int]) -> None:
         """Issue one eager op (``seg`` of one op not captured) or replay one segment, on its first op's stream:
         after what it waits for outside it and its other streams' earlier work, before their later work; its
-        ops' timing events (``timed``) or dependency events around it."""
+        ops' timing events around it."""
         torch = self.torch
-        starts, ends, marks = self.ev_start, self.ev_end, self.ev_dep
+        starts, ends = self.ev_start, self.ev_end
         i = seg[0]
         inside = set(seg)
         st = self.stream_list[i]
@@ -872,32 +879,22 @@ class CudaSegmentRunner(CudaRunner):
         for j in seg:
             for d in self.cross[j]:
                 if d not in inside:
-                    st.wait_event(ends[d] if timed else marks[d])
-        if timed:
-            for j in seg:
-                starts[j].record(st)
+                    st.wait_event(ends[d])
+        for j in seg:
+            starts[j].record(st)
         if i in self.seg_graphs:
             self.seg_graphs[i].replay()
         else:
             self.impls[i].run()
         for j in seg:
-            mark = ends[j] if timed else marks[j]
-            if mark is not None:
-                mark.record(st)
+            ends[j].record(st)
         for other in side:
             other.wait_stream(st)
 
-    def _compile_lean(self) -> list[Any]:
-        """The compiled step list (:func:`executor.lean.compile_cuda`) with each captured segment one replay at
-        its first op's place: the uninstrumented iteration costs the host what a hand-written script's does."""
-        if self.lean_cuda is None:
-            self.lean_owner = []
-            replays = {seg[0]: (seg, self.seg_graphs[seg[0]]) for seg in self.segments if seg[0] in self.seg_graphs}
-            self.lean_cuda = compile_cuda(self.torch, self.impls, self.stream_list, self.cross, self.ev_dep,
-                                          [(self.streams[s], self.ev_stream_end[s]) for s in self.last_on_stream],
-                                          owners=self.lean_owner, replays=replays)
-            self.lean_tf32 = tf32_plan(self.impls)
-        return self.lean_cuda
+    def _lean_replays(self) -> dict[int, tuple[list[int], Any]]:
+        """Each captured segment, one replay at its first op's place in the compiled step list: the uninstrumented
+        iteration costs the host what a hand-written script's does."""
+        return {seg[0]: (seg, self.seg_graphs[seg[0]]) for seg in self.segments if seg[0] in self.seg_graphs}
 
     def _host_call_iters(self, o: RunOptions) -> int:
         """None on every rank of a schedule with graph segments (this runner's): a rank whose ops hold no segment, or
