@@ -254,8 +254,9 @@ class NcclNetwork:
         lo, span = int(nic.min()), int(nic.max() - nic.min()) + 1
         node_nics = unique(node * span + (nic - lo))[0]  # the distinct (node, NIC) pairs
         nics_on = np.bincount(unique(node_nics // span)[2])  # NICs on each node (the order of nodes)
-        kinds = unique(per_node * (int(nics_on.max()) + 1) + nics_on)[0].tolist()  # distinct (ranks, NICs) a node
-        node_kinds = tuple((k // (int(nics_on.max()) + 1), k % (int(nics_on.max()) + 1)) for k in kinds)
+        base = int(nics_on.max()) + 1
+        kinds = unique(per_node * base + nics_on)[0].tolist()  # the distinct (ranks, NICs) of a node
+        node_kinds = tuple(divmod(k, base) for k in kinds)
         got = GroupShape(len(ranks), len(nodes), int(per_node.max()), int(nics_on.min()), leaves, int(per_node.min()),
                          node_kinds)
         self._shapes[ranks] = got
