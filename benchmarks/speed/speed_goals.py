@@ -346,7 +346,7 @@ def main() -> None:
             rs = median_runs(lambda tag, w=world, c=chunks: gen_predict(w, c, f"{tmp}/{tag}m{w}"), a.repeat, roots)
             for (tag, _root), r in zip(roots, rs, strict=True):
                 print(row(f"{tag + ': ' if tag else ''}`predict --no-gantt`, {ops:,} ops on {world} ranks, YAML → "
-                          "timeline.json", ops, r, "≤ 2 s, ≤ 400 B/op"), flush=True)
+                          "timeline.json", ops, r, "≤ 1 s, ≤ 200 B/op"), flush=True)
     if "cold" in a.cases:
         cold_case(tmp, roots, a.base, a.repeat)
     if "pp8dp128" in a.cases:
