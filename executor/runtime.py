@@ -40,7 +40,8 @@ Warm-up iterations, then ``iters`` timed iterations (CUDA events around every
 op, or ``perf_counter_ns`` on CPU), then as many *uninstrumented* iterations
 through the lean hot path (:mod:`executor.lean`: the rank's ops compiled into a
 flat list of prepared calls; only the anchor and each stream's last event are
-recorded) to measure the makespan without the instrumentation, then optionally
+recorded), after a warm-up of that loop (:func:`lean_warmup`), to measure the makespan without the
+instrumentation, then optionally
 profiled and checked iterations. Each iteration starts at one instant on every rank, then
 anchors (:class:`executor.clock.IterationClock`, shared with the hand-written references);
 :mod:`executor.timing` explains the time base.
@@ -71,8 +72,8 @@ from schedsim._gc import frozen_gc
 from schedsim.graph.ops import Op
 from schedsim.kinds import COMM_KINDS
 
-__all__ = ["RunOptions", "RankRunner", "CpuRunner", "CudaRunner", "CudaSegmentRunner", "CudaGraphRunner", "graph_runs",
-           "nvtx_fns"]
+__all__ = ["RunOptions", "lean_warmup", "RankRunner", "CpuRunner", "CudaRunner", "CudaSegmentRunner", "CudaGraphRunner",
+           "graph_runs", "nvtx_fns"]
 
 _COMM_KINDS = COMM_KINDS  # read from the registry at each use (kinds registered after import too)
 
@@ -88,7 +89,8 @@ class RunOptions:
     warmup : int
         Untimed iterations first (NCCL communicator setup, cuBLAS heuristics, caches).
     lean_iters : int
-        Uninstrumented iterations timed as a whole (0 to skip).
+        Uninstrumented iterations timed as a whole (0 to skip), after :func:`lean_warmup` untimed ones of the
+        same loop.
     timeout_s : float
         Deadline of every wait, seconds from the op's issue.
     cuda_graph : bool
@@ -120,6 +122,25 @@ class RunOptions:
     seed: int = 0
     measure_host: bool = False
     host_call_iters: int = 5
+
+
+def lean_warmup(o: RunOptions) -> int:
+    """Untimed uninstrumented iterations run before the timed ones: ``o.warmup`` (none when no uninstrumented
+    iteration is timed).
+
+    The hand-written references time their loop after ``--warmup`` iterations of the very same loop
+    (``benchmarks/accuracy/handwritten/harness.py``); the executor's uninstrumented loop (a compiled step list,
+    :mod:`executor.lean`) first runs after the instrumented iterations, whose per-op Python path it does not
+    share. Without a warm-up of its own, the first uninstrumented iteration of the H100 runs of 2026-12-06/07
+    was the slowest: median +3.7 % over the next five in 47 eager processes (+5.3 % in the host-bound ones,
+    the second +1.8 %), where the references' first timed iteration read −0.1 % (39 processes;
+    docs/validation.md, "One GPU: what the executor's process does that a hand-written one does not").
+
+    >>> lean_warmup(RunOptions(warmup=5, lean_iters=0)), lean_warmup(RunOptions(warmup=3))
+    (0, 3)
+    """
+    lean = o.iters if o.lean_iters < 0 else o.lean_iters
+    return max(0, o.warmup) if lean > 0 else 0
 
 
 def nvtx_fns() -> tuple[Callable[[str], Any], Callable[[], Any], str]:
@@ -383,15 +404,19 @@ class RankRunner:
             if (k + 1) % max(1, o.iters // 4) == 0 or k + 1 == o.iters:
                 self.log(f"  timed iteration {k + 1}/{o.iters}")
         lean = o.iters if o.lean_iters < 0 else o.lean_iters
+        warm = lean_warmup(o)
         self.phase = "uninstrumented"
-        for k in range(lean):
+        for k in range(warm + lean):
             self.iteration = o.iters + k
             self.last_issue_s = None
-            self.times.lean.append(list(self._lean()))
+            got = self._lean()
+            if k < warm:  # the loop's own warm-up: untimed, as a hand-written script's warm-up iterations
+                continue
+            self.times.lean.append(list(got))
             if self.last_issue_s is not None:
                 self.times.lean_issue_s.append(self.last_issue_s)
         for k in range(self._host_call_iters(o)):
-            self.iteration = o.iters + lean + k
+            self.iteration = o.iters + warm + lean + k
             self.times.host_call_end_s.append(self._lean_stamped())
 
     def _host_call_iters(self, o: RunOptions) -> int:
@@ -418,7 +443,7 @@ class RankRunner:
         self._prepare()
         with frozen_gc():  # the executor holds the spec, the DAG and the prediction, a hand-written script does
             self._timed(o)  # not: out of the collector's reach, collections out of the timed loops
-        base = o.iters + (o.iters if o.lean_iters < 0 else o.lean_iters) + self._host_call_iters(o)
+        base = o.iters + lean_warmup(o) + (o.iters if o.lean_iters < 0 else o.lean_iters) + self._host_call_iters(o)
         if o.measure_host:  # before the profiler: once torch.profiler has run, the process's launches cost more
             # (~20 % more per call: benchmarks/probes/host/call_patterns.py --only after_profiler;
             # docs/validation.md, "Evidence cited by the code")

@@ -202,3 +202,48 @@ def test_split_jobs_cuts_each_commands_output_and_exit_code() -> None:
     text = ("noise\n==== schedsim job 0 begin\na\nb\n==== schedsim job 0 end rc=0\n"
             "==== schedsim job 1 begin\nerror: x\n==== schedsim job 1 end rc=2\n==== schedsim job 2 begin\nhung\n")
     assert split_jobs(text, 4) == [("a\nb\n", 0), ("error: x\n", 2), ("hung\n", None), ("", None)]
+
+
+def test_the_uninstrumented_loop_is_warmed_up_untimed_before_its_timed_iterations() -> None:
+    """--warmup 2, --iters 3, --lean-iters 4: 3 instrumented, then 2 untimed and 4 timed uninstrumented iterations,
+    then the stamped ones; only the 4 timed ones are kept, and every iteration has its own number (each rank
+    counts alike, so the aligned starts pair)."""
+    from executor.runtime import RankRunner, RunOptions, _Times, lean_warmup
+
+    calls: list[tuple[str, int]] = []
+
+    class Probe(RankRunner):
+        def __new__(cls, *a: Any, **k: Any) -> Probe:
+            return object.__new__(cls)
+
+        def __init__(self) -> None:
+            self.times = _Times()
+            self.log = lambda s: None
+            self.last_issue_s = None
+
+        def _one(self, record: bool, profile: bool = False) -> tuple[int, list[float], list[float]]:
+            calls.append(("timed", self.iteration))
+            return 0, [0.0], [1.0]
+
+        def _lean(self) -> tuple[int, float]:
+            calls.append(("lean", self.iteration))
+            self.last_issue_s = 1e-6 * self.iteration
+            return self.iteration, 1e-3 * self.iteration
+
+        def _host_call_iters(self, o: Any) -> int:
+            return 1
+
+        def _lean_stamped(self) -> list[float]:
+            calls.append(("stamped", self.iteration))
+            return [0.0]
+
+    o = RunOptions(iters=3, warmup=2, lean_iters=4)
+    p = Probe()
+    p._timed(o)
+    assert lean_warmup(o) == 2
+    assert calls == [("timed", 0), ("timed", 1), ("timed", 2), ("lean", 3), ("lean", 4), ("lean", 5), ("lean", 6),
+                     ("lean", 7), ("lean", 8), ("stamped", 9)]
+    assert p.times.lean == [[5, 0.005], [6, 0.006], [7, 0.007], [8, 0.008]]  # the warm-up's two are not kept
+    assert p.times.lean_issue_s == pytest.approx([5e-6, 6e-6, 7e-6, 8e-6])
+    assert lean_warmup(RunOptions(iters=3, warmup=2, lean_iters=0)) == 0
+    assert lean_warmup(RunOptions(iters=0, warmup=2)) == 0 and lean_warmup(RunOptions(iters=2, warmup=0)) == 0
