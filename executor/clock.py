@@ -31,6 +31,14 @@ On CUDA an event is recorded on an idle *anchor stream* and synchronised (spinni
 clock is read just after (``anchor_ns``), and every stream of the iteration waits for that event;
 device times are ``anchor_event.elapsed_time(end_event)``. On CPU ranks the anchor is the wall
 clock itself.
+
+Host thread
+-----------
+Just before the anchor, :meth:`IterationClock.start` reads the issuing thread's scheduling counters
+(:class:`HostThreadProbe`); :meth:`IterationClock.host_row` after the iteration's wait gives what happened to that
+thread in between (:data:`HOST_FIELDS`: wall, run and run-queue time, context switches, the CPUs it was on). A
+host-bound iteration that ran slow says there whether its thread was preempted, slept, or ran all along on a
+slower CPU; both programs record it alike.
 """
 
 from __future__ import annotations
@@ -38,9 +46,12 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterable
+from time import perf_counter_ns as _perf_ns
+from time import thread_time_ns as _thread_ns
 from typing import Any
 
-__all__ = ["START_MARGIN_S", "WAIT", "IterationClock", "aligned_start_ns", "start_margin_s", "wait_events"]
+__all__ = ["HOST_FIELDS", "START_MARGIN_S", "WAIT", "HostThreadProbe", "IterationClock", "aligned_start_ns",
+           "host_columns", "start_margin_s", "thread_run_times", "threads_between", "wait_events"]
 
 START_MARGIN_S = 0.002
 """Default seconds between the latest rank's clock read and the common start (:func:`start_margin_s`): 2 ms,
@@ -111,6 +122,139 @@ def aligned_start_ns(clocks_ns: Iterable[int], margin_s: float | None = None) ->
     return max(int(c) for c in clocks_ns) + round((start_margin_s() if margin_s is None else margin_s) * 1e9)
 
 
+HOST_FIELDS = ("wall_s", "run_s", "runq_s", "vcsw", "ivcsw", "cpu_start", "cpu_end")
+"""What :class:`HostThreadProbe` gives per iteration, from before its anchor to after its wait, for the thread that
+issues it: wall seconds; seconds it ran on a CPU (``/proc/thread-self/schedstat`` field 1, else
+``time.thread_time``); seconds it waited runnable in a run queue (field 2: another thread had its CPU); voluntary
+and involuntary context switches (``getrusage(RUSAGE_THREAD)``: it blocked; it was preempted); the CPU it was on at
+the start and at the end (``/proc/thread-self/stat`` field 39). Linux ``proc(5)``, ``getrusage(2)``. Where wall
+exceeds run + runq the thread slept or its virtual CPU was stolen by the hypervisor (which the guest's run
+time leaves out under paravirtual steal accounting); where run is the wall and the iteration still ran slow, the
+CPU itself ran slower (a busy SMT sibling, the clock)."""
+
+
+class HostThreadProbe:
+    """The calling thread's scheduling counters (:data:`HOST_FIELDS`), read without allocating a file object:
+    the two procfs files are opened once by the thread that creates the probe (``/proc/thread-self`` is that
+    thread) and re-read with ``os.pread``; about 5-20 µs a read. Fields the system lacks are None.
+
+    >>> p = HostThreadProbe(); a = p.read(); row = p.delta(a, p.read())
+    >>> len(row) == len(HOST_FIELDS) and row[0] >= 0
+    True
+    """
+
+    def __init__(self) -> None:
+        self._fds: list[int | None] = []
+        for name in ("schedstat", "stat"):
+            try:
+                self._fds.append(os.open(f"/proc/thread-self/{name}", os.O_RDONLY))
+            except OSError:
+                self._fds.append(None)
+
+    def _pread(self, k: int, n: int) -> bytes | None:
+        fd = self._fds[k]
+        if fd is None:
+            return None
+        try:
+            return os.pread(fd, n, 0)
+        except OSError:
+            return None
+
+    def read(self) -> tuple[int, int, int | None, int | None, int | None, int | None]:
+        """``(wall ns, run ns, run-queue ns, voluntary, involuntary switches, cpu)`` now."""
+        wall = _perf_ns()
+        sched = self._pread(0, 128)
+        run, runq = (int(x) for x in sched.split()[:2]) if sched else (_thread_ns(), None)
+        stat = self._pread(1, 1024)
+        cpu = int(stat.rsplit(b")", 1)[1].split()[36]) if stat else None  # field 39; fields 3.. follow the ")"
+        vcsw: int | None = None
+        ivcsw: int | None = None
+        try:
+            import resource
+
+            ru = resource.getrusage(resource.RUSAGE_THREAD)
+            vcsw, ivcsw = int(ru.ru_nvcsw), int(ru.ru_nivcsw)
+        except (ImportError, AttributeError, OSError):
+            pass
+        return wall, run, runq, vcsw, ivcsw, cpu
+
+    @staticmethod
+    def delta(a: tuple[Any, ...], b: tuple[Any, ...]) -> list[float | int | None]:
+        """One row of :data:`HOST_FIELDS` from two :meth:`read` results (``a`` before ``b``)."""
+
+        def d(i: int, scale: float = 1.0) -> float | int | None:
+            if a[i] is None or b[i] is None:
+                return None
+            return (b[i] - a[i]) * scale if scale != 1.0 else b[i] - a[i]
+
+        return [d(0, 1e-9), d(1, 1e-9), d(2, 1e-9), d(3), d(4), a[5], b[5]]
+
+    def close(self) -> None:
+        for fd in self._fds:
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self._fds = [None, None]
+
+
+def host_columns(rows: list[list[Any]]) -> dict[str, list[Any]]:
+    """:data:`HOST_FIELDS` rows (one per iteration) as columns ``{field: [value per iteration]}``, floats rounded
+    to 0.1 µs.
+
+    >>> host_columns([[0.0021, 0.002, 0.0, 0, 1, 3, 3]])["ivcsw"]
+    [1]
+    """
+    out: dict[str, list[Any]] = {f: [] for f in HOST_FIELDS}
+    for row in rows:
+        for f, v in zip(HOST_FIELDS, row, strict=True):
+            out[f].append(round(v, 7) if isinstance(v, float) else v)
+    return out
+
+
+def thread_run_times(task_dir: str = "/proc/self/task") -> dict[int, tuple[str, int, int | None]]:
+    """``{tid: (name, run ns, cpu it last ran on)}`` of every thread of this process now (Linux procfs: each
+    task's ``comm``, ``schedstat`` field 1 and ``stat`` field 39); ``{}`` where there is no procfs. A thread that
+    ends while it is read is left out."""
+    out: dict[int, tuple[str, int, int | None]] = {}
+    try:
+        tids = os.listdir(task_dir)
+    except OSError:
+        return out
+    for t in tids:
+        d = os.path.join(task_dir, t)
+        try:
+            with open(os.path.join(d, "comm"), "rb") as f:
+                name = f.read().decode(errors="replace").strip()
+            with open(os.path.join(d, "schedstat"), "rb") as f:
+                run = int(f.read().split()[0])
+            with open(os.path.join(d, "stat"), "rb") as f:
+                cpu: int | None = int(f.read().rsplit(b")", 1)[1].split()[36])
+        except (OSError, ValueError, IndexError):
+            continue
+        out[int(t)] = (name, run, cpu)
+    return out
+
+
+def threads_between(before: dict[int, tuple[str, int, int | None]], after: dict[int, tuple[str, int, int | None]],
+                    main_tid: int | None = None) -> list[list[Any]]:
+    """``[[name, run s, cpu], ...]``: how long each thread of the process ran between two
+    :func:`thread_run_times` (a thread started in between from zero), longest first; the issuing thread
+    (``main_tid``) named ``"main"``; threads that did not run are left out.
+
+    >>> threads_between({1: ("python", 10, 0), 2: ("pt_nccl_watchdg", 5, 1)},
+    ...                 {1: ("python", 2_000_010, 0), 2: ("pt_nccl_watchdg", 1_005, 2), 3: ("new", 500, 3)}, 1)
+    [['main', 0.002, 0], ['pt_nccl_watchdg', 1e-06, 2], ['new', 5e-07, 3]]
+    """
+    rows = []
+    for tid, (name, run, cpu) in after.items():
+        ran = run - before[tid][1] if tid in before else run
+        if ran > 0:
+            rows.append(["main" if tid == main_tid else name, round(ran * 1e-9, 9), cpu])
+    return sorted(rows, key=lambda r: -r[1])
+
+
 class IterationClock:
     """Aligned start and anchor of one rank's timed iterations (see the module docstring).
 
@@ -141,6 +285,8 @@ class IterationClock:
         self.group = group
         self.margin_s = start_margin_s() if margin_s is None else margin_s
         self.late_starts = 0
+        self.probe = HostThreadProbe()
+        self._host_start: tuple[Any, ...] | None = None
         self._mine = torch.zeros(1, dtype=torch.int64)
         self._all = [torch.zeros(1, dtype=torch.int64) for _ in range(world)]
         if self.cuda:
@@ -166,9 +312,10 @@ class IterationClock:
             pass
 
     def start(self, streams: Iterable[Any] = ()) -> int:
-        """Align, then anchor: returns ``anchor_ns`` (wall clock); on CUDA every stream in ``streams`` waits
-        for the anchor event."""
+        """Align, read the host thread's counters (:meth:`host_row`), then anchor: returns ``anchor_ns`` (wall
+        clock); on CUDA every stream in ``streams`` waits for the anchor event."""
         self.align()
+        self._host_start = self.probe.read()
         if not self.cuda:
             return time.time_ns()
         ev = self.anchor
@@ -178,6 +325,19 @@ class IterationClock:
         for s in streams:
             s.wait_event(ev)
         return anchor
+
+    def host_row(self) -> list[float | int | None]:
+        """The issuing thread's :data:`HOST_FIELDS` from the last :meth:`start` (just before its anchor) to now:
+        call it after the iteration's wait. Outside the measured window on both ends, so it costs no makespan.
+
+        Raises
+        ------
+        RuntimeError
+            No :meth:`start` before.
+        """
+        if self._host_start is None:
+            raise RuntimeError("IterationClock.host_row() before start()")
+        return self.probe.delta(self._host_start, self.probe.read())
 
     def elapsed_s(self, event: Any) -> float:
         """Seconds from the anchor event to ``event`` (CUDA; both completed)."""

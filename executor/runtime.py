@@ -63,7 +63,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from executor import ExecError, ExecTimeout
-from executor.clock import IterationClock, wait_events
+from executor.clock import IterationClock, thread_run_times, threads_between, wait_events
 from executor.dist import ArrivalTracker, DistContext
 from executor.kernels import Binding, Materializer, OpImpl
 from executor.lean import BatchedP2P, compile_cpu, compile_cuda, p2p_batches, run_cpu, tf32_plan
@@ -182,6 +182,8 @@ class _Times:
     issue_s: list[float] = field(default_factory=list)  # host seconds to issue each timed iteration (eager CUDA)
     lean_issue_s: list[float] = field(default_factory=list)  # the same for each uninstrumented iteration
     host_call_end_s: list[list[float]] = field(default_factory=list)  # per stamped iteration, per op (eager CUDA)
+    lean_host: list[list[Any]] = field(default_factory=list)  # per uninstrumented iteration: executor.clock.HOST_FIELDS
+    lean_threads: list[list[Any]] = field(default_factory=list)  # each thread's run time over them (threads_between)
 
 
 class RankRunner:
@@ -406,15 +408,22 @@ class RankRunner:
         lean = o.iters if o.lean_iters < 0 else o.lean_iters
         warm = lean_warmup(o)
         self.phase = "uninstrumented"
+        threads0: dict[int, Any] = {}
         for k in range(warm + lean):
+            if k == warm:  # every thread of the process over the timed uninstrumented iterations (executor.clock)
+                threads0 = thread_run_times()
             self.iteration = o.iters + k
             self.last_issue_s = None
             got = self._lean()
             if k < warm:  # the loop's own warm-up: untimed, as a hand-written script's warm-up iterations
                 continue
+            if self.clock is not None:
+                self.times.lean_host.append(self.clock.host_row())
             self.times.lean.append(list(got))
             if self.last_issue_s is not None:
                 self.times.lean_issue_s.append(self.last_issue_s)
+        if lean:
+            self.times.lean_threads = threads_between(threads0, thread_run_times(), threading.get_native_id())
         for k in range(self._host_call_iters(o)):
             self.iteration = o.iters + warm + lean + k
             self.times.host_call_end_s.append(self._lean_stamped())
@@ -480,7 +489,7 @@ class RankRunner:
         t = self.times
         return {"rank": self.ctx.rank, "ids": self.ids, "anchors_ns": t.anchors_ns, "start_s": t.start_s,
                 "end_s": t.end_s, "lean": t.lean, "issue_s": t.issue_s, "lean_issue_s": t.lean_issue_s,
-                "host_call_end_s": t.host_call_end_s,
+                "host_call_end_s": t.host_call_end_s, "lean_host": t.lean_host, "lean_threads": t.lean_threads,
                 "late_starts": self.clock.late_starts if self.clock is not None else 0}
 
     def notes(self) -> dict[str, str]:

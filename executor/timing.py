@@ -50,7 +50,9 @@ iteration, a list of per-op times in seconds relative to the anchor);
 ``lean`` (per uninstrumented iteration, ``[anchor_ns, end_s]``); ``issue_s`` / ``lean_issue_s`` (eager CUDA: host
 seconds to issue each timed / uninstrumented iteration); ``host_call_end_s`` (eager CUDA: per stamped
 uninstrumented iteration, per op in ``ids`` order, seconds from the start of the issue loop to the op's call
-returning); ``late_starts`` (iterations,
+returning); ``lean_host`` (per uninstrumented iteration, the issuing thread's row of
+:data:`executor.clock.HOST_FIELDS`); ``lean_threads`` (each thread's run time over the timed uninstrumented
+iterations, :func:`executor.clock.threads_between`); ``late_starts`` (iterations,
 warm-up included, this rank began after the aligned start of :mod:`executor.clock`); ``segments`` (eager CUDA with
 captured CUDA graph segments, :class:`executor.runtime.CudaSegmentRunner`: the op ids of each segment, whose ops
 are all timed as the segment's whole replay).
@@ -78,7 +80,10 @@ def assemble_timeline(G: Any, per_rank: list[RankTimes], *, schedule: str, launc
         Extra metadata; ``makespan_iters_s``, ``makespan_median_s`` and, when
         lean iterations ran, ``makespan_uninstrumented_s`` and ``uninstrumented_period_s`` (median seconds
         from one lean iteration's anchor to the next on rank 0: the iteration and the idle before the next
-        one's aligned start) are added.
+        one's aligned start) are added; with ``lean_host``, ``host_thread_uninstrumented``: per rank, the issuing
+        thread's :data:`executor.clock.HOST_FIELDS` per uninstrumented iteration, as columns; with
+        ``lean_threads``, ``threads_uninstrumented``: per rank, ``[name, run s, cpu]`` of every thread of the
+        process that ran during those iterations (:func:`executor.clock.threads_between`).
 
     Returns
     -------
@@ -136,15 +141,30 @@ def assemble_timeline(G: Any, per_rank: list[RankTimes], *, schedule: str, launc
     extra = timing_host_per_op_us(per_rank)
     if extra is not None:
         meta["timing_host_per_op_us"] = extra
-    if any(r.get("lean_issue_s") for r in per_rank):  # eager CUDA: the host's issue of an uninstrumented iteration
-        meta["host_issue_uninstrumented_s"] = [_median(r["lean_issue_s"]) if r.get("lean_issue_s") else None
-                                               for r in per_rank]
-    calls = host_call_ends(per_rank)
-    if calls:
-        meta["host_call_end_s"] = calls
+    meta.update(_lean_host_meta(per_rank))
     world = int(G.graph.get("world_size", len(per_rank)))
     return Timeline(schedule=schedule, source="execute", world_size=world, launch=launch, profile=None,
                     spans=spans, critical_path=_critical_path(G, spans), meta=meta)
+
+
+def _lean_host_meta(per_rank: list[RankTimes]) -> dict[str, Any]:
+    """The host side of the uninstrumented iterations, per rank, for ``meta``: ``host_issue_uninstrumented_s``
+    (eager CUDA), ``host_thread_uninstrumented``, ``threads_uninstrumented`` and ``host_call_end_s``
+    (:func:`assemble_timeline`); a key only when some rank recorded it."""
+    meta: dict[str, Any] = {}
+    if any(r.get("lean_issue_s") for r in per_rank):  # eager CUDA: the host's issue of an uninstrumented iteration
+        meta["host_issue_uninstrumented_s"] = [_median(r["lean_issue_s"]) if r.get("lean_issue_s") else None
+                                               for r in per_rank]
+    if any(r.get("lean_host") for r in per_rank):  # the issuing thread over each uninstrumented iteration
+        from executor.clock import host_columns
+
+        meta["host_thread_uninstrumented"] = [host_columns(r.get("lean_host") or []) for r in per_rank]
+    if any(r.get("lean_threads") for r in per_rank):
+        meta["threads_uninstrumented"] = [r.get("lean_threads") or [] for r in per_rank]
+    calls = host_call_ends(per_rank)
+    if calls:
+        meta["host_call_end_s"] = calls
+    return meta
 
 
 def host_call_ends(per_rank: list[RankTimes]) -> dict[str, float]:

@@ -556,15 +556,62 @@ def iteration_drift(meta: object) -> tuple[float, list[float]] | None:
     return max(meds) / min(meds), meds
 
 
+def drift_host_thread(meta: object, meds: list[float]) -> str:
+    """What rank 0's issuing thread did in the slowest and the fastest quarter of :func:`iteration_drift`
+    (``meds``), from ``meta.host_thread_uninstrumented`` (``executor.clock.HOST_FIELDS`` per iteration): the
+    medians of its run time and run-queue wait as shares of the wall time, its involuntary and voluntary context
+    switches per iteration, and the CPUs it was on; "" without those columns (or with fewer values than
+    iterations).
+
+    >>> meta = {"makespan_uninstrumented_iters_s": [2.0] * 4 + [1.0] * 4,
+    ...         "host_thread_uninstrumented": [{"wall_s": [2.0] * 4 + [1.0] * 4, "run_s": [1.0] * 4 + [1.0] * 4,
+    ...          "runq_s": [1.0] * 4 + [0.0] * 4, "vcsw": [0] * 8, "ivcsw": [3] * 4 + [0] * 4,
+    ...          "cpu_start": [1] * 4 + [0] * 4, "cpu_end": [1] * 4 + [0] * 4}]}
+    >>> for part in drift_host_thread(meta, [2.0, 2.0, 1.0, 1.0]).split(": ", 1)[1].split("; "):
+    ...     print(part)
+    ran 50 % of the wall, runnable 50 %, 3 preemptions and 0 blocks per iteration, CPUs [1]
+    fastest: ran 100 %, runnable 0 %, 0 preemptions and 0 blocks, CPUs [0]
+    """
+    xs = meta.get("makespan_uninstrumented_iters_s") if isinstance(meta, dict) else None
+    cols = meta.get("host_thread_uninstrumented") if isinstance(meta, dict) else None
+    if not isinstance(xs, list) or not isinstance(cols, list) or not cols or not isinstance(cols[0], dict):
+        return ""
+    c = cols[0]
+    n, q = len(xs), len(xs) // 4
+    if any(len(c.get(f) or []) < n for f in ("wall_s", "run_s", "cpu_start", "cpu_end")):
+        return ""
+
+    def part(i: int) -> range:
+        return range(i * q, (i + 1) * q if i < 3 else n)
+
+    def med(f: str, idx: range, share: bool = False) -> float | None:
+        vals = [c[f][k] / c["wall_s"][k] if share else c[f][k] for k in idx
+                if c.get(f) and c[f][k] is not None and (not share or c["wall_s"][k])]
+        return statistics.median(vals) if vals else None
+
+    def desc(idx: range, long: bool) -> str:
+        run, rq, iv, v = med("run_s", idx, True), med("runq_s", idx, True), med("ivcsw", idx), med("vcsw", idx)
+        cpus = sorted({c[f][k] for f in ("cpu_start", "cpu_end") for k in idx if c[f][k] is not None})
+        pct = lambda x: "n/a" if x is None else f"{100 * x:.0f} %"  # noqa: E731
+        num = lambda x: "n/a" if x is None else f"{x:g}"  # noqa: E731
+        return (f"ran {pct(run)}{' of the wall' if long else ''}, runnable {pct(rq)}, {num(iv)} preemptions and "
+                f"{num(v)} blocks{' per iteration' if long else ''}, CPUs {cpus}")
+
+    slow, fast = meds.index(max(meds)), meds.index(min(meds))
+    return f"rank 0 host thread, slowest quarter: {desc(part(slow), True)}; fastest: {desc(part(fast), False)}"
+
+
 def _drift_warning(meas: Timeline) -> list[str]:
-    """A warning when :func:`iteration_drift` of ``meas`` exceeds :data:`DRIFT_WARN`."""
+    """A warning when :func:`iteration_drift` of ``meas`` exceeds :data:`DRIFT_WARN`, with
+    :func:`drift_host_thread` when the run recorded its host thread."""
     d = iteration_drift(meas.meta)
     if d is None or d[0] <= DRIFT_WARN:
         return []
+    host = drift_host_thread(meas.meta, d[1])
     return [f"the measured run changed speed while it ran: its uninstrumented iterations' medians by quarter "
             f"{', '.join(f'{m * 1e3:.4g}' for m in d[1])} ms ({d[0]:.2f}x between them): the process's host (or the "
             f"GPU's clock) drifted, and the measured makespan, their median, stands for none of them; rerun, or "
-            f"compare several processes"]
+            f"compare several processes" + (f" ({host})" if host else "")]
 
 
 def _warnings(pred: Timeline, meas: Timeline, pred_timed: Timeline | None = None) -> list[str]:

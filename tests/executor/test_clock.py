@@ -126,3 +126,26 @@ def test_wait_events_spins_until_every_event_completed_or_the_deadline(monkeypat
     assert sleeps == []
     slept = _Ev(3)
     assert wait_events([slept], how="sleep") == [] and sleeps == [20e-6, 40e-6, 80e-6]
+
+
+def test_the_host_row_covers_start_to_after_the_wait_and_names_the_cpus() -> None:
+    """A CPU clock: start(), a 20 ms sleep (the thread blocks: a voluntary switch, no run time), host_row(): a
+    row of HOST_FIELDS whose wall covers the sleep, whose run time does not, with at least one voluntary switch,
+    on CPUs this process may use."""
+    import os
+
+    from executor.clock import HOST_FIELDS, host_columns
+
+    c = IterationClock(torch.device("cpu"), 1)
+    with pytest.raises(RuntimeError, match="before start"):
+        c.host_row()
+    c.start()
+    time.sleep(0.02)
+    row = c.host_row()
+    got = dict(zip(HOST_FIELDS, row, strict=True))
+    assert got["wall_s"] >= 0.02 and got["run_s"] < got["wall_s"] - 0.01
+    allowed = os.sched_getaffinity(0)
+    assert got["cpu_start"] in allowed and got["cpu_end"] in allowed
+    if got["vcsw"] is not None:
+        assert got["vcsw"] >= 1 and got["ivcsw"] >= 0
+    assert host_columns([row, row])["wall_s"] == [round(got["wall_s"], 7)] * 2

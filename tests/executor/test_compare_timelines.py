@@ -296,3 +296,28 @@ def test_a_run_that_changed_speed_is_reported():
     for meta in ({"makespan_uninstrumented_iters_s": steady}, {"makespan_uninstrumented_iters_s": drift[:7]}, {}):
         meas = Timeline("x", "execute", 1, meta=meta, spans=[span("a@r0", "matmul", "compute", 0, 1)])
         assert not [x for x in compare_timelines(pred, meas).warnings if "changed speed" in x]
+
+
+def test_a_run_that_changed_speed_says_what_its_host_thread_did():
+    """The same drifting run with its issuing thread recorded (meta.host_thread_uninstrumented, as execute writes
+    it): in the slow quarters (4.8 ms) the thread ran 4.0 ms, waited 0.7 ms runnable and was preempted twice an
+    iteration on CPU 2; in the fast one (2.5 ms) it ran the whole 2.5 ms on CPU 1, never preempted. The warning
+    gives 4.0/4.8 = 83 % and 0.7/4.8 = 15 % against 100 % and 0 %."""
+    drift = [3.6e-3] * 5 + [4.8e-3] * 5 + [4.8e-3] * 5 + [2.5e-3] * 5
+    wall = [3.6e-3] * 5 + [4.8e-3] * 10 + [2.5e-3] * 5
+    run = [3.6e-3] * 5 + [4.0e-3] * 10 + [2.5e-3] * 5
+    runq = [0.0] * 5 + [0.7e-3] * 10 + [0.0] * 5
+    host = {"wall_s": wall, "run_s": run, "runq_s": runq, "vcsw": [0] * 20, "ivcsw": [0] * 5 + [2] * 10 + [0] * 5,
+            "cpu_start": [1] * 5 + [2] * 10 + [1] * 5, "cpu_end": [1] * 5 + [2] * 10 + [1] * 5}
+    meas = Timeline("x", "execute", 1, meta={"makespan_uninstrumented_iters_s": drift,
+                                             "host_thread_uninstrumented": [host]},
+                    spans=[span("a@r0", "matmul", "compute", 0, 1)])
+    pred = Timeline("x", "predict", 1, spans=[span("a@r0", "matmul", "compute", 0, 1)])
+    (w,) = [x for x in compare_timelines(pred, meas).warnings if "changed speed" in x]
+    assert ("(rank 0 host thread, slowest quarter: ran 83 % of the wall, runnable 15 %, 2 preemptions and 0 "
+            "blocks per iteration, CPUs [2]; fastest: ran 100 %, runnable 0 %, 0 preemptions and 0 blocks, "
+            "CPUs [1])") in w
+    host["cpu_end"] = [1] * 7  # fewer values than iterations: no host part
+    meas.meta["host_thread_uninstrumented"] = [host]
+    (w,) = [x for x in compare_timelines(pred, meas).warnings if "changed speed" in x]
+    assert "host thread" not in w

@@ -17,7 +17,10 @@ common start (so every rank begins at one instant), an anchor event recorded on 
 synchronised, the wall clock read, every stream made to wait for the anchor, the iteration issued,
 one end event recorded per stream; ``end`` = latest end − anchor. The per-rank ``[anchor_ns,
 end_s]`` pairs go through :func:`executor.timing.lean_makespans`, the very function that computes
-``makespan_uninstrumented_s``; the median of ``--iters`` iterations after ``--warmup`` is kept.
+``makespan_uninstrumented_s``; the median of ``--iters`` iterations after ``--warmup`` is kept. Per timed
+iteration the issuing thread's scheduling counters go to ``host_thread`` (per rank,
+:data:`executor.clock.HOST_FIELDS` as columns), as the executor's ``meta.host_thread_uninstrumented``, and each
+thread's run time over the timed iterations to ``threads`` (``meta.threads_uninstrumented``).
 On CPU ranks (gloo, for smoke tests) the anchor is the wall clock and ``end`` the host time
 until the iteration's work has completed.
 
@@ -33,6 +36,7 @@ import json
 import os
 import statistics
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -43,7 +47,7 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repo root, for executor.timing
 
-from executor.clock import IterationClock
+from executor.clock import IterationClock, host_columns, thread_run_times, threads_between
 from executor.dist import cuda_pci_bus_id, pin_process
 from executor.timing import lean_makespans
 
@@ -228,13 +232,16 @@ class Proc:
         ``issue()`` enqueues one iteration (CUDA) or runs it and returns the works to wait for (CPU).
         """
         out = []
+        self.host_rows: list[list[Any]] = []
         clock = IterationClock(self.dev, self.world, self.ctrl)
         if self.cuda:
             ends = [torch.cuda.Event(enable_timing=True) for _ in streams]
             default = torch.cuda.default_stream(self.dev)
+        threads0: dict[int, Any] = {}
         for k in range(warmup + iters):
             if k == warmup:
                 clock.late_starts = 0  # count the timed iterations only
+                threads0 = thread_run_times()  # every thread's run time over the timed iterations, as the executor
             anchor = clock.start(streams)
             if self.cuda:
                 issue()
@@ -251,13 +258,16 @@ class Proc:
                 end = (time.perf_counter_ns() - t0) * 1e-9
             if k >= warmup:
                 out.append([anchor, end])
+                self.host_rows.append(clock.host_row())  # the issuing thread over the iteration, as the executor
         self.late_starts = clock.late_starts
+        self.threads = threads_between(threads0, thread_run_times(), threading.get_native_id())
         return out
 
     def report(self, family: str, prm: dict[str, Any], lean: list[list[float]], out: str, **extra: Any) -> None:
         """Gather every rank's iterations, compute the makespans, write the JSON on rank 0 and leave."""
         allr: list[Any] = [None] * self.world
-        mine = (lean, getattr(self, "late_starts", 0))
+        mine = (lean, getattr(self, "late_starts", 0), host_columns(getattr(self, "host_rows", [])),
+                getattr(self, "threads", []))
         if self.world > 1:
             dist.all_gather_object(allr, mine, group=self.ctrl)
         else:
@@ -269,7 +279,8 @@ class Proc:
                    "torch": torch.__version__, "makespans_s": ms, "makespan_median_s": statistics.median(ms),
                    "method": "executor.clock.IterationClock (synchronize, clock all-gather, aligned start, "
                              "anchor event), one end event per stream, executor.timing.lean_makespans",
-                   "late_starts": sum(r[1] for r in allr), "pinned_cpus": self.cpus, **extra}
+                   "late_starts": sum(r[1] for r in allr), "pinned_cpus": self.cpus,
+                   "host_thread": [r[2] for r in allr], "threads": [r[3] for r in allr], **extra}
             Path(out).parent.mkdir(parents=True, exist_ok=True)
             tmp = Path(out).with_suffix(".tmp")
             tmp.write_text(json.dumps(res, indent=1))
