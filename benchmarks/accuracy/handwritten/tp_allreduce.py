@@ -1,5 +1,7 @@
-"""tp_allreduce_graph by hand: per layer a 1-token fp32 linear and an all_reduce of its output, issued
-eagerly, or (``--graph``) captured once in a CUDA graph and replayed.
+"""tp_allreduce_graph by hand: per layer a 1-token fp32 linear and an all_reduce of a buffer of its output's
+size, issued eagerly, or (``--graph``) captured once in a CUDA graph and replayed. Each op has its own operands, as
+``schedsim execute`` materialises the schedule's ops (``executor/kernels.py``): the all_reduce's buffer is its
+own, not the linear's output (until 2026-12-07 it was; a few KiB, so no L2 effect was expected).
 
     torchrun --nproc-per-node 2 benchmarks/accuracy/handwritten/tp_allreduce.py --out ar.json [--graph]
 """
@@ -18,13 +20,14 @@ cols = P["output_size"] // pr.world
 xs = [pr.rand(P["tokens"], P["input_size"]) for _ in range(P["layers"])]  # each layer's input and weight
 ws = [pr.rand(P["input_size"], cols) for _ in range(P["layers"])]
 ys = [pr.empty(P["tokens"], cols) for _ in range(P["layers"])]
+rs = [pr.rand(P["tokens"], cols) for _ in range(P["layers"])]  # each all_reduce's own buffer
 s = pr.stream()
 
 
 def layers():
-    for x, w, y in zip(xs, ws, ys):
+    for x, w, y, r in zip(xs, ws, ys, rs):
         torch.matmul(x, w, out=y)
-        dist.all_reduce(y)
+        dist.all_reduce(r)
 
 
 def eager():
