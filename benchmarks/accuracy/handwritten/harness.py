@@ -20,7 +20,9 @@ end_s]`` pairs go through :func:`executor.timing.lean_makespans`, the very funct
 ``makespan_uninstrumented_s``; the median of ``--iters`` iterations after ``--warmup`` is kept. Per timed
 iteration the issuing thread's scheduling counters go to ``host_thread`` (per rank,
 :data:`executor.clock.HOST_FIELDS` as columns), as the executor's ``meta.host_thread_uninstrumented``, and each
-thread's run time over the timed iterations to ``threads`` (``meta.threads_uninstrumented``).
+thread's run time over the timed iterations to ``threads`` (``meta.threads_uninstrumented``); ``gc_collections``
+counts the collector's runs by generation over them (the executor times with it disabled,
+``schedsim._gc.frozen_gc``; the launches of these scripts leave no tracked object behind, so none is expected).
 On CPU ranks (gloo, for smoke tests) the anchor is the wall clock and ``end`` the host time
 until the iteration's work has completed.
 
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import gc
 import json
 import os
 import statistics
@@ -238,10 +241,12 @@ class Proc:
             ends = [torch.cuda.Event(enable_timing=True) for _ in streams]
             default = torch.cuda.default_stream(self.dev)
         threads0: dict[int, Any] = {}
+        gc0 = [0, 0, 0]
         for k in range(warmup + iters):
             if k == warmup:
                 clock.late_starts = 0  # count the timed iterations only
                 threads0 = thread_run_times()  # every thread's run time over the timed iterations, as the executor
+                gc0 = [g["collections"] for g in gc.get_stats()]
             anchor = clock.start(streams)
             if self.cuda:
                 issue()
@@ -261,13 +266,14 @@ class Proc:
                 self.host_rows.append(clock.host_row())  # the issuing thread over the iteration, as the executor
         self.late_starts = clock.late_starts
         self.threads = threads_between(threads0, thread_run_times(), threading.get_native_id())
+        self.gc_collections = [g["collections"] - c for g, c in zip(gc.get_stats(), gc0, strict=True)]
         return out
 
     def report(self, family: str, prm: dict[str, Any], lean: list[list[float]], out: str, **extra: Any) -> None:
         """Gather every rank's iterations, compute the makespans, write the JSON on rank 0 and leave."""
         allr: list[Any] = [None] * self.world
         mine = (lean, getattr(self, "late_starts", 0), host_columns(getattr(self, "host_rows", [])),
-                getattr(self, "threads", []))
+                getattr(self, "threads", []), getattr(self, "gc_collections", None))
         if self.world > 1:
             dist.all_gather_object(allr, mine, group=self.ctrl)
         else:
@@ -280,7 +286,8 @@ class Proc:
                    "method": "executor.clock.IterationClock (synchronize, clock all-gather, aligned start, "
                              "anchor event), one end event per stream, executor.timing.lean_makespans",
                    "late_starts": sum(r[1] for r in allr), "pinned_cpus": self.cpus,
-                   "host_thread": [r[2] for r in allr], "threads": [r[3] for r in allr], **extra}
+                   "host_thread": [r[2] for r in allr], "threads": [r[3] for r in allr],
+                   "gc_collections": [r[4] for r in allr], **extra}
             Path(out).parent.mkdir(parents=True, exist_ok=True)
             tmp = Path(out).with_suffix(".tmp")
             tmp.write_text(json.dumps(res, indent=1))
