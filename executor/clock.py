@@ -144,12 +144,15 @@ class HostThreadProbe:
     """
 
     def __init__(self) -> None:
+        import weakref
+
         self._fds: list[int | None] = []
         for name in ("schedstat", "stat"):
             try:
                 self._fds.append(os.open(f"/proc/thread-self/{name}", os.O_RDONLY))
             except OSError:
                 self._fds.append(None)
+        self._closer = weakref.finalize(self, _close_fds, [fd for fd in self._fds if fd is not None])
 
     def _pread(self, k: int, n: int) -> bytes | None:
         fd = self._fds[k]
@@ -190,13 +193,17 @@ class HostThreadProbe:
         return [d(0, 1e-9), d(1, 1e-9), d(2, 1e-9), d(3), d(4), a[5], b[5]]
 
     def close(self) -> None:
-        for fd in self._fds:
-            if fd is not None:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
+        """Close the two files (also done when the probe is collected); later reads give None fields."""
+        self._closer()
         self._fds = [None, None]
+
+
+def _close_fds(fds: list[int]) -> None:
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
 
 
 def host_columns(rows: list[list[Any]]) -> dict[str, list[Any]]:

@@ -174,20 +174,52 @@ def process_phases(case: Path) -> list[dict[str, Any]]:
         its = meta.get("makespan_uninstrumented_iters_s") or []
         out.append({"process": d.parent.name if d.parent != case else "execute", "lean_issue_s": float(lean),
                     "stamped_issue_s": max(r0), "ratio": float(lean) / max(r0),
-                    "iter_min_s": min(its) if its else None, "iter_max_s": max(its) if its else None})
+                    "iter_min_s": min(its) if its else None, "iter_max_s": max(its) if its else None,
+                    "thread": thread_summary(meta)})
     return out
+
+
+def thread_summary(meta: dict[str, Any]) -> str:
+    """Rank 0's issuing thread over the uninstrumented iterations (``meta.host_thread_uninstrumented``): the
+    medians of its run and run-queue shares of the wall time and of its preemptions per iteration, the CPUs it ran
+    on, and the other thread that ran longest beside it (``meta.threads_uninstrumented``); "" for runs that
+    recorded neither (before 2026-12-07).
+
+    >>> thread_summary({"host_thread_uninstrumented": [{"wall_s": [2.0, 2.0], "run_s": [2.0, 1.0],
+    ...                 "runq_s": [0.0, 0.5], "ivcsw": [0, 2], "cpu_start": [1, 1], "cpu_end": [1, 2]}],
+    ...                 "threads_uninstrumented": [[["main", 3.0, 1], ["pt_nccl_watchdg", 0.001, 3]]]})
+    'run 75 %, runq 12 %, 1 preempted, CPUs [1, 2]; beside: pt_nccl_watchdg 1000 µs'
+    """
+    cols = (meta.get("host_thread_uninstrumented") or [None])[0]
+    out = []
+    if cols and cols.get("wall_s"):
+        wall = cols["wall_s"]
+
+        def med(f: str, share: bool) -> str:
+            vals = [v / w if share else v for v, w in zip(cols.get(f) or [], wall, strict=False)
+                    if v is not None and w]
+            return "n/a" if not vals else (f"{100 * statistics.median(vals):.0f} %" if share
+                                           else f"{statistics.median(vals):g}")
+
+        cpus = sorted({c for f in ("cpu_start", "cpu_end") for c in cols.get(f) or [] if c is not None})
+        out.append(f"run {med('run_s', True)}, runq {med('runq_s', True)}, {med('ivcsw', False)} preempted, "
+                   f"CPUs {cpus}")
+    others = [t for t in (meta.get("threads_uninstrumented") or [[]])[0] if t[0] != "main"]
+    if others:
+        out.append(f"beside: {others[0][0]} {others[0][1] * 1e6:.0f} µs")
+    return "; ".join(out)
 
 
 def process_phase_table(rows: list[dict[str, Any]]) -> str:
     """Markdown: per process, the uninstrumented iterations' issue against the stamped ones'
     (:func:`process_phases`)."""
     out = ["| case | process | lean issue ms | stamped issue ms | lean / stamped "
-           "| uninstrumented makespans ms, min–max |", "|---|---|---:|---:|---:|---|"]
+           "| uninstrumented makespans ms, min–max | host thread |", "|---|---|---:|---:|---:|---|---|"]
     for r in rows:
         for p in r.get("phases", []):
             span = "" if p["iter_min_s"] is None else f"{p['iter_min_s'] * 1e3:.3f}–{p['iter_max_s'] * 1e3:.3f}"
             out.append(f"| {r['case']} | {p['process']} | {p['lean_issue_s'] * 1e3:.3f} | "
-                       f"{p['stamped_issue_s'] * 1e3:.3f} | {p['ratio']:.2f} | {span} |")
+                       f"{p['stamped_issue_s'] * 1e3:.3f} | {p['ratio']:.2f} | {span} | {p.get('thread', '')} |")
     return "\n".join(out)
 
 
