@@ -18,13 +18,15 @@ import datetime
 import os
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from executor import ExecError
 
 __all__ = ["DistContext", "check_world_size", "env_world", "resolve_backend", "setup_dist", "ArrivalTracker",
-           "PIN_CPUS",
+           "PIN_CPUS", "PIN_ISSUER", "issuer_alone", "pin_issuer",
            "parse_cpulist", "gpu_local_cpus", "pinned_cpus", "pin_process", "cuda_pci_bus_id",
            "run_with_deadline", "exit_now", "wait_for_all_ranks", "oversubscription_warning", "warn_oversubscribed"]
 
@@ -131,16 +133,69 @@ def pin_process(local_rank: int, pci_bus_id: str | None) -> list[int] | None:
     cpus = pinned_cpus(spec, local, sorted(os.sched_getaffinity(0)), local_rank)
     if cpus is None:
         return None
+    _pin_threads(lambda tid: cpus)
+    return cpus
+
+
+def _pin_threads(where: Any) -> None:
+    """Set the CPU affinity of every thread of this process to ``where(tid)`` (Linux ``/proc/self/task``; the
+    calling thread alone where that cannot be listed)."""
     try:
         tids = [int(t) for t in os.listdir("/proc/self/task")]
     except OSError:
-        tids = [0]
+        tids = [threading.get_native_id()]
     for tid in tids:
         try:
-            os.sched_setaffinity(tid, cpus)
+            os.sched_setaffinity(tid, where(tid))
         except OSError:
             pass  # a thread that ended meanwhile
-    return cpus
+
+
+PIN_ISSUER = "SCHEDSIM_PIN_ISSUER"
+"""Environment variable: ``1`` gives the thread that issues the timed iterations a CPU of its own
+(:func:`issuer_alone`); unset or ``0``, every thread shares the process's CPUs."""
+
+
+def pin_issuer() -> bool:
+    """Whether ``SCHEDSIM_PIN_ISSUER`` asks for :func:`issuer_alone` (``execute`` reads it before anything runs).
+
+    Raises
+    ------
+    ExecError
+        The variable is neither 0 nor 1.
+    """
+    flag = os.environ.get(PIN_ISSUER, "0").strip()
+    if flag not in ("0", "1", ""):
+        raise ExecError(f"{PIN_ISSUER}={flag!r} is neither 0 nor 1", fix=f"unset {PIN_ISSUER}, or set it to 1")
+    return flag == "1"
+
+
+@contextmanager
+def issuer_alone() -> Iterator[int | None]:
+    """With ``SCHEDSIM_PIN_ISSUER=1`` and a process allowed on two CPUs or more (``SCHEDSIM_PIN_CPUS``, or the
+    machine's): inside the block the calling thread runs alone on the last of the process's CPUs and every other
+    thread of the process (NCCL's, CUDA's, gloo's: they exist once the warm-up ran) on the others; after it, every
+    thread on all of them again. Yields that CPU, or None when nothing was changed (unset, one CPU, not Linux).
+
+    ``execute`` times its iterations inside it, the hand-written references their warm-up and timed ones: a helper
+    thread woken during an iteration then takes none of the issuing thread's time. The last CPU, not the first: a
+    virtual machine's first CPU often takes the device interrupts.
+
+    Raises
+    ------
+    ExecError
+        The variable is neither 0 nor 1.
+    """
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_setaffinity") else []
+    if not pin_issuer() or len(cpus) < 2:
+        yield None
+        return
+    me, mine, rest = threading.get_native_id(), cpus[-1:], cpus[:-1]
+    _pin_threads(lambda tid: mine if tid == me else rest)
+    try:
+        yield mine[0]
+    finally:
+        _pin_threads(lambda tid: cpus)
 
 
 def cuda_pci_bus_id(torch: Any, index: int) -> str | None:

@@ -64,7 +64,7 @@ from typing import Any, Callable
 
 from executor import ExecError, ExecTimeout
 from executor.clock import IterationClock, thread_run_times, threads_between, wait_events
-from executor.dist import ArrivalTracker, DistContext
+from executor.dist import ArrivalTracker, DistContext, issuer_alone
 from executor.kernels import Binding, Materializer, OpImpl
 from executor.lean import BatchedP2P, compile_cpu, compile_cuda, p2p_batches, run_cpu, tf32_plan
 from executor.streams import ANCHOR, cuda_streams
@@ -450,8 +450,10 @@ class RankRunner:
             self.iteration = -o.warmup + k
             self._one(record=False)
         self._prepare()
-        with frozen_gc():  # the executor holds the spec, the DAG and the prediction, a hand-written script does
-            self._timed(o)  # not: out of the collector's reach, collections out of the timed loops
+        # the executor holds the spec, the DAG and the prediction, a hand-written script does not: out of the
+        # collector's reach, collections out of the timed loops; SCHEDSIM_PIN_ISSUER=1: this thread on a CPU of its own
+        with frozen_gc(), issuer_alone():
+            self._timed(o)
         base = o.iters + lean_warmup(o) + (o.iters if o.lean_iters < 0 else o.lean_iters) + self._host_call_iters(o)
         if o.measure_host:  # before the profiler: once torch.profiler has run, the process's launches cost more
             # (~20 % more per call: benchmarks/probes/host/call_patterns.py --only after_profiler;

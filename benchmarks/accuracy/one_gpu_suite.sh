@@ -31,7 +31,8 @@
 # ag_c8 as ag_c8_sleep.
 # PIN (default numa:4): every process of the suite (calibrate and its host processes, execute, the references) runs
 # with SCHEDSIM_PIN_CPUS=$PIN, its threads pinned to 4 of the GPU's NUMA-local cores (executor/dist.py, pinned_cpus);
-# PIN=off leaves placement to the OS. SPREAD=N first runs the hand-written tpw_eager and so_T64 references N times
+# PIN=off leaves placement to the OS. SCHEDSIM_PIN_ISSUER=1 in the caller's environment reaches every process: the
+# issuing thread alone on the last pinned core for the timed iterations (executor/dist.py, issuer_alone). SPREAD=N first runs the hand-written tpw_eager and so_T64 references N times
 # each unpinned and N times pinned, alternating (OUT/spread.json: each process's makespan, the topology read).
 # WHATIF=1 first runs benchmarks/accuracy/whatif_connections.py (spin and copy side work, CUDA_DEVICE_MAX_CONNECTIONS
 # 8 and 1; ~30 s) into OUT/whatif.tgz: issue 37's what-if against a second real run, replayed on CPU.

@@ -75,3 +75,44 @@ def test_pin_process_sets_the_affinity(monkeypatch: pytest.MonkeyPatch) -> None:
         os.sched_setaffinity(0, before)
     monkeypatch.delenv("SCHEDSIM_PIN_CPUS")
     assert pin_process(0, None) is None
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs Linux and two CPUs")
+def test_the_issuing_thread_runs_alone_on_the_last_cpu_inside_the_block_and_shares_them_after(monkeypatch):
+    """SCHEDSIM_PIN_ISSUER=1: inside issuer_alone() the calling thread is on the last of the process's CPUs and a
+    helper thread started before on the others; after the block both are back on all of them. Unset: nothing
+    changes. A value other than 0 or 1 is refused, naming the variable and the fix."""
+    import threading
+
+    from executor.dist import issuer_alone, pin_issuer
+
+    cpus = sorted(os.sched_getaffinity(0))
+    stop, started = threading.Event(), threading.Event()
+    tid: list[int] = []
+
+    def helper() -> None:
+        tid.append(threading.get_native_id())
+        started.set()
+        stop.wait(30)
+
+    t = threading.Thread(target=helper, daemon=True)
+    t.start()
+    started.wait(5)
+    try:
+        monkeypatch.delenv("SCHEDSIM_PIN_ISSUER", raising=False)
+        with issuer_alone() as cpu:
+            assert cpu is None and sorted(os.sched_getaffinity(0)) == cpus
+        monkeypatch.setenv("SCHEDSIM_PIN_ISSUER", "1")
+        assert pin_issuer()
+        with issuer_alone() as cpu:
+            assert cpu == cpus[-1]
+            assert sorted(os.sched_getaffinity(0)) == [cpus[-1]]
+            assert sorted(os.sched_getaffinity(tid[0])) == cpus[:-1]
+        assert sorted(os.sched_getaffinity(0)) == cpus and sorted(os.sched_getaffinity(tid[0])) == cpus
+        monkeypatch.setenv("SCHEDSIM_PIN_ISSUER", "yes")
+        with pytest.raises(ExecError, match="SCHEDSIM_PIN_ISSUER='yes' is neither 0 nor 1"):
+            pin_issuer()
+    finally:
+        stop.set()
+        t.join(5)

@@ -33,6 +33,7 @@ and their median, device, world size.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import gc
 import json
@@ -51,7 +52,7 @@ import torch.distributed as dist
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repo root, for executor.timing
 
 from executor.clock import IterationClock, host_columns, thread_run_times, threads_between
-from executor.dist import cuda_pci_bus_id, pin_process
+from executor.dist import cuda_pci_bus_id, issuer_alone, pin_process
 from executor.timing import lean_makespans
 
 DT = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -242,28 +243,32 @@ class Proc:
             default = torch.cuda.default_stream(self.dev)
         threads0: dict[int, Any] = {}
         gc0 = [0, 0, 0]
-        for k in range(warmup + iters):
-            if k == warmup:
-                clock.late_starts = 0  # count the timed iterations only
-                threads0 = thread_run_times()  # every thread's run time over the timed iterations, as the executor
-                gc0 = [g["collections"] for g in gc.get_stats()]
-            anchor = clock.start(streams)
-            if self.cuda:
-                issue()
-                torch.cuda.set_stream(default)
-                for s, e in zip(streams, ends):
-                    e.record(s)
-                for e in ends:
-                    e.synchronize()
-                end = max(clock.elapsed_s(e) for e in ends)
-            else:
-                t0 = time.perf_counter_ns()
-                for w in issue() or []:
-                    w.wait()
-                end = (time.perf_counter_ns() - t0) * 1e-9
-            if k >= warmup:
-                out.append([anchor, end])
-                self.host_rows.append(clock.host_row())  # the issuing thread over the iteration, as the executor
+        with contextlib.ExitStack() as timed:
+            for k in range(warmup + iters):
+                if k == warmup:
+                    clock.late_starts = 0  # count the timed iterations only
+                    # SCHEDSIM_PIN_ISSUER=1: from here this thread on a CPU of its own (the threads the warm-up
+                    # started on the others), as execute's timed iterations
+                    timed.enter_context(issuer_alone())
+                    threads0 = thread_run_times()  # every thread's run time over the timed iterations, as execute
+                    gc0 = [g["collections"] for g in gc.get_stats()]
+                anchor = clock.start(streams)
+                if self.cuda:
+                    issue()
+                    torch.cuda.set_stream(default)
+                    for s, e in zip(streams, ends):
+                        e.record(s)
+                    for e in ends:
+                        e.synchronize()
+                    end = max(clock.elapsed_s(e) for e in ends)
+                else:
+                    t0 = time.perf_counter_ns()
+                    for w in issue() or []:
+                        w.wait()
+                    end = (time.perf_counter_ns() - t0) * 1e-9
+                if k >= warmup:
+                    out.append([anchor, end])
+                    self.host_rows.append(clock.host_row())  # the issuing thread over the iteration, as execute
         self.late_starts = clock.late_starts
         self.threads = threads_between(threads0, thread_run_times(), threading.get_native_id())
         self.gc_collections = [g["collections"] - c for g, c in zip(gc.get_stats(), gc0, strict=True)]
