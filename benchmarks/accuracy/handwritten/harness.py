@@ -3,7 +3,8 @@
 Each reference in this folder is a short plain-PyTorch script that runs one shipped schedule
 family with the same shapes, streams, dtypes and collectives as ``schedsim execute`` runs it (gemm_chain,
 small_ops, tp_allreduce and tp_ffn also give every op operands of its own, as the executor materialises them;
-allgather_mm's GEMMs read the gathered buffer, far larger than L2) (the executor's kernels, see ``executor/kernels.py``: a ``compute`` op with ``bytes`` is an
+allgather_mm's GEMMs read the gathered buffer, far larger than L2) (the executor's kernels, see
+``executor/kernels.py``: a ``compute`` op with ``bytes`` is an
 elementwise add moving that many bytes, two tensors of N/3 read and one written; matmuls are
 ``torch.matmul(a, b, out=c)``; collectives use ``async_op=False`` on the current stream). The
 interleaved 1F1B and ZB-H1 references write each rank's pipeline program as a list of actions and
@@ -25,7 +26,8 @@ thread's run time over the timed iterations to ``threads`` (``meta.threads_unins
 counts the collector's runs by generation over them (the executor times with it disabled,
 ``schedsim._gc.frozen_gc``; the launches of these scripts leave no tracked object behind, so none is expected).
 With ``SCHEDSIM_PIN_ISSUER=1`` the timed iterations run with the issuing thread alone on one of the pinned CPUs
-(:func:`executor.dist.issuer_alone`, as ``execute`` runs its timed ones). On CPU ranks (gloo, for smoke tests) the anchor is the wall clock and ``end`` the host time
+(:func:`executor.dist.issuer_alone`, as ``execute`` runs its timed ones). On CPU ranks (gloo, for smoke tests)
+the anchor is the wall clock and ``end`` the host time
 until the iteration's work has completed.
 
 Run under torchrun; rank 0 writes ``--out`` (JSON): family, parameters, per-iteration makespans
