@@ -373,8 +373,10 @@ class Nics(_B):
     gpu_to_nic: list[NonNegativeInt] | None = Field(
         default=None, description="Local GPU i uses NIC gpu_to_nic[i]; default: GPU i on NIC i * per_node // "
         "gpus_per_node (rail-optimised when per_node == gpus_per_node).")
-    latency_us: float = Field(default=0.0, ge=0, description="NIC latency, µs, added to NCCL's network hop "
-                              "(graph->latencyInter; NCCL's IB and socket plugins report 0).")
+    latency_us: float = Field(default=0.0, ge=0, description="The net plugin's reported latency, µs "
+                              "(ncclNetProperties.latency -> graph->latencyInter), which NCCL adds to its network "
+                              "hop (twice for Simple: the flush) and chooses with; NCCL's IB plugin (IB and RoCE), "
+                              "its socket plugin and Google's FasTrak (GPUDirect-TCPXO) plugin report 0.")
     timing: dict[str, TierTiming] = Field(default_factory=lambda: {}, description="algo/proto -> figures that time "
                                           "NCCL's choice across nodes (network hwLat per hop, bus bandwidth of a group "
                                           "across nodes); not listed: NCCL's constants.")
@@ -407,8 +409,10 @@ class Fabric(_B):
                                        "within one leaf do not cross the spine. None: every node on one leaf.")
     oversubscription: float = Field(default=1.0, ge=1.0, description="Leaf down / up bandwidth ratio: traffic "
                                     "that crosses the spine gets 1/oversubscription of the NIC rate.")
-    latency_us: float = Field(default=0.0, ge=0, description="Latency per switch hop, µs, added to NCCL's network "
-                              "latency (default 0: NCCL's own figures hold the switch).")
+    latency_us: float = Field(default=0.0, ge=0, description="Latency per switch hop, µs, that a network step "
+                              "takes beyond NCCL's figures (one hop within a leaf, three across leaves); it times "
+                              "the run but not NCCL's choice, since NCCL's topology has no switch (default 0: "
+                              "NCCL's own figures hold the switch, as they do on InfiniBand).")
     sharp: bool = Field(default=False, description="The switches reduce in the network (NVIDIA SHARP) and NCCL "
                         "runs its CollNet plugin (NCCL_COLLNET_ENABLE=1): CollNet Direct / Chain and NVLS across "
                         "nodes for all_reduce (schedsim.network.tuning).")

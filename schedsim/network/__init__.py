@@ -276,12 +276,18 @@ class NcclNetwork:
         return bw
 
     def _lat_inter(self, shape: GroupShape) -> float:
-        """µs added to NCCL's network hop: the NIC's latency and one switch hop (three across leaves)."""
-        nics, fab = self.topo.nics, self.topo.fabric
-        lat = nics.latency_us if nics is not None else 0.0
-        if fab is not None:
-            lat += fab.latency_us * (3 if shape.leaves > 1 else 1)
-        return lat
+        """µs NCCL adds to its network hop: ``graph->latencyInter``, the net plugin's ``props->latency``
+        (``topology.nics.latency_us``; ``ncclTopoCompute``, src/graph/search.cc). NCCL chooses with it."""
+        nics = self.topo.nics
+        return nics.latency_us if nics is not None else 0.0
+
+    def _lat_hop(self, shape: GroupShape) -> float:
+        """µs a network step takes beyond NCCL's figures that NCCL does not see: one switch hop of the fabric
+        (``topology.fabric.latency_us``), three across leaves (leaf, spine, leaf). NCCL's topology has no switch
+        (its net plugins report a NIC, ``ncclNetProperties``), so the hop times the run and not the choice
+        (:attr:`schedsim.network.tuning.TuneInput.lat_hop`)."""
+        fab = self.topo.fabric
+        return fab.latency_us * (3 if shape.leaves > 1 else 1) if fab is not None else 0.0
 
     def _tables(self, shape: GroupShape, func: str) -> tuple[_Table, _Table, TuneInput]:
         """NCCL's (latency, bandwidth) per enabled (algo, proto), as NCCL chooses with them; the same timed with
@@ -359,9 +365,10 @@ class NcclNetwork:
                      if (self.algos is None or a in self.algos[func])
                      and (self.protos is None or p in self.protos[func])}
         intra, inter, bus = self.timing_figures(shape.nodes > 1)
+        hop = self._lat_hop(shape) if shape.nodes > 1 else 0.0
         timed = table
-        if intra or inter or bus or t.consts.nvls_eff is None:
-            full = timing_table(func, replace(t, hw_intra=intra, hw_inter=inter, bw_factor=bus))
+        if intra or inter or bus or hop or t.consts.nvls_eff is None:
+            full = timing_table(func, replace(t, hw_intra=intra, hw_inter=inter, bw_factor=bus, lat_hop=hop))
             timed = {k: full[k] for k in table}
         return table, timed, t
 
@@ -381,7 +388,9 @@ class NcclNetwork:
             raise KeyError(kind)
         t = self.tune_input(shape)
         intra, inter, bus = self.timing_figures(shape.nodes > 1, over)
-        lat, bw = timing_table(func, replace(t, hw_intra=intra, hw_inter=inter, bw_factor=bus))[(algo, proto)]
+        hop = self._lat_hop(shape) if shape.nodes > 1 else 0.0
+        lat, bw = timing_table(func, replace(t, hw_intra=intra, hw_inter=inter, bw_factor=bus, lat_hop=hop))[
+            (algo, proto)]
         nc = runtime_channels(algo, proto, nbytes, shape.ranks, t.ring, channel_ceiling(t))
         bw *= runtime_bw_scale(func, algo, proto, nc, t) * cta_bw_scale(algo, t)
         return algo_time(func, algo, proto, lat, bw, nbytes, shape.nodes, shape.ranks, self._comm_channels(t),
@@ -537,7 +546,7 @@ class NcclNetwork:
             proto = "LL" if nbytes_per_peer <= P2P_LL_THRESHOLD else "Simple"
         if inter:
             lat, ll_cap = p2p_step("net", proto, self.arch, self.consts)
-            lat += self._lat_inter(shape)
+            lat += self._lat_inter(shape) + self._lat_hop(shape)
             bw = self._nic_bw(shape)
         else:
             lat, ll_cap = p2p_step("pci" if self.up.kind == "pcie" else "nvlink", proto, self.arch, self.consts)

@@ -441,6 +441,45 @@ def test_oversubscribed_spine_slows_groups_across_leaves():
     assert us(NcclNetwork(profile(one)).p2p(0, 2, MiB)) == pytest.approx(23.4 + MiB / 50_000, rel=1e-9)
 
 
+def test_fabric_switch_hop_times_every_network_step_but_not_nccls_choice():
+    # 4 nodes x 2 GPUs, 256 KiB all_reduce. NCCL's estimate (tuning.cc 2.30.7): ring LL 6.6 + (14 - 6 inter steps)
+    # x max(.6, 1.0 net overhead) + 6 x 2.7 = 30.8 us; tree LL128 14 + 2 x (1 x 1.25 + log2(4) x 8.5) = 50.5; NCCL
+    # picks ring LL. A switch hop of 5 us (NCCL's topology has no switch) leaves that choice and adds 6 x 5 us,
+    # one hop per network step of the ring
+    r8 = tuple(range(8))
+    bare = NcclNetwork(profile(hopper(2, 2)))
+    hop = NcclNetwork(profile(hopper(2, 2, fabric={"kind": "single_switch", "latency_us": 5.0, "source": "test"})))
+    base, got = bare.collective("all_reduce", 256 * 1024, r8), hop.collective("all_reduce", 256 * 1024, r8)
+    assert base is not None and got is not None
+    assert (base.algo, base.proto) == (got.algo, got.proto) == ("ring", "LL")
+    assert tune("allreduce", bare.tune_input(bare.shape(r8)))[("ring", "LL")][0] == pytest.approx(30.8, rel=1e-12)
+    assert tune("allreduce", hop.tune_input(hop.shape(r8))) == tune("allreduce", bare.tune_input(bare.shape(r8)))
+    assert us(got) == pytest.approx(us(base) + 6 * 5.0, rel=1e-12)
+    # the same 5 us reported by the net plugin (ncclNetProperties.latency -> graph->latencyInter) NCCL does see:
+    # ring LL 30.8 + 6 x 5 = 60.8 against tree LL128 50.5 + 4 x 5 = 70.5, and NCCL now picks tree LL128
+    topo = hopper(2, 2)
+    topo["nics"] = {**topo["nics"], "latency_us": 5.0}
+    seen = NcclNetwork(profile(topo))
+    table = tune("allreduce", seen.tune_input(seen.shape(r8)))
+    assert table[("ring", "LL")][0] == pytest.approx(60.8, rel=1e-12)
+    assert table[("tree", "LL128")][0] == pytest.approx(70.5, rel=1e-12)
+    chosen = seen.collective("all_reduce", 256 * 1024, r8)
+    assert chosen is not None and (chosen.algo, chosen.proto) == ("tree", "LL128")
+
+
+def test_fabric_switch_hop_is_not_counted_again_for_simples_flush_2x2():
+    # ring Simple 16 MiB over 2 x 2 (test_ring_simple_all_reduce_2x2): 8.4 + 4 x 3.4 + 2 x 14.0 = 50.0, x 1.4 (the
+    # plateau). A 2 us switch hop: 2 network steps x (14 + 2) -> 54.0 x 1.4 = 75.6; the plugin's 2 us instead is
+    # counted twice on Simple (the flush, tuning.cc): 2 x (14 + 2 + 2) -> 58.0 x 1.4 = 81.2
+    switch = hopper(2, 2, fabric={"kind": "single_switch", "latency_us": 2.0, "source": "test"})
+    got = forced(switch, "ring", "Simple").collective("all_reduce", 16 * MiB, R4)
+    assert got is not None and us(got) == pytest.approx(75.6 + 16 * MiB / (1000 * 64.0), rel=1e-9)
+    plugin = hopper(2, 2)
+    plugin["nics"] = {**plugin["nics"], "latency_us": 2.0}
+    got = forced(plugin, "ring", "Simple").collective("all_reduce", 16 * MiB, R4)
+    assert got is not None and us(got) == pytest.approx(81.2 + 16 * MiB / (1000 * 64.0), rel=1e-9)
+
+
 def test_scale_up_latency_adds_to_every_intra_node_step():
     topo = hopper(8, 8)
     topo["scale_up"] = {**topo["scale_up"], "latency_us": 0.5}
