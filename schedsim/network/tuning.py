@@ -615,9 +615,10 @@ class TuneInput:
     estimate (``ncclTopoTuneModel``) reads the graphs' channels and does not see them, the time does
     (:func:`channel_ceiling`, :func:`cta_bw_scale`).
 
-    ``lat_hop``: µs every network step takes beyond NCCL's figures that NCCL does not see (the fabric's switch
-    hops, ``topology.fabric.latency_us``): 0 in NCCL's view of a group (its choice), set only to time the run
-    (:meth:`schedsim.network.NcclNetwork._lat_hop`); unlike ``lat_inter`` it is not counted again for Simple's
+    ``lat_hop``: µs every network crossing takes beyond NCCL's figures that NCCL does not see (the transport's
+    own, ``topology.nics.transport_latency_us``, and the fabric's switch hops, ``topology.fabric.latency_us``): 0
+    in NCCL's view of a group (its choice), set only to time the run (:meth:`schedsim.network.NcclNetwork._lat_hop`,
+    :func:`schedsim.network.net_crossings`); :func:`tune` leaves it out, and it is not counted again for Simple's
     flush (a local read of the receive buffer, ``ncclIbIflush``, src/transport/net_ib, not a network crossing).
 
     ``hw_intra`` / ``hw_inter`` replace NCCL's ``hwLatencies`` of the intra-node / network tier for the
@@ -778,12 +779,12 @@ def _latency(coll: str, a: str, p: str, t: TuneInput) -> float:
     hw_intra = _hw(t.hw_intra, a, p, k.hw_lat[t.intra_hw][a][pi])
     hw_net = _hw(t.hw_inter, a, p, k.hw_lat["net"]["tree" if ppn == 1 and not k.legacy_steps else a][pi])
     intra_lat = hw_intra + t.lat_intra
-    inter_lat = hw_net + t.lat_inter + t.lat_hop
+    inter_lat = hw_net + t.lat_inter
     if p == "Simple":
         inter_lat += t.lat_inter  # the flush
     if a == "ring":
-        if coll in ("reduce", "broadcast"):  # sameChannels
-            return lat + (hw_intra if nodes == 1 else _hw(t.hw_inter, a, p, k.hw_lat["net"][a][pi]) + t.lat_hop)
+        if coll in ("reduce", "broadcast"):
+            return lat + (hw_intra if nodes == 1 else _hw(t.hw_inter, a, p, k.hw_lat["net"][a][pi]))  # sameChannels
         overhead = 0.0
         if nodes > 1:
             overhead = (2.0 if t.cpu_vendor == "amd" else 1.0) * (3 if p == "Simple" else 1)  # getNetOverhead
