@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from schedsim.gpu.cost import CostModel
@@ -222,6 +222,18 @@ CHANGES = (("NIC bandwidth x 0.9", "nics", "bandwidth_Gbps", 0.9, 0.0),
            ("fabric switch hop + 1 us", "fabric", "latency_us", 1.0, 1.0))
 
 
+#: Latency-bound rows (size: (out-of-place, in-place) µs) of two logs: a transport's latency is measured on such a
+#: run (``topology.nics.transport_latency_us``); ``--transport-check`` fits it on one log and times the other rows
+#: of that transport with it. A3M_TCPXO_AR's 8 B .. 4 KiB; GCP_A3U_AG's 1 .. 4 KiB (its first sizes).
+TCPXO_SMALL = {8: (135.8, 123.5), 16: (123.2, 122.3), 32: (123.3, 122.7), 64: (123.4, 122.9), 128: (123.0, 122.7),
+               256: (123.6, 122.7), 512: (126.6, 123.4), 1024: (147.1, 123.1), 2048: (125.8, 124.6),
+               4096: (126.9, 125.6)}
+ROCE_SMALL = {1024: (28.70, 27.82), 2048: (28.05, 28.03), 4096: (28.39, 28.35)}
+#: NCCL_309_2N's 8 B .. 4 KiB (InfiniBand; tests/data/nccl_tests_309_h100_2x8_ib.log)
+IB_SMALL = {8: (68.52, 24.70), 16: (24.96, 24.93), 32: (24.93, 25.02), 64: (25.29, 25.21), 128: (25.68, 25.62),
+            256: (94.40, 25.90), 512: (32.35, 26.31), 1024: (29.75, 26.65), 2048: (28.19, 28.22), 4096: (30.24, 29.72)}
+
+
 def profile_for(row: Row, change: tuple[str, str, str, float, float] | None = None) -> HardwareProfile:
     """The row's profile with its published topology and NCCL settings applied; ``change`` (one of
     :data:`CHANGES`) then scales and adds to one tier figure."""
@@ -254,9 +266,15 @@ def main() -> None:
     ap.add_argument("--json", action="store_true", help="print the rows as JSON")
     ap.add_argument("--sensitivity", action="store_true",
                     help="the sourced rows' median and worst |error| with one tier figure changed at a time")
+    ap.add_argument("--transport-check", action="store_true",
+                    help="fit a transport's latency (GPUDirect-TCPXO, GCP's RoCE) on one log's latency-bound rows "
+                         "and print that transport's rows with it")
     args = ap.parse_args()
     if args.sensitivity:
         sensitivity()
+        return
+    if args.transport_check:
+        transport_check()
         return
     out = []
     for row in ROWS:
@@ -298,6 +316,46 @@ def main() -> None:
     print("\nsources:")
     for i, r in enumerate(out, 1):
         print(f"  {i:2}. {r['source']}" + (f" (* {r['unsourced']})" if r["unsourced"] else ""))
+
+
+def transport_check() -> None:
+    """Per transport, fit ``topology.nics.transport_latency_us`` on one log's latency-bound rows (:data:`TCPXO_SMALL`,
+    :data:`ROCE_SMALL`, :data:`IB_SMALL`; least squares of relative error, a row's time the lesser of its two; the
+    model is affine in the figure, so the fit is closed-form; a fit below 0 is printed as fitted, not used) and print
+    that transport's rows with it: NVIDIA/nccl-tests#309's InfiniBand runs on 2, 4 and 8 nodes; GPUDirect-TCPXO's
+    all_reduce log at larger sizes and the other cluster's all_gather; GCP's RoCE all_gather of the sourced rows
+    and SkyPilot's held-out run of the same machine type."""
+    def with_latency(row: Row, h: float) -> Row:
+        return replace(row, topology={**row.topology, "nics": {**row.topology.get("nics", {}),
+                                                               "transport_latency_us": h}})
+
+    fits = (("InfiniBand (NVIDIA/nccl-tests#309)", IB_SMALL, Row("fit", "dgx_h100", "all_reduce", 2, 8, 0, 0.0,
+                                                                 NCCL_309_2N, nccl={"version": "2.26.2"}),
+             lambda r: r.source in (NCCL_309_2N, NCCL_309_4N, NCCL_309_8N)),
+            ("GPUDirect-TCPXO", TCPXO_SMALL, Row("fit", "dgx_h100", "all_reduce", 2, 8, 0, 0.0, A3M_TCPXO_AR,
+                                                 topology=A3M_NODE), lambda r: r.transport == "tcpxo"),
+            ("RoCE (GCP a3-ultragpu)", ROCE_SMALL, Row("fit", "h200", "all_gather", 2, 8, 0, 0.0, GCP_A3U_AG,
+                                                      nccl={"version": "2.26.6"}),
+             lambda r: r.source in (GCP_A3U_AG, SKY_A3U_AG)))
+    for label, small, base, mine in fits:
+        num = den = 0.0
+        for size, times in small.items():
+            row = replace(base, nbytes=size, us=min(times))
+            t0 = predict(row)[0]
+            c = predict(with_latency(row, 1.0))[0] - t0  # µs per µs of transport latency: the chain's crossings
+            num += c * (row.us - t0) / row.us ** 2
+            den += (c / row.us) ** 2
+        fitted = num / den
+        h = max(0.0, fitted)  # the profile's field is >= 0
+        print(f"\n{label}: transport_latency_us fitted on {len(small)} rows of {base.kind} "
+              f"({min(small)} .. {max(small)} B): {fitted:.2f} us a crossing")
+        print(f"{'run':44} {'collective':11} {'size':>11} {'published':>11} {'as published':>13} "
+              f"{'with the fit':>13}")
+        for row in (r for r in ROWS if mine(r)):
+            (u0, _), (u1, choice) = predict(row), predict(with_latency(row, h))
+            print(f"{row.run:44} {row.kind:11} {row.nbytes:>11} {row.us:>9.1f}us "
+                  f"{100 * (u0 - row.us) / row.us:>+12.1f}% {100 * (u1 - row.us) / row.us:>+12.1f}% {choice}"
+                  f"{' h' if row.held_out else ''}")
 
 
 def sensitivity() -> None:
