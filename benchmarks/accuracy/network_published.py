@@ -216,8 +216,9 @@ CHANGES = (("NIC bandwidth x 0.9", "nics", "bandwidth_Gbps", 0.9, 0.0),
            ("NIC bandwidth x 1.1", "nics", "bandwidth_Gbps", 1.1, 0.0),
            ("scale-up bandwidth x 0.9", "scale_up", "bandwidth_GBps", 0.9, 0.0),
            ("scale-up bandwidth x 1.1", "scale_up", "bandwidth_GBps", 1.1, 0.0),
-           ("NIC latency + 1 us", "nics", "latency_us", 1.0, 1.0),
-           ("NIC latency + 2 us", "nics", "latency_us", 1.0, 2.0),
+           ("plugin latency + 1 us", "nics", "latency_us", 1.0, 1.0),
+           ("plugin latency + 2 us", "nics", "latency_us", 1.0, 2.0),
+           ("transport latency + 1 us", "nics", "transport_latency_us", 1.0, 1.0),
            ("scale-up latency + 0.5 us", "scale_up", "latency_us", 1.0, 0.5),
            ("fabric switch hop + 1 us", "fabric", "latency_us", 1.0, 1.0))
 
