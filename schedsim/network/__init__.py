@@ -149,7 +149,7 @@ def timing_table(func: str, t: TuneInput) -> dict[tuple[str, str], tuple[float, 
     and NVLS-tree take the bandwidth of 2.28.3's prediction (:data:`NVLS_PREDICTION`), NCCL's correction of its
     own earlier estimate, which 2.28.3's notes give as a change of the prediction (for the choice), not of the
     kernel; the latency, and every other pair, stay the release's. ``t.lat_hop`` (µs NCCL does not see, per network
-    crossing) is added to each pair's latency :func:`~schedsim.network.tuning.net_crossings` times. NCCL chooses
+    crossing) is added to each pair's latency :func:`net_crossings` times. NCCL chooses
     with its own release's figures
     (:meth:`NcclNetwork.collective`). Published: 8 x GB200 of one rack, NVLS, NCCL 2.27.3: 18.97 ms at 8 GiB
     (453 GB/s algbw); 2.27.3's estimate 532 GB/s, 2.28.3's 411 (``benchmarks/accuracy/network_published.py``)."""
@@ -317,7 +317,7 @@ class NcclNetwork:
         return nics.latency_us if nics is not None else 0.0
 
     def _lat_hop(self, shape: GroupShape) -> float:
-        """µs a network step takes beyond NCCL's figures that NCCL does not see: the transport's own
+        """µs each network crossing takes beyond NCCL's figures that NCCL does not see: the transport's own
         (``topology.nics.transport_latency_us``) and one switch hop of the fabric (``topology.fabric.latency_us``),
         three across leaves (leaf, spine, leaf). NCCL's topology has no switch and its net plugins report no
         latency (``ncclNetProperties.latency`` 0: net_ib, net_socket, Google's FasTrak), so these time the run
