@@ -99,10 +99,12 @@ def write_profile(d: dict[str, Any], out: Path, header: str = "") -> None:
     atomic_write_text(out, comment + text)
 
 
-def _fit_tiers(d: dict[str, Any], logs: list[Any], srcs: list[str]) -> None:
+def _fit_tiers(d: dict[str, Any], logs: list[Any], srcs: list[str], transport: bool = False) -> None:
     """On a base profile with a cluster topology (``topology.scale_up``): fit each tier's per-(algorithm,
     protocol) figures to ``logs`` (:mod:`schedsim.network.fit`), write them into ``d``'s
-    ``topology.scale_up.timing`` / ``topology.nics.timing`` (provenance ``fitted``) and print them.
+    ``topology.scale_up.timing`` / ``topology.nics.timing`` (provenance ``fitted``) and print them. With
+    ``transport`` (``--transport-latency``), ``topology.nics.transport_latency_us`` is fitted first and written,
+    its ``source`` saying so (:func:`schedsim.network.fit.fit_transport_latency`).
 
     Logs the fit cannot use (send/recv-based collectives, groups that do not fit the profile's nodes, a base
     without ``topology.nics`` for logs across nodes) are named in ``note:`` lines on stderr, and so is a base
@@ -123,11 +125,16 @@ def _fit_tiers(d: dict[str, Any], logs: list[Any], srcs: list[str]) -> None:
               "(e.g. dgx_h100) to fit them", file=sys.stderr)
         return
     fitted, figs, notes = fit_profile(base, logs, "fitted by schedsim calibrate --from-nccl-tests to "
-                                      + "; ".join(srcs))
+                                      + "; ".join(srcs), transport=transport)
     for note in notes:
         print(f"note: {printable(note)}", file=sys.stderr)
     if fitted.nccl.version != base.nccl.version:  # the logs' NCCL release (schedsim.network.fit)
         d.setdefault("nccl", {})["version"] = fitted.nccl.version
+    nics, was = fitted.topology.nics, base.topology.nics
+    if nics is not None and was is not None and nics.transport_latency_us != was.transport_latency_us:
+        d["topology"]["nics"]["transport_latency_us"] = nics.transport_latency_us
+        d["topology"]["nics"]["source"] = (f"{was.source}; transport_latency_us fitted by schedsim calibrate "
+                                           f"--from-nccl-tests --transport-latency to {'; '.join(srcs)}")
     if not figs:
         return
     topo = fitted.topology.model_dump(mode="json")
@@ -142,8 +149,9 @@ def _fit_tiers(d: dict[str, Any], logs: list[Any], srcs: list[str]) -> None:
 
 
 def profile_from_nccl_tests(logs: list[Path], *, out: Path, name: str | None, base: str, collective: str | None,
-                            nranks: int | None) -> dict[str, Any]:
+                            nranks: int | None, transport: bool = False) -> dict[str, Any]:
     """Parse ``logs``, print each as an nccl-tests-style table, write the profile; returns the profile dict.
+    ``transport``: fit ``topology.nics.transport_latency_us`` too (:func:`_fit_tiers`).
 
     Raises
     ------
@@ -192,7 +200,7 @@ def profile_from_nccl_tests(logs: list[Path], *, out: Path, name: str | None, ba
                 nodes_of.pop(key[1], None)
             on_nodes = f", {k} nodes" if k > 1 else ""
             srcs.append(f"{p.name} ({log.collective}, {log.nranks} ranks{on_nodes}, {len(tab)} sizes)")
-    _fit_tiers(d, parsed, srcs)
+    _fit_tiers(d, parsed, srcs, transport)
     d["collectives"]["nodes"] = {k: v for k, v in d["collectives"].get("nodes", {}).items() if v}
     d["collectives"]["tables"] = tables
     d["collectives"]["source"] = "nccl-tests logs (out-of-place busbw): " + "; ".join(srcs)

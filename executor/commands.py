@@ -109,6 +109,10 @@ def register(app: Any) -> None:
         from_nccl_tests: list[Path] | None = typer.Option(None, "--from-nccl-tests",
                                                              help="Build collective tables from nccl-tests logs "
                                                              "(no torch, no GPU needed)."),
+        transport_latency: bool = typer.Option(False, "--transport-latency",
+                                               help="With --from-nccl-tests: fit topology.nics.transport_latency_us "
+                                               "(the network's latency per crossing that NCCL does not see) to the "
+                                               "rows across nodes up to 4 KiB, before the NICs' tier figures."),
         collective: str | None = typer.Option(None, "--collective", help="Collective of a log that does not say."),
         ranks: int | None = typer.Option(None, "--ranks", help="Group size of a log that does not say."),
         dtypes: str = typer.Option("fp32,tf32,bf16,fp16", "--dtypes", help="GEMM dtypes (comma-separated)."),
@@ -141,8 +145,13 @@ def register(app: Any) -> None:
 
             # `--from-nccl-tests a.log b.log`: click gives b.log to the SCHEDULES argument; read every file named
             profile_from_nccl_tests(list(from_nccl_tests) + list(schedules or []), out=out, name=name, base=base,
-                                    collective=collective, nranks=ranks)
+                                    collective=collective, nranks=ranks, transport=transport_latency)
             return
+        if transport_latency:
+            from schedsim.errors import SchedsimError
+
+            raise SchedsimError("--transport-latency fits a figure to nccl-tests logs, and no --from-nccl-tests log "
+                                "was given", fix="pass --from-nccl-tests LOG... with it, or leave it out")
         from executor.calibrate import run_calibrate
         from executor.calibrate_bench import CalibrateOptions
 

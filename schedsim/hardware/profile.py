@@ -373,12 +373,23 @@ class Nics(_B):
     gpu_to_nic: list[NonNegativeInt] | None = Field(
         default=None, description="Local GPU i uses NIC gpu_to_nic[i]; default: GPU i on NIC i * per_node // "
         "gpus_per_node (rail-optimised when per_node == gpus_per_node).")
-    latency_us: float = Field(default=0.0, ge=0, description="NIC latency, µs, added to NCCL's network hop "
-                              "(graph->latencyInter; NCCL's IB and socket plugins report 0).")
+    latency_us: float = Field(default=0.0, ge=0, description="The net plugin's reported latency, µs "
+                              "(ncclNetProperties.latency -> graph->latencyInter), which NCCL adds to its network "
+                              "hop (twice for Simple: the flush) and chooses with; NCCL's IB plugin (IB and RoCE), "
+                              "its socket plugin and Google's FasTrak (GPUDirect-TCPXO) plugin report 0.")
+    transport_latency_us: float = Field(default=0.0, ge=0, description="µs each network crossing takes beyond "
+                                        "NCCL's figures on this transport, which NCCL does not see (its net plugins "
+                                        "report 0): it times the run (once per crossing of the chosen algorithm's "
+                                        "longest chain, schedsim.network.net_crossings), not NCCL's choice. "
+                                        "Default 0: NCCL's figures "
+                                        "hold the transport, as they do on InfiniBand (NVIDIA/nccl-tests#309: 16 B "
+                                        "all_reduce on 2 and 4 nodes of 8 H100 within 1.1 % of NCCL's estimate). "
+                                        "Another transport's figure is measured (an 8 B..4 KiB nccl-tests run).")
     timing: dict[str, TierTiming] = Field(default_factory=lambda: {}, description="algo/proto -> figures that time "
                                           "NCCL's choice across nodes (network hwLat per hop, bus bandwidth of a group "
                                           "across nodes); not listed: NCCL's constants.")
-    provenance: Provenance = Field(default="assumed", description="Where bandwidth_Gbps and latency_us come from.")
+    provenance: Provenance = Field(default="assumed", description="Where bandwidth_Gbps, latency_us and "
+                                   "transport_latency_us come from.")
     source: str
 
     @field_validator("timing")
@@ -407,8 +418,10 @@ class Fabric(_B):
                                        "within one leaf do not cross the spine. None: every node on one leaf.")
     oversubscription: float = Field(default=1.0, ge=1.0, description="Leaf down / up bandwidth ratio: traffic "
                                     "that crosses the spine gets 1/oversubscription of the NIC rate.")
-    latency_us: float = Field(default=0.0, ge=0, description="Latency per switch hop, µs, added to NCCL's network "
-                              "latency (default 0: NCCL's own figures hold the switch).")
+    latency_us: float = Field(default=0.0, ge=0, description="Latency per switch hop, µs, that each network "
+                              "crossing takes beyond NCCL's figures (one hop within a leaf, three across leaves); "
+                              "it times the run but not NCCL's choice, since NCCL's topology has no switch "
+                              "(default 0: NCCL's own figures hold the switch, as they do on InfiniBand).")
     sharp: bool = Field(default=False, description="The switches reduce in the network (NVIDIA SHARP) and NCCL "
                         "runs its CollNet plugin (NCCL_COLLNET_ENABLE=1): CollNet Direct / Chain and NVLS across "
                         "nodes for all_reduce (schedsim.network.tuning).")

@@ -60,7 +60,7 @@ from schedsim.network.tuning import (
 if TYPE_CHECKING:
     from schedsim.hardware.profile import HardwareProfile
 
-__all__ = ["CollectiveCost", "NcclNetwork", "GroupShape", "fewest_graph", "rank_nodes"]
+__all__ = ["CollectiveCost", "NcclNetwork", "GroupShape", "fewest_graph", "net_crossings", "rank_nodes"]
 
 _Table = dict[tuple[str, str], tuple[float, float]]
 
@@ -112,15 +112,50 @@ def fewest_graph(*graphs: Graph | None) -> Graph | None:
 NVLS_PREDICTION = "2.28.3"
 
 
+def net_crossings(coll: str, algo: str, nodes: int) -> int:
+    """Network crossings one after another on the longest dependent chain of ``coll`` run as ``algo`` over
+    ``nodes`` nodes (ranks in node order): what a per-message latency NCCL does not know (:attr:`TuneInput.lat_hop`)
+    adds to the run, once per crossing. 0 on one node.
+
+    * ring (NCCL's ring crosses each node boundary once a lap): a chain of ``n - 1`` steps (all_gather,
+      reduce_scatter) covers all of a lap's edges but one, so the longest crosses ``nodes`` boundaries; all_reduce's
+      ``2(n - 1)`` steps cross ``2 · nodes``; broadcast and reduce from rank 0, the first of its node, ``nodes - 1``.
+      (NCCL's latency counts fewer network steps, ``2(nNodes - 1)`` and ``nNodes - 1``, tuning.cc: a cost its
+      ``hwLat`` figures, fitted on its own fabrics, already hold.)
+    * tree and NVLS-tree all_reduce: up and down ``ncclGetDtree(nNodes)``, ``2 · ceil(log2(nNodes))``
+      (:func:`~schedsim.network.tuning.nvls_tree_fill`); PAT (one GPU per node) ``ceil(log2(nNodes))``.
+    * NVLS and CollNet across nodes: one (the switch reduces in the network; NCCL counts one ``latencyInter``).
+
+    >>> [net_crossings("allreduce", "ring", 2), net_crossings("allgather", "ring", 2)]
+    [4, 2]
+    >>> [net_crossings("allreduce", "tree", 5), net_crossings("allreduce", "nvls", 4)]
+    [6, 1]
+    """
+    if nodes <= 1:
+        return 0
+    depth = (nodes - 1).bit_length()  # ceil(log2(nodes))
+    if algo == "ring":
+        return 2 * nodes if coll == "allreduce" else (nodes - 1 if coll in ("broadcast", "reduce") else nodes)
+    if algo in ("tree", "nvls_tree"):
+        return 2 * depth
+    if algo == "pat":
+        return depth
+    return 1
+
+
 def timing_table(func: str, t: TuneInput) -> dict[tuple[str, str], tuple[float, float]]:
     """``(latency µs, bandwidth GB/s)`` per enabled (algorithm, protocol), as :func:`~schedsim.network.tuning.tune`
     gives them, to time a run rather than choose it: for a release before 2.28 (``t.consts.nvls_eff`` None) NVLS
     and NVLS-tree take the bandwidth of 2.28.3's prediction (:data:`NVLS_PREDICTION`), NCCL's correction of its
     own earlier estimate, which 2.28.3's notes give as a change of the prediction (for the choice), not of the
-    kernel; the latency, and every other pair, stay the release's. NCCL chooses with its own release's figures
+    kernel; the latency, and every other pair, stay the release's. ``t.lat_hop`` (µs NCCL does not see, per network
+    crossing) is added to each pair's latency :func:`net_crossings` times. NCCL chooses
+    with its own release's figures
     (:meth:`NcclNetwork.collective`). Published: 8 x GB200 of one rack, NVLS, NCCL 2.27.3: 18.97 ms at 8 GiB
     (453 GB/s algbw); 2.27.3's estimate 532 GB/s, 2.28.3's 411 (``benchmarks/accuracy/network_published.py``)."""
     got = tune(func, t)
+    if t.lat_hop:  # what NCCL does not see, once per network crossing of the chain (net_crossings)
+        got = {key: (v[0] + t.lat_hop * net_crossings(func, key[0], t.nodes), v[1]) for key, v in got.items()}
     if t.consts.nvls_eff is None:
         k = constants_for(NVLS_PREDICTION)
         nvls = tune(func, replace(t, consts=replace(t.consts, nvls_eff=k.nvls_eff, per_ch_nvls_tree=k.per_ch_nvls_tree,
@@ -276,12 +311,20 @@ class NcclNetwork:
         return bw
 
     def _lat_inter(self, shape: GroupShape) -> float:
-        """µs added to NCCL's network hop: the NIC's latency and one switch hop (three across leaves)."""
+        """µs NCCL adds to its network hop: ``graph->latencyInter``, the net plugin's ``props->latency``
+        (``topology.nics.latency_us``; ``ncclTopoCompute``, src/graph/search.cc). NCCL chooses with it."""
+        nics = self.topo.nics
+        return nics.latency_us if nics is not None else 0.0
+
+    def _lat_hop(self, shape: GroupShape) -> float:
+        """µs each network crossing takes beyond NCCL's figures that NCCL does not see: the transport's own
+        (``topology.nics.transport_latency_us``) and one switch hop of the fabric (``topology.fabric.latency_us``),
+        three across leaves (leaf, spine, leaf). NCCL's topology has no switch and its net plugins report no
+        latency (``ncclNetProperties.latency`` 0: net_ib, net_socket, Google's FasTrak), so these time the run
+        and not the choice (:attr:`schedsim.network.tuning.TuneInput.lat_hop`)."""
         nics, fab = self.topo.nics, self.topo.fabric
-        lat = nics.latency_us if nics is not None else 0.0
-        if fab is not None:
-            lat += fab.latency_us * (3 if shape.leaves > 1 else 1)
-        return lat
+        lat = nics.transport_latency_us if nics is not None else 0.0
+        return lat + (fab.latency_us * (3 if shape.leaves > 1 else 1) if fab is not None else 0.0)
 
     def _tables(self, shape: GroupShape, func: str) -> tuple[_Table, _Table, TuneInput]:
         """NCCL's (latency, bandwidth) per enabled (algo, proto), as NCCL chooses with them; the same timed with
@@ -359,9 +402,10 @@ class NcclNetwork:
                      if (self.algos is None or a in self.algos[func])
                      and (self.protos is None or p in self.protos[func])}
         intra, inter, bus = self.timing_figures(shape.nodes > 1)
+        hop = self._lat_hop(shape) if shape.nodes > 1 else 0.0
         timed = table
-        if intra or inter or bus or t.consts.nvls_eff is None:
-            full = timing_table(func, replace(t, hw_intra=intra, hw_inter=inter, bw_factor=bus))
+        if intra or inter or bus or hop or t.consts.nvls_eff is None:
+            full = timing_table(func, replace(t, hw_intra=intra, hw_inter=inter, bw_factor=bus, lat_hop=hop))
             timed = {k: full[k] for k in table}
         return table, timed, t
 
@@ -381,7 +425,9 @@ class NcclNetwork:
             raise KeyError(kind)
         t = self.tune_input(shape)
         intra, inter, bus = self.timing_figures(shape.nodes > 1, over)
-        lat, bw = timing_table(func, replace(t, hw_intra=intra, hw_inter=inter, bw_factor=bus))[(algo, proto)]
+        hop = self._lat_hop(shape) if shape.nodes > 1 else 0.0
+        lat, bw = timing_table(func, replace(t, hw_intra=intra, hw_inter=inter, bw_factor=bus, lat_hop=hop))[
+            (algo, proto)]
         nc = runtime_channels(algo, proto, nbytes, shape.ranks, t.ring, channel_ceiling(t))
         bw *= runtime_bw_scale(func, algo, proto, nc, t) * cta_bw_scale(algo, t)
         return algo_time(func, algo, proto, lat, bw, nbytes, shape.nodes, shape.ranks, self._comm_channels(t),
@@ -537,7 +583,7 @@ class NcclNetwork:
             proto = "LL" if nbytes_per_peer <= P2P_LL_THRESHOLD else "Simple"
         if inter:
             lat, ll_cap = p2p_step("net", proto, self.arch, self.consts)
-            lat += self._lat_inter(shape)
+            lat += self._lat_inter(shape) + self._lat_hop(shape)
             bw = self._nic_bw(shape)
         else:
             lat, ll_cap = p2p_step("pci" if self.up.kind == "pcie" else "nvlink", proto, self.arch, self.consts)

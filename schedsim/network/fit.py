@@ -34,7 +34,11 @@ if TYPE_CHECKING:
     from schedsim.hardware.profile import HardwareProfile
     from schedsim.network.nccl_tests import NcclTestsLog
 
-__all__ = ["FittedFigure", "fit_tier_timing", "fit_profile"]
+__all__ = ["FittedFigure", "fit_tier_timing", "fit_profile", "fit_transport_latency"]
+
+#: Rows up to this size (B) fit a transport's latency (:func:`fit_transport_latency`): NCCL runs them on LL with
+#: one channel, so their time is latency (published 2 x 8 H100 logs: a few µs of bandwidth term at 4 KiB).
+TRANSPORT_FIT_MAX_BYTES = 4096
 
 
 @dataclass(frozen=True)
@@ -292,9 +296,58 @@ def _with_logs_env(profile: HardwareProfile, logs: list[NcclTestsLog], notes: li
     return profile.model_copy(update={"nccl": profile.nccl.model_copy(update=upd)})
 
 
-def fit_profile(profile: HardwareProfile, logs: list[NcclTestsLog], source: str
+def _with_transport(profile: HardwareProfile, h: float) -> HardwareProfile:
+    """``profile`` with ``topology.nics.transport_latency_us`` = ``h`` (it has ``topology.nics``)."""
+    from schedsim.hardware.profile import HardwareProfile
+
+    d = profile.model_dump()
+    d["topology"]["nics"]["transport_latency_us"] = h
+    return HardwareProfile.model_validate(d)
+
+
+def fit_transport_latency(profile: HardwareProfile, logs: list[NcclTestsLog]) -> tuple[float | None, int, float]:
+    """``topology.nics.transport_latency_us`` fitted to the rows of ``logs`` across nodes up to
+    :data:`TRANSPORT_FIT_MAX_BYTES`: ``t = t0 + c · h`` per row (``t0`` the model's time without it, ``c`` the
+    network crossings of NCCL's choice, :func:`schedsim.network.net_crossings`, read off the model), ``h`` by least
+    squares of relative error, at least 0; a row's time as :func:`_row_time`. ``profile`` needs ``topology.nics``.
+
+    Returns
+    -------
+    (h µs, rows, rms %)
+        ``h`` None, with 0 rows, where no row qualifies (no log across nodes reaches down to 4 KiB).
+    """
+    from schedsim.network import NcclNetwork
+
+    zero, one = NcclNetwork(_with_transport(profile, 0.0)), NcclNetwork(_with_transport(profile, 1.0))
+    gpn = profile.topology.gpus_per_node
+    obs: list[tuple[float, float, float]] = []  # (t, t0, c)
+    for log in logs:
+        nodes = log.nodes or 1
+        ranks = _ranks(int(log.nranks or 0), nodes, gpn)
+        if nodes < 2 or ranks is None or not _tuned(str(log.collective)):
+            continue
+        for r in log.rows:
+            t_us = _row_time(r)
+            if t_us <= 0 or r.size_bytes > TRANSPORT_FIT_MAX_BYTES:
+                continue
+            a = zero.collective(str(log.collective), r.size_bytes, ranks, floor=False)
+            b = one.collective(str(log.collective), r.size_bytes, ranks, floor=False)
+            if a is not None and b is not None:
+                obs.append((t_us, a.seconds * 1e6, (b.seconds - a.seconds) * 1e6))
+    den = sum((c / t) ** 2 for t, _, c in obs)
+    if not obs or den <= 0:
+        return None, 0, 0.0
+    h = max(0.0, sum(c * (t - t0) / (t * t) for t, t0, c in obs) / den)
+    rms = 100.0 * math.sqrt(sum(((t0 + c * h - t) / t) ** 2 for t, t0, c in obs) / len(obs))
+    return h, len(obs), rms
+
+
+def fit_profile(profile: HardwareProfile, logs: list[NcclTestsLog], source: str, *, transport: bool = False
                 ) -> tuple[HardwareProfile, list[FittedFigure], list[str]]:
-    """Fit the scale-up tier to the one-node logs, then the NICs' tier to the logs across nodes given it.
+    """Fit the scale-up tier to the one-node logs, then the NICs' tier to the logs across nodes given it. With
+    ``transport``, first ``topology.nics.transport_latency_us`` to the rows across nodes up to 4 KiB
+    (:func:`fit_transport_latency`; a note gives it), which the NICs' per-(algorithm, protocol) figures are then
+    fitted beside.
 
     NCCL chooses and estimates with the constants of the release that ran: where the logs name one NCCL version
     (:attr:`NcclTestsLog.nccl_version`) and ``profile`` has no ``nccl.version``, the fit and the returned
@@ -323,6 +376,14 @@ def fit_profile(profile: HardwareProfile, logs: list[NcclTestsLog], source: str
     notes: list[str] = []
     profile = _with_logs_version(profile, logs, notes)
     profile = _with_logs_env(profile, logs, notes)
+    if transport and profile.topology.nics is not None:
+        h, rows, rms = fit_transport_latency(profile, logs)
+        if h is None:
+            notes.append(f"no transport latency fitted: no log across nodes has rows up to {TRANSPORT_FIT_MAX_BYTES} B")
+        else:
+            profile = _with_transport(profile, round(h, 4))
+            notes.append(f"topology.nics.transport_latency_us fitted: {h:.3f} us a network crossing ({rows} rows up to "
+                         f"{TRANSPORT_FIT_MAX_BYTES} B, rms error {rms:.1f} %)")
     for tier in ("scale_up", "nics"):
         if tier == "nics" and not any((log.nodes or 1) > 1 for log in logs):
             continue

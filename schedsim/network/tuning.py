@@ -615,6 +615,12 @@ class TuneInput:
     estimate (``ncclTopoTuneModel``) reads the graphs' channels and does not see them, the time does
     (:func:`channel_ceiling`, :func:`cta_bw_scale`).
 
+    ``lat_hop``: µs every network crossing takes beyond NCCL's figures that NCCL does not see (the transport's
+    own, ``topology.nics.transport_latency_us``, and the fabric's switch hops, ``topology.fabric.latency_us``): 0
+    in NCCL's view of a group (its choice), set only to time the run (:meth:`schedsim.network.NcclNetwork._lat_hop`,
+    :func:`schedsim.network.net_crossings`); :func:`tune` leaves it out, and it is not counted again for Simple's
+    flush (a local read of the receive buffer, ``ncclIbIflush``, src/transport/net_ib, not a network crossing).
+
     ``hw_intra`` / ``hw_inter`` replace NCCL's ``hwLatencies`` of the intra-node / network tier for the
     (algorithm, protocol) keys they hold, and ``bw_factor`` multiplies its bus bandwidth (before the conversion
     to algorithm bandwidth): a profile's measured, fitted or published ``timing`` figures (not NCCL's; NCCL
@@ -639,6 +645,7 @@ class TuneInput:
     consts: TunerConstants = LATEST
     channel_env: ChannelEnv = NO_CHANNEL_ENV
     local_range: tuple[int, int] | None = None
+    lat_hop: float = 0.0
 
 
 def _p(proto: str) -> int:

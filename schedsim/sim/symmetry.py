@@ -101,7 +101,7 @@ def layout_alike(profile: HardwareProfile, spec: ScheduleSpec) -> bool:
         net = NcclNetwork(profile)
         nics = [net.nic_of(net.gpu_of(r) % gpn) for r in range(world)]
     fab = topo.fabric
-    # leaves count where crossing them costs: a switch latency or an oversubscribed uplink (NcclNetwork._lat_inter,
+    # leaves count where crossing them costs: a switch latency or an oversubscribed uplink (NcclNetwork._lat_hop,
     # _nic_bw)
     per_leaf = fab.nodes_per_leaf if fab is not None and fab.kind == "leaf_spine" and fab.nodes_per_leaf and (
         fab.latency_us > 0 or fab.oversubscription > 1) else 0

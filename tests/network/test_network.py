@@ -441,6 +441,73 @@ def test_oversubscribed_spine_slows_groups_across_leaves():
     assert us(NcclNetwork(profile(one)).p2p(0, 2, MiB)) == pytest.approx(23.4 + MiB / 50_000, rel=1e-9)
 
 
+def test_fabric_switch_hop_times_every_network_crossing_but_not_nccls_choice():
+    # 4 nodes x 2 GPUs, 256 KiB all_reduce. NCCL's estimate (tuning.cc 2.30.7): ring LL 6.6 + (14 - 6 inter steps)
+    # x max(.6, 1.0 net overhead) + 6 x 2.7 = 30.8 us; tree LL128 14 + 2 x (1 x 1.25 + log2(4) x 8.5) = 50.5; NCCL
+    # picks ring LL. A switch hop of 5 us (NCCL's topology has no switch) leaves NCCL's estimate and choice alone
+    # and adds 5 us per crossing of the ring's longest chain: 2(n - 1) = 14 steps cross the 4 node boundaries of a
+    # lap twice, 8 x 5 = 40 us
+    r8 = tuple(range(8))
+    bare = NcclNetwork(profile(hopper(2, 2)))
+    hop = NcclNetwork(profile(hopper(2, 2, fabric={"kind": "single_switch", "latency_us": 5.0, "source": "test"})))
+    assert tune("allreduce", bare.tune_input(bare.shape(r8)))[("ring", "LL")][0] == pytest.approx(30.8, rel=1e-12)
+    assert tune("allreduce", hop.tune_input(hop.shape(r8))) == tune("allreduce", bare.tune_input(bare.shape(r8)))
+    base, got = bare.collective("all_reduce", 256 * 1024, r8), hop.collective("all_reduce", 256 * 1024, r8)
+    assert base is not None and got is not None
+    assert (base.algo, base.proto) == (got.algo, got.proto) == ("ring", "LL")
+    assert us(got) == pytest.approx(us(base) + 8 * 5.0, rel=1e-12)
+    # the same 5 us reported by the net plugin (ncclNetProperties.latency -> graph->latencyInter) NCCL does see, on
+    # its own step counts: ring LL 30.8 + 6 x 5 = 60.8 against tree LL128 50.5 + 4 x 5 = 70.5, so NCCL picks tree LL128
+    topo = hopper(2, 2)
+    topo["nics"] = {**topo["nics"], "latency_us": 5.0}
+    seen = NcclNetwork(profile(topo))
+    table = tune("allreduce", seen.tune_input(seen.shape(r8)))
+    assert table[("ring", "LL")][0] == pytest.approx(60.8, rel=1e-12)
+    assert table[("tree", "LL128")][0] == pytest.approx(70.5, rel=1e-12)
+    chosen = seen.collective("all_reduce", 256 * 1024, r8)
+    assert chosen is not None and (chosen.algo, chosen.proto) == ("tree", "LL128")
+
+
+def test_fabric_switch_hop_is_not_counted_again_for_simples_flush_2x2():
+    # tree Simple 1 MiB over 2 x 2 (test_tree_simple_and_ll128_all_reduce_2x2): 8.4 + 2 x (4.0 + 14.0) = 44.4 us.
+    # A 2 us switch hop: the tree's 2 crossings (up, down), 44.4 + 4 = 48.4; the plugin's 2 us instead enters
+    # NCCL's network step twice on Simple (the flush, tuning.cc): 8.4 + 2 x (4.0 + 14.0 + 2 + 2) = 52.4
+    bw = 44.16 * .5  # tree algbw x the tree correction at 1 MiB
+    switch = hopper(2, 2, fabric={"kind": "single_switch", "latency_us": 2.0, "source": "test"})
+    got = forced(switch, "tree", "Simple").collective("all_reduce", MiB, R4)
+    assert got is not None and us(got) == pytest.approx(48.4 + MiB / (1000 * bw), rel=1e-9)
+    plugin = hopper(2, 2)
+    plugin["nics"] = {**plugin["nics"], "latency_us": 2.0}
+    got = forced(plugin, "tree", "Simple").collective("all_reduce", MiB, R4)
+    assert got is not None and us(got) == pytest.approx(52.4 + MiB / (1000 * bw), rel=1e-9)
+
+
+def test_transport_latency_times_each_network_crossing_of_the_chosen_algorithm_2x2():
+    # 3 us a network crossing on the NIC tier (topology.nics.transport_latency_us), which NCCL does not see.
+    # ring LL 4 KiB (NCCL's pick, test_nccl_picks_the_least_time): 2(n - 1) = 6 steps cross both node boundaries
+    # twice, 16.0 + 4 x 3 = 28.0, on 1 of 8 channels (4 GB/s)
+    topo = hopper(2, 2)
+    topo["nics"] = {**topo["nics"], "transport_latency_us": 3.0}
+    got = NcclNetwork(profile(topo)).collective("all_reduce", 4096, R4)
+    assert got is not None and (got.algo, got.proto) == ("ring", "LL")
+    assert us(got) == pytest.approx(28.0 + 4096 / (1000 * 4.0), rel=1e-9)
+    # tree LL forced: up and down, 18.0 + 2 x 3 = 24.0; bandwidth as test_tree_ll_all_reduce_2x2
+    got = forced(topo, "tree", "LL").collective("all_reduce", 4096, R4)
+    assert got is not None and us(got) == pytest.approx(24.0 + 4096 / (1000 * min(11.04 / 3.8, 39.0) * .5 * .7),
+                                                        rel=1e-9)
+    # a send across nodes crosses once: 8.4 + 14.0 + 3 = 25.4 us (Simple); inside a node never
+    net = NcclNetwork(profile(topo))
+    assert us(net.p2p(0, 2, MiB)) == pytest.approx(25.4 + MiB / 50_000, rel=1e-9)
+    assert us(net.p2p(0, 1, MiB)) == pytest.approx(11.8 + MiB / 360_000, rel=1e-9)
+    # one node: no network step, no change (8 GPUs, NVLS 8 GiB as test_nvls_one_node_all_reduce_8_gpus)
+    one = hopper(8, 8)
+    one["nics"] = {**one["nics"], "transport_latency_us": 3.0}
+    r8 = tuple(range(8))
+    a = NcclNetwork(profile(one)).collective("all_reduce", 8 << 30, r8)
+    b = NcclNetwork(profile(hopper(8, 8))).collective("all_reduce", 8 << 30, r8)
+    assert a is not None and b is not None and a.seconds == b.seconds
+
+
 def test_scale_up_latency_adds_to_every_intra_node_step():
     topo = hopper(8, 8)
     topo["scale_up"] = {**topo["scale_up"], "latency_us": 0.5}

@@ -189,3 +189,42 @@ def test_figures_fitted_on_two_nodes_carry_to_four_and_eight():
     e0, e1 = errs(base), errs(fitted)
     assert (statistics.median(e0), e0[-1]) == (pytest.approx(5.92, abs=0.05), pytest.approx(17.4, abs=0.05))
     assert (statistics.median(e1), e1[-1]) == (pytest.approx(6.42, abs=0.05), pytest.approx(16.5, abs=0.05))
+
+
+def test_a_transport_latency_written_into_a_log_fits_back_beside_nccls_own_step():
+    """A 2 x 8 log timed with 40 us per network crossing (topology.nics.transport_latency_us, which NCCL does not
+    see): ``transport=True`` fits 40 back on its rows up to 4 KiB (tree/LL: 2 crossings, up and down), and the
+    NICs' tree/LL step is then fitted at NCCL's own 5.0 us; without it that step takes them in: 5 + 40 us."""
+    base = load_profile("dgx_h100")
+    d = base.model_dump()
+    d["topology"]["nics"]["transport_latency_us"] = 40.0
+    truth = HardwareProfile.model_validate(d)
+    sizes = [2 ** k for k in range(3, 25)]
+    logs = [parse_nccl_tests(synth(truth, "all_reduce", 2, 8, sizes), collective="all_reduce")]
+    fitted, figs, notes = fit_profile(base, logs, "synthetic", transport=True)
+    assert fitted.topology.nics is not None
+    assert fitted.topology.nics.transport_latency_us == pytest.approx(40.0, abs=0.02)  # printed to 0.01 us
+    assert any(n.startswith("topology.nics.transport_latency_us fitted: 40.0") for n in notes), notes
+    got = {f.key: f.hw_latency_us for f in figs if f.tier == "nics"}
+    assert got["tree/LL"] == pytest.approx(5.0, abs=0.02)
+    plain, figs0, _ = fit_profile(base, logs, "synthetic")
+    assert plain.topology.nics is not None and plain.topology.nics.transport_latency_us == 0.0
+    assert {f.key: f.hw_latency_us for f in figs0}["tree/LL"] == pytest.approx(5.0 + 40.0, abs=0.05)
+
+
+def test_calibrate_transport_latency_writes_it_and_needs_logs(tmp_path: Path):
+    from typer.testing import CliRunner
+
+    from schedsim.cli import app
+
+    out = tmp_path / "fit.yaml"
+    res = CliRunner().invoke(app, ["calibrate", "--from-nccl-tests", str(LOG_309), "--collective", "all_reduce",
+                                   "--base", "dgx_h100", "--transport-latency", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    nics = yaml.safe_load(out.read_text())["topology"]["nics"]
+    # NVIDIA/nccl-tests#309's 2-node InfiniBand log: NCCL's figures hold it, a fraction of a microsecond is left
+    assert 0.0 <= nics["transport_latency_us"] < 1.0
+    assert "transport_latency_us fitted by schedsim calibrate --from-nccl-tests --transport-latency" in nics["source"]
+    res = CliRunner().invoke(app, ["calibrate", "--transport-latency", "--out", str(tmp_path / "x.yaml")])
+    assert res.exit_code == 2
+    assert "--transport-latency fits a figure to nccl-tests logs" in res.output
