@@ -90,6 +90,9 @@ class _Templates(NamedTuple):
     #: :func:`_first_launches`' results by ``eager``, with the ``comm`` and ``head`` arrays they are of (the lazy
     #: creation check and the wait-for graph ask for the same ones)
     firsts: dict[bool, tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray, list[tuple[int, ...]]]]]
+    #: :func:`_multi_peer_heads`' result, with the ``comm`` and ``head`` arrays it is of (the "may hang" verdict and
+    #: rule 7's hubs of the wait-for graph ask for the same one): a list of at most one entry
+    multi: list[tuple[np.ndarray, np.ndarray, np.ndarray]]
 
     @classmethod
     def of(cls, prog: Program) -> _Templates:
@@ -98,7 +101,7 @@ class _Templates(NamedTuple):
         kind = np.fromiter(map(code.get, map(attrgetter("kind"), tps), repeat(-1)), I64, len(tps))
         groups: dict[tuple[int, ...], int] = {}
         gid = np.array([groups.setdefault(g, len(groups)) for g in map(attrgetter("group"), tps)], I64)
-        return cls(kind, gid, list(groups), {})
+        return cls(kind, gid, list(groups), {}, [])
 
     def mask(self, prog: Program, kinds: Sequence[str]) -> np.ndarray:
         """Boolean mask of the ops whose kind is in ``kinds``."""
@@ -273,7 +276,15 @@ def _lazy_init_ok(prog: Program, comm: np.ndarray, head: np.ndarray, tc: _Templa
 
 def _multi_peer_heads(prog: Program, comm: np.ndarray, head: np.ndarray, tc: _Templates) -> np.ndarray:
     """The head ops (ascending) of the p2p batches with two or more peers (rule 7 of the module docstring):
-    those with a member whose peer is not the head's."""
+    those with a member whose peer is not the head's (made once per ``tc``, ``comm`` and ``head``: read-only)."""
+    if tc.multi and tc.multi[0][0] is comm and tc.multi[0][1] is head:
+        return tc.multi[0][2]
+    out = _multi_peer_heads_of(prog, comm, head)
+    tc.multi[:] = [(comm, head, out)]
+    return out
+
+
+def _multi_peer_heads_of(prog: Program, comm: np.ndarray, head: np.ndarray) -> np.ndarray:
     inb = comm != head  # members after the first of a batch of two or more (a batch's head is a p2p op)
     if not inb.any():
         return comm[:0]
