@@ -142,21 +142,30 @@ def tensor_duty(tl: Run, fp32_peak_flops: float, gap_s: float = 0.0, below: floa
     sel = (rate > fp32_peak_flops) & (end > start)
     if not sel.any():
         return 0.0
-    rank, start, end = c.rank[at[sel]], start[sel], end[sel]
-    bound = np.bincount(rank - rank.min(), weights=end - start).max() / (ms + gap_s)
+    if bool(sel.all()):  # every GEMM row (the benchmark's): no copies of the columns
+        rank = c.rank[at]
+    else:
+        rank, start, end = c.rank[at[sel]], start[sel], end[sel]
+    rk = rank - rank.min()  # ranks from 0
+    bound = np.bincount(rk, weights=end - start).max() / (ms + gap_s)
     if bound < below:
         return float(bound)
     if len(rank) > 1 and not bool(((rank[1:] > rank[:-1]) | ((rank[1:] == rank[:-1]) & (start[1:] >= start[:-1])))
                                   .all()):  # in (rank, start) order already (a simulated timeline's): as it is
         order = np.lexsort((start, rank))
-        rank, start, end = rank[order], start[order], end[order]
+        rk, start, end = rk[order], start[order], end[order]
     # union per rank: a running maximum of ends that restarts at each rank (ranks offset far apart)
-    off = (rank - rank.min()).astype(np.float64) * (2.0 * (end.max() - start.min()) + 1.0)
+    off = rk.astype(np.float64) * (2.0 * (end.max() - start.min()) + 1.0)
     s, e = start + off, end + off
+    del off
     reach = np.maximum.accumulate(e)
-    prev = np.concatenate(([-np.inf], reach[:-1]))
-    covered = np.maximum(0.0, e - np.maximum(s, prev))  # each span's part past everything before it
-    busy = np.bincount(rank - rank.min(), weights=np.minimum(covered, e - s))
+    prev = np.empty_like(reach)  # the running maximum before each span (one buffer, written in place below)
+    prev[0] = -np.inf
+    prev[1:] = reach[:-1]
+    del reach
+    covered = np.maximum(0.0, np.subtract(e, np.maximum(s, prev, out=prev), out=prev), out=prev)  # each span's
+    # part past everything before it
+    busy = np.bincount(rk, weights=np.minimum(covered, np.subtract(e, s, out=s), out=e))
     return float(min(1.0, busy.max() / (ms + gap_s)))
 
 
