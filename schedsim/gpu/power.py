@@ -54,7 +54,8 @@ import numpy as np
 from schedsim.hardware.profile import HardwareProfile
 from schedsim.kinds import KINDS
 
-__all__ = ["tensor_duty", "tensor_gemm_rows", "slowdown_at", "steady_state", "below_onset", "sustained_of", "MAX_PASSES"]
+__all__ = ["tensor_duty", "tensor_gemm_rows", "slowdown_at", "steady_state", "below_onset", "sustained_of",
+           "MAX_PASSES"]
 
 class RunColumns(Protocol):
     """The span columns the power model reads (a :class:`schedsim.sim.timeline.SpanColumns`): ``kind`` as
