@@ -157,13 +157,13 @@ def tensor_duty(tl: Run, fp32_peak_flops: float, gap_s: float = 0.0, below: floa
         rank = c.rank[at]
     else:
         rank, start, end = c.rank[at[sel]], start[sel], end[sel]
-    rk = rank - rank.min()  # ranks from 0
+    rk = rank - rank.min()  # ranks from 0 (in the order of the ranks: it stands for them below)
+    del rank
     bound = np.bincount(rk, weights=end - start).max() / (ms + gap_s)
     if bound < below:
         return float(bound)
-    if len(rank) > 1 and not bool(((rank[1:] > rank[:-1]) | ((rank[1:] == rank[:-1]) & (start[1:] >= start[:-1])))
-                                  .all()):  # in (rank, start) order already (a simulated timeline's): as it is
-        order = np.lexsort((start, rank))
+    if len(rk) > 1 and not bool(((rk[1:] > rk[:-1]) | ((rk[1:] == rk[:-1]) & (start[1:] >= start[:-1]))).all()):
+        order = np.lexsort((start, rk))  # not in (rank, start) order already (a simulated timeline's is)
         rk, start, end = rk[order], start[order], end[order]
     # union per rank: a running maximum of ends that restarts at each rank (ranks offset far apart)
     off = rk.astype(np.float64) * (2.0 * (end.max() - start.min()) + 1.0)
