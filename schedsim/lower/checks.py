@@ -91,7 +91,7 @@ class _Templates(NamedTuple):
     #: creation check and the wait-for graph ask for the same ones)
     firsts: dict[bool, tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray, list[tuple[int, ...]]]]]
     #: :func:`_multi_peer_heads`' result, with the ``comm`` and ``head`` arrays it is of (the "may hang" verdict and
-    #: rule 7's hubs of the wait-for graph ask for the same one): a list of at most one entry
+    #: rule 7's hubs of the wait-for graph ask for the same one): a list of at most one entry, taken by the second ask
     multi: list[tuple[np.ndarray, np.ndarray, np.ndarray]]
 
     @classmethod
@@ -276,11 +276,15 @@ def _lazy_init_ok(prog: Program, comm: np.ndarray, head: np.ndarray, tc: _Templa
 
 def _multi_peer_heads(prog: Program, comm: np.ndarray, head: np.ndarray, tc: _Templates) -> np.ndarray:
     """The head ops (ascending) of the p2p batches with two or more peers (rule 7 of the module docstring):
-    those with a member whose peer is not the head's (made once per ``tc``, ``comm`` and ``head``: read-only)."""
-    if tc.multi and tc.multi[0][0] is comm and tc.multi[0][1] is head:
-        return tc.multi[0][2]
+    those with a member whose peer is not the head's (read-only). Made once for two asks of one ``tc``, ``comm`` and
+    ``head`` (the "may hang" verdict's, then rule 7's hubs'): the second takes it out of ``tc``, so that it is not
+    held through the rest of the wait-for graph's sweep."""
+    if tc.multi:
+        c, h, out = tc.multi.pop()
+        if c is comm and h is head:
+            return out
     out = _multi_peer_heads_of(prog, comm, head)
-    tc.multi[:] = [(comm, head, out)]
+    tc.multi.append((comm, head, out))
     return out
 
 
