@@ -90,9 +90,6 @@ class _Templates(NamedTuple):
     #: :func:`_first_launches`' results by ``eager``, with the ``comm`` and ``head`` arrays they are of (the lazy
     #: creation check and the wait-for graph ask for the same ones)
     firsts: dict[bool, tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray, list[tuple[int, ...]]]]]
-    #: :func:`_multi_peer_heads`' result, with the ``comm`` and ``head`` arrays it is of (the "may hang" verdict and
-    #: rule 7's hubs of the wait-for graph ask for the same one): a list of at most one entry, taken by the second ask
-    multi: list[tuple[np.ndarray, np.ndarray, np.ndarray]]
 
     @classmethod
     def of(cls, prog: Program) -> _Templates:
@@ -101,7 +98,7 @@ class _Templates(NamedTuple):
         kind = np.fromiter(map(code.get, map(attrgetter("kind"), tps), repeat(-1)), I64, len(tps))
         groups: dict[tuple[int, ...], int] = {}
         gid = np.array([groups.setdefault(g, len(groups)) for g in map(attrgetter("group"), tps)], I64)
-        return cls(kind, gid, list(groups), {}, [])
+        return cls(kind, gid, list(groups), {})
 
     def mask(self, prog: Program, kinds: Sequence[str]) -> np.ndarray:
         """Boolean mask of the ops whose kind is in ``kinds``."""
@@ -276,24 +273,20 @@ def _lazy_init_ok(prog: Program, comm: np.ndarray, head: np.ndarray, tc: _Templa
 
 def _multi_peer_heads(prog: Program, comm: np.ndarray, head: np.ndarray, tc: _Templates) -> np.ndarray:
     """The head ops (ascending) of the p2p batches with two or more peers (rule 7 of the module docstring):
-    those with a member whose peer is not the head's (read-only). Made once for two asks of one ``tc``, ``comm`` and
-    ``head`` (the "may hang" verdict's, then rule 7's hubs'): the second takes it out of ``tc``, so that it is not
-    held through the rest of the wait-for graph's sweep."""
-    if tc.multi:
-        c, h, out = tc.multi.pop()
-        if c is comm and h is head:
-            return out
-    out = _multi_peer_heads_of(prog, comm, head)
-    tc.multi.append((comm, head, out))
-    return out
+    those with a member whose peer is not the head's."""
+    h = _multi_peer_members(prog, comm, head)
+    return unique(h)[0] if len(h) else h
 
 
-def _multi_peer_heads_of(prog: Program, comm: np.ndarray, head: np.ndarray) -> np.ndarray:
+def _multi_peer_members(prog: Program, comm: np.ndarray, head: np.ndarray) -> np.ndarray:
+    """The batch head of every p2p batch member whose peer is not its head's (int64 op indices, program order, a
+    head once per such member): a batch has two or more peers where it has one. :func:`_multi_peer_heads` without
+    the sort of those heads, for the verdict, which asks only whether there is one."""
     inb = comm != head  # members after the first of a batch of two or more (a batch's head is a p2p op)
     if not inb.any():
         return comm[:0]
     m, h = comm[inb], head[inb]
-    return unique(h[prog.peer[m] != prog.peer[h]])[0]
+    return h[prog.peer[m] != prog.peer[h]]
 
 
 def _wait_for_edges(prog: Program, comm: np.ndarray, head: np.ndarray, eager: bool, tc: _Templates,
@@ -651,7 +644,7 @@ def check_arrays(prog: Program, uniform: bool = False) -> Verdict:
     tc = _Templates.of(prog)
     comm, head = launch_heads(prog, tc)
     ok = _forward_deps_ok(prog) and _collective_order_ok(prog, tc) and _lazy_init_ok(prog, comm, head, tc)
-    multi = bool(len(_multi_peer_heads(prog, comm, head, tc)))
+    multi = bool(len(_multi_peer_members(prog, comm, head)))  # whether a batch has two peers: no sort
     # rule 7 only adds nodes and edges: without a hang under it there is none without it (one sweep, not two)
     grouped_ok = ok and multi and _no_hang(prog, comm, head, tc, grouped=True)
     ok = ok and (grouped_ok or _no_hang(prog, comm, head, tc)) and _batch_inputs_ok(prog, comm, head)
