@@ -54,7 +54,8 @@ import numpy as np
 from schedsim.hardware.profile import HardwareProfile
 from schedsim.kinds import KINDS
 
-__all__ = ["tensor_duty", "slowdown_at", "steady_state", "below_onset", "sustained_of", "MAX_PASSES"]
+__all__ = ["tensor_duty", "tensor_gemm_rows", "slowdown_at", "steady_state", "below_onset", "sustained_of",
+           "MAX_PASSES"]
 
 class RunColumns(Protocol):
     """The span columns the power model reads (a :class:`schedsim.sim.timeline.SpanColumns`): ``kind`` as
@@ -111,6 +112,29 @@ BRACKET = TOLERANCE / 4
 MAX_BISECT = 8
 
 
+def tensor_gemm_rows(tl: Run, fp32_peak_flops: float, repeat: np.ndarray | None = None
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """The rows :func:`tensor_duty` reads: ``(at, start, end, sel)``, the rows of the kinds the GEMM table times
+    (int64 indices), their start and end seconds (float64 copies) and which of them are tensor-core GEMMs (bool:
+    FLOP × ``repeat`` / solo seconds over ``fp32_peak_flops``, and a positive length; a NaN solo time is the
+    span's length); None when there is no such row."""
+    c = tl.columns
+    kinds, codes = c.kind
+    gemm = [i for i, k in enumerate(kinds) if k in KINDS and KINDS[k].cost == "gemm"]  # the kinds the GEMM table times
+    if not gemm:
+        return None
+    at = np.flatnonzero(codes == gemm[0] if len(gemm) == 1 else np.isin(codes, gemm))  # the GEMM kinds' rows only
+    start, end, solo, flops = c.start_s[at], c.end_s[at], c.solo_s[at], c.flops[at]
+    solo = np.where(np.isnan(solo), end - start, solo)
+    if repeat is not None:
+        reps = np.asarray(repeat)[at]
+        if not bool((reps == 1).all()):
+            flops = flops * reps.astype(np.float64)
+    rate = np.divide(flops, solo, out=np.zeros_like(flops), where=solo > 0)
+    sel = (rate > fp32_peak_flops) & (end > start)
+    return (at, start, end, sel) if sel.any() else None
+
+
 def tensor_duty(tl: Run, fp32_peak_flops: float, gap_s: float = 0.0, below: float = 0.0,
                 repeat: np.ndarray | None = None) -> float:
     """Largest over ranks of (union of tensor-core GEMM intervals) / (makespan + ``gap_s``), in [0, 1].
@@ -124,39 +148,35 @@ def tensor_duty(tl: Run, fp32_peak_flops: float, gap_s: float = 0.0, below: floa
     empty timeline or one without such spans.
     """
     ms = tl.makespan_s
-    if not len(tl) or ms <= 0:
+    rows = tensor_gemm_rows(tl, fp32_peak_flops, repeat) if len(tl) and ms > 0 else None
+    if rows is None:
         return 0.0
     c = tl.columns
-    kinds, codes = c.kind
-    gemm = [i for i, k in enumerate(kinds) if k in KINDS and KINDS[k].cost == "gemm"]  # the kinds the GEMM table times
-    if not gemm:
-        return 0.0
-    at = np.flatnonzero(codes == gemm[0] if len(gemm) == 1 else np.isin(codes, gemm))  # the GEMM kinds' rows only
-    start, end, solo, flops = c.start_s[at], c.end_s[at], c.solo_s[at], c.flops[at]
-    solo = np.where(np.isnan(solo), end - start, solo)
-    if repeat is not None:
-        reps = np.asarray(repeat)[at]
-        if not bool((reps == 1).all()):
-            flops = flops * reps.astype(np.float64)
-    rate = np.divide(flops, solo, out=np.zeros_like(flops), where=solo > 0)
-    sel = (rate > fp32_peak_flops) & (end > start)
-    if not sel.any():
-        return 0.0
-    rank, start, end = c.rank[at[sel]], start[sel], end[sel]
-    bound = np.bincount(rank - rank.min(), weights=end - start).max() / (ms + gap_s)
+    at, start, end, sel = rows
+    if bool(sel.all()):  # every GEMM row (the benchmark's): no copies of the columns
+        rank = c.rank[at]
+    else:
+        rank, start, end = c.rank[at[sel]], start[sel], end[sel]
+    rk = rank - rank.min()  # ranks from 0 (in the order of the ranks: it stands for them below)
+    del rank
+    bound = np.bincount(rk, weights=end - start).max() / (ms + gap_s)
     if bound < below:
         return float(bound)
-    if len(rank) > 1 and not bool(((rank[1:] > rank[:-1]) | ((rank[1:] == rank[:-1]) & (start[1:] >= start[:-1])))
-                                  .all()):  # in (rank, start) order already (a simulated timeline's): as it is
-        order = np.lexsort((start, rank))
-        rank, start, end = rank[order], start[order], end[order]
+    if len(rk) > 1 and not bool(((rk[1:] > rk[:-1]) | ((rk[1:] == rk[:-1]) & (start[1:] >= start[:-1]))).all()):
+        order = np.lexsort((start, rk))  # not in (rank, start) order already (a simulated timeline's is)
+        rk, start, end = rk[order], start[order], end[order]
     # union per rank: a running maximum of ends that restarts at each rank (ranks offset far apart)
-    off = (rank - rank.min()).astype(np.float64) * (2.0 * (end.max() - start.min()) + 1.0)
+    off = rk.astype(np.float64) * (2.0 * (end.max() - start.min()) + 1.0)
     s, e = start + off, end + off
+    del off
     reach = np.maximum.accumulate(e)
-    prev = np.concatenate(([-np.inf], reach[:-1]))
-    covered = np.maximum(0.0, e - np.maximum(s, prev))  # each span's part past everything before it
-    busy = np.bincount(rank - rank.min(), weights=np.minimum(covered, e - s))
+    prev = np.empty_like(reach)  # the running maximum before each span (one buffer, written in place below)
+    prev[0] = -np.inf
+    prev[1:] = reach[:-1]
+    del reach
+    covered = np.maximum(0.0, np.subtract(e, np.maximum(s, prev, out=prev), out=prev), out=prev)  # each span's
+    # part past everything before it
+    busy = np.bincount(rk, weights=np.minimum(covered, np.subtract(e, s, out=s), out=e))
     return float(min(1.0, busy.max() / (ms + gap_s)))
 
 

@@ -274,11 +274,19 @@ def _lazy_init_ok(prog: Program, comm: np.ndarray, head: np.ndarray, tc: _Templa
 def _multi_peer_heads(prog: Program, comm: np.ndarray, head: np.ndarray, tc: _Templates) -> np.ndarray:
     """The head ops (ascending) of the p2p batches with two or more peers (rule 7 of the module docstring):
     those with a member whose peer is not the head's."""
+    h = _multi_peer_members(prog, comm, head)
+    return unique(h)[0] if len(h) else h
+
+
+def _multi_peer_members(prog: Program, comm: np.ndarray, head: np.ndarray) -> np.ndarray:
+    """The batch head of every p2p batch member whose peer is not its head's (int64 op indices, program order, a
+    head once per such member): a batch has two or more peers where it has one. :func:`_multi_peer_heads` without
+    the sort of those heads, for the verdict, which asks only whether there is one."""
     inb = comm != head  # members after the first of a batch of two or more (a batch's head is a p2p op)
     if not inb.any():
         return comm[:0]
     m, h = comm[inb], head[inb]
-    return unique(h[prog.peer[m] != prog.peer[h]])[0]
+    return h[prog.peer[m] != prog.peer[h]]
 
 
 def _wait_for_edges(prog: Program, comm: np.ndarray, head: np.ndarray, eager: bool, tc: _Templates,
@@ -636,7 +644,7 @@ def check_arrays(prog: Program, uniform: bool = False) -> Verdict:
     tc = _Templates.of(prog)
     comm, head = launch_heads(prog, tc)
     ok = _forward_deps_ok(prog) and _collective_order_ok(prog, tc) and _lazy_init_ok(prog, comm, head, tc)
-    multi = bool(len(_multi_peer_heads(prog, comm, head, tc)))
+    multi = bool(len(_multi_peer_members(prog, comm, head)))  # whether a batch has two peers: no sort
     # rule 7 only adds nodes and edges: without a hang under it there is none without it (one sweep, not two)
     grouped_ok = ok and multi and _no_hang(prog, comm, head, tc, grouped=True)
     ok = ok and (grouped_ok or _no_hang(prog, comm, head, tc)) and _batch_inputs_ok(prog, comm, head)

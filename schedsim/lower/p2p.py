@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
+from itertools import compress
 from typing import Any
 
 import numpy as np
@@ -139,9 +140,10 @@ def _name_warnings(cols: Any, s: np.ndarray, r: np.ndarray, ss: np.ndarray, sd: 
     side[rn] |= 2
     ids = np.flatnonzero(side)  # the names in use, ascending (a table of them, not a sort)
     msgs = message_names(list(cols.table.names.take(ids.tolist())))
-    sides = side[ids].tolist()
-    sent = {m for m, k in zip(msgs, sides, strict=True) if k & 1 and m}
-    if not any(m in sent for m, k in zip(msgs, sides, strict=True) if k & 2):
+    sides = side[ids]
+    sent = set(compress(msgs, (sides & 1).tolist()))  # C-level loops over the names, no bytecode per name
+    sent.discard("")
+    if sent.isdisjoint(compress(msgs, (sides & 2).tolist())):
         return []  # no recv carries a send's message name: none can be meant for another (a ring's s{i} / r{i})
     codes = {m: k for k, m in enumerate(dict.fromkeys(m for m in msgs if m))}  # by first use
     codes[""] = -1

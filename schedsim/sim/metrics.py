@@ -389,11 +389,12 @@ class RankColumns(Mapping[int, RankMetrics]):
         if len(heads) > n // 4 + 1:
             return dumps_json(self.to_dict())
         keys = dumps_json(self.ranks)[1:-1].split(b",")  # each rank's digits, as the dict's keys are written
-        pieces = []
-        for a, b in zip(heads, [*heads[1:], n], strict=True):
+        parts = [b"{"]  # joined once at the end: a run's text (31 MB for 100,000 ranks) is copied once more only
+        for k, (a, b) in enumerate(zip(heads, [*heads[1:], n], strict=True)):
             row = dumps_json(self._dicts([0], self._lists(slice(a, a + 1)))[0])
-            pieces.append(b'"' + (b'":' + row + b',"').join(keys[a:b]) + b'":' + row)
-        return b"{" + b",".join(pieces) + b"}"
+            parts += [b',"' if k else b'"', (b'":' + row + b',"').join(keys[a:b]), b'":' + row]
+        parts.append(b"}")
+        return b"".join(parts)
 
 
 @dataclass(frozen=True)

@@ -89,7 +89,8 @@ def _expand_ops(items: Any, env: dict[str, Any], ctx: _Ctx, path: str, out: LLis
             for var, spec in loops.items():
                 try:
                     vals = evaluate(spec, env) if isinstance(spec, str) else spec
-                    if isinstance(vals, list):
+                    if isinstance(vals, list) and any(issubclass(t, str) for t in set(map(type, vals))):  # the
+                        # types in one C-level pass: range(chunks)'s million ints hold none
                         vals = [evaluate(v, env) if isinstance(v, str) and v.isidentifier() and v in env else v
                                 for v in vals]
                 except ExprError as e:
