@@ -361,6 +361,12 @@ _META_SECTIONS = ("memory", "power", "pipeline", "check", "iteration")
 _META_ID_GROUPS = ("graph_segments",)
 
 
+#: ``meta`` entries that are per rank an object of columns, each a list of numbers or nulls
+#: (``host_thread_uninstrumented``: ``executor.clock.HOST_FIELDS`` per uninstrumented iteration, which ``compare``'s
+#: drift warning reads, :func:`schedsim.compare.drift_host_thread`).
+_META_RANK_COLUMNS = ("host_thread_uninstrumented",)
+
+
 def _id_groups_ok(v: Any) -> bool:
     """Whether ``v`` is a list of non-empty lists of non-empty strings, no string twice over all of them."""
     if not isinstance(v, list) or not all(isinstance(g, list) and g for g in v):
@@ -385,7 +391,8 @@ def _check_meta(meta: Any, where: str) -> None:
     """Refuse a ``meta`` whose entries the readers use as numbers or texts hold something else: each of
     :data:`_META_NUMBERS` must be a finite number (or a list/dict of them, as ``host_call_end_s``),
     :data:`_META_TEXT` a string, :data:`_META_TEXTS` a list of strings, :data:`_META_FLAG` a boolean,
-    :data:`_META_SECTIONS` an object, :data:`_META_ID_GROUPS` a list of lists of op ids (no id twice).
+    :data:`_META_SECTIONS` an object, :data:`_META_ID_GROUPS` a list of lists of op ids (no id twice),
+    :data:`_META_RANK_COLUMNS` a list of objects (one per rank) of lists of numbers.
 
     Raises
     ------
@@ -406,6 +413,10 @@ def _check_meta(meta: Any, where: str) -> None:
             ok = v is None or isinstance(v, bool)
         elif k in _META_ID_GROUPS:
             ok = _id_groups_ok(v)
+        elif k in _META_RANK_COLUMNS:
+            ok = v is None or (isinstance(v, list) and all(
+                isinstance(r, dict) and all(isinstance(c, list) and _meta_numbers_ok(c) for c in r.values())
+                for r in v))
         elif k in _META_SECTIONS:
             ok = v is None or isinstance(v, dict)
             if ok and k == "memory" and v is not None:  # {"ranks": {rank: {...}}} (schedsim.report.memory)
