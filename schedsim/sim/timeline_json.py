@@ -341,7 +341,7 @@ def _join_ids(names: list[str], rank: np.ndarray) -> list[str]:
 _META_NUMBERS = ("host_call_end_s", "host_costs_us", "host_issue_s", "host_issue_uninstrumented_s",
                  "makespan_iters_s", "makespan_median_s", "makespan_uninstrumented_iters_s",
                  "makespan_uninstrumented_s", "timing_host_per_op_us", "uninstrumented_period_s", "iterations",
-                 "max_connections", "t0_ns")
+                 "warmup_uninstrumented", "max_connections", "t0_ns")
 
 
 _META_TEXT = ("file", "timing", "note", "gpu_model", "host_costs", "critical_path_walk")
