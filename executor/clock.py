@@ -166,10 +166,16 @@ class HostThreadProbe:
     def read(self) -> tuple[int, int, int | None, int | None, int | None, int | None]:
         """``(wall ns, run ns, run-queue ns, voluntary, involuntary switches, cpu)`` now."""
         wall = _perf_ns()
-        sched = self._pread(0, 128)
-        run, runq = (int(x) for x in sched.split()[:2]) if sched else (_thread_ns(), None)
-        stat = self._pread(1, 1024)
-        cpu = int(stat.rsplit(b")", 1)[1].split()[36]) if stat else None  # field 39; fields 3.. follow the ")"
+        runq: int | None
+        cpu: int | None = None
+        try:  # a file this system lays out otherwise (fewer fields, not numbers) counts as one it lacks
+            run, runq = (int(x) for x in (self._pread(0, 128) or b"").split()[:2])
+        except ValueError:
+            run, runq = _thread_ns(), None
+        try:
+            cpu = int((self._pread(1, 1024) or b"").rsplit(b")", 1)[1].split()[36])  # field 39; 3.. follow ")"
+        except (ValueError, IndexError):
+            pass
         vcsw: int | None = None
         ivcsw: int | None = None
         try:

@@ -174,8 +174,9 @@ def pin_issuer() -> bool:
 def issuer_alone() -> Iterator[int | None]:
     """With ``SCHEDSIM_PIN_ISSUER=1`` and a process allowed on two CPUs or more (``SCHEDSIM_PIN_CPUS``, or the
     machine's): inside the block the calling thread runs alone on the last of the process's CPUs and every other
-    thread of the process (NCCL's, CUDA's, gloo's: they exist once the warm-up ran) on the others; after it, every
-    thread on all of them again. Yields that CPU, or None when nothing was changed (unset, one CPU, not Linux).
+    thread of the process (NCCL's, CUDA's, gloo's: they exist once the warm-up ran) on its own CPUs but that one
+    (on its own where that one is all it has); after it, every thread on the CPUs it had before (a thread started
+    inside, on all of the process's). Yields that CPU, or None when nothing was changed (unset, one CPU, not Linux).
 
     ``execute`` times its iterations inside it, the hand-written references their warm-up and timed ones: a helper
     thread woken during an iteration then takes none of the issuing thread's time. The last CPU, not the first: a
@@ -190,12 +191,34 @@ def issuer_alone() -> Iterator[int | None]:
     if not pin_issuer() or len(cpus) < 2:
         yield None
         return
-    me, mine, rest = threading.get_native_id(), cpus[-1:], cpus[:-1]
-    _pin_threads(lambda tid: mine if tid == me else rest)
+    me, mine = threading.get_native_id(), cpus[-1:]
+    before = _thread_affinities()  # each thread's own CPUs (NCCL's start on its GPU's NUMA node's, init.cc)
+
+    def others(tid: int) -> list[int]:
+        own = before.get(tid, set(cpus))
+        return sorted(own - set(mine)) or sorted(own)
+
+    _pin_threads(lambda tid: mine if tid == me else others(tid))
     try:
         yield mine[0]
     finally:
-        _pin_threads(lambda tid: cpus)
+        _pin_threads(lambda tid: sorted(before.get(tid, cpus)))
+
+
+def _thread_affinities() -> dict[int, set[int]]:
+    """``{tid: CPUs it may run on}`` of every thread of this process (Linux ``/proc/self/task``); ``{}`` where
+    that cannot be listed, a thread that ended meanwhile left out."""
+    out: dict[int, set[int]] = {}
+    try:
+        tids = [int(t) for t in os.listdir("/proc/self/task")]
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            out[tid] = set(os.sched_getaffinity(tid))
+        except OSError:
+            pass
+    return out
 
 
 def cuda_pci_bus_id(torch: Any, index: int) -> str | None:

@@ -305,6 +305,7 @@ def _segment_meta(gathered: list[dict[str, Any]]) -> dict[str, Any]:
 def _write_outputs(gathered: list[dict[str, Any]], G: Any, spec: Any, file: Path, sets: list[str], outdir: Path,
                    opts: Any, launch: str, ctx: Any, genv: dict[str, Any], compare: bool, profile: str,
                    gantt: bool, profile_note: str | None = None) -> None:
+    from executor.runtime import lean_warmup
     from executor.timing import assemble_timeline
     from schedsim.report.chrome import write_chrome_trace
     from schedsim.report.summary import print_summary
@@ -313,7 +314,7 @@ def _write_outputs(gathered: list[dict[str, Any]], G: Any, spec: Any, file: Path
     timing = gathered[0]["timing"]
     meta: dict[str, Any] = {
         "file": str(file), "set": list(sets or []), "backend": ctx.backend, "device": ctx.device.type,
-        "iters": opts.iters, "warmup": opts.warmup, "timing": timing,
+        "iters": opts.iters, "warmup": opts.warmup, "warmup_uninstrumented": lean_warmup(opts), "timing": timing,
         "time_base": "aligned start (executor.clock: device sync, all-gather of the ranks' wall clocks, spin to the "
                      "latest + margin), then per-rank anchor (CUDA event synchronised + time.time_ns, or time.time_ns "
                      "on CPU); origin = earliest anchor of each iteration",

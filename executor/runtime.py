@@ -131,8 +131,8 @@ def lean_warmup(o: RunOptions) -> int:
     The hand-written references time their loop after ``--warmup`` iterations of the very same loop
     (``benchmarks/accuracy/handwritten/harness.py``); the executor's uninstrumented loop (a compiled step list,
     :mod:`executor.lean`) first runs after the instrumented iterations, whose per-op Python path it does not
-    share. Without a warm-up of its own, the first uninstrumented iteration of the H100 runs of 2026-12-06/07
-    was the slowest: median +3.7 % over the next five in 47 eager processes (+5.3 % in the host-bound ones,
+    share. Without a warm-up of its own, the first uninstrumented iteration of the H100 runs was the slowest:
+    median +3.7 % over the next five in 47 eager processes (+5.3 % in the host-bound ones,
     the second +1.8 %), where the references' first timed iteration read −0.1 % (39 processes;
     docs/validation.md, "One GPU: what the executor's process does that a hand-written one does not").
 

@@ -561,7 +561,8 @@ def drift_host_thread(meta: object, meds: list[float]) -> str:
     (``meds``), from ``meta.host_thread_uninstrumented`` (``executor.clock.HOST_FIELDS`` per iteration): the
     medians of its run time and run-queue wait as shares of the wall time, its involuntary and voluntary context
     switches per iteration, and the CPUs it was on; "" without those columns (or with fewer values than
-    iterations).
+    iterations), "n/a" for a run-queue or switch column the run did not record in full. A file's columns are
+    checked on read (``schedsim.sim.timeline_json``: a list of numbers each, or the file is refused).
 
     >>> meta = {"makespan_uninstrumented_iters_s": [2.0] * 4 + [1.0] * 4,
     ...         "host_thread_uninstrumented": [{"wall_s": [2.0] * 4 + [1.0] * 4, "run_s": [1.0] * 4 + [1.0] * 4,
@@ -585,8 +586,10 @@ def drift_host_thread(meta: object, meds: list[float]) -> str:
         return range(i * q, (i + 1) * q if i < 3 else n)
 
     def med(f: str, idx: range, share: bool = False) -> float | None:
+        if len(c.get(f) or []) < n:  # a column the run did not record, or with fewer values than iterations
+            return None
         vals = [c[f][k] / c["wall_s"][k] if share else c[f][k] for k in idx
-                if c.get(f) and c[f][k] is not None and (not share or c["wall_s"][k])]
+                if c[f][k] is not None and (not share or c["wall_s"][k])]
         return statistics.median(vals) if vals else None
 
     def desc(idx: range, long: bool) -> str:

@@ -183,7 +183,7 @@ def thread_summary(meta: dict[str, Any]) -> str:
     """Rank 0's issuing thread over the uninstrumented iterations (``meta.host_thread_uninstrumented``): the
     medians of its run and run-queue shares of the wall time and of its preemptions per iteration, the CPUs it ran
     on, and the other thread that ran longest beside it (``meta.threads_uninstrumented``); "" for runs that
-    recorded neither (before 2026-12-07).
+    recorded neither (runs before the host-thread probe).
 
     >>> thread_summary({"host_thread_uninstrumented": [{"wall_s": [2.0, 2.0], "run_s": [2.0, 1.0],
     ...                 "runq_s": [0.0, 0.5], "ivcsw": [0, 2], "cpu_start": [1, 1], "cpu_end": [1, 2]}],

@@ -261,8 +261,10 @@ def below_onset(duty: float, sustained_s: float | None, onset_s: float | None) -
 
 def sustained_of(meta: dict) -> float | None:
     """Seconds a ``schedsim execute`` run kept its GPU iterating before the middle of its uninstrumented iterations
-    (timeline ``meta``): ``(warmup + iters + uninstrumented / 2) × uninstrumented_period_s``; None when the
-    run did not record the period or the counts.
+    (timeline ``meta``): ``(warmup + iters + warmup_uninstrumented + uninstrumented / 2) × uninstrumented_period_s``
+    (``warmup_uninstrumented``: the untimed iterations of the uninstrumented loop before its timed ones,
+    ``executor.runtime.lean_warmup``; 0 where the run does not record it, as runs before that warm-up did not); None
+    when the run did not record the period or the counts.
 
     >>> sustained_of({"warmup": 5, "iters": 20, "makespan_uninstrumented_iters_s": [0.1] * 20,
     ...               "uninstrumented_period_s": 0.0004})
@@ -271,7 +273,8 @@ def sustained_of(meta: dict) -> float | None:
     per, lean = meta.get("uninstrumented_period_s"), meta.get("makespan_uninstrumented_iters_s")
     if not per or not lean or meta.get("warmup") is None or meta.get("iters") is None:
         return None
-    return round((int(meta["warmup"]) + int(meta["iters"]) + len(lean) / 2) * float(per), 9)
+    before = int(meta["warmup"]) + int(meta["iters"]) + int(meta.get("warmup_uninstrumented") or 0)
+    return round((before + len(lean) / 2) * float(per), 9)
 
 
 #: ``executor/clock.py``'s default start margin (s): the least idle between two of execute's timed iterations.

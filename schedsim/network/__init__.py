@@ -112,30 +112,39 @@ def fewest_graph(*graphs: Graph | None) -> Graph | None:
 NVLS_PREDICTION = "2.28.3"
 
 
-def net_crossings(coll: str, algo: str, nodes: int) -> int:
+def net_crossings(coll: str, algo: str, nodes: int, ppn: int) -> int:
     """Network crossings one after another on the longest dependent chain of ``coll`` run as ``algo`` over
-    ``nodes`` nodes (ranks in node order): what a per-message latency NCCL does not know (:attr:`TuneInput.lat_hop`)
-    adds to the run, once per crossing. 0 on one node.
+    ``nodes`` nodes of ``ppn`` ranks each (ranks in node order): what a per-message latency NCCL does not know
+    (:attr:`TuneInput.lat_hop`) adds to the run, once per crossing. 0 on one node.
 
-    * ring (NCCL's ring crosses each node boundary once a lap): a chain of ``n - 1`` steps (all_gather,
-      reduce_scatter) covers all of a lap's edges but one, so the longest crosses ``nodes`` boundaries; all_reduce's
-      ``2(n - 1)`` steps cross ``2 · nodes``; broadcast and reduce from rank 0, the first of its node, ``nodes - 1``.
-      (NCCL's latency counts fewer network steps, ``2(nNodes - 1)`` and ``nNodes - 1``, tuning.cc: a cost its
-      ``hwLat`` figures, fitted on its own fabrics, already hold.)
+    * ring (NCCL's ring crosses each node boundary once a lap, one edge in ``ppn``): a chain of ``s`` consecutive
+      steps, ``s = 2(n - 1)`` for all_reduce and ``n - 1`` for all_gather and reduce_scatter (``n = nodes · ppn``),
+      crosses at most ``ceil(s / ppn)`` boundaries (starting just before one): all_reduce ``2 · nodes`` from 3
+      ranks a node, ``2 · nodes - 1`` at 2, ``2(nodes - 1)`` at 1; all_gather ``nodes``, ``nodes - 1`` at 1. Rank
+      ``r``'s step ``k`` waits for rank ``r - 1``'s step ``k - 1`` and its own step ``k - 1``, so the longest path
+      through those steps is such a chain. Broadcast and reduce from rank 0, the first of its node: ``nodes - 1``.
+      (NCCL's latency counts ``2(nNodes - 1)`` and ``nNodes - 1`` network steps, tuning.cc: a cost its ``hwLat``
+      figures, fitted on its own fabrics, already hold.)
     * tree and NVLS-tree all_reduce: up and down ``ncclGetDtree(nNodes)``, ``2 · ceil(log2(nNodes))``
       (:func:`~schedsim.network.tuning.nvls_tree_fill`); PAT (one GPU per node) ``ceil(log2(nNodes))``.
     * NVLS and CollNet across nodes: one (the switch reduces in the network; NCCL counts one ``latencyInter``).
 
-    >>> [net_crossings("allreduce", "ring", 2), net_crossings("allgather", "ring", 2)]
+    >>> [net_crossings("allreduce", "ring", 2, 8), net_crossings("allgather", "ring", 2, 8)]
     [4, 2]
-    >>> [net_crossings("allreduce", "tree", 5), net_crossings("allreduce", "nvls", 4)]
+    >>> [net_crossings("allreduce", "ring", 2, 2), net_crossings("allreduce", "ring", 2, 1)]
+    [3, 2]
+    >>> [net_crossings("allreduce", "tree", 5, 8), net_crossings("allreduce", "nvls", 4, 8)]
     [6, 1]
     """
     if nodes <= 1:
         return 0
     depth = (nodes - 1).bit_length()  # ceil(log2(nodes))
     if algo == "ring":
-        return 2 * nodes if coll == "allreduce" else (nodes - 1 if coll in ("broadcast", "reduce") else nodes)
+        if coll in ("broadcast", "reduce"):
+            return nodes - 1
+        ppn = max(1, ppn)
+        steps = (2 if coll == "allreduce" else 1) * (nodes * ppn - 1)
+        return -(-steps // ppn)
     if algo in ("tree", "nvls_tree"):
         return 2 * depth
     if algo == "pat":
@@ -155,7 +164,8 @@ def timing_table(func: str, t: TuneInput) -> dict[tuple[str, str], tuple[float, 
     (453 GB/s algbw); 2.27.3's estimate 532 GB/s, 2.28.3's 411 (``benchmarks/accuracy/network_published.py``)."""
     got = tune(func, t)
     if t.lat_hop:  # what NCCL does not see, once per network crossing of the chain (net_crossings)
-        got = {key: (v[0] + t.lat_hop * net_crossings(func, key[0], t.nodes), v[1]) for key, v in got.items()}
+        ppn = t.ranks // t.nodes
+        got = {key: (v[0] + t.lat_hop * net_crossings(func, key[0], t.nodes, ppn), v[1]) for key, v in got.items()}
     if t.consts.nvls_eff is None:
         k = constants_for(NVLS_PREDICTION)
         nvls = tune(func, replace(t, consts=replace(t.consts, nvls_eff=k.nvls_eff, per_ch_nvls_tree=k.per_ch_nvls_tree,

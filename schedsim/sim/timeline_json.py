@@ -341,7 +341,7 @@ def _join_ids(names: list[str], rank: np.ndarray) -> list[str]:
 _META_NUMBERS = ("host_call_end_s", "host_costs_us", "host_issue_s", "host_issue_uninstrumented_s",
                  "makespan_iters_s", "makespan_median_s", "makespan_uninstrumented_iters_s",
                  "makespan_uninstrumented_s", "timing_host_per_op_us", "uninstrumented_period_s", "iterations",
-                 "max_connections", "t0_ns")
+                 "warmup_uninstrumented", "max_connections", "t0_ns")
 
 
 _META_TEXT = ("file", "timing", "note", "gpu_model", "host_costs", "critical_path_walk")
@@ -359,6 +359,12 @@ _META_SECTIONS = ("memory", "power", "pipeline", "check", "iteration")
 #: ``meta`` entries that are lists of lists of op ids, no id twice (``graph_segments``: each CUDA graph segment's
 #: ops, which ``compare`` gives one span, :func:`schedsim.compare.segment_windows`).
 _META_ID_GROUPS = ("graph_segments",)
+
+
+#: ``meta`` entries that are per rank an object of columns, each a list of numbers or nulls
+#: (``host_thread_uninstrumented``: ``executor.clock.HOST_FIELDS`` per uninstrumented iteration, which ``compare``'s
+#: drift warning reads, :func:`schedsim.compare.drift_host_thread`).
+_META_RANK_COLUMNS = ("host_thread_uninstrumented",)
 
 
 def _id_groups_ok(v: Any) -> bool:
@@ -385,7 +391,8 @@ def _check_meta(meta: Any, where: str) -> None:
     """Refuse a ``meta`` whose entries the readers use as numbers or texts hold something else: each of
     :data:`_META_NUMBERS` must be a finite number (or a list/dict of them, as ``host_call_end_s``),
     :data:`_META_TEXT` a string, :data:`_META_TEXTS` a list of strings, :data:`_META_FLAG` a boolean,
-    :data:`_META_SECTIONS` an object, :data:`_META_ID_GROUPS` a list of lists of op ids (no id twice).
+    :data:`_META_SECTIONS` an object, :data:`_META_ID_GROUPS` a list of lists of op ids (no id twice),
+    :data:`_META_RANK_COLUMNS` a list of objects (one per rank) of lists of numbers.
 
     Raises
     ------
@@ -406,6 +413,10 @@ def _check_meta(meta: Any, where: str) -> None:
             ok = v is None or isinstance(v, bool)
         elif k in _META_ID_GROUPS:
             ok = _id_groups_ok(v)
+        elif k in _META_RANK_COLUMNS:
+            ok = v is None or (isinstance(v, list) and all(
+                isinstance(r, dict) and all(isinstance(c, list) and _meta_numbers_ok(c) for c in r.values())
+                for r in v))
         elif k in _META_SECTIONS:
             ok = v is None or isinstance(v, dict)
             if ok and k == "memory" and v is not None:  # {"ranks": {rank: {...}}} (schedsim.report.memory)

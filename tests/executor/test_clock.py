@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from types import SimpleNamespace
 
@@ -149,3 +150,32 @@ def test_the_host_row_covers_start_to_after_the_wait_and_names_the_cpus() -> Non
     if got["vcsw"] is not None:
         assert got["vcsw"] >= 1 and got["ivcsw"] >= 0
     assert host_columns([row, row])["wall_s"] == [round(got["wall_s"], 7)] * 2
+
+
+@pytest.mark.parametrize("schedstat, stat", [
+    (b"12345\n", b"1 (python) R 0 0"),  # fewer fields than the kernel's
+    (b"abc def 1\n", b"1 (py) thon) R " + b"x " * 40),  # not numbers; a ")" in the name, field 39 not a number
+    (b"", b""),  # empty
+])
+def test_the_host_probe_reads_a_procfs_laid_out_otherwise_as_fields_the_system_lacks(tmp_path, schedstat, stat):
+    """A schedstat or stat file whose layout differs from Linux's (another kernel, a sandbox's procfs) gives None
+    fields, as a missing file does (run time from time.thread_time), and never an exception: the probe runs inside
+    every timed iteration of execute."""
+    from executor.clock import HOST_FIELDS, HostThreadProbe
+
+    p = HostThreadProbe()
+    p.close()
+    fds = []
+    for name, text in (("schedstat", schedstat), ("stat", stat)):
+        (tmp_path / name).write_bytes(text)
+        fds.append(os.open(tmp_path / name, os.O_RDONLY))
+    p._fds = fds
+    try:
+        a = p.read()
+        time.sleep(0.002)
+        row = dict(zip(HOST_FIELDS, p.delta(a, p.read()), strict=True))
+    finally:
+        for fd in fds:
+            os.close(fd)
+    assert row["runq_s"] is None and row["cpu_start"] is None and row["cpu_end"] is None
+    assert row["wall_s"] >= 0.002 and 0 <= row["run_s"] < row["wall_s"]

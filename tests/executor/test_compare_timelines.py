@@ -317,7 +317,14 @@ def test_a_run_that_changed_speed_says_what_its_host_thread_did():
     assert ("(rank 0 host thread, slowest quarter: ran 83 % of the wall, runnable 15 %, 2 preemptions and 0 "
             "blocks per iteration, CPUs [2]; fastest: ran 100 %, runnable 0 %, 0 preemptions and 0 blocks, "
             "CPUs [1])") in w
+    # the run-queue and switch columns cut to one value (an edited or partial file): those figures read n/a
+    meas.meta["host_thread_uninstrumented"] = [{**host, "runq_s": [0.0], "vcsw": [0], "ivcsw": [2]}]
+    (w,) = [x for x in compare_timelines(pred, meas).warnings if "changed speed" in x]
+    assert ("(rank 0 host thread, slowest quarter: ran 83 % of the wall, runnable n/a, n/a preemptions and n/a "
+            "blocks per iteration, CPUs [2]; fastest: ran 100 %, runnable n/a, n/a preemptions and n/a blocks, "
+            "CPUs [1])") in w
     host["cpu_end"] = [1] * 7  # fewer values than iterations: no host part
     meas.meta["host_thread_uninstrumented"] = [host]
     (w,) = [x for x in compare_timelines(pred, meas).warnings if "changed speed" in x]
     assert "host thread" not in w
+

@@ -40,6 +40,7 @@ def test_execute_check_profiler_compare_2_ranks(gloo2) -> None:
     assert all(s.end_s >= s.start_s >= 0 for s in tl.spans)
     assert tl.meta["check"]["ok"] and tl.meta["check"]["max_rel_err"] < 1e-5
     assert tl.meta["iterations"] == 3 and "makespan_uninstrumented_s" in tl.meta
+    assert tl.meta["warmup_uninstrumented"] == 1  # --warmup 1: the uninstrumented loop's own untimed iteration
     by = tl.by_id()
     # collectives start together on both ranks (rendezvous)
     assert by["ag0@r0"].start_s == pytest.approx(by["ag0@r1"].start_s)

@@ -4,6 +4,7 @@ references pin their host threads to, read from a fake sysfs tree."""
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -82,23 +83,29 @@ def test_pin_process_sets_the_affinity(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_the_issuing_thread_runs_alone_on_the_last_cpu_inside_the_block_and_shares_them_after(monkeypatch):
     """SCHEDSIM_PIN_ISSUER=1: inside issuer_alone() the calling thread is on the last of the process's CPUs and a
     helper thread started before on the others; after the block both are back on all of them. Unset: nothing
-    changes. A value other than 0 or 1 is refused, naming the variable and the fix."""
+    changes. A value other than 0 or 1 is refused, naming the variable and the fix. A thread that had CPUs of its own
+    (as NCCL's threads get their GPU's NUMA node's, init.cc) keeps them, less the issuer's, and has them back after
+    the block, not all of the process's."""
     import threading
 
     from executor.dist import issuer_alone, pin_issuer
 
     cpus = sorted(os.sched_getaffinity(0))
-    stop, started = threading.Event(), threading.Event()
+    stop = threading.Event()
     tid: list[int] = []
 
-    def helper() -> None:
+    def helper(narrow: bool) -> None:
+        if narrow:
+            os.sched_setaffinity(0, cpus[:1])
         tid.append(threading.get_native_id())
-        started.set()
         stop.wait(30)
 
-    t = threading.Thread(target=helper, daemon=True)
-    t.start()
-    started.wait(5)
+    threads = []
+    for narrow in (False, True):
+        threads.append(threading.Thread(target=helper, args=(narrow,), daemon=True))
+        threads[-1].start()
+        while len(tid) < len(threads):
+            time.sleep(0.001)
     try:
         monkeypatch.delenv("SCHEDSIM_PIN_ISSUER", raising=False)
         with issuer_alone() as cpu:
@@ -109,10 +116,13 @@ def test_the_issuing_thread_runs_alone_on_the_last_cpu_inside_the_block_and_shar
             assert cpu == cpus[-1]
             assert sorted(os.sched_getaffinity(0)) == [cpus[-1]]
             assert sorted(os.sched_getaffinity(tid[0])) == cpus[:-1]
+            assert sorted(os.sched_getaffinity(tid[1])) == cpus[:1]
         assert sorted(os.sched_getaffinity(0)) == cpus and sorted(os.sched_getaffinity(tid[0])) == cpus
+        assert sorted(os.sched_getaffinity(tid[1])) == cpus[:1]
         monkeypatch.setenv("SCHEDSIM_PIN_ISSUER", "yes")
         with pytest.raises(ExecError, match="SCHEDSIM_PIN_ISSUER='yes' is neither 0 nor 1"):
             pin_issuer()
     finally:
         stop.set()
-        t.join(5)
+        for t in threads:
+            t.join(5)

@@ -210,6 +210,8 @@ def test_sustained_load_of_a_measured_run():
     meta = {"warmup": 5, "iters": 20, "makespan_uninstrumented_iters_s": [3.5e-4] * 20,
             "uninstrumented_period_s": 3.7e-4}
     assert sustained_of(meta) == pytest.approx(35 * 3.7e-4)
+    # a run whose uninstrumented loop had 5 untimed iterations of its own first (executor.runtime.lean_warmup)
+    assert sustained_of({**meta, "warmup_uninstrumented": 5}) == pytest.approx(40 * 3.7e-4)
     assert sustained_of({"warmup": 5, "iters": 20}) is None
     assert below_onset(0.9, 0.0129, 0.04) and not below_onset(0.9, 0.05, 0.04)
     assert not below_onset(0.9, 0.0129, None) and not below_onset(0.9, None, 0.04)

@@ -445,8 +445,8 @@ def test_fabric_switch_hop_times_every_network_crossing_but_not_nccls_choice():
     # 4 nodes x 2 GPUs, 256 KiB all_reduce. NCCL's estimate (tuning.cc 2.30.7): ring LL 6.6 + (14 - 6 inter steps)
     # x max(.6, 1.0 net overhead) + 6 x 2.7 = 30.8 us; tree LL128 14 + 2 x (1 x 1.25 + log2(4) x 8.5) = 50.5; NCCL
     # picks ring LL. A switch hop of 5 us (NCCL's topology has no switch) leaves NCCL's estimate and choice alone
-    # and adds 5 us per crossing of the ring's longest chain: 2(n - 1) = 14 steps cross the 4 node boundaries of a
-    # lap twice, 8 x 5 = 40 us
+    # and adds 5 us per crossing of the ring's longest chain: 2(n - 1) = 14 steps, one edge in 2 crossing a node
+    # boundary, cross ceil(14 / 2) = 7 of them, 7 x 5 = 35 us
     r8 = tuple(range(8))
     bare = NcclNetwork(profile(hopper(2, 2)))
     hop = NcclNetwork(profile(hopper(2, 2, fabric={"kind": "single_switch", "latency_us": 5.0, "source": "test"})))
@@ -455,7 +455,7 @@ def test_fabric_switch_hop_times_every_network_crossing_but_not_nccls_choice():
     base, got = bare.collective("all_reduce", 256 * 1024, r8), hop.collective("all_reduce", 256 * 1024, r8)
     assert base is not None and got is not None
     assert (base.algo, base.proto) == (got.algo, got.proto) == ("ring", "LL")
-    assert us(got) == pytest.approx(us(base) + 8 * 5.0, rel=1e-12)
+    assert us(got) == pytest.approx(us(base) + 7 * 5.0, rel=1e-12)
     # the same 5 us reported by the net plugin (ncclNetProperties.latency -> graph->latencyInter) NCCL does see, on
     # its own step counts: ring LL 30.8 + 6 x 5 = 60.8 against tree LL128 50.5 + 4 x 5 = 70.5, so NCCL picks tree LL128
     topo = hopper(2, 2)
@@ -484,13 +484,21 @@ def test_fabric_switch_hop_is_not_counted_again_for_simples_flush_2x2():
 
 def test_transport_latency_times_each_network_crossing_of_the_chosen_algorithm_2x2():
     # 3 us a network crossing on the NIC tier (topology.nics.transport_latency_us), which NCCL does not see.
-    # ring LL 4 KiB (NCCL's pick, test_nccl_picks_the_least_time): 2(n - 1) = 6 steps cross both node boundaries
-    # twice, 16.0 + 4 x 3 = 28.0, on 1 of 8 channels (4 GB/s)
+    # ring LL 4 KiB (NCCL's pick, test_nccl_picks_the_least_time): the 2(n - 1) = 6 steps of a chain, every
+    # other edge crossing a node boundary (0-1 | 1-2 | 2-3 | 3-0), cross 3 of them (1-2, 3-0, 1-2), not 4:
+    # 16.0 + 3 x 3 = 25.0, on 1 of 8 channels (4 GB/s)
     topo = hopper(2, 2)
     topo["nics"] = {**topo["nics"], "transport_latency_us": 3.0}
     got = NcclNetwork(profile(topo)).collective("all_reduce", 4096, R4)
     assert got is not None and (got.algo, got.proto) == ("ring", "LL")
-    assert us(got) == pytest.approx(28.0 + 4096 / (1000 * 4.0), rel=1e-9)
+    assert us(got) == pytest.approx(25.0 + 4096 / (1000 * 4.0), rel=1e-9)
+    # one rank a node (ranks 0 and 2): the ring's 2 steps both cross, 2 x 3 us, not 2 x nodes = 4 crossings
+    ring = forced(topo, "ring", "LL")
+    bare = forced(hopper(2, 2), "ring", "LL")
+    a, b = ring.collective("all_reduce", 4096, (0, 2)), bare.collective("all_reduce", 4096, (0, 2))
+    assert a is not None and b is not None and us(a) == pytest.approx(us(b) + 2 * 3.0, rel=1e-12)
+    a, b = ring.collective("all_gather", 4096, (0, 2)), bare.collective("all_gather", 4096, (0, 2))
+    assert a is not None and b is not None and us(a) == pytest.approx(us(b) + 1 * 3.0, rel=1e-12)
     # tree LL forced: up and down, 18.0 + 2 x 3 = 24.0; bandwidth as test_tree_ll_all_reduce_2x2
     got = forced(topo, "tree", "LL").collective("all_reduce", 4096, R4)
     assert got is not None and us(got) == pytest.approx(24.0 + 4096 / (1000 * min(11.04 / 3.8, 39.0) * .5 * .7),

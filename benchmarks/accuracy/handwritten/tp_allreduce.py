@@ -1,7 +1,7 @@
 """tp_allreduce_graph by hand: per layer a 1-token fp32 linear and an all_reduce of a buffer of its output's
 size, issued eagerly, or (``--graph``) captured once in a CUDA graph and replayed. Each op has its own operands, as
 ``schedsim execute`` materialises the schedule's ops (``executor/kernels.py``): the all_reduce's buffer is its
-own, not the linear's output (until 2026-12-07 it was; a few KiB, so no L2 effect was expected).
+own, not the linear's output (earlier versions used that; a few KiB, so no L2 effect was expected).
 
     torchrun --nproc-per-node 2 benchmarks/accuracy/handwritten/tp_allreduce.py --out ar.json [--graph]
 """

@@ -1,7 +1,7 @@
 """tp_ffn by hand: per layer a column-parallel fc1, a row-parallel fc2 and an all_reduce of the partial
 output, all on one stream. Each op has its own operands, as ``schedsim execute`` materialises the schedule's ops
 (``executor/kernels.py``: every matmul its own A, B and C, every collective its own buffer): fc2 does not read
-what fc1 just wrote. Until 2026-12-07 it did, and at tp=1 fc1's 32 MiB output was fc2's input, partly still in the
+what fc1 just wrote. Earlier versions did, and at tp=1 fc1's 32 MiB output was fc2's input, partly still in the
 H100's 50 MB L2, which the executor's fc2 reads from HBM (a different program; docs/validation.md, "One GPU:
 what the executor's process does that a hand-written one does not").
 
