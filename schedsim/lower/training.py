@@ -577,6 +577,8 @@ class _Ranks:
         self.hot_lists = {s: stage_lists(t, plan, s, num_stages, hot=True) for s in range(num_stages)} \
             if plan.experts and t.moe_expert_capacity_factor is not None else self.lists
         self.compute: dict[tuple[int, str, int, bool], int] = {}
+        self.op_tids: dict[int, tuple[Op, int]] = {}  # (_op_template) id of a stage op template -> it, its id
+        self.comm_tids: dict[tuple[Any, ...], int] = {}  # (_comm_template) a collective's or ring p2p's template id
         self.held = _held(t, plan, num_stages)
         #: The ring exchanges (CP, tp_comm_overlap) as lone isend/irecv on two-rank communicators when the
         #: pipeline's p2p are lone (interleaved: Megatron's overlap_p2p_comm), else each step one batch, like the
@@ -591,6 +593,31 @@ class _Ranks:
 
     def template(self, op: Op) -> int:
         return self.table.template(op)
+
+    def _op_template(self, op: Op) -> int:
+        """The template id of stage op template ``op`` (:func:`_stage_op`'s object, which every layer's copy of
+        the entry shares): registered once per lowering, so the layers' ops share one template, as they share its
+        fields (a Program's op takes its name, stream and peer from its own columns, not its template's)."""
+        got = self.op_tids.get(id(op))
+        if got is None or got[0] is not op:  # (the table holds op: its id is not reused while the lowering runs)
+            got = self.op_tids[id(op)] = (op, self.table.template(op))
+        return got[1]
+
+    def _comm_template(self, o: Entry, grp: tuple[int, ...]) -> int:
+        """The template id of stage list entry ``o``, a collective over ``grp`` (``()``: a ring send or recv, on
+        rank 0 and stream "", whose peer is the op's): one per (kind, group, bytes, dtype) in a lowering, which the
+        layers' entries share (the template's name is the first one's; a Program's op takes its own name from its
+        name column)."""
+        b = o["bytes"]
+        key = (o["kind"], grp, b, type(b), o["dtype"])
+        got = self.comm_tids.get(key)
+        if got is None:
+            op = Op(name=o["name"], rank=grp[0], kind=o["kind"], stream="compute", seq=0, group=grp, nbytes=b,
+                    dtype=o["dtype"], source="training") if grp else \
+                Op(name=o["name"], rank=0, kind=o["kind"], stream="", seq=0, nbytes=b, dtype=o["dtype"],
+                   source="training")
+            got = self.comm_tids[key] = self.table.template(op)
+        return got
 
     def spec_world(self) -> range:
         return range(self.spec.world_size)
@@ -647,9 +674,7 @@ class _Ranks:
                     coll = -1
                     if o.get("tp"):
                         grp = ep_group if o.get("group") == "ep" else dp_group if o.get("group") == "dp" else group
-                        coll = self.template(Op(name=o["name"], rank=grp[0], kind=o["kind"], stream="compute",
-                                                seq=0, group=grp, nbytes=o["bytes"], dtype=o["dtype"],
-                                                source="training"))
+                        coll = self._comm_template(o, grp)
                     if "after" in o:
                         row.append(self._placed(o, index, ring, tp_ring, s, phase, k, coll))
                         continue
@@ -658,8 +683,7 @@ class _Ranks:
                         continue
                     tid = self.compute.get((s, phase, k, hot))
                     if tid is None:
-                        tid = self.compute[(s, phase, k, hot)] = self.table.template(
-                            _stage_op(self.spec, o, k, phase))
+                        tid = self.compute[(s, phase, k, hot)] = self._op_template(_stage_op(self.spec, o, k, phase))
                     row.append((str(o["name"]), tid))
                 out[(s, phase)] = row
         self.protos[key] = out
@@ -690,11 +714,10 @@ class _Ranks:
         elif o["kind"] in ("send", "recv"):
             pair = ring if o.get("ring", "cp") == "cp" else tp_ring
             peer = pair[0] if o["cp_peer"] == "next" else pair[1]
-            tid = self.template(Op(name=o["name"], rank=0, kind=o["kind"], stream="", seq=0, nbytes=o["bytes"],
-                                   dtype=o["dtype"], source="training"))
+            tid = self._comm_template(o, ())
         else:
             got = self.compute.get((s, phase, k, False))
-            tid = got if got is not None else self.table.template(_stage_op(
+            tid = got if got is not None else self._op_template(_stage_op(
                 self.spec, {kk: v for kk, v in o.items() if kk not in _PLACE_KEYS}, k, phase))
             self.compute[(s, phase, k, False)] = tid
         name = o.get("stream", "")
