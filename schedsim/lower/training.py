@@ -537,19 +537,23 @@ _STAGE_OPS: dict[tuple[Any, ...], Op] = {}
 STAGE_OPS_KEPT = 20_000
 
 
-def _stage_op(spec: ScheduleSpec, o: dict[str, Any], k: int, phase: str) -> Op:
-    """:func:`~schedsim.lower.pipeline._stage_proto` of entry ``o`` (its ``k``-th op of ``phase``), validated once
-    per process for each distinct entry but for its name (its other items with their types, in order: the template
-    does not depend on the name, which ``_stage_proto`` validates as ``x``, so the layers' renamed copies of one
-    op, ``l0.qkv``, ``l1.qkv``, share one validation): the lowerings share the template object (templates are not
-    changed once registered). An entry with an unhashable value, or one that fails (raising the error that names
-    ``k``), is validated each time."""
-    try:
-        items = [it for it in o.items() if it[0] != "name"]
-        key = (phase, tuple(items), tuple(type(v) for _k, v in items))  # the types: 1, 1.0 and True differ
-        got = _STAGE_OPS.get(key)
-    except TypeError:  # a list or dict value
-        return _stage_proto(spec, o, k, phase)
+def _stage_key(o: dict[str, Any], phase: str) -> tuple[Any, ...]:
+    """The key of stage op entry ``o`` of ``phase`` in :data:`_STAGE_OPS` and :meth:`_Ranks.stage_template`: its
+    items but its name, with their types, in order (the template does not depend on the name, which
+    ``_stage_proto`` validates as ``x``; the types: 1, 1.0 and True differ). Unhashable where a value is a list
+    or a dict (a lookup raises TypeError)."""
+    d = o.copy()
+    d.pop("name", None)
+    return (phase, tuple(d.items()), tuple(map(type, d.values())))
+
+
+def _stage_op(spec: ScheduleSpec, o: dict[str, Any], k: int, phase: str, key: tuple[Any, ...]) -> Op:
+    """:func:`~schedsim.lower.pipeline._stage_proto` of entry ``o`` (its ``k``-th op of ``phase``; ``key``:
+    :func:`_stage_key`, hashable), validated once per process for each distinct key: the lowerings share the
+    template object (templates are not changed once registered), so the layers' renamed copies of one op
+    (``l0.qkv``, ``l1.qkv``) and the points of a search share one validation. An entry that fails (raising the
+    error that names ``k``) is validated each time."""
+    got = _STAGE_OPS.get(key)
     if got is None:
         got = _stage_proto(spec, o, k, phase)
         if len(_STAGE_OPS) >= STAGE_OPS_KEPT:
@@ -577,7 +581,7 @@ class _Ranks:
         self.hot_lists = {s: stage_lists(t, plan, s, num_stages, hot=True) for s in range(num_stages)} \
             if plan.experts and t.moe_expert_capacity_factor is not None else self.lists
         self.compute: dict[tuple[int, str, int, bool], int] = {}
-        self.op_tids: dict[int, tuple[Op, int]] = {}  # (_op_template) id of a stage op template -> it, its id
+        self.stage_tids: dict[tuple[Any, ...], int] = {}  # (stage_template) _stage_key -> template id
         self.comm_tids: dict[tuple[Any, ...], int] = {}  # (_comm_template) a collective's or ring p2p's template id
         self.held = _held(t, plan, num_stages)
         #: The ring exchanges (CP, tp_comm_overlap) as lone isend/irecv on two-rank communicators when the
@@ -594,14 +598,20 @@ class _Ranks:
     def template(self, op: Op) -> int:
         return self.table.template(op)
 
-    def _op_template(self, op: Op) -> int:
-        """The template id of stage op template ``op`` (:func:`_stage_op`'s object, which every layer's copy of
-        the entry shares): registered once per lowering, so the layers' ops share one template, as they share its
-        fields (a Program's op takes its name, stream and peer from its own columns, not its template's)."""
-        got = self.op_tids.get(id(op))
-        if got is None or got[0] is not op:  # (the table holds op: its id is not reused while the lowering runs)
-            got = self.op_tids[id(op)] = (op, self.table.template(op))
-        return got[1]
+    def stage_template(self, o: Entry, k: int, phase: str) -> int:
+        """The template id of stage op entry ``o`` (the ``k``-th of ``phase``): one per distinct entry but for its
+        name (:func:`_stage_key`) in a lowering, which the layers' renamed copies (``l0.qkv``, ``l1.qkv``) share,
+        as they share its fields (a Program's op takes its name, stream and peer from its own columns, not its
+        template's); registered at the entry's first use, so the template table does not depend on what
+        :data:`_STAGE_OPS` holds. An entry with an unhashable value (a list or dict) gets a template of its own."""
+        key = _stage_key(o, phase)
+        try:
+            got = self.stage_tids.get(key)
+        except TypeError:  # a list or dict value
+            return self.table.template(_stage_proto(self.spec, o, k, phase))
+        if got is None:
+            got = self.stage_tids[key] = self.table.template(_stage_op(self.spec, o, k, phase, key))
+        return got
 
     def _comm_template(self, o: Entry, grp: tuple[int, ...]) -> int:
         """The template id of stage list entry ``o``, a collective over ``grp`` (``()``: a ring send or recv, on
@@ -683,7 +693,7 @@ class _Ranks:
                         continue
                     tid = self.compute.get((s, phase, k, hot))
                     if tid is None:
-                        tid = self.compute[(s, phase, k, hot)] = self._op_template(_stage_op(self.spec, o, k, phase))
+                        tid = self.compute[(s, phase, k, hot)] = self.stage_template(o, k, phase)
                     row.append((str(o["name"]), tid))
                 out[(s, phase)] = row
         self.protos[key] = out
@@ -717,8 +727,8 @@ class _Ranks:
             tid = self._comm_template(o, ())
         else:
             got = self.compute.get((s, phase, k, False))
-            tid = got if got is not None else self._op_template(_stage_op(
-                self.spec, {kk: v for kk, v in o.items() if kk not in _PLACE_KEYS}, k, phase))
+            tid = got if got is not None else self.stage_template(
+                {kk: v for kk, v in o.items() if kk not in _PLACE_KEYS}, k, phase)
             self.compute[(s, phase, k, False)] = tid
         name = o.get("stream", "")
         if self.lone and peer >= 0:  # lone isend / irecv: each on the stream of its direction

@@ -397,3 +397,34 @@ def test_sends_and_recvs_kept_per_stage_make_the_same_program(case: str, monkeyp
     _patch_ranks(monkeypatch, "p2p_ids", _Forgetful)
     slow = _state(text)
     _assert_same(fast, slow)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_layers_share_templates_with_the_ops_and_times_of_one_template_per_entry(case: str) -> None:
+    """A lowering registers one template per distinct stage op entry but for its name (``l0.qkv`` and ``l1.qkv``
+    share one) and per collective or ring send/recv shape, where it registered one per (stage, phase, entry)
+    (the oracle ``tests/oracle/stage_templates.py``, which gives main's template tables): the same ops, op for op
+    (names, streams, groups, sizes, dependencies), every array but the template column the same, and the same
+    predicted times, spans and metrics, with fewer templates."""
+    from schedsim.api import predict
+    from tests.oracle.stage_templates import per_entry_templates
+
+    world, extra = CASES[case]
+    text = _text(world, extra)
+    with per_entry_templates():
+        each = lower(load_text(text))
+        r_each = predict(load_text(text), "dgx_h100")
+    shared = lower(load_text(text))
+    r = predict(load_text(text), "dgx_h100")
+    assert shared.ops() == each.ops()
+    for k in ARRAYS:
+        if k != "tmpl":
+            np.testing.assert_array_equal(np.asarray(getattr(shared, k)), np.asarray(getattr(each, k)), err_msg=k)
+    assert len(shared.templates) < len(each.templates) / 2
+    tp_shared, tp_each = np.asarray(shared.tmpl), np.asarray(each.tmpl)
+    assert all(shared.templates[a].kind == each.templates[b].kind and shared.templates[a].group ==
+               each.templates[b].group for a, b in set(zip(tp_shared.tolist(), tp_each.tolist(), strict=True)))
+    c, c_each = r.timeline.columns, r_each.timeline.columns
+    np.testing.assert_array_equal(np.asarray(c.start_s), np.asarray(c_each.start_s))
+    np.testing.assert_array_equal(np.asarray(c.end_s), np.asarray(c_each.end_s))
+    assert repr(r.metrics) == repr(r_each.metrics)
