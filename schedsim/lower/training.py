@@ -100,10 +100,10 @@ import numpy as np
 from schedsim.errors import PipelineScheduleError, SchedsimError, SpecError
 from schedsim.graph.info import PipelineInfo
 from schedsim.graph.ops import Op
-from schedsim.lower.pipeline import _stage_proto
 from schedsim.lower.pipeline_emitter import ProtoPlace, _Emitter, last_backward, reduce_after_last_backward
 from schedsim.lower.pipeline_plan import StageCost, block_info, plan_of, split_fix
 from schedsim.lower.pipeline_steps import _lowered_steps, interleaved_steps_kept
+from schedsim.lower.stage_templates import StageTemplates
 from schedsim.lower.table import Table
 from schedsim.spec.model import ScheduleSpec
 from schedsim.spec.pipeline_block import (
@@ -530,38 +530,6 @@ def _stage_params(t: TrainingSpec, plan: TrainingPlan, num_stages: int) -> dict[
     return {s: sum(d.values()) / plan.tp for s, d in _held(t, plan, num_stages).items()}
 
 
-#: :func:`_stage_op`'s templates by stage op entry and phase (a process's lowerings share them: ``schedsim search``
-#: lowers hundreds of configurations whose layers hold the same kernels); emptied when it reaches
-#: :data:`STAGE_OPS_KEPT` entries.
-_STAGE_OPS: dict[tuple[Any, ...], Op] = {}
-STAGE_OPS_KEPT = 20_000
-
-
-def _stage_key(o: dict[str, Any], phase: str) -> tuple[Any, ...]:
-    """The key of stage op entry ``o`` of ``phase`` in :data:`_STAGE_OPS` and :meth:`_Ranks.stage_template`: its
-    items but its name, with their types, in order (the template does not depend on the name, which
-    ``_stage_proto`` validates as ``x``; the types: 1, 1.0 and True differ). Unhashable where a value is a list
-    or a dict (a lookup raises TypeError)."""
-    d = o.copy()
-    d.pop("name", None)
-    return (phase, tuple(d.items()), tuple(map(type, d.values())))
-
-
-def _stage_op(spec: ScheduleSpec, o: dict[str, Any], k: int, phase: str, key: tuple[Any, ...]) -> Op:
-    """:func:`~schedsim.lower.pipeline._stage_proto` of entry ``o`` (its ``k``-th op of ``phase``; ``key``:
-    :func:`_stage_key`, hashable), validated once per process for each distinct key: the lowerings share the
-    template object (templates are not changed once registered), so the layers' renamed copies of one op
-    (``l0.qkv``, ``l1.qkv``) and the points of a search share one validation. An entry that fails (raising the
-    error that names ``k``) is validated each time."""
-    got = _STAGE_OPS.get(key)
-    if got is None:
-        got = _stage_proto(spec, o, k, phase)
-        if len(_STAGE_OPS) >= STAGE_OPS_KEPT:
-            _STAGE_OPS.clear()
-        _STAGE_OPS[key] = got
-    return got
-
-
 class _Ranks:
     """Templates and ids shared by the ranks of one lowering."""
 
@@ -581,8 +549,7 @@ class _Ranks:
         self.hot_lists = {s: stage_lists(t, plan, s, num_stages, hot=True) for s in range(num_stages)} \
             if plan.experts and t.moe_expert_capacity_factor is not None else self.lists
         self.compute: dict[tuple[int, str, int, bool], int] = {}
-        self.stage_tids: dict[tuple[Any, ...], int] = {}  # (stage_template) _stage_key -> template id
-        self.comm_tids: dict[tuple[Any, ...], int] = {}  # (_comm_template) a collective's or ring p2p's template id
+        self.templates = StageTemplates(spec, table)
         self.held = _held(t, plan, num_stages)
         #: The ring exchanges (CP, tp_comm_overlap) as lone isend/irecv on two-rank communicators when the
         #: pipeline's p2p are lone (interleaved: Megatron's overlap_p2p_comm), else each step one batch, like the
@@ -597,37 +564,6 @@ class _Ranks:
 
     def template(self, op: Op) -> int:
         return self.table.template(op)
-
-    def stage_template(self, o: Entry, k: int, phase: str) -> int:
-        """The template id of stage op entry ``o`` (the ``k``-th of ``phase``): one per distinct entry but for its
-        name (:func:`_stage_key`) in a lowering, which the layers' renamed copies (``l0.qkv``, ``l1.qkv``) share,
-        as they share its fields (a Program's op takes its name, stream and peer from its own columns, not its
-        template's); registered at the entry's first use, so the template table does not depend on what
-        :data:`_STAGE_OPS` holds. An entry with an unhashable value (a list or dict) gets a template of its own."""
-        key = _stage_key(o, phase)
-        try:
-            got = self.stage_tids.get(key)
-        except TypeError:  # a list or dict value
-            return self.table.template(_stage_proto(self.spec, o, k, phase))
-        if got is None:
-            got = self.stage_tids[key] = self.table.template(_stage_op(self.spec, o, k, phase, key))
-        return got
-
-    def _comm_template(self, o: Entry, grp: tuple[int, ...]) -> int:
-        """The template id of stage list entry ``o``, a collective over ``grp`` (``()``: a ring send or recv, on
-        rank 0 and stream "", whose peer is the op's): one per (kind, group, bytes, dtype) in a lowering, which the
-        layers' entries share (the template's name is the first one's; a Program's op takes its own name from its
-        name column)."""
-        b = o["bytes"]
-        key = (o["kind"], grp, b, type(b), o["dtype"])
-        got = self.comm_tids.get(key)
-        if got is None:
-            op = Op(name=o["name"], rank=grp[0], kind=o["kind"], stream="compute", seq=0, group=grp, nbytes=b,
-                    dtype=o["dtype"], source="training") if grp else \
-                Op(name=o["name"], rank=0, kind=o["kind"], stream="", seq=0, nbytes=b, dtype=o["dtype"],
-                   source="training")
-            got = self.comm_tids[key] = self.table.template(op)
-        return got
 
     def spec_world(self) -> range:
         return range(self.spec.world_size)
@@ -684,7 +620,7 @@ class _Ranks:
                     coll = -1
                     if o.get("tp"):
                         grp = ep_group if o.get("group") == "ep" else dp_group if o.get("group") == "dp" else group
-                        coll = self._comm_template(o, grp)
+                        coll = self.templates.comm(o, grp)
                     if "after" in o:
                         row.append(self._placed(o, index, ring, tp_ring, s, phase, k, coll))
                         continue
@@ -693,7 +629,7 @@ class _Ranks:
                         continue
                     tid = self.compute.get((s, phase, k, hot))
                     if tid is None:
-                        tid = self.compute[(s, phase, k, hot)] = self.stage_template(o, k, phase)
+                        tid = self.compute[(s, phase, k, hot)] = self.templates.stage(o, k, phase)
                     row.append((str(o["name"]), tid))
                 out[(s, phase)] = row
         self.protos[key] = out
@@ -724,10 +660,10 @@ class _Ranks:
         elif o["kind"] in ("send", "recv"):
             pair = ring if o.get("ring", "cp") == "cp" else tp_ring
             peer = pair[0] if o["cp_peer"] == "next" else pair[1]
-            tid = self._comm_template(o, ())
+            tid = self.templates.comm(o, ())
         else:
             got = self.compute.get((s, phase, k, False))
-            tid = got if got is not None else self.stage_template(
+            tid = got if got is not None else self.templates.stage(
                 {kk: v for kk, v in o.items() if kk not in _PLACE_KEYS}, k, phase)
             self.compute[(s, phase, k, False)] = tid
         name = o.get("stream", "")

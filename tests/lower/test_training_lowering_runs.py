@@ -236,8 +236,8 @@ def test_placed_ring_ops_are_written_as_runs(case: str, monkeypatch: pytest.Monk
 
 
 def _count_validations(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """A list that gets an item at each stage op validation (``training._stage_proto``) from now on."""
-    from schedsim.lower import pipeline, training
+    """A list that gets an item at each stage op validation (``stage_templates._stage_proto``) from now on."""
+    from schedsim.lower import pipeline, stage_templates
 
     built: list[int] = []
     proto = pipeline._stage_proto
@@ -246,7 +246,7 @@ def _count_validations(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         built.append(1)
         return proto(*a)
 
-    monkeypatch.setattr(training, "_stage_proto", counted)
+    monkeypatch.setattr(stage_templates, "_stage_proto", counted)
     return built
 
 
@@ -254,14 +254,14 @@ def test_a_process_validates_each_stage_op_entry_once(monkeypatch: pytest.Monkey
     """Lowering a configuration again (as ``schedsim search``'s points do in one process) builds no stage op
     template anew: each distinct entry of the layer's kernel lists was validated by the first lowering, and the
     Program is the same, array for array and template for template."""
-    from schedsim.lower import training
+    from schedsim.lower import stage_templates
 
     text = _text(8, CASES["cp2"][1])
-    training._STAGE_OPS.clear()
+    stage_templates._STAGE_OPS.clear()
     first = _state(text)
     built = _count_validations(monkeypatch)
     again = _state(text)
-    assert built == [] and len(training._STAGE_OPS) > 10
+    assert built == [] and len(stage_templates._STAGE_OPS) > 10
     assert again["text"] == first["text"]
     for k in ARRAYS:
         np.testing.assert_array_equal(again[k], first[k], err_msg=k)
@@ -271,19 +271,19 @@ def test_the_layers_copies_of_a_stage_op_share_one_validation(monkeypatch: pytes
     """A stage of 2 layers validates as many stage op entries as a stage of 1 (``l0.qkv`` and ``l1.qkv`` differ
     only in their names, which the template does not hold: ``_stage_proto`` validates each entry as ``x``), and the
     Program lowered with the cache kept is the one lowered with nothing kept."""
-    from schedsim.lower import training
+    from schedsim.lower import stage_templates
 
     built = _count_validations(monkeypatch)
     counts = []
     for layers in (2, 4):  # pp 2: 1 and 2 layers a stage
-        training._STAGE_OPS.clear()
+        stage_templates._STAGE_OPS.clear()
         built.clear()
         lower(load_text(TINY.replace("num_layers: 2", f"num_layers: {layers}")))
         counts.append(len(built))
     assert counts[0] == counts[1] > 10
     text = _text(8, "")
     kept = _state(text)
-    monkeypatch.setattr(training, "STAGE_OPS_KEPT", 0)  # emptied at every insertion: one entry kept at a time
+    monkeypatch.setattr(stage_templates, "STAGE_OPS_KEPT", 0)  # emptied at every insertion: one entry kept at a time
     _assert_same(kept, _state(text))
 
 
