@@ -762,8 +762,7 @@ def expand_training(spec: ScheduleSpec, table: Table, symmetric: bool = False) -
     pb = PipelineSpec(schedule=plan.schedule, p=plan.pp, m=plan.m, v=plan.v if plan.v > 1 else None, transformer=tr,
                       p2p=None)
     try:
-        pplan = plan_of(spec, pb, reference=True, megatron=True)
-        steps = interleaved_steps_kept(spec, pb, pplan) if plan.v > 1 else _lowered_steps(pplan, columns=False)
+        pplan, steps = _plan_and_steps(spec, pb)
     except SchedsimError as e:  # the generators' rules on m: said in the block's terms
         head = split_fix(e.message if isinstance(e, SpecError) else e.reason if isinstance(
             e, PipelineScheduleError) else str(e), custom=False)[0]
@@ -793,6 +792,28 @@ def expand_training(spec: ScheduleSpec, table: Table, symmetric: bool = False) -
     from dataclasses import replace
 
     return replace(info, dp=spec.world_size // plan.pp, rank_stride=plan.tp * plan.cp * plan.dp)
+
+
+#: In this process: (schedule, p, m, v) -> :func:`_plan_and_steps`' answer, kept across lowerings (the points of a
+#: ``schedsim search`` share pipeline shapes); at most :data:`PLANS_KEPT`, then forgotten all at once. Read only,
+#: as :func:`~schedsim.lower.pipeline_steps.interleaved_steps_kept`'s answers are.
+PLANS_KEPT = 64
+_PLANS: dict[tuple[Any, ...], tuple[Any, Any]] = {}
+
+
+def _plan_and_steps(spec: ScheduleSpec, pb: PipelineSpec) -> tuple[Any, Any]:
+    """The block's pipeline plan (Megatron's order for ``pb``'s schedule, p, m and v: :func:`plan_of`, which reads
+    nothing else of ``pb`` or of ``spec`` but to word an error) and its steps with the p2p, kept in :data:`_PLANS`;
+    a refusal is raised each time."""
+    key = (pb.schedule, pb.p, pb.m, pb.v)
+    got = _PLANS.get(key)
+    if got is None:
+        pplan = plan_of(spec, pb, reference=True, megatron=True)
+        got = (pplan, interleaved_steps_kept(spec, pb, pplan) if (pb.v or 1) > 1 else _lowered_steps(pplan, False))
+        if len(_PLANS) >= PLANS_KEPT:
+            _PLANS.clear()
+        _PLANS[key] = got
+    return got
 
 
 def _coords(plan: TrainingPlan, g: int) -> tuple[int, int, int, int]:

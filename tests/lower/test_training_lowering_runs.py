@@ -428,3 +428,16 @@ def test_layers_share_templates_with_the_ops_and_times_of_one_template_per_entry
     np.testing.assert_array_equal(np.asarray(c.start_s), np.asarray(c_each.start_s))
     np.testing.assert_array_equal(np.asarray(c.end_s), np.asarray(c_each.end_s))
     assert repr(r.metrics) == repr(r_each.metrics)
+
+
+@pytest.mark.parametrize("case", ["plain", "interleaved", "cp2_interleaved"])
+def test_a_kept_pipeline_plan_makes_the_program_of_a_fresh_one(case: str) -> None:
+    """The pipeline plan and steps of a (schedule, p, m, v) are kept across lowerings (``training._PLANS``): a
+    lowering that finds them kept writes the Program one that plans afresh writes."""
+    from schedsim.lower import training
+
+    text = _text(*CASES[case])
+    training._PLANS.clear()
+    fresh = _state(text)
+    assert len(training._PLANS) == 1
+    _assert_same(_state(text), fresh)
