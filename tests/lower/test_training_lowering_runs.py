@@ -325,9 +325,11 @@ def test_interleaved_orders_kept_across_lowerings_give_the_same_program() -> Non
     (``pipeline_steps.interleaved_steps_kept``): a lowering that finds it kept (after one of another tp) writes
     the Program it writes with the store empty, and the kept order is the one worked out afresh."""
     from schedsim.lower import pipeline_steps as ps
+    from schedsim.lower import training
 
     text = _text(8, CASES["interleaved"][1])
     ps._STEPS.clear()
+    training._PLANS.clear()  # (the plans kept with their steps: training._plan_and_steps)
     first = _state(text)
     (kept,) = ps._STEPS.values()
     other = _text(8, CASES["interleaved"][1]).replace("tp: 2", "tp: 1").replace("world_size: 8", "world_size: 4")
