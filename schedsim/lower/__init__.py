@@ -105,7 +105,7 @@ def check_program(prog: Program, uniform: bool = False, warn: bool = True) -> li
     """
     from schedsim.lower.checks import check_arrays
 
-    v = check_arrays(prog, uniform)
+    v = check_arrays(prog, uniform, hangs=warn)  # without warn the "may hang" cases are not worded
     if v.fault:
         from schedsim.lower.check_errors import word_fault
 

@@ -627,8 +627,10 @@ class Verdict(NamedTuple):
         return self.cross or self.eager or self.multi
 
 
-def check_arrays(prog: Program, uniform: bool = False) -> Verdict:
+def check_arrays(prog: Program, uniform: bool = False, hangs: bool = True) -> Verdict:
     """Run every static check on ``prog``'s arrays (:func:`schedsim.lower.check_program` words what they find).
+    ``hangs=False``: the "may hang" cases ``cross`` and ``eager``, which only a worded warning reads, are not looked
+    for (False): the faults, ``multi`` (its sweep decides a fault too) and the split-batch warning are the same.
 
     ``uniform``: ``prog`` was linked as rank 0's ops repeated on every rank (:func:`schedsim.lower.link._link_uniform`:
     each rank issues the same ops in the same order, no send or recv, every collective on all ranks). Then one rule
@@ -651,8 +653,8 @@ def check_arrays(prog: Program, uniform: bool = False) -> Verdict:
     if not ok:
         return Verdict(True, False, False, False, None)
     split = _split_batch_warning(prog, comm, head, tc)
-    return Verdict(False, _cross_communicator_cycle(prog, comm, head), _eager_hang(prog, comm, head, tc),
-                   multi and not grouped_ok, split)
+    return Verdict(False, hangs and _cross_communicator_cycle(prog, comm, head),
+                   hangs and _eager_hang(prog, comm, head, tc), multi and not grouped_ok, split)
 
 
 #: Send/recv ops in one p2p batch above which NCCL may split the group into several kernel launches; torch's

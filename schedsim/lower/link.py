@@ -9,6 +9,7 @@ fails, :func:`build_fault` finds the first broken rule in that build's order on 
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -33,7 +34,7 @@ from schedsim.lower.program import batch_heads, stable_order, unique
 from schedsim.lower.table import Table
 from schedsim.spec.model import COLLECTIVE_KINDS
 
-__all__ = ["build_fault", "link"]
+__all__ = ["CollectiveKeys", "build_fault", "link"]
 
 I64 = np.int64
 
@@ -348,11 +349,55 @@ def _stream_edges(cols: _Cols) -> np.ndarray:
     return np.stack([o[np.repeat(start[ys], cnt) + off], np.repeat(ys, cnt)], axis=1).astype(I64, copy=False)
 
 
+class CollectiveKeys(Sequence[str]):
+    """:attr:`~schedsim.lower.program.Program.coll_keys` as a sequence made on first read: collective ``c``'s key is
+    the name of its first member (id ``ids[c]`` in the op names ``names``) then the suffix of its group
+    (``suffix[gid[c]]``, ``#r0,r1,...``). Its length is known unmade; a search's points never read the keys (only
+    errors, ``check``, the graph and the trace do), so they are not made there. Pickled and compared as the tuple."""
+
+    __slots__ = ("_names", "_ids", "_gid", "_suffix", "_keys")
+
+    def __init__(self, names: Any, ids: np.ndarray, gid: np.ndarray, suffix: list[str]) -> None:
+        self._names, self._ids, self._gid, self._suffix = names, ids, gid, suffix
+        self._keys: tuple[str, ...] | None = None
+
+    def made(self) -> tuple[str, ...]:
+        """The keys as a tuple (made once)."""
+        if self._keys is None:
+            sfx = self._suffix
+            self._keys = tuple(n + sfx[g] for n, g in zip(self._names.take(self._ids.tolist()), self._gid.tolist(),
+                                                           strict=True))
+            self._names = self._ids = self._gid = self._suffix = None  # type: ignore[assignment]
+        return self._keys
+
+    def __len__(self) -> int:
+        return len(self._keys) if self._keys is not None else len(self._gid)
+
+    def __getitem__(self, i: Any) -> Any:
+        return self.made()[i]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.made())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, CollectiveKeys):
+            other = other.made()
+        return self.made() == other if isinstance(other, tuple) else NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return repr(self.made())
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (tuple, (self.made(),))
+
+
 class _Colls(NamedTuple):
     """Collectives grouped by key (``name#ranks``, in order of first member) with their members (CSR, program
     order), each member's signature id (equal ids: same kind, size, root and dtype) and each key's group."""
 
-    keys: list[str]
+    keys: CollectiveKeys | list[str]
     ptr: np.ndarray
     members: np.ndarray
     sig: np.ndarray
@@ -399,9 +444,7 @@ def _collective_groups(cols: _Cols, represented: tuple[int, ...] = ()) -> _Colls
     # per key, from its first member: the name and the group (``name#r0,r1,...``)
     first_m = members[ptr[:-1]]
     kgid = t_gid[c["tmpl"][first_m]]
-    suffix = ["#" + ",".join(map(str, g)) for g in groups]
-    keys = [n + suffix[g] for n, g in zip(cols.table.names.take(c["name"][first_m].tolist()), kgid.tolist(),
-                                           strict=True)]
+    keys = CollectiveKeys(cols.table.names, c["name"][first_m], kgid, ["#" + ",".join(map(str, g)) for g in groups])
     return _Colls(keys, ptr, members.astype(I64), t_sig[c["tmpl"][members]], kgid, groups, members_of)
 
 
@@ -426,7 +469,8 @@ def _collective_faults(cols: _Cols, g: _Colls) -> tuple[np.ndarray, np.ndarray]:
     return other, bad
 
 
-def _collectives(cols: _Cols, represented: tuple[int, ...] = ()) -> tuple[list[str], np.ndarray, np.ndarray, bool]:
+def _collectives(cols: _Cols, represented: tuple[int, ...] = ()) -> tuple[CollectiveKeys | list[str], np.ndarray,
+                                                                          np.ndarray, bool]:
     """Collective keys (``name#ranks``, in order of first member), CSR of members, and whether every
     collective is consistent (one kind, size, root and dtype; issued once on each rank of its group, or with
     ``represented`` ranks, a symmetric lowering's, on each of them in its group)."""
@@ -510,5 +554,6 @@ def link(table: Table, file: str, info: dict[str, Any], check: bool, warn: bool 
     dep_ptr = np.zeros(cols.N + 1, I64)
     np.cumsum(np.bincount(cols.dep_op, minlength=cols.N), out=dep_ptr[1:])
     return cols, {"dep_ptr": dep_ptr, "dep_idx": tgt, "stream_edges": se, "dep_edges": de,
-                  "coll_keys": tuple(keys), "coll_ptr": cptr, "coll_idx": cidx, "p2p": pairs,
+                  "coll_keys": keys if isinstance(keys, CollectiveKeys) else tuple(keys), "coll_ptr": cptr,
+                  "coll_idx": cidx, "p2p": pairs,
                   "warnings": tuple(warnings)}

@@ -215,7 +215,7 @@ class Program:
     dep_idx: NDArray[np.int32] | NDArray[np.int64]
     stream_edges: NDArray[np.int32] | NDArray[np.int64]
     dep_edges: NDArray[np.int32] | NDArray[np.int64]
-    coll_keys: tuple[str, ...]
+    coll_keys: Sequence[str]  # a tuple, or the lowering's keys made on first read (lower.link.CollectiveKeys)
     coll_ptr: NDArray[np.int64]
     coll_idx: NDArray[np.int64]
     p2p: NDArray[np.int64]

@@ -100,10 +100,10 @@ import numpy as np
 from schedsim.errors import PipelineScheduleError, SchedsimError, SpecError
 from schedsim.graph.info import PipelineInfo
 from schedsim.graph.ops import Op
-from schedsim.lower.pipeline import _stage_proto
 from schedsim.lower.pipeline_emitter import ProtoPlace, _Emitter, last_backward, reduce_after_last_backward
 from schedsim.lower.pipeline_plan import StageCost, block_info, plan_of, split_fix
 from schedsim.lower.pipeline_steps import _lowered_steps, interleaved_steps_kept
+from schedsim.lower.stage_templates import StageTemplates
 from schedsim.lower.table import Table
 from schedsim.spec.model import ScheduleSpec
 from schedsim.spec.pipeline_block import (
@@ -530,34 +530,6 @@ def _stage_params(t: TrainingSpec, plan: TrainingPlan, num_stages: int) -> dict[
     return {s: sum(d.values()) / plan.tp for s, d in _held(t, plan, num_stages).items()}
 
 
-#: :func:`_stage_op`'s templates by stage op entry and phase (a process's lowerings share them: ``schedsim search``
-#: lowers hundreds of configurations whose layers hold the same kernels); emptied when it reaches
-#: :data:`STAGE_OPS_KEPT` entries.
-_STAGE_OPS: dict[tuple[Any, ...], Op] = {}
-STAGE_OPS_KEPT = 20_000
-
-
-def _stage_op(spec: ScheduleSpec, o: dict[str, Any], k: int, phase: str) -> Op:
-    """:func:`~schedsim.lower.pipeline._stage_proto` of entry ``o`` (its ``k``-th op of ``phase``), validated once
-    per process for each distinct entry but for its name (its other items with their types, in order: the template
-    does not depend on the name, which ``_stage_proto`` validates as ``x``, so the layers' renamed copies of one
-    op, ``l0.qkv``, ``l1.qkv``, share one validation): the lowerings share the template object (templates are not
-    changed once registered). An entry with an unhashable value, or one that fails (raising the error that names
-    ``k``), is validated each time."""
-    try:
-        items = [it for it in o.items() if it[0] != "name"]
-        key = (phase, tuple(items), tuple(type(v) for _k, v in items))  # the types: 1, 1.0 and True differ
-        got = _STAGE_OPS.get(key)
-    except TypeError:  # a list or dict value
-        return _stage_proto(spec, o, k, phase)
-    if got is None:
-        got = _stage_proto(spec, o, k, phase)
-        if len(_STAGE_OPS) >= STAGE_OPS_KEPT:
-            _STAGE_OPS.clear()
-        _STAGE_OPS[key] = got
-    return got
-
-
 class _Ranks:
     """Templates and ids shared by the ranks of one lowering."""
 
@@ -577,6 +549,7 @@ class _Ranks:
         self.hot_lists = {s: stage_lists(t, plan, s, num_stages, hot=True) for s in range(num_stages)} \
             if plan.experts and t.moe_expert_capacity_factor is not None else self.lists
         self.compute: dict[tuple[int, str, int, bool], int] = {}
+        self.templates = StageTemplates(spec, table)
         self.held = _held(t, plan, num_stages)
         #: The ring exchanges (CP, tp_comm_overlap) as lone isend/irecv on two-rank communicators when the
         #: pipeline's p2p are lone (interleaved: Megatron's overlap_p2p_comm), else each step one batch, like the
@@ -647,9 +620,7 @@ class _Ranks:
                     coll = -1
                     if o.get("tp"):
                         grp = ep_group if o.get("group") == "ep" else dp_group if o.get("group") == "dp" else group
-                        coll = self.template(Op(name=o["name"], rank=grp[0], kind=o["kind"], stream="compute",
-                                                seq=0, group=grp, nbytes=o["bytes"], dtype=o["dtype"],
-                                                source="training"))
+                        coll = self.templates.comm(o, grp)
                     if "after" in o:
                         row.append(self._placed(o, index, ring, tp_ring, s, phase, k, coll))
                         continue
@@ -658,8 +629,7 @@ class _Ranks:
                         continue
                     tid = self.compute.get((s, phase, k, hot))
                     if tid is None:
-                        tid = self.compute[(s, phase, k, hot)] = self.table.template(
-                            _stage_op(self.spec, o, k, phase))
+                        tid = self.compute[(s, phase, k, hot)] = self.templates.stage(o, k, phase)
                     row.append((str(o["name"]), tid))
                 out[(s, phase)] = row
         self.protos[key] = out
@@ -690,12 +660,11 @@ class _Ranks:
         elif o["kind"] in ("send", "recv"):
             pair = ring if o.get("ring", "cp") == "cp" else tp_ring
             peer = pair[0] if o["cp_peer"] == "next" else pair[1]
-            tid = self.template(Op(name=o["name"], rank=0, kind=o["kind"], stream="", seq=0, nbytes=o["bytes"],
-                                   dtype=o["dtype"], source="training"))
+            tid = self.templates.comm(o, ())
         else:
             got = self.compute.get((s, phase, k, False))
-            tid = got if got is not None else self.table.template(_stage_op(
-                self.spec, {kk: v for kk, v in o.items() if kk not in _PLACE_KEYS}, k, phase))
+            tid = got if got is not None else self.templates.stage(
+                {kk: v for kk, v in o.items() if kk not in _PLACE_KEYS}, k, phase)
             self.compute[(s, phase, k, False)] = tid
         name = o.get("stream", "")
         if self.lone and peer >= 0:  # lone isend / irecv: each on the stream of its direction
@@ -793,8 +762,7 @@ def expand_training(spec: ScheduleSpec, table: Table, symmetric: bool = False) -
     pb = PipelineSpec(schedule=plan.schedule, p=plan.pp, m=plan.m, v=plan.v if plan.v > 1 else None, transformer=tr,
                       p2p=None)
     try:
-        pplan = plan_of(spec, pb, reference=True, megatron=True)
-        steps = interleaved_steps_kept(spec, pb, pplan) if plan.v > 1 else _lowered_steps(pplan, columns=False)
+        pplan, steps = _plan_and_steps(spec, pb)
     except SchedsimError as e:  # the generators' rules on m: said in the block's terms
         head = split_fix(e.message if isinstance(e, SpecError) else e.reason if isinstance(
             e, PipelineScheduleError) else str(e), custom=False)[0]
@@ -824,6 +792,28 @@ def expand_training(spec: ScheduleSpec, table: Table, symmetric: bool = False) -
     from dataclasses import replace
 
     return replace(info, dp=spec.world_size // plan.pp, rank_stride=plan.tp * plan.cp * plan.dp)
+
+
+#: In this process: (schedule, p, m, v) -> :func:`_plan_and_steps`' answer, kept across lowerings (the points of a
+#: ``schedsim search`` share pipeline shapes); at most :data:`PLANS_KEPT`, then forgotten all at once. Read only,
+#: as :func:`~schedsim.lower.pipeline_steps.interleaved_steps_kept`'s answers are.
+PLANS_KEPT = 64
+_PLANS: dict[tuple[Any, ...], tuple[Any, Any]] = {}
+
+
+def _plan_and_steps(spec: ScheduleSpec, pb: PipelineSpec) -> tuple[Any, Any]:
+    """The block's pipeline plan (Megatron's order for ``pb``'s schedule, p, m and v: :func:`plan_of`, which reads
+    nothing else of ``pb`` or of ``spec`` but to word an error) and its steps with the p2p, kept in :data:`_PLANS`;
+    a refusal is raised each time."""
+    key = (pb.schedule, pb.p, pb.m, pb.v)
+    got = _PLANS.get(key)
+    if got is None:
+        pplan = plan_of(spec, pb, reference=True, megatron=True)
+        got = (pplan, interleaved_steps_kept(spec, pb, pplan) if (pb.v or 1) > 1 else _lowered_steps(pplan, False))
+        if len(_PLANS) >= PLANS_KEPT:
+            _PLANS.clear()
+        _PLANS[key] = got
+    return got
 
 
 def _coords(plan: TrainingPlan, g: int) -> tuple[int, int, int, int]:

@@ -315,3 +315,28 @@ def test_template_columns_intern_as_template_by_template(which: str) -> None:
     for it in ("names", "tags", "streams", "strs"):
         a, b = getattr(new, it), getattr(old, it)
         assert a.items == b.items and a.ids == b.ids, it
+
+
+def test_collective_keys_are_made_on_first_read_as_the_eager_keys() -> None:
+    """A training lowering's collective keys (``name#ranks`` of each collective's first member, in order of first
+    member) are not made until read: their length is known unmade; read, they equal the keys built from the
+    Program's own arrays (each collective's first member's name and its template's group), compare equal to that
+    tuple, and pickle as it."""
+    from schedsim.lower.link import CollectiveKeys
+    from schedsim.spec.loader import load_text
+    from tests.spec.test_training_block import TINY
+
+    prog = lower(load_text(TINY.replace("num_layers: 2", "num_layers: 4") + "  sequence_parallel: true\n"))
+    keys = prog.coll_keys
+    assert isinstance(keys, CollectiveKeys) and keys._keys is None
+    ptr, idx = np.asarray(prog.coll_ptr), np.asarray(prog.coll_idx)
+    assert len(keys) == len(ptr) - 1 > 50 and keys._keys is None
+    first = idx[ptr[:-1]]
+    names = list(prog.names)
+    want = tuple(names[int(prog.name_id[f])] + "#" + ",".join(map(str, prog.templates[int(prog.tmpl[f])].group))
+                 for f in first.tolist())
+    assert keys == want and tuple(keys) == want and keys[3] == want[3] and list(keys[:2]) == list(want[:2])
+    assert want[0].endswith("#0,1") and "." in want[0]
+    assert pickle.loads(pickle.dumps(keys)) == want and type(pickle.loads(pickle.dumps(keys))) is tuple
+    got = prog.collectives()
+    assert list(got) == list(want) and all(np.array_equal(got[k], idx[ptr[c]:ptr[c + 1]]) for c, k in enumerate(want))

@@ -236,8 +236,8 @@ def test_placed_ring_ops_are_written_as_runs(case: str, monkeypatch: pytest.Monk
 
 
 def _count_validations(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """A list that gets an item at each stage op validation (``training._stage_proto``) from now on."""
-    from schedsim.lower import pipeline, training
+    """A list that gets an item at each stage op validation (``stage_templates._stage_proto``) from now on."""
+    from schedsim.lower import pipeline, stage_templates
 
     built: list[int] = []
     proto = pipeline._stage_proto
@@ -246,7 +246,7 @@ def _count_validations(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         built.append(1)
         return proto(*a)
 
-    monkeypatch.setattr(training, "_stage_proto", counted)
+    monkeypatch.setattr(stage_templates, "_stage_proto", counted)
     return built
 
 
@@ -254,14 +254,14 @@ def test_a_process_validates_each_stage_op_entry_once(monkeypatch: pytest.Monkey
     """Lowering a configuration again (as ``schedsim search``'s points do in one process) builds no stage op
     template anew: each distinct entry of the layer's kernel lists was validated by the first lowering, and the
     Program is the same, array for array and template for template."""
-    from schedsim.lower import training
+    from schedsim.lower import stage_templates
 
     text = _text(8, CASES["cp2"][1])
-    training._STAGE_OPS.clear()
+    stage_templates._STAGE_OPS.clear()
     first = _state(text)
     built = _count_validations(monkeypatch)
     again = _state(text)
-    assert built == [] and len(training._STAGE_OPS) > 10
+    assert built == [] and len(stage_templates._STAGE_OPS) > 10
     assert again["text"] == first["text"]
     for k in ARRAYS:
         np.testing.assert_array_equal(again[k], first[k], err_msg=k)
@@ -271,19 +271,19 @@ def test_the_layers_copies_of_a_stage_op_share_one_validation(monkeypatch: pytes
     """A stage of 2 layers validates as many stage op entries as a stage of 1 (``l0.qkv`` and ``l1.qkv`` differ
     only in their names, which the template does not hold: ``_stage_proto`` validates each entry as ``x``), and the
     Program lowered with the cache kept is the one lowered with nothing kept."""
-    from schedsim.lower import training
+    from schedsim.lower import stage_templates
 
     built = _count_validations(monkeypatch)
     counts = []
     for layers in (2, 4):  # pp 2: 1 and 2 layers a stage
-        training._STAGE_OPS.clear()
+        stage_templates._STAGE_OPS.clear()
         built.clear()
         lower(load_text(TINY.replace("num_layers: 2", f"num_layers: {layers}")))
         counts.append(len(built))
     assert counts[0] == counts[1] > 10
     text = _text(8, "")
     kept = _state(text)
-    monkeypatch.setattr(training, "STAGE_OPS_KEPT", 0)  # emptied at every insertion: one entry kept at a time
+    monkeypatch.setattr(stage_templates, "STAGE_OPS_KEPT", 0)  # emptied at every insertion: one entry kept at a time
     _assert_same(kept, _state(text))
 
 
@@ -325,9 +325,11 @@ def test_interleaved_orders_kept_across_lowerings_give_the_same_program() -> Non
     (``pipeline_steps.interleaved_steps_kept``): a lowering that finds it kept (after one of another tp) writes
     the Program it writes with the store empty, and the kept order is the one worked out afresh."""
     from schedsim.lower import pipeline_steps as ps
+    from schedsim.lower import training
 
     text = _text(8, CASES["interleaved"][1])
     ps._STEPS.clear()
+    training._PLANS.clear()  # (the plans kept with their steps: training._plan_and_steps)
     first = _state(text)
     (kept,) = ps._STEPS.values()
     other = _text(8, CASES["interleaved"][1]).replace("tp: 2", "tp: 1").replace("world_size: 8", "world_size: 4")
@@ -397,3 +399,47 @@ def test_sends_and_recvs_kept_per_stage_make_the_same_program(case: str, monkeyp
     _patch_ranks(monkeypatch, "p2p_ids", _Forgetful)
     slow = _state(text)
     _assert_same(fast, slow)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_layers_share_templates_with_the_ops_and_times_of_one_template_per_entry(case: str) -> None:
+    """A lowering registers one template per distinct stage op entry but for its name (``l0.qkv`` and ``l1.qkv``
+    share one) and per collective or ring send/recv shape, where it registered one per (stage, phase, entry)
+    (the oracle ``tests/oracle/stage_templates.py``, which gives main's template tables): the same ops, op for op
+    (names, streams, groups, sizes, dependencies), every array but the template column the same, and the same
+    predicted times, spans and metrics, with fewer templates."""
+    from schedsim.api import predict
+    from tests.oracle.stage_templates import per_entry_templates
+
+    world, extra = CASES[case]
+    text = _text(world, extra)
+    with per_entry_templates():
+        each = lower(load_text(text))
+        r_each = predict(load_text(text), "dgx_h100")
+    shared = lower(load_text(text))
+    r = predict(load_text(text), "dgx_h100")
+    assert shared.ops() == each.ops()
+    for k in ARRAYS:
+        if k != "tmpl":
+            np.testing.assert_array_equal(np.asarray(getattr(shared, k)), np.asarray(getattr(each, k)), err_msg=k)
+    assert len(shared.templates) < len(each.templates) / 2
+    tp_shared, tp_each = np.asarray(shared.tmpl), np.asarray(each.tmpl)
+    assert all(shared.templates[a].kind == each.templates[b].kind and shared.templates[a].group ==
+               each.templates[b].group for a, b in set(zip(tp_shared.tolist(), tp_each.tolist(), strict=True)))
+    c, c_each = r.timeline.columns, r_each.timeline.columns
+    np.testing.assert_array_equal(np.asarray(c.start_s), np.asarray(c_each.start_s))
+    np.testing.assert_array_equal(np.asarray(c.end_s), np.asarray(c_each.end_s))
+    assert repr(r.metrics) == repr(r_each.metrics)
+
+
+@pytest.mark.parametrize("case", ["plain", "interleaved", "cp2_interleaved"])
+def test_a_kept_pipeline_plan_makes_the_program_of_a_fresh_one(case: str) -> None:
+    """The pipeline plan and steps of a (schedule, p, m, v) are kept across lowerings (``training._PLANS``): a
+    lowering that finds them kept writes the Program one that plans afresh writes."""
+    from schedsim.lower import training
+
+    text = _text(*CASES[case])
+    training._PLANS.clear()
+    fresh = _state(text)
+    assert len(training._PLANS) == 1
+    _assert_same(_state(text), fresh)

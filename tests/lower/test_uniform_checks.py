@@ -1,7 +1,8 @@
 """The static checks of a Program linked as rank 0's ops on every rank (``check_arrays(prog, uniform=True)``: the
 forward dependencies alone) against every rule run on the same arrays (``check_arrays(prog)``), on the shipped
 schedules and the benchmark input that link that way and on hand-written ones (lazy and eager communicator
-creation, several collective kinds, one rank, a dependency written after its user)."""
+creation, several collective kinds, one rank, a dependency written after its user); and the verdict without the
+"may hang" cases that only a worded warning reads (``hangs=False``) against every rule's."""
 
 from __future__ import annotations
 
@@ -76,3 +77,33 @@ def test_the_uniform_verdict_is_every_rules_on_written_schedules(monkeypatch, w,
             lower(load_text(text, "u.yaml"))
     else:
         assert lower(load_text(text, "u.yaml")).warnings == ()
+
+
+CYCLIC = """\
+schema_version: 1
+name: x
+world_size: 3
+nccl_init: eager
+ops:
+  - {name: c1, kind: all_reduce, bytes: 4096, stream: s1, ranks: [0], group: [0, 1]}
+  - {name: c3, kind: all_reduce, bytes: 4096, stream: s3, ranks: [0], group: [0, 2]}
+  - {name: c2, kind: all_reduce, bytes: 4096, stream: s2, ranks: [1], group: [1, 2]}
+  - {name: c1, kind: all_reduce, bytes: 4096, stream: s1, ranks: [1], group: [0, 1]}
+  - {name: c3, kind: all_reduce, bytes: 4096, stream: s3, ranks: [2], group: [0, 2]}
+  - {name: c2, kind: all_reduce, bytes: 4096, stream: s2, ranks: [2], group: [1, 2]}
+"""
+
+
+def test_without_hang_warnings_the_verdict_is_every_rules_but_the_unworded_cases() -> None:
+    """``check_arrays(prog, hangs=False)`` (what ``lower(..., warn=False)`` runs: the search's points) leaves out
+    the "may hang" cases only a worded warning reads (collectives of three communicators issued in a cyclic order
+    here: cross), and finds the rest as every rule does, on the shipped schedules too; ``warn=False`` lowers the
+    same Program but for the unworded warning."""
+    prog = lower(load_text(CYCLIC, "x.yaml"), check=False)
+    assert check_arrays(prog) == Verdict(False, True, False, False, None)
+    assert check_arrays(prog, hangs=False) == Verdict(False, False, False, False, None)
+    assert len(lower(load_text(CYCLIC, "x.yaml")).warnings) == 1
+    assert lower(load_text(CYCLIC, "x.yaml"), warn=False).warnings == ()
+    for path in SHIPPED:
+        p = lower(load_schedule(path), check=False)
+        assert check_arrays(p, hangs=False) == check_arrays(p)._replace(cross=False, eager=False), path

@@ -287,3 +287,21 @@ def test_kept_layout_answers_are_those_worked_out_afresh() -> None:
         answers |= set(fresh)
     assert answers == {True, False} and len(pts) > 20
     s._LAYOUTS.clear()
+
+
+def test_a_points_schedule_text_is_the_python_emitters() -> None:
+    """A point's schedule text (``_point``: libyaml's emitter where PyYAML has it) is ``yaml.safe_dump``'s, byte for
+    byte, for every candidate of a grid over every axis (the block's values: numbers, strings, booleans), with and
+    without an env."""
+    import yaml
+
+    if not getattr(yaml, "__with_libyaml__", False):
+        pytest.skip("PyYAML without libyaml: _point uses safe_dump itself")
+    pts = candidates(_block(), 16, tps=[1, 2], pps=[1, 2], mbss=[1, 2], recomputes=["none", "selective", "full"],
+                     vpps=[None, 1], memory_limit=2**40, cps=[1, 2], eps=[1, 2])
+    assert len(pts) > 100
+    for p in pts:
+        for env in ({}, {"CUDA_DEVICE_MAX_CONNECTIONS": 1, "NCCL_ALGO": "Ring"}):
+            doc = {"schema_version": 1, "name": "s", "world_size": 16, **({"env": env} if env else {}),
+                   "training": p.block}
+            assert yaml.dump(doc, Dumper=yaml.CSafeDumper, sort_keys=False) == yaml.safe_dump(doc, sort_keys=False)

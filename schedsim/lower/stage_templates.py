@@ -1,0 +1,79 @@
+"""The templates of the training block's stage op lists (:mod:`schedsim.lower.training`): each distinct entry of
+a layer's kernel lists validated once per process (:func:`stage_op`), and in a lowering one template per distinct
+entry but for its name and per collective or ring send/recv shape (:class:`StageTemplates`), which the layers'
+renamed copies of an entry (``l0.qkv``, ``l1.qkv``) share: a Program's op takes its name, stream and peer from its
+own columns, not its template's. The per-entry registration it replaced is the oracle
+``tests/oracle/stage_templates.py``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from schedsim.graph.ops import Op
+from schedsim.lower.pipeline import _stage_proto
+from schedsim.lower.table import Table
+from schedsim.spec.model import ScheduleSpec
+
+#: :func:`stage_op`'s templates by :func:`stage_key` (a process's lowerings share them: ``schedsim search`` lowers
+#: hundreds of configurations whose layers hold the same kernels); emptied when it reaches :data:`STAGE_OPS_KEPT`
+#: entries.
+_STAGE_OPS: dict[tuple[Any, ...], Op] = {}
+STAGE_OPS_KEPT = 20_000
+
+
+def stage_key(o: dict[str, Any], phase: str) -> tuple[Any, ...]:
+    """The key of stage op entry ``o`` of ``phase``: its items but its name, with their types, in order (the
+    template does not depend on the name, which ``_stage_proto`` validates as ``x``; the types: 1, 1.0 and True
+    differ). Unhashable where a value is a list or a dict (a lookup raises TypeError)."""
+    d = o.copy()
+    d.pop("name", None)
+    return (phase, tuple(d.items()), tuple(map(type, d.values())))
+
+
+def stage_op(spec: ScheduleSpec, o: dict[str, Any], k: int, phase: str, key: tuple[Any, ...]) -> Op:
+    """:func:`~schedsim.lower.pipeline._stage_proto` of entry ``o`` (its ``k``-th op of ``phase``; ``key``:
+    :func:`stage_key`, hashable), validated once per process for each key: the lowerings share the template
+    object (templates are not changed once registered). An entry that fails (raising the error that names ``k``)
+    is validated each time."""
+    got = _STAGE_OPS.get(key)
+    if got is None:
+        got = _stage_proto(spec, o, k, phase)
+        if len(_STAGE_OPS) >= STAGE_OPS_KEPT:
+            _STAGE_OPS.clear()
+        _STAGE_OPS[key] = got
+    return got
+
+
+class StageTemplates:
+    """The stage op lists' template ids of one lowering into ``table`` (module docstring), each registered at its
+    first use, so the template table does not depend on what :data:`_STAGE_OPS` holds."""
+
+    def __init__(self, spec: ScheduleSpec, table: Table) -> None:
+        self.spec, self.table = spec, table
+        self.ids: dict[tuple[Any, ...], int] = {}  # stage_key -> template id
+        self.comm_ids: dict[tuple[Any, ...], int] = {}  # a collective's or ring send/recv's shape -> template id
+
+    def stage(self, o: dict[str, Any], k: int, phase: str) -> int:
+        """The template id of compute entry ``o`` (the ``k``-th of ``phase``); an entry with an unhashable value
+        (a list or dict) gets a template of its own."""
+        key = stage_key(o, phase)
+        try:
+            got = self.ids.get(key)
+        except TypeError:  # a list or dict value
+            return self.table.template(_stage_proto(self.spec, o, k, phase))
+        if got is None:
+            got = self.ids[key] = self.table.template(stage_op(self.spec, o, k, phase, key))
+        return got
+
+    def comm(self, o: dict[str, Any], grp: tuple[int, ...]) -> int:
+        """The template id of entry ``o``, a collective over ``grp`` on stream ``compute`` (``()``: a ring send or
+        recv, on rank 0 and stream "", whose peer is the op's), one per (kind, group, bytes, dtype); the template
+        is named as the first entry of its shape."""
+        b = o["bytes"]
+        key = (o["kind"], grp, b, type(b), o["dtype"])
+        got = self.comm_ids.get(key)
+        if got is None:
+            got = self.comm_ids[key] = self.table.template(Op(
+                name=o["name"], rank=grp[0] if grp else 0, kind=o["kind"], stream="compute" if grp else "", seq=0,
+                group=grp, nbytes=b, dtype=o["dtype"], source="training"))
+        return got
