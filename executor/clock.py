@@ -124,8 +124,9 @@ def aligned_start_ns(clocks_ns: Iterable[int], margin_s: float | None = None) ->
 
 HOST_FIELDS = ("wall_s", "run_s", "runq_s", "vcsw", "ivcsw", "cpu_start", "cpu_end")
 """What :class:`HostThreadProbe` gives per iteration, from before its anchor to after its wait, for the thread that
-issues it: wall seconds; seconds it ran on a CPU (``/proc/thread-self/schedstat`` field 1, else
-``time.thread_time``); seconds it waited runnable in a run queue (field 2: another thread had its CPU); voluntary
+issues it: wall seconds; seconds it ran on a CPU (``time.thread_time``: ``CLOCK_THREAD_CPUTIME_ID`` brings the running
+thread's sum up to date, where ``/proc/thread-self/schedstat`` field 1 lags by up to a scheduler tick while it
+runs); seconds it waited runnable in a run queue (field 2: another thread had its CPU); voluntary
 and involuntary context switches (``getrusage(RUSAGE_THREAD)``: it blocked; it was preempted); the CPU it was on at
 the start and at the end (``/proc/thread-self/stat`` field 39). Linux ``proc(5)``, ``getrusage(2)``. Where wall
 exceeds run + runq the thread slept or its virtual CPU was stolen by the hypervisor (which the guest's run
@@ -168,10 +169,13 @@ class HostThreadProbe:
         wall = _perf_ns()
         runq: int | None
         cpu: int | None = None
+        # run: CLOCK_THREAD_CPUTIME_ID, which brings the running thread's sum up to date (task_sched_runtime);
+        # schedstat's field 1 is that sum as of the last tick or switch, stale by up to a tick while it runs
+        run = _thread_ns()
         try:  # a file this system lays out otherwise (fewer fields, not numbers) counts as one it lacks
-            run, runq = (int(x) for x in (self._pread(0, 128) or b"").split()[:2])
-        except ValueError:
-            run, runq = _thread_ns(), None
+            runq = int((self._pread(0, 128) or b"").split()[1])
+        except (ValueError, IndexError):
+            runq = None
         try:
             cpu = int((self._pread(1, 1024) or b"").rsplit(b")", 1)[1].split()[36])  # field 39; 3.. follow ")"
         except (ValueError, IndexError):

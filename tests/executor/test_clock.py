@@ -179,3 +179,23 @@ def test_the_host_probe_reads_a_procfs_laid_out_otherwise_as_fields_the_system_l
             os.close(fd)
     assert row["runq_s"] is None and row["cpu_start"] is None and row["cpu_end"] is None
     assert row["wall_s"] >= 0.002 and 0 <= row["run_s"] < row["wall_s"]
+
+
+def test_the_host_probe_run_time_of_a_busy_thread_is_its_cpu_time_not_a_tick_stale_sum() -> None:
+    """The calling thread spins 0.3 ms, 60 times: each row's run time is at most its wall time (one thread cannot
+    run longer than the wall), and together they hold most of the spinning. Linux's schedstat field 1 of a running
+    thread is its sum as of the last scheduler tick or switch, so rows read from it are 0 or a whole tick (4 ms at
+    HZ=250), longer than the row's wall; ``time.thread_time`` (CLOCK_THREAD_CPUTIME_ID) is brought up to date."""
+    from executor.clock import HOST_FIELDS, HostThreadProbe
+
+    p = HostThreadProbe()
+    rows = []
+    for _ in range(60):
+        a = p.read()
+        t = time.perf_counter_ns() + 300_000
+        while time.perf_counter_ns() < t:
+            pass
+        rows.append(dict(zip(HOST_FIELDS, p.delta(a, p.read()), strict=True)))
+    p.close()
+    assert all(0 <= r["run_s"] <= r["wall_s"] + 2e-6 for r in rows)
+    assert sum(r["run_s"] for r in rows) > 0.2 * sum(r["wall_s"] for r in rows)
