@@ -620,6 +620,8 @@ class TuneInput:
     in NCCL's view of a group (its choice), set only to time the run (:meth:`schedsim.network.NcclNetwork._lat_hop`,
     :func:`schedsim.network.net_crossings`); :func:`tune` leaves it out, and it is not counted again for Simple's
     flush (a local read of the receive buffer, ``ncclIbIflush``, src/transport/net_ib, not a network crossing).
+    ``node_ranks``: the ranks on each node in the ring's order, for an uneven group's crossings (empty: ``ranks //
+    nodes`` on each; :attr:`schedsim.network.GroupShape.counts`); NCCL's model does not read it.
 
     ``hw_intra`` / ``hw_inter`` replace NCCL's ``hwLatencies`` of the intra-node / network tier for the
     (algorithm, protocol) keys they hold, and ``bw_factor`` multiplies its bus bandwidth (before the conversion
@@ -646,6 +648,7 @@ class TuneInput:
     channel_env: ChannelEnv = NO_CHANNEL_ENV
     local_range: tuple[int, int] | None = None
     lat_hop: float = 0.0
+    node_ranks: tuple[int, ...] = ()
 
 
 def _p(proto: str) -> int:
