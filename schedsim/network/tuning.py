@@ -622,6 +622,9 @@ class TuneInput:
     flush (a local read of the receive buffer, ``ncclIbIflush``, src/transport/net_ib, not a network crossing).
     ``node_ranks``: the ranks on each node in the ring's order, for an uneven group's crossings (empty: ``ranks //
     nodes`` on each; :attr:`schedsim.network.GroupShape.counts`); NCCL's model does not read it.
+    ``lat_spine``: µs more a crossing between two fabric leaves takes (two more switch hops), ``node_leaves``
+    the leaf of each node in that order (:attr:`schedsim.network.GroupShape.node_leaves`; empty: one leaf); 0 and
+    empty in NCCL's view, as ``lat_hop``.
 
     ``hw_intra`` / ``hw_inter`` replace NCCL's ``hwLatencies`` of the intra-node / network tier for the
     (algorithm, protocol) keys they hold, and ``bw_factor`` multiplies its bus bandwidth (before the conversion
@@ -649,6 +652,8 @@ class TuneInput:
     local_range: tuple[int, int] | None = None
     lat_hop: float = 0.0
     node_ranks: tuple[int, ...] = ()
+    lat_spine: float = 0.0
+    node_leaves: tuple[int, ...] = ()
 
 
 def _p(proto: str) -> int:

@@ -10,16 +10,19 @@ from __future__ import annotations
 
 import pytest
 
-from schedsim.network import net_crossings
-from tests.network.test_network import forced, hopper, us
+from schedsim.network import NcclNetwork, net_crossings
+from tests.network.test_network import forced, hopper, profile, us
 
 
-def longest_chain(counts: tuple[int, ...], coll: str) -> int:
+def longest_chain(counts: tuple[int, ...], coll: str, leaves: tuple[int, ...] = (), spine: float = 0.0) -> float:
     """Most crossings on any path through the ring's step dependencies, ranks ``counts[i]`` on node ``i`` in
-    ring order (dynamic programming over the steps, one rank at a time)."""
+    ring order (dynamic programming over the steps, one rank at a time); a crossing between nodes of different
+    ``leaves`` weighs ``1 + spine``."""
     node = [i for i, c in enumerate(counts) for _ in range(c)]
+    leaf = leaves or (0,) * len(counts)
     n = len(node)
-    cross = [int(node[r - 1] != node[r]) for r in range(n)]  # the edge into r leaves a node (r - 1 wraps)
+    # the edge into r leaves a node (r - 1 wraps), and maybe its leaf
+    cross = [(node[r - 1] != node[r]) * (1 + spine * (leaf[node[r - 1]] != leaf[node[r]])) for r in range(n)]
     steps = (2 if coll == "allreduce" else 1) * (n - 1)
     best = cross[:]  # step 0: its own receive
     for _ in range(1, steps):
@@ -69,3 +72,39 @@ def test_an_uneven_group_pays_the_transport_latency_on_each_crossing_of_its_chai
     for kind, crossings in (("all_reduce", 4), ("all_gather", 2)):
         a, b = slow.collective(kind, 4096, group), bare.collective(kind, 4096, group)
         assert a is not None and b is not None and us(a) == pytest.approx(us(b) + crossings * 3.0, rel=1e-12)
+
+
+@pytest.mark.parametrize("coll", ["allreduce", "allgather"])
+@pytest.mark.parametrize(("counts", "leaves"), [((1, 1, 1, 1), (0, 0, 1, 1)), ((2, 2, 2, 2), (0, 0, 1, 1)),
+                                                ((3, 1, 2), (0, 1, 1)), ((1, 1, 1, 1, 1), (0, 0, 1, 1, 2)),
+                                                ((8, 8, 8), (0, 1, 2)), ((1, 2, 1, 2), (0, 0, 0, 1))])
+def test_crossings_between_leaves_weigh_the_spine_hops_on_the_longest_path(
+        coll: str, counts: tuple[int, ...], leaves: tuple[int, ...]) -> None:
+    even = len(set(counts)) == 1
+    got = net_crossings(coll, "ring", len(counts), counts[0], () if even else counts, 1.0, leaves, 2.0)
+    assert got == longest_chain(counts, coll, leaves, 2.0)
+
+
+def test_only_crossings_between_leaves_take_three_switch_hops():
+    # 4 nodes, 2 under a leaf (leaves 0 0 1 1), 1 us a switch hop (topology.fabric.latency_us), ring LL forced:
+    # crossings n0-n1 1 hop, n1-n2 3 (leaf, spine, leaf), n2-n3 1, n3-n0 3, not 3 each once the group spans leaves
+    fabric = {"kind": "leaf_spine", "nodes_per_leaf": 2, "source": "test"}
+    for gpus, want in ((1, {"all_reduce": 12.0, "all_gather": 7.0, "broadcast": 5.0}),
+                       (2, {"all_reduce": 15.0, "all_gather": 8.0, "broadcast": 5.0})):
+        # 1 GPU a node: all_reduce's 6 steps, a lap (1 + 3 + 1 + 3) and 1 + 3 = 12 (was 6 x 3 = 18); all_gather's
+        # 3: 3 + 1 + 3 = 7 (was 9); broadcast from rank 0: n0-n1-n2-n3, 1 + 3 + 1 = 5 (was 9).
+        # 2 GPUs a node (crossings on edges 1, 3, 5, 7 of 8): all_reduce's 14 steps from edge 3: 3 + 1 + 3, a lap
+        # (8), edge 0: 15 (was ceil(14 / 2) x 3 = 21); all_gather's 7 from edge 3: 3 + 1 + 3 + 1 = 8 (was 12)
+        topo = hopper(gpus, gpus, nodes=4)
+        slow = forced({**topo, "fabric": {**fabric, "latency_us": 1.0}}, "ring", "LL")
+        bare = forced({**topo, "fabric": fabric}, "ring", "LL")
+        group = tuple(range(4 * gpus))
+        assert slow.shape(group).node_leaves == (0, 0, 1, 1) and bare.shape(group).node_leaves == ()
+        for kind, extra in want.items():
+            a, b = slow.collective(kind, 4096, group), bare.collective(kind, 4096, group)
+            assert a is not None and b is not None and us(a) == pytest.approx(us(b) + extra, rel=1e-12), kind
+    # a send within a leaf: 1 hop; across leaves: 3
+    slow = NcclNetwork(profile({**hopper(1, 1, nodes=4), "fabric": {**fabric, "latency_us": 1.0}}))
+    bare = NcclNetwork(profile({**hopper(1, 1, nodes=4), "fabric": fabric}))
+    assert us(slow.p2p(0, 1, 4096)) == pytest.approx(us(bare.p2p(0, 1, 4096)) + 1.0, rel=1e-12)
+    assert us(slow.p2p(0, 2, 4096)) == pytest.approx(us(bare.p2p(0, 2, 4096)) + 3.0, rel=1e-12)
