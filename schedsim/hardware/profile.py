@@ -294,6 +294,11 @@ GpuArch = Literal["volta", "ampere", "hopper", "blackwell"]
 #: Where a network figure comes from: a specification or paper (published), a guess (assumed), a run on this
 #: machine (measured), or ``schedsim calibrate --from-nccl-tests`` on nccl-tests logs (fitted)
 Provenance = Literal["published", "assumed", "measured", "fitted"]
+#: The most µs a network latency field of a profile may give (``topology.nics.latency_us``,
+#: ``transport_latency_us``, ``topology.fabric.latency_us``): 1 s a crossing or switch hop, some 10^5 times any
+#: fabric's (InfiniBand, RoCE and TCP hops take 1-100 µs); more is a unit slip (ms or ns written as µs), and a
+#: figure near float's limit sums, over a collective's crossings, to an infinite time that the loader never names
+NET_LATENCY_MAX_US = 1e6
 #: NCCL's algorithm and protocol names as schedsim spells them (schedsim.network.tuning.ALGOS, PROTOS)
 _TIMING_ALGOS = ("tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat")
 _TIMING_PROTOS = ("LL", "LL128", "Simple")
@@ -373,18 +378,23 @@ class Nics(_B):
     gpu_to_nic: list[NonNegativeInt] | None = Field(
         default=None, description="Local GPU i uses NIC gpu_to_nic[i]; default: GPU i on NIC i * per_node // "
         "gpus_per_node (rail-optimised when per_node == gpus_per_node).")
-    latency_us: float = Field(default=0.0, ge=0, description="The net plugin's reported latency, µs "
-                              "(ncclNetProperties.latency -> graph->latencyInter), which NCCL adds to its network "
-                              "hop (twice for Simple: the flush) and chooses with; NCCL's IB plugin (IB and RoCE), "
-                              "its socket plugin and Google's FasTrak (GPUDirect-TCPXO) plugin report 0.")
-    transport_latency_us: float = Field(default=0.0, ge=0, description="µs each network crossing takes beyond "
+    latency_us: float = Field(default=0.0, ge=0, le=NET_LATENCY_MAX_US, description="The net plugin's reported "
+                              "latency, µs (ncclNetProperties.latency -> graph->latencyInter), which NCCL adds to its "
+                              "network hop (twice for Simple: the flush) and chooses with; NCCL's IB plugin (IB and "
+                              "RoCE), its socket plugin and Google's FasTrak (GPUDirect-TCPXO) plugin report 0. At "
+                              "most 1e6 (1 s; NET_LATENCY_MAX_US: more is a unit slip, and near float's limit the "
+                              "sum over a collective's steps is infinite).")
+    transport_latency_us: float = Field(default=0.0, ge=0, le=NET_LATENCY_MAX_US, description="µs each network "
+                                        "crossing takes beyond "
                                         "NCCL's figures on this transport, which NCCL does not see (its net plugins "
                                         "report 0): it times the run (once per crossing of the chosen algorithm's "
                                         "longest chain, schedsim.network.net_crossings), not NCCL's choice. "
                                         "Default 0: NCCL's figures "
                                         "hold the transport, as they do on InfiniBand (NVIDIA/nccl-tests#309: 16 B "
                                         "all_reduce on 2 and 4 nodes of 8 H100 within 1.1 % of NCCL's estimate). "
-                                        "Another transport's figure is measured (an 8 B..4 KiB nccl-tests run).")
+                                        "Another transport's figure is measured (an 8 B..4 KiB nccl-tests run). At "
+                                        "most 1e6 (1 s a crossing; NET_LATENCY_MAX_US: more is a unit slip, and near "
+                                        "float's limit the sum over a chain's crossings is infinite).")
     timing: dict[str, TierTiming] = Field(default_factory=lambda: {}, description="algo/proto -> figures that time "
                                           "NCCL's choice across nodes (network hwLat per hop, bus bandwidth of a group "
                                           "across nodes); not listed: NCCL's constants.")
@@ -418,10 +428,13 @@ class Fabric(_B):
                                        "within one leaf do not cross the spine. None: every node on one leaf.")
     oversubscription: float = Field(default=1.0, ge=1.0, description="Leaf down / up bandwidth ratio: traffic "
                                     "that crosses the spine gets 1/oversubscription of the NIC rate.")
-    latency_us: float = Field(default=0.0, ge=0, description="Latency per switch hop, µs, that each network "
+    latency_us: float = Field(default=0.0, ge=0, le=NET_LATENCY_MAX_US, description="Latency per switch hop, µs, "
+                              "that each network "
                               "crossing takes beyond NCCL's figures (one hop within a leaf, three across leaves); "
                               "it times the run but not NCCL's choice, since NCCL's topology has no switch "
-                              "(default 0: NCCL's own figures hold the switch, as they do on InfiniBand).")
+                              "(default 0: NCCL's own figures hold the switch, as they do on InfiniBand). At most "
+                              "1e6 (1 s a hop; NET_LATENCY_MAX_US: more is a unit slip, and near float's limit the "
+                              "sum over a chain's hops is infinite).")
     sharp: bool = Field(default=False, description="The switches reduce in the network (NVIDIA SHARP) and NCCL "
                         "runs its CollNet plugin (NCCL_COLLNET_ENABLE=1): CollNet Direct / Chain and NVLS across "
                         "nodes for all_reduce (schedsim.network.tuning).")
@@ -975,5 +988,7 @@ def load_profile(name_or_path: str) -> HardwareProfile:
     except ValidationError as e:
         err = e.errors(include_url=False)[0]
         loc = ".".join(str(x) for x in err["loc"])
-        raise ProfileError(f"{p}: {loc}: {err['msg']} (got {err.get('input')!r})"[:400]
-                           + "\n  fix: see schedsim/hardware/profiles/h200.yaml for the format") from None
+        le = (err.get("ctx") or {}).get("le") if err["type"] == "less_than_equal" else None
+        fix = f"give {loc} at most {le:g} (an upper bound: the field's description says why)" if le is not None \
+            else "see schedsim/hardware/profiles/h200.yaml for the format"
+        raise ProfileError(f"{p}: {loc}: {err['msg']} (got {err.get('input')!r})"[:400] + f"\n  fix: {fix}") from None

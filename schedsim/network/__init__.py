@@ -112,44 +112,82 @@ def fewest_graph(*graphs: Graph | None) -> Graph | None:
 NVLS_PREDICTION = "2.28.3"
 
 
-def net_crossings(coll: str, algo: str, nodes: int, ppn: int) -> int:
+def net_crossings(coll: str, algo: str, nodes: int, ppn: int, counts: tuple[int, ...] = (),
+                  hop: float = 1.0, leaves: tuple[int, ...] = (), spine: float = 0.0) -> float:
     """Network crossings one after another on the longest dependent chain of ``coll`` run as ``algo`` over
-    ``nodes`` nodes of ``ppn`` ranks each (ranks in node order): what a per-message latency NCCL does not know
-    (:attr:`TuneInput.lat_hop`) adds to the run, once per crossing. 0 on one node.
+    ``nodes`` nodes of ``ppn`` ranks each (ranks in node order), or of ``counts[i]`` ranks on the ``i``-th node of
+    the ring (an uneven group: :attr:`GroupShape.counts`), each weighing ``hop`` (µs: the run's
+    :attr:`~schedsim.network.tuning.TuneInput.lat_hop`, which NCCL does not know; 1: their number), and ``spine``
+    more where its two nodes sit under different fabric leaves (``leaves[i]``: the ``i``-th node's leaf in ring
+    order, :attr:`GroupShape.node_leaves`; empty: one leaf). 0 on one node.
 
-    * ring (NCCL's ring crosses each node boundary once a lap, one edge in ``ppn``): a chain of ``s`` consecutive
-      steps, ``s = 2(n - 1)`` for all_reduce and ``n - 1`` for all_gather and reduce_scatter (``n = nodes · ppn``),
-      crosses at most ``ceil(s / ppn)`` boundaries (starting just before one): all_reduce ``2 · nodes`` from 3
-      ranks a node, ``2 · nodes - 1`` at 2, ``2(nodes - 1)`` at 1; all_gather ``nodes``, ``nodes - 1`` at 1. Rank
-      ``r``'s step ``k`` waits for rank ``r - 1``'s step ``k - 1`` and its own step ``k - 1``, so the longest path
-      through those steps is such a chain. Broadcast and reduce from rank 0, the first of its node: ``nodes - 1``.
-      (NCCL's latency counts ``2(nNodes - 1)`` and ``nNodes - 1`` network steps, tuning.cc: a cost its ``hwLat``
-      figures, fitted on its own fabrics, already hold.)
+    * ring (NCCL's ring crosses each node boundary once a lap, on the edge from a node's last rank to the next
+      node's first): rank ``r``'s step ``k`` waits for rank ``r - 1``'s step ``k - 1`` (the data, over the edge
+      ``r - 1 -> r``) and its own step ``k - 1`` (no crossing), so the longest path through a chain of ``s`` steps,
+      ``s = 2(n - 1)`` for all_reduce and ``n - 1`` for all_gather and reduce_scatter (``n`` ranks), runs over
+      ``s`` consecutive edges of the ring, starting just before a boundary: the most boundaries any ``s``
+      consecutive edges hold. ``ppn`` on every node: ``ceil(s / ppn)``, all_reduce ``2 · nodes`` from 3 ranks a
+      node, ``2 · nodes - 1`` at 2, ``2(nodes - 1)`` at 1; all_gather ``nodes``, ``nodes - 1`` at 1. Uneven
+      (3 + 1 ranks: boundaries on edges 2 and 3 of 4) the 6 edges from edge 2 hold 4, not ``ceil(6 / 2) = 3``.
+      Broadcast and reduce from rank 0, the first of its node: ``nodes - 1``. A ring's crossings are in node order:
+      the one from node ``i`` to ``i + 1`` (the last: back to the first) weighs ``hop + spine`` where the two
+      nodes' leaves differ, and the chain is the ``s`` edges whose weights sum the most. (NCCL's latency counts
+      ``2(nNodes - 1)`` and ``nNodes - 1`` network steps, tuning.cc: a cost its ``hwLat`` figures, fitted on its
+      own fabrics, already hold.)
     * tree and NVLS-tree all_reduce: up and down ``ncclGetDtree(nNodes)``, ``2 · ceil(log2(nNodes))``
       (:func:`~schedsim.network.tuning.nvls_tree_fill`); PAT (one GPU per node) ``ceil(log2(nNodes))``.
     * NVLS and CollNet across nodes: one (the switch reduces in the network; NCCL counts one ``latencyInter``).
+    * these three, across leaves: each crossing ``hop + spine`` (their chains' crossings are not in node order;
+      an upper bound).
 
     >>> [net_crossings("allreduce", "ring", 2, 8), net_crossings("allgather", "ring", 2, 8)]
-    [4, 2]
+    [4.0, 2.0]
     >>> [net_crossings("allreduce", "ring", 2, 2), net_crossings("allreduce", "ring", 2, 1)]
-    [3, 2]
+    [3.0, 2.0]
+    >>> [net_crossings("allreduce", "ring", 2, 2, (3, 1)), net_crossings("allgather", "ring", 2, 2, (3, 1))]
+    [4.0, 2.0]
     >>> [net_crossings("allreduce", "tree", 5, 8), net_crossings("allreduce", "nvls", 4, 8)]
-    [6, 1]
+    [6.0, 1.0]
+    >>> net_crossings("allreduce", "ring", 4, 1, (), 1.0, (0, 0, 1, 1), 2.0)   # 1 3 1 3 1 3, not 6 x 3
+    12.0
     """
     if nodes <= 1:
-        return 0
+        return 0.0
     depth = (nodes - 1).bit_length()  # ceil(log2(nodes))
+    span = bool(spine) and len(set(leaves)) > 1
+    if algo == "ring" and span:
+        lv = np.asarray(leaves, np.int64)
+        w = hop + spine * (lv != np.roll(lv, -1))  # crossing i: node i -> node i + 1 (the last: -> the first)
+        if coll in ("broadcast", "reduce"):
+            return float(w[:-1].sum())
+        c = np.asarray(counts or (max(1, ppn),) * nodes, np.int64)
+        n = int(c.sum())
+        steps = (2 if coll == "allreduce" else 1) * (n - 1)
+        pos = np.cumsum(c) - 1
+        ext = np.concatenate([pos, pos + n, pos + 2 * n])
+        pre = np.concatenate([[0.0], np.cumsum(np.tile(w, 3))])
+        return float((pre[np.searchsorted(ext, pos + steps)] - pre[:nodes]).max())
     if algo == "ring":
         if coll in ("broadcast", "reduce"):
-            return nodes - 1
-        ppn = max(1, ppn)
-        steps = (2 if coll == "allreduce" else 1) * (nodes * ppn - 1)
-        return -(-steps // ppn)
+            return (nodes - 1) * hop
+        if not counts:  # even: boundaries every ppn edges
+            ppn = max(1, ppn)
+            steps = (2 if coll == "allreduce" else 1) * (nodes * ppn - 1)
+            return -(-steps // ppn) * hop
+        c = np.asarray(counts, np.int64)
+        n = int(c.sum())
+        steps = (2 if coll == "allreduce" else 1) * (n - 1)  # < 2n: the window laps the ring at most once more
+        pos = np.cumsum(c) - 1  # boundary i: the edge from node i's last rank to node i + 1's first
+        ext = np.concatenate([pos, pos + n, pos + 2 * n])
+        # boundaries on the steps edges from each boundary on: those before pos + steps, less those before it
+        got = np.searchsorted(ext, pos + steps) - np.arange(len(pos))
+        return float(got.max()) * hop
+    hop += spine if span else 0.0
     if algo in ("tree", "nvls_tree"):
-        return 2 * depth
+        return 2 * depth * hop
     if algo == "pat":
-        return depth
-    return 1
+        return depth * hop
+    return hop
 
 
 def timing_table(func: str, t: TuneInput) -> dict[tuple[str, str], tuple[float, float]]:
@@ -165,7 +203,9 @@ def timing_table(func: str, t: TuneInput) -> dict[tuple[str, str], tuple[float, 
     got = tune(func, t)
     if t.lat_hop:  # what NCCL does not see, once per network crossing of the chain (net_crossings)
         ppn = t.ranks // t.nodes
-        got = {key: (v[0] + t.lat_hop * net_crossings(func, key[0], t.nodes, ppn), v[1]) for key, v in got.items()}
+        got = {key: (v[0] + net_crossings(func, key[0], t.nodes, ppn, t.node_ranks, t.lat_hop, t.node_leaves,
+                                          t.lat_spine), v[1])
+               for key, v in got.items()}
     if t.consts.nvls_eff is None:
         k = constants_for(NVLS_PREDICTION)
         nvls = tune(func, replace(t, consts=replace(t.consts, nvls_eff=k.nvls_eff, per_ch_nvls_tree=k.per_ch_nvls_tree,
@@ -181,7 +221,11 @@ class GroupShape:
     ``comm->maxLocalRanks``), ``nics`` (fewest distinct NICs its ranks use on a node), ``leaves`` (fabric leaves
     spanned), ``min_local`` (fewest ranks on one of its nodes: ``comm->minLocalRanks``, src/init.cc),
     ``node_kinds`` (the distinct ``(ranks, NICs)`` of its nodes, each node's own: the searches NCCL's ranks run;
-    empty: ``(local, nics)`` and ``(min_local, nics)``)."""
+    empty: ``(local, nics)`` and ``(min_local, nics)``), ``counts`` (the ranks on each node in the ring's order,
+    the order of the nodes' first ranks, as NCCL numbers its nodes; empty where every node holds ``local``: only
+    an uneven group's ring crossings need them, :func:`net_crossings`), ``node_leaves`` (the fabric leaf of each
+    node in that order, where the group spans leaves and a switch hop takes time, ``topology.fabric.latency_us``;
+    else empty)."""
 
     ranks: int
     nodes: int
@@ -190,6 +234,8 @@ class GroupShape:
     leaves: int
     min_local: int
     node_kinds: tuple[tuple[int, int], ...] = ()
+    counts: tuple[int, ...] = ()
+    node_leaves: tuple[int, ...] = ()
 
 
 class NcclNetwork:
@@ -287,11 +333,12 @@ class NcclNetwork:
             return got
         g = self.gpus_of(ranks)  # over all ranks at once: a group of 100,000 ranks is one of many
         node, loc = g // self.gpn, g % self.gpn
-        nodes, _first, at = unique(node)  # (not np.unique: it imports numpy.ma)
+        nodes, first, at = unique(node)  # (not np.unique: it imports numpy.ma)
         per_node = np.bincount(at)
         fab = self.topo.fabric
         per_leaf = fab.nodes_per_leaf if fab is not None and fab.kind == "leaf_spine" else None
         leaves = len(unique(nodes // per_leaf)[0]) if per_leaf else 1
+        ring = nodes[np.argsort(first, kind="stable")]  # the nodes in the ring's order
         used = unique(loc)[0]
         nic_of = np.zeros(int(used.max()) + 1, np.int64)
         nic_of[used] = [self.nic_of(x) for x in used.tolist()]
@@ -302,8 +349,11 @@ class NcclNetwork:
         base = int(nics_on.max()) + 1
         kinds = unique(per_node * base + nics_on)[0].tolist()  # the distinct (ranks, NICs) of a node
         node_kinds = tuple(divmod(k, base) for k in kinds)
-        got = GroupShape(len(ranks), len(nodes), int(per_node.max()), int(nics_on.min()), leaves, int(per_node.min()),
-                         node_kinds)
+        lo_n, hi_n = int(per_node.min()), int(per_node.max())
+        counts = tuple(per_node[np.argsort(first, kind="stable")].tolist()) if lo_n != hi_n else ()
+        on_leaf = tuple((ring // per_leaf).tolist()) if per_leaf and leaves > 1 and fab is not None and \
+            fab.latency_us > 0 else ()
+        got = GroupShape(len(ranks), len(nodes), hi_n, int(nics_on.min()), leaves, lo_n, node_kinds, counts, on_leaf)
         self._shapes[ranks] = got
         return got
 
@@ -326,15 +376,29 @@ class NcclNetwork:
         nics = self.topo.nics
         return nics.latency_us if nics is not None else 0.0
 
-    def _lat_hop(self, shape: GroupShape) -> float:
-        """µs each network crossing takes beyond NCCL's figures that NCCL does not see: the transport's own
-        (``topology.nics.transport_latency_us``) and one switch hop of the fabric (``topology.fabric.latency_us``),
-        three across leaves (leaf, spine, leaf). NCCL's topology has no switch and its net plugins report no
-        latency (``ncclNetProperties.latency`` 0: net_ib, net_socket, Google's FasTrak), so these time the run
-        and not the choice (:attr:`schedsim.network.tuning.TuneInput.lat_hop`)."""
+    def _lat_hops(self) -> tuple[float, float]:
+        """(µs a network crossing within a leaf takes beyond NCCL's figures that NCCL does not see, µs more one
+        between leaves takes): the transport's own (``topology.nics.transport_latency_us``) and one switch hop of
+        the fabric (``topology.fabric.latency_us``); two hops more across leaves (leaf, spine, leaf). NCCL's
+        topology has no switch and its net plugins report no latency (``ncclNetProperties.latency`` 0: net_ib,
+        net_socket, Google's FasTrak), so these time the run and not the choice
+        (:attr:`schedsim.network.tuning.TuneInput.lat_hop`, ``lat_spine``)."""
         nics, fab = self.topo.nics, self.topo.fabric
         lat = nics.transport_latency_us if nics is not None else 0.0
-        return lat + (fab.latency_us * (3 if shape.leaves > 1 else 1) if fab is not None else 0.0)
+        return lat + (fab.latency_us if fab is not None else 0.0), (2 * fab.latency_us if fab is not None else 0.0)
+
+    def _lat_hop(self, shape: GroupShape) -> float:
+        """µs one crossing between the group's farthest nodes takes beyond NCCL's figures (:meth:`_lat_hops`):
+        a send's, or all_to_all's slowest pair's."""
+        hop, spine = self._lat_hops()
+        return hop + (spine if shape.leaves > 1 else 0.0)
+
+    def _timed_input(self, shape: GroupShape, t: TuneInput, intra: dict[tuple[str, str], float],
+                     inter: dict[tuple[str, str], float], bus: dict[tuple[str, str], float]) -> TuneInput:
+        """``t`` with the profile's timing figures and the crossings' latency NCCL does not see (0 on one node)."""
+        hop, spine = self._lat_hops() if shape.nodes > 1 else (0.0, 0.0)
+        return replace(t, hw_intra=intra, hw_inter=inter, bw_factor=bus, lat_hop=hop, lat_spine=spine,
+                       node_leaves=shape.node_leaves)
 
     def _tables(self, shape: GroupShape, func: str) -> tuple[_Table, _Table, TuneInput]:
         """NCCL's (latency, bandwidth) per enabled (algo, proto), as NCCL chooses with them; the same timed with
@@ -402,7 +466,7 @@ class NcclNetwork:
                          self._lat_inter(shape), ll128=hw == "nvlink", lat_intra=self.up.latency_us,
                          collnet=collnet, nvswitch=self.up.kind == "nvswitch", collnet_direct=direct,
                          consts=self.consts, channel_env=self.channel_env,
-                         local_range=(shape.min_local, shape.local))
+                         local_range=(shape.min_local, shape.local), node_ranks=shape.counts)
 
     def _tune_for(self, shape: GroupShape, func: str) -> tuple[_Table, _Table, TuneInput]:
         t = self.tune_input(shape)
@@ -412,10 +476,10 @@ class NcclNetwork:
                      if (self.algos is None or a in self.algos[func])
                      and (self.protos is None or p in self.protos[func])}
         intra, inter, bus = self.timing_figures(shape.nodes > 1)
-        hop = self._lat_hop(shape) if shape.nodes > 1 else 0.0
         timed = table
-        if intra or inter or bus or hop or t.consts.nvls_eff is None:
-            full = timing_table(func, replace(t, hw_intra=intra, hw_inter=inter, bw_factor=bus, lat_hop=hop))
+        ti = self._timed_input(shape, t, intra, inter, bus)
+        if intra or inter or bus or ti.lat_hop or t.consts.nvls_eff is None:
+            full = timing_table(func, ti)
             timed = {k: full[k] for k in table}
         return table, timed, t
 
@@ -435,9 +499,7 @@ class NcclNetwork:
             raise KeyError(kind)
         t = self.tune_input(shape)
         intra, inter, bus = self.timing_figures(shape.nodes > 1, over)
-        hop = self._lat_hop(shape) if shape.nodes > 1 else 0.0
-        lat, bw = timing_table(func, replace(t, hw_intra=intra, hw_inter=inter, bw_factor=bus, lat_hop=hop))[
-            (algo, proto)]
+        lat, bw = timing_table(func, self._timed_input(shape, t, intra, inter, bus))[(algo, proto)]
         nc = runtime_channels(algo, proto, nbytes, shape.ranks, t.ring, channel_ceiling(t))
         bw *= runtime_bw_scale(func, algo, proto, nc, t) * cta_bw_scale(algo, t)
         return algo_time(func, algo, proto, lat, bw, nbytes, shape.nodes, shape.ranks, self._comm_channels(t),

@@ -620,6 +620,11 @@ class TuneInput:
     in NCCL's view of a group (its choice), set only to time the run (:meth:`schedsim.network.NcclNetwork._lat_hop`,
     :func:`schedsim.network.net_crossings`); :func:`tune` leaves it out, and it is not counted again for Simple's
     flush (a local read of the receive buffer, ``ncclIbIflush``, src/transport/net_ib, not a network crossing).
+    ``node_ranks``: the ranks on each node in the ring's order, for an uneven group's crossings (empty: ``ranks //
+    nodes`` on each; :attr:`schedsim.network.GroupShape.counts`); NCCL's model does not read it.
+    ``lat_spine``: µs more a crossing between two fabric leaves takes (two more switch hops), ``node_leaves``
+    the leaf of each node in that order (:attr:`schedsim.network.GroupShape.node_leaves`; empty: one leaf); 0 and
+    empty in NCCL's view, as ``lat_hop``.
 
     ``hw_intra`` / ``hw_inter`` replace NCCL's ``hwLatencies`` of the intra-node / network tier for the
     (algorithm, protocol) keys they hold, and ``bw_factor`` multiplies its bus bandwidth (before the conversion
@@ -646,6 +651,9 @@ class TuneInput:
     channel_env: ChannelEnv = NO_CHANNEL_ENV
     local_range: tuple[int, int] | None = None
     lat_hop: float = 0.0
+    node_ranks: tuple[int, ...] = ()
+    lat_spine: float = 0.0
+    node_leaves: tuple[int, ...] = ()
 
 
 def _p(proto: str) -> int:

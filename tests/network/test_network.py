@@ -418,10 +418,10 @@ def test_placement_of_many_ranks_at_once():
     assert net.gpus_of([0, 3, 4, 7]).tolist() == [7, 4, 3, 0] == [net.gpu_of(r) for r in (0, 3, 4, 7)]
     # ranks 0, 1 on node 1 (GPUs 7, 6: NIC 1), rank 4 on node 0 (GPU 3: NIC 1): 2 nodes, at most 2 on one, 1 NIC
     assert net.shape((0, 1, 4)) == GroupShape(ranks=3, nodes=2, local=2, nics=1, leaves=1, min_local=1,
-                                                node_kinds=((1, 1), (2, 1)))
+                                                node_kinds=((1, 1), (2, 1)), counts=(2, 1))
     # ranks 2, 3 on node 1 (GPUs 5, 4: NIC 0), 0 on it too (NIC 1): node 1 uses 2 NICs, node 0 (rank 7, GPU 0) 1
     assert net.shape((2, 3, 0, 7)) == GroupShape(ranks=4, nodes=2, local=3, nics=1, leaves=1, min_local=1,
-                                                   node_kinds=((1, 1), (3, 2)))
+                                                   node_kinds=((1, 1), (3, 2)), counts=(3, 1))
     assert net.shape((0, 2)) == GroupShape(ranks=2, nodes=1, local=2, nics=2, leaves=1, min_local=2,
                                              node_kinds=((2, 2),))
     with pytest.raises(ProfileError, match="rank 8 has no GPU"):

@@ -38,7 +38,7 @@ def test_shape_counts_the_fewest_and_the_most_ranks_on_a_node():
     net = NcclNetwork(hopper_nodes(8, 8))
     # ranks 0-7 on node 0 (8 NICs), rank 8 on node 1 (1 NIC): at most 8 on a node, at least 1
     assert net.shape(tuple(range(9))) == GroupShape(ranks=9, nodes=2, local=8, nics=1, leaves=1, min_local=1,
-                                                    node_kinds=((1, 1), (8, 8)))
+                                                    node_kinds=((1, 1), (8, 8)), counts=(8, 1))
     assert net.shape(tuple(range(16))) == GroupShape(ranks=16, nodes=2, local=8, nics=8, leaves=1, min_local=8,
                                                      node_kinds=((8, 8),))
 

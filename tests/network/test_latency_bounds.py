@@ -1,0 +1,44 @@
+"""A profile's network latencies (``topology.nics.latency_us``, ``transport_latency_us``,
+``topology.fabric.latency_us``) have an upper bound, :data:`schedsim.hardware.profile.NET_LATENCY_MAX_US`: the
+loader names a figure beyond it and the fix, where the prediction would stop on an op's infinite solo time."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from schedsim.errors import ProfileError
+from schedsim.hardware.profile import NET_LATENCY_MAX_US, load_profile
+from tests.network.test_network import ROOT
+
+
+def across_nodes(tmp_path: Path, section: str, field: str, value: float) -> Path:
+    """h200 with one GPU and one NIC a node (tp_ffn's all_reduce crosses nodes), ``topology.section.field`` set."""
+    d = yaml.safe_load((ROOT / "schedsim/hardware/profiles/h200.yaml").read_text())
+    d["topology"]["gpus_per_node"] = 1
+    d["topology"]["nics"]["per_node"] = 1
+    d["topology"][section][field] = value
+    path = tmp_path / f"{section}_{field}_{value:g}.yaml"  # a path a value (load_profile caches by path)
+    path.write_text(yaml.safe_dump(d))
+    return path
+
+
+@pytest.mark.parametrize(("section", "field"), [("nics", "transport_latency_us"), ("nics", "latency_us"),
+                                                ("fabric", "latency_us")])
+def test_a_network_latency_beyond_the_bound_names_its_field_and_exits_2(tmp_path: Path, section: str, field: str):
+    assert NET_LATENCY_MAX_US == 1e6
+    name = f"topology.{section}.{field}"
+    assert load_profile(str(across_nodes(tmp_path, section, field, 1e6))).topology is not None  # the bound holds
+    path = across_nodes(tmp_path, section, field, 1e308)
+    with pytest.raises(ProfileError) as e:
+        load_profile(str(path))
+    assert name in str(e.value) and f"fix: give {name} at most 1e+06" in str(e.value)
+    out = subprocess.run([sys.executable, "-m", "schedsim", "predict", str(ROOT / "schedules/tp_ffn.yaml"),
+                          "--profile", str(path), "--no-gantt", "-o", str(tmp_path / "out")],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stderr.startswith("error: ") and name in out.stderr
+    assert "solo duration" not in out.stderr and "Traceback" not in out.stderr
