@@ -294,8 +294,8 @@ GpuArch = Literal["volta", "ampere", "hopper", "blackwell"]
 #: Where a network figure comes from: a specification or paper (published), a guess (assumed), a run on this
 #: machine (measured), or ``schedsim calibrate --from-nccl-tests`` on nccl-tests logs (fitted)
 Provenance = Literal["published", "assumed", "measured", "fitted"]
-#: The most µs a network latency field of a profile may give (``topology.nics.latency_us``,
-#: ``transport_latency_us``, ``topology.fabric.latency_us``): 1 s a crossing or switch hop, some 10^5 times any
+#: The most µs a network latency field of a profile may give (``topology.scale_up.latency_us``,
+#: ``topology.nics.latency_us``, ``transport_latency_us``, ``topology.fabric.latency_us``): 1 s a crossing or switch hop, some 10^5 times any
 #: fabric's (InfiniBand, RoCE and TCP hops take 1-100 µs); more is a unit slip (ms or ns written as µs), and a
 #: figure near float's limit sums, over a collective's crossings, to an infinite time that the loader never names
 NET_LATENCY_MAX_US = 1e6
@@ -343,8 +343,9 @@ class ScaleUp(_B):
                                   "path through host memory, which NCCL's SHM transport takes).")
     nvls: bool = Field(default=False, description="NVLink SHARP (NVLS) available: an NVSwitch of Hopper or later "
                        "with multicast (NCCL_NVLS_ENABLE).")
-    latency_us: float = Field(default=0.0, ge=0, description="Latency added per intra-node step, µs, beyond "
-                              "NCCL's hwLat (default 0: NCCL's own figures).")
+    latency_us: float = Field(default=0.0, ge=0, le=NET_LATENCY_MAX_US, description="Latency added per intra-node "
+                              "step, µs, beyond NCCL's hwLat (default 0: NCCL's own figures). At most 1e6 "
+                              "(NET_LATENCY_MAX_US: more is a unit slip).")
     timing: dict[str, TierTiming] = Field(default_factory=lambda: {}, description="algo/proto -> figures that time "
                                           "NCCL's choice on this tier (TierTiming); not listed: NCCL's constants.")
     provenance: Provenance = Field(default="assumed", description="Where bandwidth_GBps and latency_us come from.")

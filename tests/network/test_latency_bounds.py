@@ -1,4 +1,4 @@
-"""A profile's network latencies (``topology.nics.latency_us``, ``transport_latency_us``,
+"""A profile's network latencies (``topology.scale_up.latency_us``, ``topology.nics.latency_us``, ``transport_latency_us``,
 ``topology.fabric.latency_us``) have an upper bound, :data:`schedsim.hardware.profile.NET_LATENCY_MAX_US`: the
 loader names a figure beyond it and the fix, where the prediction would stop on an op's infinite solo time."""
 
@@ -28,7 +28,7 @@ def across_nodes(tmp_path: Path, section: str, field: str, value: float) -> Path
 
 
 @pytest.mark.parametrize(("section", "field"), [("nics", "transport_latency_us"), ("nics", "latency_us"),
-                                                ("fabric", "latency_us")])
+                                                ("fabric", "latency_us"), ("scale_up", "latency_us")])
 def test_a_network_latency_beyond_the_bound_names_its_field_and_exits_2(tmp_path: Path, section: str, field: str):
     assert NET_LATENCY_MAX_US == 1e6
     name = f"topology.{section}.{field}"
