@@ -1,6 +1,7 @@
-"""A profile's network latencies (``topology.scale_up.latency_us``, ``topology.nics.latency_us``, ``transport_latency_us``,
-``topology.fabric.latency_us``) have an upper bound, :data:`schedsim.hardware.profile.NET_LATENCY_MAX_US`: the
-loader names a figure beyond it and the fix, where the prediction would stop on an op's infinite solo time."""
+"""A profile's network latencies (``topology.scale_up.latency_us``, ``topology.nics.latency_us``,
+``transport_latency_us``, ``topology.fabric.latency_us``) have an upper bound,
+:data:`schedsim.hardware.profile.NET_LATENCY_MAX_US`: the loader names a figure beyond it and the fix, where the
+prediction would stop on an op's infinite solo time."""
 
 from __future__ import annotations
 
