@@ -12,16 +12,17 @@ as read-only.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from schedsim.made import MadeOnRead
 from schedsim.results import from_dict, to_dict
 
 __all__ = ["ActionTexts", "GraphInfo", "PipelineInfo", "StaticMemory"]
 
 
-class ActionTexts(Mapping[int, list[str]]):
+class ActionTexts(MadeOnRead, Mapping[int, list[str]]):
     """Per pipeline rank its compute actions as text (``0F0``, ``1B2``, ...), made on first read: the
     interleaved 1F1B of pp=32, m=512, v=4 lists 136k actions, which a timeline file writes from the ranks'
     lines (:meth:`json_bytes`) without one string each. Equal to, and pickled and copied as, the plain dict.
@@ -37,6 +38,7 @@ class ActionTexts(Mapping[int, list[str]]):
     """
 
     __slots__ = ("_make", "_lines", "_made")
+    _PLAIN, _COMPARES = dict, Mapping
 
     def __init__(self, make: Callable[[], dict[int, list[str]]], lines: dict[int, str] | None = None) -> None:
         self._make, self._lines = make, lines
@@ -47,28 +49,6 @@ class ActionTexts(Mapping[int, list[str]]):
         if self._made is None:
             self._made = self._make()
         return self._made
-
-    def __getitem__(self, rank: int) -> list[str]:
-        return self.made()[rank]
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(self.made())
-
-    def __len__(self) -> int:
-        return len(self.made())
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, ActionTexts):
-            other = other.made()
-        return self.made() == other if isinstance(other, Mapping) else NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return repr(self.made())
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (dict, (self.made(),))
 
     def json_bytes(self) -> bytes:
         """The dict's compact JSON (``{"0":["0F0",...],...}``, what orjson writes of it): joined from the lines

@@ -9,7 +9,7 @@ fails, :func:`build_fault` finds the first broken rule in that build's order on 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -32,6 +32,7 @@ from schedsim.lower.check_errors import (
 from schedsim.lower.p2p import _msg_values, _oid
 from schedsim.lower.program import batch_heads, stable_order, unique
 from schedsim.lower.table import Table
+from schedsim.made import MadeOnRead
 from schedsim.spec.model import COLLECTIVE_KINDS
 
 __all__ = ["CollectiveKeys", "build_fault", "link"]
@@ -349,13 +350,14 @@ def _stream_edges(cols: _Cols) -> np.ndarray:
     return np.stack([o[np.repeat(start[ys], cnt) + off], np.repeat(ys, cnt)], axis=1).astype(I64, copy=False)
 
 
-class CollectiveKeys(Sequence[str]):
+class CollectiveKeys(MadeOnRead, Sequence[str]):
     """:attr:`~schedsim.lower.program.Program.coll_keys` as a sequence made on first read: collective ``c``'s key is
     the name of its first member (id ``ids[c]`` in the op names ``names``) then the suffix of its group
     (``suffix[gid[c]]``, ``#r0,r1,...``). Its length is known unmade; a search's points never read the keys (only
     errors, ``check``, the graph and the trace do), so they are not made there. Pickled and compared as the tuple."""
 
     __slots__ = ("_names", "_ids", "_gid", "_suffix", "_keys")
+    _PLAIN = _COMPARES = tuple
 
     def __init__(self, names: Any, ids: np.ndarray, gid: np.ndarray, suffix: list[str]) -> None:
         self._names, self._ids, self._gid, self._suffix = names, ids, gid, suffix
@@ -372,25 +374,6 @@ class CollectiveKeys(Sequence[str]):
 
     def __len__(self) -> int:
         return len(self._keys) if self._keys is not None else len(self._gid)
-
-    def __getitem__(self, i: Any) -> Any:
-        return self.made()[i]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.made())
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, CollectiveKeys):
-            other = other.made()
-        return self.made() == other if isinstance(other, tuple) else NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return repr(self.made())
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (tuple, (self.made(),))
 
 
 class _Colls(NamedTuple):

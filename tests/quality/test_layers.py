@@ -28,7 +28,7 @@ UPDATE = os.environ.get("SCHEDSIM_UPDATE_BASELINES") == "1"
 #: Layer of each top-level module or subpackage of ``schedsim`` (the first name after ``schedsim.``).
 LAYER = {
     "errors": 0, "kinds": 0, "units": 0, "io": 0, "_gc": 0, "_pydantic": 0, "coded": 0, "monotone": 0,
-    "results": 0, "outdir": 0, "arrays": 0, "tags": 0,
+    "results": 0, "outdir": 0, "arrays": 0, "tags": 0, "made": 0,
     "expr": 1, "spec": 1,
     "pipeline": 2,
     "lower": 3, "graph": 3,
