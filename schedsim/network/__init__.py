@@ -155,33 +155,27 @@ def net_crossings(coll: str, algo: str, nodes: int, ppn: int, counts: tuple[int,
         return 0.0
     depth = (nodes - 1).bit_length()  # ceil(log2(nodes))
     span = bool(spine) and len(set(leaves)) > 1
-    if algo == "ring" and span:
-        lv = np.asarray(leaves, np.int64)
-        w = hop + spine * (lv != np.roll(lv, -1))  # crossing i: node i -> node i + 1 (the last: -> the first)
-        if coll in ("broadcast", "reduce"):
-            return float(w[:-1].sum())
-        c = np.asarray(counts or (max(1, ppn),) * nodes, np.int64)
-        n = int(c.sum())
-        steps = (2 if coll == "allreduce" else 1) * (n - 1)
-        pos = np.cumsum(c) - 1
-        ext = np.concatenate([pos, pos + n, pos + 2 * n])
-        pre = np.concatenate([[0.0], np.cumsum(np.tile(w, 3))])
-        return float((pre[np.searchsorted(ext, pos + steps)] - pre[:nodes]).max())
     if algo == "ring":
+        w = None  # across leaves: crossing i (node i -> i + 1; the last -> the first): hop, + spine between leaves
+        if span:
+            lv = np.asarray(leaves, np.int64)
+            w = hop + spine * (lv != np.roll(lv, -1))
         if coll in ("broadcast", "reduce"):
-            return (nodes - 1) * hop
-        if not counts:  # even: boundaries every ppn edges
+            return float(w[:-1].sum()) if w is not None else (nodes - 1) * hop
+        if not counts and w is None:  # even, one leaf: boundaries every ppn edges
             ppn = max(1, ppn)
             steps = (2 if coll == "allreduce" else 1) * (nodes * ppn - 1)
             return -(-steps // ppn) * hop
-        c = np.asarray(counts, np.int64)
+        c = np.asarray(counts or (max(1, ppn),) * nodes, np.int64)
         n = int(c.sum())
         steps = (2 if coll == "allreduce" else 1) * (n - 1)  # < 2n: the window laps the ring at most once more
         pos = np.cumsum(c) - 1  # boundary i: the edge from node i's last rank to node i + 1's first
         ext = np.concatenate([pos, pos + n, pos + 2 * n])
-        # boundaries on the steps edges from each boundary on: those before pos + steps, less those before it
-        got = np.searchsorted(ext, pos + steps) - np.arange(len(pos))
-        return float(got.max()) * hop
+        end = np.searchsorted(ext, pos + steps)  # the boundaries on the steps edges from each boundary on
+        if w is None:
+            return float((end - np.arange(nodes)).max()) * hop
+        pre = np.concatenate([[0.0], np.cumsum(np.tile(w, 3))])  # the heaviest window of steps edges
+        return float((pre[end] - pre[:nodes]).max())
     hop += spine if span else 0.0
     if algo in ("tree", "nvls_tree"):
         return 2 * depth * hop
@@ -338,7 +332,8 @@ class NcclNetwork:
         fab = self.topo.fabric
         per_leaf = fab.nodes_per_leaf if fab is not None and fab.kind == "leaf_spine" else None
         leaves = len(unique(nodes // per_leaf)[0]) if per_leaf else 1
-        ring = nodes[np.argsort(first, kind="stable")]  # the nodes in the ring's order
+        order = np.argsort(first, kind="stable")  # the nodes in the ring's order
+        ring = nodes[order]
         used = unique(loc)[0]
         nic_of = np.zeros(int(used.max()) + 1, np.int64)
         nic_of[used] = [self.nic_of(x) for x in used.tolist()]
@@ -350,7 +345,7 @@ class NcclNetwork:
         kinds = unique(per_node * base + nics_on)[0].tolist()  # the distinct (ranks, NICs) of a node
         node_kinds = tuple(divmod(k, base) for k in kinds)
         lo_n, hi_n = int(per_node.min()), int(per_node.max())
-        counts = tuple(per_node[np.argsort(first, kind="stable")].tolist()) if lo_n != hi_n else ()
+        counts = tuple(per_node[order].tolist()) if lo_n != hi_n else ()
         on_leaf = tuple((ring // per_leaf).tolist()) if per_leaf and leaves > 1 and fab is not None and \
             fab.latency_us > 0 else ()
         got = GroupShape(len(ranks), len(nodes), hi_n, int(nics_on.min()), leaves, lo_n, node_kinds, counts, on_leaf)
