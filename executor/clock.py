@@ -134,6 +134,12 @@ time leaves out under paravirtual steal accounting); where run is the wall and t
 CPU itself ran slower (a busy SMT sibling, the clock)."""
 
 
+def _cpu_of(stat: bytes) -> int:
+    """The CPU a task last ran on, field 39 of its procfs ``stat`` (fields 3 on follow the last ``)``: the name may
+    hold one). Raises ValueError or IndexError on another layout."""
+    return int(stat.rsplit(b")", 1)[1].split()[36])
+
+
 class HostThreadProbe:
     """The calling thread's scheduling counters (:data:`HOST_FIELDS`), read without allocating a file object:
     the two procfs files are opened once by the thread that creates the probe (``/proc/thread-self`` is that
@@ -177,7 +183,7 @@ class HostThreadProbe:
         except (ValueError, IndexError):
             runq = None
         try:
-            cpu = int((self._pread(1, 1024) or b"").rsplit(b")", 1)[1].split()[36])  # field 39; 3.. follow ")"
+            cpu = _cpu_of(self._pread(1, 1024) or b"")
         except (ValueError, IndexError):
             pass
         vcsw: int | None = None
@@ -247,7 +253,7 @@ def thread_run_times(task_dir: str = "/proc/self/task") -> dict[int, tuple[str, 
             with open(os.path.join(d, "schedstat"), "rb") as f:
                 run = int(f.read().split()[0])
             with open(os.path.join(d, "stat"), "rb") as f:
-                cpu: int | None = int(f.read().rsplit(b")", 1)[1].split()[36])
+                cpu: int | None = _cpu_of(f.read())
         except (OSError, ValueError, IndexError):
             continue
         out[int(t)] = (name, run, cpu)
