@@ -538,9 +538,9 @@ def _replayed(pred: Timeline, meas: Timeline) -> bool:
 
 
 #: Largest ratio between the medians of a run's uninstrumented iterations in consecutive quarters that is not
-#: reported as drift (:func:`iteration_drift`). One H100, 2026-12-06/07, 53 execute processes: every GPU-bound
-#: case 1.00-1.09; the host-bound processes whose makespans differed from their twins' by up to 1.9x read
-#: 1.21-1.94 (docs/validation.md, "A run that changed speed").
+#: reported as drift (:func:`iteration_drift`). Over 53 execute processes on one H100 every GPU-bound case read
+#: 1.00-1.09, and the host-bound processes whose makespans differed from their twins' by up to 1.9x read
+#: 1.21-1.94 (docs/validation.md, "One GPU: a run that changed speed").
 DRIFT_WARN = 1.15
 
 
