@@ -32,6 +32,7 @@ from pydantic_core import PydanticCustomError
 
 from schedsim._pydantic import bool_for_number, plugins_off
 from schedsim.errors import ProfileError, printable
+from schedsim.hardware.transports import Transport, with_transport_latency
 from schedsim.kinds import TABLE_KINDS, DType, TableKind
 
 __all__ = ["HardwareProfile", "load_profile", "list_profiles", "LinkClass", "GPU_MODELS", "check_gpu_model"]
@@ -385,17 +386,16 @@ class Nics(_B):
                               "RoCE), its socket plugin and Google's FasTrak (GPUDirect-TCPXO) plugin report 0. At "
                               "most 1e6 (1 s; NET_LATENCY_MAX_US: more is a unit slip, and near float's limit the "
                               "sum over a collective's steps is infinite).")
+    transport: Transport | None = Field(default=None, description="The network's transport, which sets the default "
+                                        "transport_latency_us (schedsim.hardware.transports). None: 0.")
     transport_latency_us: float = Field(default=0.0, ge=0, le=NET_LATENCY_MAX_US, description="µs each network "
-                                        "crossing takes beyond "
-                                        "NCCL's figures on this transport, which NCCL does not see (its net plugins "
-                                        "report 0): it times the run (once per crossing of the chosen algorithm's "
-                                        "longest chain, schedsim.network.net_crossings), not NCCL's choice. "
-                                        "Default 0: NCCL's figures "
-                                        "hold the transport, as they do on InfiniBand (NVIDIA/nccl-tests#309: 16 B "
-                                        "all_reduce on 2 and 4 nodes of 8 H100 within 1.1 % of NCCL's estimate). "
-                                        "Another transport's figure is measured (an 8 B..4 KiB nccl-tests run). At "
-                                        "most 1e6 (1 s a crossing; NET_LATENCY_MAX_US: more is a unit slip, and near "
-                                        "float's limit the sum over a chain's crossings is infinite).")
+                                        "crossing takes beyond NCCL's figures, which NCCL does not see (its net "
+                                        "plugins report 0): it times the run (once per crossing of the chosen "
+                                        "algorithm's longest chain, schedsim.network.net_crossings), not NCCL's "
+                                        "choice. Default: the transport's (schedsim.hardware.transports), else 0 "
+                                        "(NCCL's figures hold InfiniBand: NVIDIA/nccl-tests#309). Stated, it overrides "
+                                        "the transport's (measured: calibrate --from-nccl-tests --transport-latency). "
+                                        "At most 1e6 (NET_LATENCY_MAX_US: more is a unit slip).")
     timing: dict[str, TierTiming] = Field(default_factory=lambda: {}, description="algo/proto -> figures that time "
                                           "NCCL's choice across nodes (network hwLat per hop, bus bandwidth of a group "
                                           "across nodes); not listed: NCCL's constants.")
@@ -407,6 +407,11 @@ class Nics(_B):
     @classmethod
     def _timing(cls, v: dict[str, TierTiming]) -> dict[str, TierTiming]:
         return _timing_keys(v)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _transport_latency(cls, data: Any) -> Any:
+        return with_transport_latency(data)
 
     @field_validator("gpu_to_nic")
     @classmethod

@@ -136,9 +136,15 @@ def net_crossings(coll: str, algo: str, nodes: int, ppn: int, counts: tuple[int,
       own fabrics, already hold.)
     * tree and NVLS-tree all_reduce: up and down ``ncclGetDtree(nNodes)``, ``2 · ceil(log2(nNodes))``
       (:func:`~schedsim.network.tuning.nvls_tree_fill`); PAT (one GPU per node) ``ceil(log2(nNodes))``.
-    * NVLS and CollNet across nodes: one (the switch reduces in the network; NCCL counts one ``latencyInter``).
-    * these three, across leaves: each crossing ``hop + spine`` (their chains' crossings are not in node order;
-      an upper bound).
+    * NVLS and CollNet across nodes: one (the switch reduces in the network; NCCL counts one ``latencyInter``),
+      ``hop + spine`` where the group spans leaves (the reduction climbs to the spine).
+    * tree and NVLS-tree across leaves: each edge of NCCL's two trees over the nodes (:func:`dtree_parents`,
+      ``ncclGetDtree``) weighs ``hop``, and ``spine`` more where its two nodes' leaves differ; the chain is a
+      reduction up a tree and the broadcast down it, twice the tree's heaviest root-to-node path, the heavier of
+      the two trees (:func:`tree_depths`).
+    * PAT across leaves: its ``ceil(log2(nodes))`` steps pair nodes ``2^k`` apart (in ring order, cyclic); each step
+      weighs ``hop``, and ``spine`` more where any pair of that step spans leaves (which pair a chain takes is
+      not modelled: an upper bound, exact on one leaf).
 
     >>> [net_crossings("allreduce", "ring", 2, 8), net_crossings("allgather", "ring", 2, 8)]
     [4.0, 2.0]
@@ -149,6 +155,8 @@ def net_crossings(coll: str, algo: str, nodes: int, ppn: int, counts: tuple[int,
     >>> [net_crossings("allreduce", "tree", 5, 8), net_crossings("allreduce", "nvls", 4, 8)]
     [6.0, 1.0]
     >>> net_crossings("allreduce", "ring", 4, 1, (), 1.0, (0, 0, 1, 1), 2.0)   # 1 3 1 3 1 3, not 6 x 3
+    12.0
+    >>> net_crossings("allreduce", "tree", 4, 8, (), 1.0, (0, 0, 1, 1), 2.0)   # 0-2-1: 3 + 3, up and down
     12.0
     """
     if nodes <= 1:
@@ -176,12 +184,58 @@ def net_crossings(coll: str, algo: str, nodes: int, ppn: int, counts: tuple[int,
             return float((end - np.arange(nodes)).max()) * hop
         pre = np.concatenate([[0.0], np.cumsum(np.tile(w, 3))])  # the heaviest window of steps edges
         return float((pre[end] - pre[:nodes]).max())
-    hop += spine if span else 0.0
     if algo in ("tree", "nvls_tree"):
-        return 2 * depth * hop
+        if not span:
+            return 2 * depth * hop
+        return 2 * max(float(tree_depths(p, leaves, hop, spine).max()) for p in dtree_parents(nodes))
     if algo == "pat":
-        return depth * hop
-    return hop
+        if not span:
+            return depth * hop
+        lv = np.asarray(leaves, np.int64)
+        return float(sum(hop + spine * bool((lv != np.roll(lv, -(1 << k))).any()) for k in range(depth)))
+    return hop + (spine if span else 0.0)
+
+
+def dtree_parents(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The parent of each of ``n`` tree ranks (int64[n], -1 at the root) in NCCL's double binary tree
+    (``ncclGetBtree`` and ``ncclGetDtree``, src/graph/trees.cc, NVIDIA/nccl): rank ``r``'s lowest set bit ``b``,
+    parent ``(r ^ b) | 2b``, or ``r ^ b`` where that is ``n`` or more; the second tree the first mirrored
+    (``n - 1 - r``) for even ``n``, shifted by one rank for odd. NCCL builds its tree across nodes on node
+    indices (src/graph/connect.cc), so ``r`` is a node in ring order here.
+
+    >>> [p.tolist() for p in dtree_parents(6)]
+    [[-1, 2, 4, 2, 0, 4], [1, 5, 3, 1, 3, -1]]
+    >>> [p.tolist() for p in dtree_parents(3)]
+    [[-1, 2, 0], [1, -1, 0]]
+    """
+    r = np.arange(n, dtype=np.int64)
+    low = r & -r
+    up = (r ^ low) | (low << 1)
+    first = np.where(r == 0, -1, np.where(up >= n, r ^ low, up))
+    if n % 2:  # shifted: rank r is the first tree's r - 1, its parent that one's parent + 1
+        pre = first[(r - 1) % n]
+        second = np.where(pre < 0, -1, (pre + 1) % n)
+    else:  # mirrored
+        pre = first[n - 1 - r]
+        second = np.where(pre < 0, -1, n - 1 - pre)
+    return first, second
+
+
+def tree_depths(parent: np.ndarray, leaves: tuple[int, ...], hop: float, spine: float) -> np.ndarray:
+    """µs from a tree's root down to each node (float64[n]): each edge ``hop``, and ``spine`` more where its two
+    nodes' leaves (``leaves[i]``: node ``i``'s) differ. ``parent``: :func:`dtree_parents`' form.
+
+    >>> tree_depths(np.array([-1, 2, 0]), (0, 1, 1), 1.0, 2.0).tolist()
+    [0.0, 4.0, 3.0]
+    """
+    lv = np.asarray(leaves, np.int64)
+    root = parent < 0
+    up = np.where(root, 0, parent)
+    w = np.where(root, 0.0, hop + spine * (lv != lv[up]))
+    d = w.copy()
+    for _ in range(len(parent).bit_length() + 1):  # a tree of n is at most ceil(log2 n) + 1 deep
+        d = w + np.where(root, 0.0, d[up])
+    return d
 
 
 def timing_table(func: str, t: TuneInput) -> dict[tuple[str, str], tuple[float, float]]:

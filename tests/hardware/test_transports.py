@@ -1,0 +1,86 @@
+"""``topology.nics.transport`` (:mod:`schedsim.hardware.transports`): each kind's default
+``transport_latency_us``, a stated figure over it, a kind without a figure refused (exit 2, naming the field and
+the fix), the shipped profiles' transports, and the time the default adds (by hand)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from schedsim.errors import ProfileError
+from schedsim.hardware.profile import load_profile
+from schedsim.hardware.transports import TRANSPORT_LATENCY
+from schedsim.network import NcclNetwork
+from tests.network.test_network import ROOT, hopper, profile, us
+
+
+def with_nics(tmp_path: Path, **nics: object) -> Path:
+    """h200 with one GPU and one NIC a node (tp_ffn's all_reduce crosses nodes) and ``nics`` over its NICs."""
+    d = yaml.safe_load((ROOT / "schedsim/hardware/profiles/h200.yaml").read_text())
+    d["topology"]["gpus_per_node"] = 1
+    d["topology"]["nics"] = {**d["topology"]["nics"], "per_node": 1, **nics}
+    path = tmp_path / ("_".join(f"{k}_{v}" for k, v in nics.items()) + ".yaml")  # load_profile caches by path
+    path.write_text(yaml.safe_dump(d))
+    return path
+
+
+def test_shipped_profiles_name_their_transport() -> None:
+    # h200: 8x 400 GbE RoCE (issue 35's run); dgx_h100, dgx_a100: NDR / HDR InfiniBand; a3_mega: GPUDirect-TCPXO
+    want = {"h200": ("roce", 2.41), "dgx_h100": ("infiniband", 0.0), "dgx_a100": ("infiniband", 0.0),
+            "a3_mega": ("tcpxo", 48.71), "gb200_nvl72": (None, 0.0)}
+    for name, (kind, lat) in want.items():
+        nics = load_profile(name).topology.nics
+        assert nics is not None and (nics.transport, nics.transport_latency_us) == (kind, lat), name
+    a3 = load_profile("a3_mega").topology
+    assert a3.nics is not None and (a3.nics.per_node, a3.nics.bandwidth_Gbps, a3.gpus_per_node) == (8, 200.0, 8)
+    # a figure is fitted on a named log, or NCCL's own (InfiniBand); none is fitted without its source
+    for kind, fig in TRANSPORT_LATENCY.items():
+        assert fig is None or (fig[1] in ("fitted", "assumed", "published") and fig[2]), kind
+
+
+def test_a_stated_transport_latency_overrides_the_transports(tmp_path: Path) -> None:
+    p = load_profile(str(with_nics(tmp_path, transport="tcpxo", transport_latency_us=5.0)))
+    assert p.topology.nics is not None and p.topology.nics.transport_latency_us == 5.0
+    p = load_profile(str(with_nics(tmp_path, transport="roce")))
+    assert p.topology.nics is not None and p.topology.nics.transport_latency_us == 2.41
+
+
+@pytest.mark.parametrize("kind", ["efa", "tcpx", "socket"])
+def test_a_transport_without_a_figure_needs_one_stated(tmp_path: Path, kind: str) -> None:
+    path = with_nics(tmp_path, transport=kind)
+    with pytest.raises(ProfileError) as e:
+        load_profile(str(path))
+    assert "topology.nics" in str(e.value) and "topology.nics.transport_latency_us" in str(e.value)
+    out = subprocess.run([sys.executable, "-m", "schedsim", "predict", str(ROOT / "schedules/tp_ffn.yaml"),
+                          "--profile", str(path), "--no-gantt", "-o", str(tmp_path / "out")],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stderr.startswith("error: ") and f"transport: {kind} has no" in out.stderr
+    assert "--transport-latency" in out.stderr and "Traceback" not in out.stderr
+    stated = load_profile(str(with_nics(tmp_path, transport=kind, transport_latency_us=7.5)))
+    assert stated.topology.nics is not None and stated.topology.nics.transport_latency_us == 7.5
+
+
+def test_an_unknown_transport_names_the_kinds(tmp_path: Path) -> None:
+    path = with_nics(tmp_path, transport="ethernet")
+    out = subprocess.run([sys.executable, "-m", "schedsim", "predict", str(ROOT / "schedules/tp_ffn.yaml"),
+                          "--profile", str(path), "--no-gantt", "-o", str(tmp_path / "out")],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "topology.nics.transport" in out.stderr and "'roce'" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_the_transports_latency_times_each_crossing_by_hand() -> None:
+    # 2 nodes x 2 GPUs (ranks 0 1 | 2 3), 2 NICs of 400 Gb/s, ring LL all_reduce 4 KiB (NCCL's pick): NCCL's
+    # 16.0 us + 4096 B / 4 GB/s on 1 of 8 channels (tests/network/test_network.py), and the chain's 3 crossings
+    # (1-2, 3-0, 1-2) at the transport's figure: roce 16.0 + 3 x 2.41 = 23.23, tcpxo 16.0 + 3 x 48.71 = 162.13;
+    # infiniband adds nothing
+    for kind, lat in (("infiniband", 0.0), ("roce", 2.41), ("tcpxo", 48.71)):
+        topo = hopper(2, 2)
+        topo["nics"] = {**topo["nics"], "transport": kind}
+        got = NcclNetwork(profile(topo)).collective("all_reduce", 4096, (0, 1, 2, 3))
+        assert got is not None and (got.algo, got.proto) == ("ring", "LL"), kind
+        assert us(got) == pytest.approx(16.0 + 3 * lat + 4096 / (1000 * 4.0), rel=1e-9), kind
