@@ -8,8 +8,10 @@ Every row is a result somebody else published (an nccl-tests log, or an NCCL mai
 machine), with its source; none was measured here and none tuned a constant (the constants are NCCL's own:
 those of the release the log ran where it prints one (the row's ``nccl.version``; NVLS bandwidth before 2.28 at
 2.28.3's prediction: schedsim.network.timing_table), else 2.30.7's; the bandwidths hardware specifications:
-see schedsim/network/tuning.py and the profiles' ``source`` fields).
-Each row runs on a shipped profile (dgx_h100, dgx_a100, h200) or on one of them with the row's own published
+see schedsim/network/tuning.py and the profiles' ``source`` fields), except the transports' latency a network
+crossing (schedsim.hardware.transports: ``roce``, ``tcpxo``), each fitted on one log whose rows are marked as its
+fit source (``Row.fit_source``) and left out of every figure but their own.
+Each row runs on a shipped profile (dgx_h100, dgx_a100, h200, a3_mega) or on one of them with the row's own published
 topology (NIC count, CPU) changed, as the row's ``topology`` says. Time is nccl-tests' out-of-place ``time``;
 where a source gives busbw only, time = size x factor / busbw (factor from nccl-tests doc/PERFORMANCE.md).
 
@@ -337,11 +339,12 @@ def main() -> None:
 
 def transport_check() -> None:
     """Per transport, fit ``topology.nics.transport_latency_us`` on one log's latency-bound rows (:data:`TCPXO_SMALL`,
-    :data:`ROCE_SMALL`, :data:`IB_SMALL`; least squares of relative error, a row's time the lesser of its two; the
-    model is affine in the figure, so the fit is closed-form; a fit below 0 is printed as fitted, not used) and print
-    that transport's rows with it: NVIDIA/nccl-tests#309's InfiniBand runs on 2, 4 and 8 nodes; GPUDirect-TCPXO's
-    all_reduce log at larger sizes and the other cluster's all_gather; GCP's RoCE all_gather of the sourced rows
-    and SkyPilot's held-out run of the same machine type."""
+    :data:`SKY_SMALL`, :data:`ROCE_SMALL`, :data:`IB_SMALL`; least squares of relative error, a row's time the lesser
+    of its two; the model is affine in the figure, so the fit is closed-form; a fit below 0 is printed as fitted,
+    not used) and print that transport's rows with 0 a crossing and with the fit: NVIDIA/nccl-tests#309's
+    InfiniBand runs on 2, 4 and 8 nodes; GPUDirect-TCPXO's all_reduce log (the shipped ``tcpxo`` figure's fit
+    source) at larger sizes and the other cluster's all_gather (held out); SkyPilot's RoCE run (the shipped ``roce``
+    figure's fit source) and GCP's run of the same machine type (sourced rows; its own fit printed as a check)."""
     def with_latency(row: Row, h: float) -> Row:
         return replace(row, topology={**row.topology, "nics": {**row.topology.get("nics", {}),
                                                                "transport_latency_us": h}})

@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
+from pydantic_core import PydanticCustomError
+
 __all__ = ["Transport", "TRANSPORT_LATENCY", "with_transport_latency"]
 
 #: A network transport's kind, as ``topology.nics.transport`` spells it: InfiniBand and RoCE (NCCL's IB plugin,
@@ -42,7 +44,7 @@ def with_transport_latency(data: Any) -> Any:
 
     Raises
     ------
-    ValueError
+    pydantic_core.PydanticCustomError
         The transport has no figure (tcpx, efa, socket) and ``data`` states none.
 
     >>> with_transport_latency({"transport": "tcpxo"})["transport_latency_us"]
@@ -57,8 +59,9 @@ def with_transport_latency(data: Any) -> Any:
         return data  # None, or a name the field itself refuses with the list of kinds
     fig = TRANSPORT_LATENCY[kind]
     if fig is None:
-        raise ValueError(f"transport: {kind} has no published or fitted topology.nics.transport_latency_us; state "
-                         "it (µs a network crossing takes beyond NCCL's figures; measured: "
-                         "schedsim calibrate --from-nccl-tests LOG --transport-latency on an 8 B..4 KiB run, or 0 "
-                         "for NCCL's own figures)")
+        raise PydanticCustomError(
+            "transport_latency", "transport: {kind} has no published or fitted topology.nics.transport_latency_us",
+            {"kind": kind, "fix": "state topology.nics.transport_latency_us (µs a network crossing takes beyond "
+             "NCCL's figures; measured: schedsim calibrate --from-nccl-tests LOG --transport-latency on an "
+             "8 B..4 KiB run across nodes), or 0 for NCCL's own figures"})
     return {**data, "transport_latency_us": fig[0]}

@@ -59,7 +59,8 @@ def test_a_transport_without_a_figure_needs_one_stated(tmp_path: Path, kind: str
                           "--profile", str(path), "--no-gantt", "-o", str(tmp_path / "out")],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and out.stderr.startswith("error: ") and f"transport: {kind} has no" in out.stderr
-    assert "--transport-latency" in out.stderr and "Traceback" not in out.stderr
+    assert "fix: state topology.nics.transport_latency_us" in out.stderr and "--transport-latency" in out.stderr
+    assert "Traceback" not in out.stderr
     stated = load_profile(str(with_nics(tmp_path, transport=kind, transport_latency_us=7.5)))
     assert stated.topology.nics is not None and stated.topology.nics.transport_latency_us == 7.5
 
