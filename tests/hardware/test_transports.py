@@ -1,6 +1,6 @@
 """``topology.nics.transport`` (:mod:`schedsim.hardware.transports`): each kind's default
 ``transport_latency_us``, a stated figure over it, a kind without a figure refused (exit 2, naming the field and
-the fix), the shipped profiles' transports, and the time the default adds (by hand)."""
+the fix), the shipped profiles' transports (the time it adds, by hand: tests/network/test_network_timing.py)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,7 @@ import yaml
 from schedsim.errors import ProfileError
 from schedsim.hardware.profile import load_profile
 from schedsim.hardware.transports import TRANSPORT_LATENCY
-from schedsim.network import NcclNetwork
-from tests.network.test_network import ROOT, hopper, profile, us
+from tests.network.test_network import ROOT
 
 
 def with_nics(tmp_path: Path, **nics: object) -> Path:
@@ -72,16 +71,3 @@ def test_an_unknown_transport_names_the_kinds(tmp_path: Path) -> None:
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "topology.nics.transport" in out.stderr and "'roce'" in out.stderr
     assert "Traceback" not in out.stderr
-
-
-def test_the_transports_latency_times_each_crossing_by_hand() -> None:
-    # 2 nodes x 2 GPUs (ranks 0 1 | 2 3), 2 NICs of 400 Gb/s, ring LL all_reduce 4 KiB (NCCL's pick): NCCL's
-    # 16.0 us + 4096 B / 4 GB/s on 1 of 8 channels (tests/network/test_network.py), and the chain's 3 crossings
-    # (1-2, 3-0, 1-2) at the transport's figure: roce 16.0 + 3 x 2.41 = 23.23, tcpxo 16.0 + 3 x 48.71 = 162.13;
-    # infiniband adds nothing
-    for kind, lat in (("infiniband", 0.0), ("roce", 2.41), ("tcpxo", 48.71)):
-        topo = hopper(2, 2)
-        topo["nics"] = {**topo["nics"], "transport": kind}
-        got = NcclNetwork(profile(topo)).collective("all_reduce", 4096, (0, 1, 2, 3))
-        assert got is not None and (got.algo, got.proto) == ("ring", "LL"), kind
-        assert us(got) == pytest.approx(16.0 + 3 * lat + 4096 / (1000 * 4.0), rel=1e-9), kind
