@@ -60,7 +60,8 @@ from schedsim.network.tuning import (
 if TYPE_CHECKING:
     from schedsim.hardware.profile import HardwareProfile
 
-__all__ = ["CollectiveCost", "NcclNetwork", "GroupShape", "fewest_graph", "net_crossings", "rank_nodes"]
+__all__ = ["CollectiveCost", "NcclNetwork", "GroupShape", "fewest_graph", "net_crossings", "rank_nodes",
+           "dtree_parents", "tree_depths"]
 
 _Table = dict[tuple[str, str], tuple[float, float]]
 
