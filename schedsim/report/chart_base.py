@@ -143,6 +143,15 @@ def _title_pad(n_labels: int) -> float:
     return 6 + 11 * n_labels
 
 
+def _title(ax: Any, text: str, n_labels: int) -> None:
+    """The chart's title ``text`` (9 pt), :func:`_title_pad` points above the axes' top edge. Its place is given
+    (``y=1.0``, the axes' top: where matplotlib's automatic placement puts it when no x tick labels or x label are
+    above the axes, as on every chart here). matplotlib otherwise places it at each draw from the bounding boxes of
+    the axes' decorations (``Axes._update_title_position``), measuring every y tick label (``yaxis.get_tightbbox``)
+    for an offset text that lane labels never have (~10 ms a draw of a lane chart's 30-50 labels, 2-vCPU VM)."""
+    ax.set_title(text, fontsize=9, pad=_title_pad(n_labels), y=1.0)
+
+
 def _legend(ax: Any, handles: list[Any]) -> None:
     if handles:
         ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.005, 1.0), borderaxespad=0.0,
@@ -476,6 +485,11 @@ class _AggGlyphs:
     #: kerning and hinting; the same properties under other settings are other glyphs. Never emptied (a number
     #: stays its settings'; a process sees few).
     settings: ClassVar[dict[tuple[Any, ...], int]] = {}
+    #: Each glyph's bitmap, shared likewise (a pipeline's two charts draw their lane labels and legend at the same
+    #: sub-pixel phases: the same left margin and lane rows): (font, size in points, dpi, :attr:`setting`, glyph
+    #: index, x and y phase in 1/64 px, antialiased) -> (the bitmap, its left and top offsets from the pixel of the
+    #: pen). Emptied past :data:`GLYPH_CACHE_MAX` entries.
+    bitmaps: ClassVar[dict[tuple[Any, ...], tuple[Any, int, int]]] = {}
 
     def __init__(self, renderer: Any) -> None:
         from matplotlib.backends.backend_agg import get_hinting_flag
@@ -490,7 +504,6 @@ class _AggGlyphs:
         self.setting = (self.flags, self.settings.setdefault(_font_settings(), len(self.settings)),
                         threading.get_ident())
         self.modes = (RenderMode.MONO, RenderMode.NORMAL)
-        self.bitmaps: dict[tuple[int, float, int, int, int, bool], tuple[Any, int, int]] = {}
 
     @staticmethod
     def usable() -> bool:
@@ -532,18 +545,21 @@ class _AggGlyphs:
         size, items = lay
         aa = bool(gc.get_antialiased())
         height = int(r.height)
+        bitmaps, dpi, setting = self.bitmaps, r.dpi, self.setting
         for font, gi, gx, gy in items:
             x26, y26 = round(0x40 * (x + gx)), round(0x40 * (r.height - y + gy))
-            bkey = (id(font), size, gi, x26 & 63, y26 & 63, aa)
-            hit = self.bitmaps.get(bkey)
+            bkey = (font, size, dpi, setting, gi, x26 & 63, y26 & 63, aa)
+            hit = bitmaps.get(bkey)
             if hit is None:
-                font.set_size(size, r.dpi)
+                font.set_size(size, dpi)
                 font._set_transform(np.array([[0x10000, 0], [0, 0x10000]]), [x26, y26])
                 bm = font._render_glyph(gi, self.flags, self.modes[aa])
                 buf = np.array(bm.buffer)  # a copy: the font may reuse its buffer
                 if not aa:
                     buf *= 0xff
-                hit = self.bitmaps[bkey] = (buf, bm.left - (x26 >> 6), bm.top - (y26 >> 6))
+                if len(bitmaps) >= GLYPH_CACHE_MAX:
+                    bitmaps.clear()
+                hit = bitmaps[bkey] = (buf, bm.left - (x26 >> 6), bm.top - (y26 >> 6))
             buf, left, top = hit
             r._renderer.draw_text_image(buf, (x26 >> 6) + left, height - ((y26 >> 6) + top) + buf.shape[0], 0, gc)
 
@@ -564,9 +580,13 @@ def _font_settings() -> tuple[Any, ...]:
 # child for that reason (``matplotlib.font_manager._get_font``, "FT2Font objects cannot be used across fork()s").
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_AggGlyphs.layouts.clear)
+    os.register_at_fork(after_in_child=_AggGlyphs.bitmaps.clear)  # keyed by the parent's fonts
 
-#: Entries of each of :class:`_AggGlyphs`' shared caches past which it is emptied (a long session's charts).
+#: Entries of each of :class:`_AggGlyphs`' shared text caches past which it is emptied (a long session's charts).
 TEXT_CACHE_MAX = 4096
+#: Entries of :attr:`_AggGlyphs.bitmaps` past which it is emptied (a glyph bitmap of 7-9 pt text at 110 dpi is
+#: ~100-200 bytes: a few MB at most).
+GLYPH_CACHE_MAX = 16384
 
 
 def _cached(cache: dict[Any, Any], key: Any, value: Any) -> Any:
