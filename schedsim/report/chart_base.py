@@ -696,7 +696,6 @@ def png_bytes(rgba: Any, dpi: float, metadata: dict[str, Any] | None = None) -> 
 
     import matplotlib
     import numpy as np
-
     from PIL import Image
 
     rgba = np.ascontiguousarray(rgba, np.uint8)
