@@ -143,6 +143,15 @@ def _title_pad(n_labels: int) -> float:
     return 6 + 11 * n_labels
 
 
+def _title(ax: Any, text: str, n_labels: int) -> None:
+    """The chart's title ``text`` (9 pt), :func:`_title_pad` points above the axes' top edge. Its place is given
+    (``y=1.0``, the axes' top: where matplotlib's automatic placement puts it when no x tick labels or x label are
+    above the axes, as on every chart here). matplotlib otherwise places it at each draw from the bounding boxes of
+    the axes' decorations (``Axes._update_title_position``), measuring every y tick label (``yaxis.get_tightbbox``)
+    for an offset text that lane labels never have (~10 ms a draw of a lane chart's 30-50 labels, 2-vCPU VM)."""
+    ax.set_title(text, fontsize=9, pad=_title_pad(n_labels), y=1.0)
+
+
 def _legend(ax: Any, handles: list[Any]) -> None:
     if handles:
         ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.005, 1.0), borderaxespad=0.0,
@@ -312,13 +321,28 @@ def _counts(vals: Any, edges: Any, side: Literal["left", "right"], ordered: bool
     return np.cumsum(np.bincount(at, minlength=len(edges) + 1)[:len(edges)])
 
 
-def _boxes_in(x0: Any, x1: Any, edges: Any) -> Any:
-    """How many of the boxes [x0, x1] (of positive width) overlap each column [edges[j], edges[j + 1]] (``edges``
-    ascending; len(edges) − 1 counts, int): those starting before its end less those ending at or before its
-    start, by counts of the starts and ends (:func:`_counts`; exact: no sums of floats)."""
+def _columns_hit(spans_of: list[list[tuple[Any, Any]]], x_edges: Any) -> Any:
+    """Per group of boxes (``spans_of[g]``: a list of (x0, x1) arrays), which columns [edges[j], edges[j + 1]] any of
+    its boxes of positive width overlaps (``x_edges`` non-decreasing): bool, groups × (len(x_edges) − 1). A box
+    overlaps the columns j with x0 < edges[j + 1] and x1 > edges[j], a run from ``searchsorted(edges[1:], x0,
+    "right")`` to ``searchsorted(edges[:-1], x1, "left")`` (exclusive), marked as +1 and −1 in a row per group and
+    summed along it: two searches over all groups' boxes at once, integers only. Before, a search pair per group and
+    colour (``tests/oracle/boxes_in.py``, the same booleans)."""
+    import numpy as np
 
-    keep = x1 > x0
-    return _counts(x0[keep], edges[1:], "left") - _counts(x1[keep], edges[:-1], "right")
+    n, w = len(spans_of), len(x_edges) - 1
+    if not n:
+        return np.zeros((0, w), bool)
+    parts = [ab for spans in spans_of for ab in spans]
+    x0 = np.concatenate([a for a, _b in parts])
+    x1 = np.concatenate([b for _a, b in parts])
+    group = np.repeat(np.arange(n), [sum(len(a) for a, _b in spans) for spans in spans_of])
+    lo = np.searchsorted(x_edges[1:], x0, "right")
+    hi = np.searchsorted(x_edges[:-1], x1, "left")
+    m = (x1 > x0) & (hi > lo)
+    at = group[m] * (w + 1)
+    runs = np.bincount(at + lo[m], minlength=n * (w + 1)) - np.bincount(at + hi[m], minlength=n * (w + 1))
+    return np.cumsum(runs.reshape(n, w + 1), axis=1)[:, :w] > 0
 
 
 def _paint(strips: list[_Strip], x_edges: Any, y_edges: Any) -> Any:
@@ -326,7 +350,7 @@ def _paint(strips: list[_Strip], x_edges: Any, y_edges: Any) -> Any:
     ``x_edges`` (data units, len columns + 1, ascending) and row edges ``y_edges`` (data units, len rows + 1: row i
     between ``y_edges[i]`` and ``y_edges[i + 1]``, in either direction).
 
-    A pixel column that boxes of a strip overlap (:func:`_boxes_in`) is painted opaque, in the colour whose boxes
+    A pixel column that boxes of a strip overlap (:func:`_columns_hit`) is painted opaque, in the colour whose boxes
     cover most of it (:func:`_coverage`; ties to the colour added last), so every pixel is a colour of the legend
     and a box narrower than a pixel still shows as one (as the collections' pixel runs, :func:`_pixel_runs`, drew
     them), in the rows between the strip's edges rounded to the nearest pixel edge (at least one row: Agg snaps a
@@ -339,14 +363,13 @@ def _paint(strips: list[_Strip], x_edges: Any, y_edges: Any) -> Any:
     words = out.view(np.uint32)[..., 0]  # each pixel's four bytes as one word
     up = y_edges[0] <= y_edges[-1]
     ys, pos = (y_edges, np.arange(h + 1.0)) if up else (y_edges[::-1], np.arange(h, -1.0, -1.0))
-    for s in strips:
-        if s.y0 + s.h <= ys[0] or s.y0 >= ys[-1] or not s.colours:
-            continue
+    shown = [s for s in strips if not (s.y0 + s.h <= ys[0] or s.y0 >= ys[-1] or not s.colours)]
+    spans_of = [[(np.concatenate(a), np.concatenate(b)) for a, b in s.colours.values()] for s in shown]
+    hits = _columns_hit(spans_of, x_edges)
+    for s, spans, hit in zip(shown, spans_of, hits, strict=True):
         pa, pb = sorted(np.interp([s.y0, s.y0 + s.h], ys, pos).tolist())
         r0 = min(max(int(np.floor(pa + 0.5)), 0), h - 1)
         r1 = min(max(int(np.floor(pb + 0.5)), r0 + 1), h)
-        spans = [(np.concatenate(a), np.concatenate(b)) for a, b in s.colours.values()]
-        hit: Any = np.stack([_boxes_in(a, b, x_edges) > 0 for a, b in spans]).any(axis=0)
         (ci,) = np.nonzero(hit)
         if not len(ci):
             continue
@@ -476,6 +499,11 @@ class _AggGlyphs:
     #: kerning and hinting; the same properties under other settings are other glyphs. Never emptied (a number
     #: stays its settings'; a process sees few).
     settings: ClassVar[dict[tuple[Any, ...], int]] = {}
+    #: Each glyph's bitmap, shared likewise (a pipeline's two charts draw their lane labels and legend at the same
+    #: sub-pixel phases: the same left margin and lane rows): (font, size in points, dpi, :attr:`setting`, glyph
+    #: index, x and y phase in 1/64 px, antialiased) -> (the bitmap, its left and top offsets from the pixel of the
+    #: pen). Emptied past :data:`GLYPH_CACHE_MAX` entries.
+    bitmaps: ClassVar[dict[tuple[Any, ...], tuple[Any, int, int]]] = {}
 
     def __init__(self, renderer: Any) -> None:
         from matplotlib.backends.backend_agg import get_hinting_flag
@@ -490,7 +518,6 @@ class _AggGlyphs:
         self.setting = (self.flags, self.settings.setdefault(_font_settings(), len(self.settings)),
                         threading.get_ident())
         self.modes = (RenderMode.MONO, RenderMode.NORMAL)
-        self.bitmaps: dict[tuple[int, float, int, int, int, bool], tuple[Any, int, int]] = {}
 
     @staticmethod
     def usable() -> bool:
@@ -532,18 +559,21 @@ class _AggGlyphs:
         size, items = lay
         aa = bool(gc.get_antialiased())
         height = int(r.height)
+        bitmaps, dpi, setting = self.bitmaps, r.dpi, self.setting
         for font, gi, gx, gy in items:
             x26, y26 = round(0x40 * (x + gx)), round(0x40 * (r.height - y + gy))
-            bkey = (id(font), size, gi, x26 & 63, y26 & 63, aa)
-            hit = self.bitmaps.get(bkey)
+            bkey = (font, size, dpi, setting, gi, x26 & 63, y26 & 63, aa)
+            hit = bitmaps.get(bkey)
             if hit is None:
-                font.set_size(size, r.dpi)
+                font.set_size(size, dpi)
                 font._set_transform(np.array([[0x10000, 0], [0, 0x10000]]), [x26, y26])
                 bm = font._render_glyph(gi, self.flags, self.modes[aa])
                 buf = np.array(bm.buffer)  # a copy: the font may reuse its buffer
                 if not aa:
                     buf *= 0xff
-                hit = self.bitmaps[bkey] = (buf, bm.left - (x26 >> 6), bm.top - (y26 >> 6))
+                if len(bitmaps) >= GLYPH_CACHE_MAX:
+                    bitmaps.clear()
+                hit = bitmaps[bkey] = (buf, bm.left - (x26 >> 6), bm.top - (y26 >> 6))
             buf, left, top = hit
             r._renderer.draw_text_image(buf, (x26 >> 6) + left, height - ((y26 >> 6) + top) + buf.shape[0], 0, gc)
 
@@ -564,9 +594,13 @@ def _font_settings() -> tuple[Any, ...]:
 # child for that reason (``matplotlib.font_manager._get_font``, "FT2Font objects cannot be used across fork()s").
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_AggGlyphs.layouts.clear)
+    os.register_at_fork(after_in_child=_AggGlyphs.bitmaps.clear)  # keyed by the parent's fonts
 
-#: Entries of each of :class:`_AggGlyphs`' shared caches past which it is emptied (a long session's charts).
+#: Entries of each of :class:`_AggGlyphs`' shared text caches past which it is emptied (a long session's charts).
 TEXT_CACHE_MAX = 4096
+#: Entries of :attr:`_AggGlyphs.bitmaps` past which it is emptied (a glyph bitmap of 7-9 pt text at 110 dpi is
+#: ~100-200 bytes: a few MB at most).
+GLYPH_CACHE_MAX = 16384
 
 
 def _cached(cache: dict[Any, Any], key: Any, value: Any) -> Any:
@@ -662,16 +696,21 @@ def png_bytes(rgba: Any, dpi: float, metadata: dict[str, Any] | None = None) -> 
 
     import matplotlib
     import numpy as np
+    from PIL import Image
 
+    rgba = np.ascontiguousarray(rgba, np.uint8)
     h, w = rgba.shape[:2]
     step = max(1, (1 << 20) // (w * 4 + 1))  # rows per block: ~1 MB at a time, not the image
-    opaque = all(bool((rgba[r0:r0 + step, :, 3] == 255).all()) for r0 in range(0, h, step))
+    words = rgba.view("<u4")[..., 0]  # a pixel's four bytes as one little-endian word: alpha its top byte
+    opaque = all(bool((words[r0:r0 + step] >= 0xFF000000).all()) for r0 in range(0, h, step))
     c = 3 if opaque else 4
     deflate = zlib.compressobj(3)
     idat = []
     prev = None
     for r0 in range(0, h, step):
-        px = np.ascontiguousarray(rgba[r0:r0 + step, :, :c])  # contiguous: the subtraction below 2x as fast
+        px = rgba[r0:r0 + step]  # contiguous: the subtraction below 2x as fast as on a strided view
+        if opaque:  # the alpha bytes dropped by PIL's RGBA -> RGB conversion: half the time of numpy's strided copy
+            px = np.asarray(Image.frombuffer("RGBA", (w, len(px)), px, "raw", "RGBA", 0, 1).convert("RGB"))
         rows = np.empty((len(px), w * c + 1), np.uint8)  # each row: its filter type, then its filtered bytes
         rows[:, 0] = 2
         body = rows[:, 1:].reshape(len(px), w, c)  # a view: the pixels written in place

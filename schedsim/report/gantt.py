@@ -51,6 +51,7 @@ from schedsim.report.chart_base import (
     _lighten,
     _makespan_labels,
     _pixel_runs,
+    _title,
     _title_pad,
     choose_ranks,
     write_figure,
@@ -175,7 +176,7 @@ def draw_gantt(timelines: list[tuple[str, Timeline]], title: str = "", max_label
     if folded:
         handles.append(Patch(facecolor="#777777", label="others: busy share"))
     _legend(ax, handles)
-    ax.set_title(_cut(title, 200), fontsize=9, pad=_title_pad(len(mk)))
+    _title(ax, _cut(title, 200), len(mk))
     longest = max(len(t) for t in yt) if yt else 4
     h = fig.get_figheight()
     bottom_in = 0.5

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from schedsim.report.chart_base import _cut, _fig, _makespan_labels, _title_pad, write_figure
+from schedsim.report.chart_base import _cut, _fig, _makespan_labels, _title, write_figure
 
 if TYPE_CHECKING:
     import numpy as np
@@ -72,7 +72,7 @@ def draw_memory(curves: Mapping[int, Sequence[Sequence[float]] | np.ndarray], ma
     ax.set_ylim(0, top / unit * 1.12)
     _makespan_labels(ax, [(f"makespan {makespan_s * 1e3:.3f} ms", makespan_s * 1e3)], end * 1e3 * 1.02)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.005, 1.0), borderaxespad=0.0, frameon=False)
-    ax.set_title(_cut(title, 200), fontsize=9, pad=_title_pad(1))
+    _title(ax, _cut(title, 200), 1)
     longest = max((len(t.get_text()) for t in ax.get_legend().get_texts()), default=10)
     fig.subplots_adjust(left=0.08, right=max(0.45, 1 - (0.5 + 0.058 * longest) / 12), top=0.82, bottom=0.14)
     return fig

@@ -33,6 +33,7 @@ from schedsim.report.chart_base import (
     _lighten,
     _makespan_labels,
     _pixel_runs,
+    _title,
     _title_pad,
     choose_ranks,
     write_figure,
@@ -566,7 +567,7 @@ def draw_pipeline(tl: Timeline, title: str = "", mode: str = "steps", max_lanes:
     handles = [Patch(facecolor=c, label=k)
                for k, c in sorted(used.items(), key=lambda kv: ("FBIW".find(kv[0][0]), kv[0]))]
     _legend(ax, handles)
-    ax.set_title(_cut(title, 200) + note, fontsize=9, pad=_title_pad(1))
+    _title(ax, _cut(title, 200) + note, 1)
     h = fig.get_figheight()
     fig.subplots_adjust(left=1.4 / width_in, right=1 - 1.25 / width_in, top=1 - top_in / h, bottom=0.55 / h)
     return fig

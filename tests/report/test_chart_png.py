@@ -56,6 +56,22 @@ def test_png_bytes_round_trip_opaque_as_rgb_and_translucent_as_rgba():
     assert Image.open(io.BytesIO(png)).mode == "RGBA" and (pixels(png) == img).all()
 
 
+def test_png_bytes_of_several_row_blocks_and_a_strided_image():
+    # 3,000 px wide: 87 rows a block (~1 MB), so 200 rows are three blocks, each filtered from the last row of the
+    # block before; an opaque image and one with translucent pixels in the last block, both as a strided view
+    from PIL import Image
+
+    rng = np.random.default_rng(3)
+    img = rng.integers(0, 256, (200, 3000, 4), dtype=np.uint8)
+    img[..., 3] = 255
+    assert (pixels(B.png_bytes(img, 110)) == img).all()
+    img[190:, 5, 3] = 9
+    wide = np.zeros((200, 6000, 4), np.uint8)
+    wide[:, ::2] = img
+    got = B.png_bytes(wide[:, ::2], 110)
+    assert Image.open(io.BytesIO(got)).mode == "RGBA" and (pixels(got) == img).all()
+
+
 def _small_pipeline() -> Timeline:
     spans = []
     for r in range(3):

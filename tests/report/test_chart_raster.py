@@ -218,3 +218,93 @@ def test_counts_are_searchsorted_of_the_sorted_values():
             want = np.searchsorted(np.sort(vals), edges, side=side)
             assert (B._counts(vals, edges, side) == want).all()
             assert (B._counts(np.sort(vals), edges, side, ordered=True) == want).all()
+
+
+def test_dense_lane_is_one_image_and_sparse_lane_vector_bars(monkeypatch):
+    """Past RASTER_MIN_BOXES ops, rank 0's 400 sub-pixel matmuls are painted into the axes' one raster artist (drawn as
+    one image), and rank 1's three boxes of 100 ms (~90 px wide each) stay a PolyCollection of three rectangles."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    monkeypatch.setattr(G, "RASTER_MIN_BOXES", 100)
+    dense = [Span(f"mm{i}@r0", f"mm{i}", 0, "s0", "matmul", "compute", 1e-3 * i, 1e-3 * i + 2e-4) for i in range(400)]
+    sparse = [Span(f"big{i}@r1", f"big{i}", 1, "s0", "matmul", "compute", 0.1 * i, 0.1 * i + 0.1) for i in range(3)]
+    fig = G.draw_gantt([("predicted", Timeline("t", "predict", 2, spans=dense + sparse))])
+    ax = fig.axes[0]
+    rasters = [a for a in ax.get_children() if hasattr(a, "strips")]
+    assert len(rasters) == 1
+    (strip,) = rasters[0].strips.values()  # rank 0's lane (lane 0: rows -0.38 .. 0.38), its 400 boxes
+    assert (strip.y0, strip.h) == (-0.38, 0.76)
+    (xs,) = [np.concatenate(a) for a, _b in strip.colours.values()]
+    assert len(xs) == 400
+    (col,) = ax.collections  # rank 1's lane (lane 1: rows 0.62 .. 1.38)
+    boxes = sorted((float(p.vertices[:, 0].min()), float(p.vertices[:, 0].max()), float(p.vertices[:, 1].min()))
+                   for p in col.get_paths())
+    assert boxes == [pytest.approx((100.0 * i, 100.0 * i + 100.0, 0.62)) for i in range(3)]
+    images = []
+    canvas = FigureCanvasAgg(fig)
+    renderer = canvas.get_renderer()  # the one draw() reuses (the same size)
+    orig = renderer.draw_image
+    renderer.draw_image = lambda gc, x, y, im, *a: (images.append(im.shape), orig(gc, x, y, im, *a))
+    canvas.draw()
+    bb = ax.bbox  # the whole raster: one image of the axes' pixels
+    assert images == [(int(np.ceil(bb.y1)) - int(np.floor(bb.y0)), int(np.ceil(bb.x1)) - int(np.floor(bb.x0)), 4)]
+
+
+def test_raster_occupancy_is_the_vector_bars_pixel_coverage():
+    """The same boxes drawn as vector bars (a PolyCollection) and painted by the raster, on axes whose data units are
+    its pixels (20 × 10 px, x 0..20, y 0..10), boxes [2.0, 2.3], [5.0, 6.0], [8.0, 10.5], [14.25, 14.75], [14.8, 15.0]
+    on rows 2..8. Agg snaps a rectangle's edges to the nearest pixel edge: [2, 2] (gone), [5, 6], [8, 11], [14, 15],
+    [15, 15] (gone), so the vector bars cover columns 5, 8, 9, 10 and 14 in full. The raster paints every column a
+    box touches, opaque in its colour: those, and column 2, where the 0.3 px box stays visible."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    x0 = np.array([2.0, 5.0, 8.0, 14.25, 14.8])
+    w = np.array([0.3, 1.0, 2.5, 0.5, 0.2])
+    covered, touched = [5, 8, 9, 10, 14], [2, 5, 8, 9, 10, 14]
+
+    def drawn(raster: bool) -> np.ndarray:
+        fig = Figure(figsize=(0.2, 0.1), dpi=100)
+        ax = fig.add_axes((0.0, 0.0, 1.0, 1.0))
+        ax.set_axis_off()
+        ax.set_xlim(0, 20)
+        ax.set_ylim(0, 10)
+        if raster:
+            B._box_raster(ax).add(x0, w, 2.0, 6.0, "#FF0000")
+        else:
+            B._bars(ax, x0, w, 2.0, 6.0, facecolors="#FF0000", edgecolor="none", linewidth=0.0)
+        canvas = FigureCanvasAgg(fig)
+        canvas.draw()
+        return np.asarray(canvas.buffer_rgba())[::-1]  # row 0 at the bottom, as y
+
+    vec, ras = drawn(False), drawn(True)
+    assert vec.shape == ras.shape == (10, 20, 4)
+    assert [int(j) for j in np.flatnonzero((vec[5, :, :3] != 255).any(axis=1))] == covered
+    assert (vec[5, covered, :3] == [255, 0, 0]).all()
+    assert [int(j) for j in np.flatnonzero((ras[5, :, :3] != 255).any(axis=1))] == touched
+    assert (ras[5, touched, :3] == [255, 0, 0]).all()  # opaque: a sub-pixel box shows as a whole pixel of its colour
+    # the rows: 2..8 in both (the strip's edges on pixel edges)
+    assert [int(i) for i in np.flatnonzero((ras[:, 5, :3] != 255).any(axis=1))] == list(range(2, 8))
+    assert [int(i) for i in np.flatnonzero((vec[:, 5, :3] != 255).any(axis=1))] == list(range(2, 8))
+
+
+def test_columns_hit_are_the_columns_any_colour_counts():
+    # random groups of boxes of several colours (zero-width and reversed boxes among them, ends on the edges), on
+    # edges with repeats: the columns hit are those where the per-colour counts of tests/oracle/boxes_in.py are > 0
+    from tests.oracle.boxes_in import boxes_in
+
+    rng = np.random.default_rng(11)
+    for _ in range(200):
+        edges = np.sort(rng.integers(0, 40, rng.integers(2, 30)) / 2)
+        groups = []
+        for _g in range(rng.integers(1, 4)):
+            spans = []
+            for _c in range(rng.integers(1, 4)):
+                a = rng.integers(-4, 44, rng.integers(0, 12)) / 2
+                spans.append((a, a + rng.integers(-1, 8, len(a)) / 2))
+            groups.append(spans)
+        got = B._columns_hit(groups, edges)
+        assert got.shape == (len(groups), len(edges) - 1)
+        for g, spans in enumerate(groups):
+            want = np.stack([boxes_in(a, b, edges) > 0 for a, b in spans]).any(axis=0)
+            assert (got[g] == want).all()
