@@ -241,6 +241,13 @@ def _plain_name(name: object) -> bool:
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
+def _identity_ok(rec: object) -> bool:
+    """Whether ``rec`` is a manifest's identity record: ``[sha256, dev, ino, size, mtime_ns, ctime_ns]``, the
+    five non-negative integers (:class:`Manifest`)."""
+    return (isinstance(rec, list) and len(rec) == 6 and isinstance(rec[0], str) and bool(_SHA256.fullmatch(rec[0]))
+            and all(type(x) is int and x >= 0 for x in rec[1:]))
+
+
 def _hashes(h: object) -> list[str]:
     """A manifest record's hashes: one string, or a list of them (a set being moved in); [] when malformed."""
     hs = [h] if isinstance(h, str) else h if isinstance(h, list) and len(h) <= 2 else []
@@ -251,15 +258,29 @@ def _hashes(h: object) -> list[str]:
 class Manifest:
     """What schedsim recorded writing into one output folder: per command, file name -> SHA-256 of the
     content it wrote (``.schedsim-outputs.json``: ``{"format": "schedsim.outputs", "version": 2, "sets":
-    {command: {name: sha256}}}``; while a set is being moved in, a name's value is the list of its earlier and
-    its new hash, so that a run killed between two moves leaves files the next run still knows as its own).
+    {command: {name: sha256}}, "identities": {command: {name: [sha256, dev, ino, size, mtime_ns, ctime_ns]}}}``;
+    while a set is being moved in, a name's value is the list of its earlier and its new hash, so that a run
+    killed between two moves leaves files the next run still knows as its own).
+
+    ``identities`` (optional; older manifests have none) holds, per file moved in, the ``os.lstat`` identity it
+    had right after the move (:func:`schedsim.io.file_identity`) beside the hash of its content then. A file
+    whose identity is still the recorded one is the file schedsim moved in, unchanged: any write changes its
+    modification and change times, and the change time cannot be set back by any user call (``os.utime`` sets
+    the other two and moves the change time to now); a copy is another inode. So :meth:`holds` takes it for
+    schedsim's without reading it (a re-run of a 1M-op ``predict`` hashed the earlier 100 MB timeline.json:
+    0.09 CPU s); on any difference it hashes the file as before. A write landing within the same tick of the
+    kernel's file clock (1-4 ms) between the move and its ``lstat``, keeping the size, would go unseen; such a
+    write races schedsim's own replace of the file under the folder's lock anyway.
 
     A record proves nothing by itself (anyone can write this file): a file is taken for schedsim's only when
-    its content still hashes to what the record says (:meth:`holds`). So a planted or stale manifest can
-    make schedsim keep a file, never remove or replace one the user wrote.
+    its content still hashes to what the record says, or it has the identity recorded with that hash
+    (:meth:`holds`). A stale manifest (a file replaced or edited since) can make schedsim keep a file, never
+    remove or replace one the user wrote; a forged one can name a user's file with its identity as easily as
+    with its SHA-256, so the hash added nothing against forgery.
     """
 
     sets: dict[str, dict[str, str | list[str]]] = field(default_factory=dict)
+    identities: dict[str, dict[str, list[str | int]]] = field(default_factory=dict)
 
     @classmethod
     def read(cls, out: Path) -> Manifest:
@@ -284,8 +305,12 @@ class Manifest:
             _warn(f"ignoring {p}: not a manifest this schedsim wrote (no \"format\": \"{MANIFEST_FORMAT}\" with "
                   "sets of content hashes); no file is removed or replaced because of it")
             return cls()
-        return cls({str(cmd): {n: h for n, h in files.items() if _plain_name(n) and _hashes(h)}
-                    for cmd, files in sets.items() if isinstance(files, dict)})
+        kept = {str(cmd): {n: h for n, h in files.items() if _plain_name(n) and _hashes(h)}
+                for cmd, files in sets.items() if isinstance(files, dict)}
+        ids = doc.get("identities")
+        return cls(kept, {cmd: {n: rec for n, rec in files.items() if n in kept[cmd] and _identity_ok(rec)}
+                          for cmd, files in ids.items() if cmd in kept and isinstance(files, dict)}
+                   if isinstance(ids, dict) else {})
 
     def owner(self, name: str) -> str | None:
         """The command whose set lists ``name`` (the first, if a hand-edited manifest lists it twice)."""
@@ -296,7 +321,13 @@ class Manifest:
         want = self.sets.get(command, {}).get(name)
         p = out / name
         try:
-            return want is not None and stat.S_ISREG(p.lstat().st_mode) and file_digest(p) in _hashes(want)
+            if want is None or not stat.S_ISREG((st := p.lstat()).st_mode):
+                return False
+            hashes = _hashes(want)
+            rec = self.identities.get(command, {}).get(name)
+            if rec is not None and rec[0] in hashes and tuple(rec[1:]) == file_identity(st):
+                return True  # the file moved in, unchanged since (class docstring): not read
+            return file_digest(p) in hashes
         except OSError:
             return False
 
@@ -312,8 +343,11 @@ class Manifest:
         """Write atomically to ``out/.schedsim-outputs.json``."""
         from schedsim.io import atomic_write_text
 
-        doc = {"format": MANIFEST_FORMAT, "version": 2, "sets": {c: dict(sorted(f.items()))
-                                                                  for c, f in sorted(self.sets.items()) if f}}
+        doc: dict[str, object] = {"format": MANIFEST_FORMAT, "version": 2,
+                                  "sets": {c: dict(sorted(f.items())) for c, f in sorted(self.sets.items()) if f}}
+        ids = {c: dict(sorted(f.items())) for c, f in sorted(self.identities.items()) if f}
+        if ids:
+            doc["identities"] = ids
         atomic_write_text(out / MANIFEST, json.dumps(doc, indent=1), follow_links=False)  # never a link's target
 
 
@@ -373,10 +407,13 @@ def check_targets(out: Path, command: str, names: Iterable[str], manifest: Manif
                             "replaced", fix=f"move or rename it, or {elsewhere}")
 
 
-def finish_set(out: Path, command: str, written: Mapping[str, str], manifest: Manifest | None = None) -> list[str]:
+def finish_set(out: Path, command: str, written: Mapping[str, str], manifest: Manifest | None = None,
+               identities: Mapping[str, tuple[int, int, int, int, int]] | None = None) -> list[str]:
     """Record ``written`` (name -> SHA-256) as ``command``'s set in ``out``'s manifest and remove the files of
     ``command``'s earlier set that this run did not write (a predict of a non-pipeline schedule into a folder
-    that held a pipeline's ``pipeline.png``). Returns the names removed.
+    that held a pipeline's ``pipeline.png``). Returns the names removed. ``identities``: name -> the
+    :func:`schedsim.io.file_identity` of the file just moved in with that content (:class:`Manifest`); the
+    set's other names get no identity record.
 
     Only a file whose content still hashes to what ``command`` recorded is removed: another command's files,
     a user's files, files a user changed and anything a planted or foreign manifest names are kept (with a
@@ -395,8 +432,10 @@ def finish_set(out: Path, command: str, written: Mapping[str, str], manifest: Ma
         elif os.path.lexists(p):
             _warn(f"kept {p}: {command} wrote a file of that name earlier, but this one is not what it wrote")
     m.sets[command] = {n: h for n, h in written.items()}
+    m.identities[command] = {n: [written[n], *ident] for n, ident in (identities or {}).items() if n in written}
     for cmd in list(m.sets):  # forget records of files that are gone
         m.sets[cmd] = {n: h for n, h in m.sets[cmd].items() if os.path.lexists(out / n)}
+        m.identities[cmd] = {n: r for n, r in m.identities.get(cmd, {}).items() if n in m.sets[cmd]}
     m.write(out)
     return removed
 
@@ -497,8 +536,13 @@ def output_set(outdir: str | Path, command: str, *, inputs: Iterable[str | Path]
             m = Manifest.read(out)
             check_targets(out, command, written, m, inputs)
             m.moving(out, command, written)  # a run killed between moves leaves files the next one knows
+            moved = {}
             for f in staged:
+                before = file_identity(f.lstat())
                 os.replace(f, out / f.name)
-            finish_set(out, command, written, m)
+                after = file_identity((out / f.name).lstat())
+                if after[:4] == before[:4]:  # the file staged, moved (the move set its change time): identified
+                    moved[f.name] = after
+            finish_set(out, command, written, m, moved)
     finally:
         shutil.rmtree(stage, ignore_errors=True)

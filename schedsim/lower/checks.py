@@ -750,7 +750,25 @@ def multi_peer_hubs(us: np.ndarray, ur: np.ndarray, multi: np.ndarray) -> tuple[
     # at once: hook each pair's larger label under its smaller, then jump every label to its label's label until
     # none moves, until both units of every pair hold one label. A label only ever falls, and is always a unit
     # of its own component no larger than the unit: at the end each component holds its smallest unit.
-    both = am & bm
+    del keep
+    label = _hooked_labels(us, ur, am & bm)
+    root = label[np.where(am, us, ur)]
+    del label, am, bm  # each temporary goes once used: the `rank` ring's static checks peak here (1M ops)
+    hub = unique(root)[2]
+    del root
+    unit = np.concatenate([us, ur]).astype(np.int64)
+    del us, ur
+    hubs = np.concatenate([hub, hub])
+    key = unit * (int(hub.max()) + 1) + hubs  # each (unit, hub) pair once, sorted by unit then hub
+    del hub
+    first = unique(key)[1]
+    del key
+    return unit[first], hubs[first]
+
+
+def _hooked_labels(us: np.ndarray, ur: np.ndarray, both: np.ndarray) -> np.ndarray:
+    """:func:`multi_peer_hubs`' labels: per unit (0 .. the largest of ``us`` and ``ur``), the smallest unit of its
+    component over the pairs ``both`` selects (its comment says how)."""
     a, b = us[both].astype(np.int64), ur[both].astype(np.int64)
     label = np.arange(int(max(us.max(), ur.max())) + 1, dtype=np.int64)
     while len(a):
@@ -762,12 +780,7 @@ def multi_peer_hubs(us: np.ndarray, ur: np.ndarray, multi: np.ndarray) -> tuple[
             np.minimum.at(label, x, m)
         while not np.array_equal(nxt := label[label], label):
             label = nxt
-    root = label[np.where(am, us, ur)]
-    hub = unique(root)[2]
-    unit, hubs = np.concatenate([us, ur]).astype(np.int64), np.concatenate([hub, hub])
-    key = unit * (int(hub.max()) + 1) + hubs  # each (unit, hub) pair once, sorted by unit then hub
-    first = unique(key)[1]
-    return unit[first], hubs[first]
+    return label
 
 
 #: The reasons of the wait-for graph's edges, in the order that picks one where several edges make one wait: a

@@ -372,29 +372,46 @@ class RankColumns(Mapping[int, RankMetrics]):
                 for r, a, b, c, i, e, o, s, k, co in zip(ranks, *lists, strict=True)}
 
     def json_bytes(self) -> bytes:
-        """``dumps_json(self.to_dict())``, the JSON object timeline.json holds, made from the runs of consecutive
-        ranks whose fields are the same floats (bit for bit; any NaN alike): each run's object written once and its
-        ranks' keys joined around it, where 100,000 ranks in step are a few runs (a dict per rank, and orjson over
-        them, took ~0.1 s). Where the runs are many (over a quarter of the ranks), the dicts as :meth:`to_dict`."""
+        """``dumps_json(self.to_dict())``, the JSON object timeline.json holds: :meth:`json_pieces` joined."""
+        return b"".join(self.json_pieces())
+
+    def json_pieces(self) -> Iterator[bytes]:
+        """:meth:`json_bytes` in pieces of at most :data:`_KEYS_PIECE` ranks each (100,000 ranks' text is 31 MB:
+        written piece by piece, never held whole), made from the runs of consecutive ranks whose fields are the
+        same floats (bit for bit; any NaN alike): each run's object written once and its ranks' keys joined around
+        it, where 100,000 ranks in step are a few runs (a dict per rank, and orjson over them, took ~0.1 s).
+        Where the runs are many (over a quarter of the ranks), the dicts as :meth:`to_dict`, in one piece."""
         import numpy as np
 
         from schedsim.io import dumps_json
 
         n = len(self.ranks)
         if n == 0:
-            return b"{}"
+            yield b"{}"
+            return
         m = np.stack([self.cols[f] for f in _RANK_FIELDS], axis=1)
         bits = np.where(np.isnan(m), np.nan, m).view(np.uint64)  # NaNs as one pattern; -0.0 apart from 0.0
         heads = np.flatnonzero(np.r_[True, (bits[1:] != bits[:-1]).any(axis=1)]).tolist()
+        del m, bits
         if len(heads) > n // 4 + 1:
-            return dumps_json(self.to_dict())
+            yield dumps_json(self.to_dict())
+            return
         keys = dumps_json(self.ranks)[1:-1].split(b",")  # each rank's digits, as the dict's keys are written
-        parts = [b"{"]  # joined once at the end: a run's text (31 MB for 100,000 ranks) is copied once more only
+        yield b"{"
         for k, (a, b) in enumerate(zip(heads, [*heads[1:], n], strict=True)):
             row = dumps_json(self._dicts([0], self._lists(slice(a, a + 1)))[0])
-            parts += [b',"' if k else b'"', (b'":' + row + b',"').join(keys[a:b]), b'":' + row]
-        parts.append(b"}")
-        return b"".join(parts)
+            sep = b'":' + row + b',"'
+            yield b',"' if k else b'"'
+            for s in range(a, b, _KEYS_PIECE):  # sep.join(keys[a:b]), a slice of keys at a time
+                if s > a:
+                    yield sep
+                yield sep.join(keys[s:min(s + _KEYS_PIECE, b)])
+            yield b'":' + row
+        yield b"}"
+
+
+#: Ranks per piece of :meth:`RankColumns.json_pieces` (~320 bytes each: ~5 MB a piece).
+_KEYS_PIECE = 1 << 14
 
 
 @dataclass(frozen=True)
@@ -532,12 +549,13 @@ def _compute(tl: Timeline, classes: Sequence[int] | np.ndarray | None = None) ->
     end = c.end_s[order]
     rank = gkey >> 2
     present = rank[np.flatnonzero(np.r_[True, rank[1:] != rank[:-1]])] if len(rank) else rank  # ascending
+    del rank  # the per-row temporaries go as soon as they are used: the peak of a 1M-op predict
     nr = int(present[-1]) + 1 if len(present) else 0
     # NCCL kernels occupy their stream from when it reaches them (ready) to the end of the transfer,
     # spinning while the peer is late; nsys shows that span as kernel time
     m = (gkey & 3) == 1
-    rd, sc, ec, gc = c.ready_s[order[m]], start[m], end[m], rank[m]
-    del rank, order, m  # the per-row temporaries go as soon as they are used: the peak of a 1M-op predict
+    rd, sc, ec, gc = c.ready_s[order[m]], start[m], end[m], gkey[m] >> 2
+    del order, m
     kvs = np.where(np.isnan(rd), sc, rd)
     del rd, sc
     if len(gc) > 1 and not bool(((kvs[1:] >= kvs[:-1]) | (gc[1:] != gc[:-1])).all()):  # else sorted already
@@ -546,11 +564,18 @@ def _compute(tl: Timeline, classes: Sequence[int] | np.ndarray | None = None) ->
     kg, ks, ke = _merged_by(gc, kvs, ec)
     del gc, kvs, ec
     kv = _sums_by(kg, ke - ks, nr)
-    pg, ps, pe = _merged_by(gkey, start, end)  # each (rank, resource)'s pieces, in one pass
+    pg, ps, pe = _merged_by(gkey, start, end, into=True)  # each (rank, resource)'s pieces, in one pass, in place
     del gkey, start, end
-    pk, pr = pg & 3, pg >> 2
-    comp, comm, copy = ((pr[m], ps[m], pe[m]) for m in (pk == k for k in range(3)))
-    del pg, ps, pe, pk, pr
+    # split by resource one column at a time, each freed once split (the metrics' high-water mark at 1M ops)
+    masks = [m for m in ((pg & 3) == k for k in range(3))]
+    gs = [pg[m] >> 2 for m in masks]
+    del pg
+    ss = [ps[m] for m in masks]
+    del ps
+    es = [pe[m] for m in masks]
+    del pe, masks
+    comp, comm, copy = zip(gs, ss, es, strict=True)
+    del gs, ss, es
     busy_comp = _sums_by(comp[0], comp[2] - comp[1], nr)
     lc = _sums_by(comm[0], comm[2] - comm[1], nr)
     lcp = _sums_by(copy[0], copy[2] - copy[1], nr)
@@ -594,19 +619,27 @@ def _compute(tl: Timeline, classes: Sequence[int] | np.ndarray | None = None) ->
                    copy_overlap_ratio=tot_copy_ov / tot_copy if tot_copy > 0 else None)
 
 
-def _merged_by(group: np.ndarray, start: np.ndarray, end: np.ndarray, runs: Sequence[int] | None = None
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _merged_by(group: np.ndarray, start: np.ndarray, end: np.ndarray, runs: Sequence[int] | None = None,
+               into: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`merged` of every group at once: ``(group, start, end)`` of the pieces (int64, float64, float64), for
     intervals already sorted by group (ascending, contiguous) and, within one, by start; or, with ``runs`` (the
     bounds ``0, .., len(start)`` of runs each so sorted), of the runs merged in (group, start) order. The same
     floats as :func:`merged` of each group's slice (selections of its values and of their running maximum, no
-    arithmetic), by one compiled pass (``_cwaves.merge_pieces``)."""
+    arithmetic), by one compiled pass (``_cwaves.merge_pieces``).
+
+    ``into`` (one run only): the pieces are written over the three arrays given, which are the caller's no
+    longer (three arrays of the rows fewer at the metrics' peak). One run is read in order, and piece ``k`` is
+    written once rows ``0 .. i`` (``k <= i``) are read, so no row is overwritten before it is read."""
     import numpy as np
 
     from schedsim.sim.loop import compiled_loop
 
     n = len(start)
-    og, os_, oe = np.empty(n, np.int64), np.empty(n, np.float64), np.empty(n, np.float64)
+    if into and runs is None and all(a.flags.c_contiguous and a.flags.writeable for a in (group, start, end)) \
+            and group.dtype == np.int64 and start.dtype == end.dtype == np.float64:
+        og, os_, oe = group, start, end
+    else:
+        og, os_, oe = np.empty(n, np.int64), np.empty(n, np.float64), np.empty(n, np.float64)
     k = compiled_loop().merge_pieces(np.ascontiguousarray(group, np.int64), np.ascontiguousarray(start, np.float64),
                                      np.ascontiguousarray(end, np.float64),
                                      np.asarray([0, n] if runs is None else runs, np.int64), og, os_, oe)

@@ -44,6 +44,7 @@ from schedsim.sim.timeline_json import (
     ID_FORMAT,
     NameTable,
     _array_pieces,
+    _basable,
     _based,
     _big_ints_kept,
     _check_meta,
@@ -102,7 +103,7 @@ class Span(NamedTuple):
 Categorical = tuple[list[str], "NDArray[np.int32]"]
 
 #: How :meth:`SpanColumns.json_items` writes the columns: ``(names, tags, based)`` (:meth:`SpanColumns._json_forms`).
-JsonForms = tuple[str, str, dict[str, dict[str, Any]]]
+JsonForms = tuple[str, str, dict[str, str | None]]
 
 #: Above this many spans :attr:`Timeline.makespan_s` builds the columns (one numpy max/min) rather than
 #: walking the rows twice.
@@ -396,7 +397,8 @@ class SpanColumns:
     def _json_forms(self) -> JsonForms:
         """How :meth:`json_items` writes the names, the tags and the float columns: ``("shared" | "parts" |
         "lists", "keys" | "index", based)``, ``based`` the float columns written as a base and the rows that
-        differ from it (module docstring), by name."""
+        differ from it (module docstring): name -> its base (a column's name, or None: its first value). Only
+        which columns: :meth:`json_items` makes each one's index and values as it yields it."""
         names = "lists"  # both coded forms hold id[i] == f"{name[i]}@r{rank[i]}" (the constructor's contract)
         if self._coded is not None and 4 * len(self._coded[0]) <= len(self.rank):
             names = "shared"  # names shared by rows: the table once, rows joined from it
@@ -406,9 +408,8 @@ class SpanColumns:
         based = {}
         if names == "parts" or keyed:  # a version-3 document: its float columns may be based too
             for c, base in _BASES.items():
-                got = _based(getattr(self, c), base, None if base is None else getattr(self, base))
-                if got is not None:
-                    based[c] = got
+                if _basable(getattr(self, c), None if base is None else getattr(self, base)):
+                    based[c] = base
         return names, "keys" if keyed else "index", based
 
     def json_version(self, forms: JsonForms | None = None) -> int:
@@ -445,10 +446,16 @@ class SpanColumns:
         for c in _CAT_COLS:
             cats, codes = getattr(self, c)
             yield c, {"values": cats, "codes": codes}
+        def column(c: str) -> object:  # its based form made here, when written: one at a time
+            if c not in based:
+                return getattr(self, c)
+            base = based[c]
+            return _based(getattr(self, c), base, None if base is None else getattr(self, base))
+
         for c in _FLOAT_COLS:
-            yield c, based.get(c, getattr(self, c))
+            yield c, column(c)
         if self.stream_s is not None:
-            yield "stream_s", based.get("stream_s", self.stream_s)
+            yield "stream_s", column("stream_s")
         if tags == "keys":  # one coded column per key: no dict per row
             yield "tags", self._coded_tag_columns().to_json()
             return
@@ -810,10 +817,11 @@ class Timeline:
                 yield from _array_pieces(v)
             else:
                 yield dumps_json(v)
+            del v  # a based column's index and values go before the next column's are made
         yield b'},\n"critical_path":'
         yield dumps_json(self.critical_path)
         yield b',\n"metrics":'
-        yield dumps_json(metrics or {})  # as it is: the ranks' text of 100,000 ranks is 31 MB, not copied again
+        yield from _dict_pieces(metrics or {})  # the ranks' text of 100,000 ranks (31 MB) in pieces, never whole
         yield b"}\n"
 
     def write_json(self, path: str | Path, metrics: dict[str, Any] | None = None, *, layout: str = "columns") -> None:
@@ -909,6 +917,23 @@ class Timeline:
         # line of bad JSON
         del data  # the file's bytes, freed before the columns are built
         return cls.from_dict(d, where=str(p), consume=True)
+
+
+def _dict_pieces(d: dict[str, object]) -> Iterator[bytes]:
+    """``dumps_json(d)`` in pieces: a dict of string keys written key by key, a value that offers ``json_pieces``
+    (:meth:`schedsim.sim.metrics.RankColumns.json_pieces`, the text ``dumps_json`` writes for it) piece by piece.
+    Any other dict in one piece."""
+    if not d or not all(type(k) is str for k in d):
+        yield dumps_json(d)
+        return
+    for i, (k, v) in enumerate(d.items()):
+        yield (b"," if i else b"{") + dumps_json(k) + b":"
+        pieces = getattr(v, "json_pieces", None)
+        if pieces is not None:
+            yield from pieces()
+        else:
+            yield dumps_json(v)
+    yield b"}"
 
 
 def _span_dict(s: Span) -> dict[str, Any]:

@@ -186,25 +186,45 @@ _BASES: dict[str, str | None] = {"solo_s": None, "ready_s": "start_s", "bytes": 
                                  "stream_s": "ready_s"}
 
 
+def _differ(a: np.ndarray | None, base: np.ndarray | None) -> np.ndarray | None:
+    """The rows (bool mask) where the float column ``a`` differs bit for bit from the column ``base`` or, when
+    ``base`` is None, from ``a[0]``; None when ``a`` is None or empty."""
+    import numpy as np
+
+    if a is None or not len(a):
+        return None
+    bits = a.view(np.int64) if a.flags.c_contiguous else np.ascontiguousarray(a).view(np.int64)
+    if base is None:
+        return bits != bits[0]
+    return bits != (base.view(np.int64) if base.flags.c_contiguous else np.ascontiguousarray(base).view(np.int64))
+
+
+def _basable(a: np.ndarray | None, base: np.ndarray | None) -> bool:
+    """Whether :func:`_based` gives the based form of ``a`` (at most half its rows differ), without making it:
+    the writer decides the document's forms first and makes each based column as it writes it, one at a time."""
+    import numpy as np
+
+    diff = _differ(a, base)
+    return diff is not None and 2 * int(np.count_nonzero(diff)) <= len(diff)
+
+
 def _based(a: np.ndarray | None, base_name: str | None, base: np.ndarray | None) -> dict[str, Any] | None:
     """``{"base", "index", "values"}`` of the float column ``a`` against the column ``base`` (named ``base_name``)
     or, when ``base`` is None, against ``a[0]``; None when more than half the rows differ (bit for bit)."""
     import numpy as np
 
-    if a is None or not len(a):
+    diff = _differ(a, base)
+    if diff is None or a is None:
         return None
-    n = len(a)
-    bits = a.view(np.int64) if a.flags.c_contiguous else np.ascontiguousarray(a).view(np.int64)
+    idx = np.flatnonzero(diff)
+    del diff
+    if 2 * len(idx) > len(a):
+        return None
     if base is None:
-        diff = bits != bits[0]
         head = float(a[0])
         ref: Any = None if head != head else head  # NaN: null, as orjson writes it
     else:
-        diff = bits != (base.view(np.int64) if base.flags.c_contiguous else np.ascontiguousarray(base).view(np.int64))
         ref = base_name
-    idx = np.flatnonzero(diff)
-    if 2 * len(idx) > n:
-        return None
     return {"base": ref, "index": idx, "values": a[idx]}
 
 

@@ -817,7 +817,10 @@ def _prepare(prog: Program, profile: HardwareProfile, mode: str, rules: gm.GpuRu
     del is_p2p
     # rules hardware-queues, cta-count, hbm-share: kernels (a collective of one rank: a copy, rule
     # one-rank-collective; its span keeps its kind's resource); rule nccl-sms: link ends
-    opq = gm.stream_queue_columns(rank, sid, rules.max_connections)
+    # the queues as _kernels reads them (int32: below max_connections), and the int64 rank and stream columns
+    # freed before its buffers are made (15 MiB of the preparation's high-water mark at 1M ops)
+    opq = _i32(gm.stream_queue_columns(rank, sid, rules.max_connections))
+    del rank, sid
     rank32 = _c32(prog.rank)  # read as it is (the loop and kernels write no input)
     kres, ktres = res, tres
     if len(lone):  # their templates are theirs alone (a group of one rank is part of the template)
@@ -833,13 +836,12 @@ def _prepare(prog: Program, profile: HardwareProfile, mode: str, rules: gm.GpuRu
     K = len(kleft)  # kptr is empty for the identity (_kernels)
     node = cost.net.rank_nodes(prog.world_size)  # None without a cluster topology: one link tier
     groups = [tps[t].group for t in tmpl[gidx[gptr[:C]]].tolist()] if prog.represented else None
-    link = [_i32(x) for x in _link_ends(gptr, gidx, rank, C, rules.p2p_one_way,
+    link = [_i32(x) for x in _link_ends(gptr, gidx, rank32, C, rules.p2p_one_way,
                                         None if node is None else np.asarray(node, I64), groups)]
 
     share = cost.net.link_share(prog, gptr, gidx, gwork)  # shared NICs and leaf uplinks
     gptr, gidx = _i32(gptr), _i32(gidx)
     granks = rank32[gidx]
-    del rank
     sid = _c32(prog.stream_id)
     return _Prep(tmpl, tps, res, work, ogrp, gptr, gidx, G, K, sptr, sidx, npred, sid, rank32, kern, kptr, kidx, ktype,
                  krank, kneed, kleft, ktau, kmem, kq, qptr, qidx, ktail, ktail_tau, kgain, link, granks, gwork, share,

@@ -14,6 +14,7 @@ import os
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -380,3 +381,102 @@ def test_file_digest_of_a_staged_timeline_is_that_of_the_bytes_written_not_read_
     # the manifest records the digest of the bytes in place
     got = json.loads((tmp_path / "out" / outdir.MANIFEST).read_text())["sets"]["predict"]["timeline.json"]
     assert got == hashlib.sha256((tmp_path / "out" / "timeline.json").read_bytes()).hexdigest() == want
+
+
+def _no_digest_of(monkeypatch: pytest.MonkeyPatch, d: Path) -> list[str]:
+    """Make :func:`schedsim.outdir.file_digest` record (and still compute) each file of ``d`` it hashes."""
+    from schedsim import outdir
+
+    read: list[str] = []
+    real = outdir.file_digest
+
+    def spy(p: Path) -> str:
+        if Path(p).parent == d:
+            read.append(Path(p).name)
+        return real(p)
+
+    monkeypatch.setattr(outdir, "file_digest", spy)
+    return read
+
+
+def test_a_rerun_takes_its_unchanged_files_by_identity_without_hashing_them(tmp_path, monkeypatch):
+    # the manifest records each moved-in file's (dev, ino, size, mtime_ns, ctime_ns) beside its hash: a re-run
+    # whose earlier files still have those identities replaces them without reading them (a 1M-op timeline.json
+    # is 100 MB: 0.09 CPU s of SHA-256)
+    from schedsim.io import file_identity
+
+    d = tmp_path / "p"
+    assert run(["predict", str(SCHED), "--out", str(d), "--no-gantt"]).exit_code == 0
+    doc = json.loads((d / MANIFEST).read_text())
+    ids = doc["identities"]["predict"]
+    assert set(ids) == set(doc["sets"]["predict"]) == {"timeline.json", "trace.json"}
+    for name, rec in ids.items():
+        assert rec == [doc["sets"]["predict"][name], *file_identity(os.lstat(d / name))]
+        assert rec[0] == hashlib.sha256((d / name).read_bytes()).hexdigest()
+    read = _no_digest_of(monkeypatch, d)
+    r = run(["predict", str(SCHED), "--out", str(d), "--no-gantt"])
+    assert r.exit_code == 0, r.output
+    assert read == []
+
+
+def test_a_file_edited_in_place_with_its_size_and_mtime_restored_is_refused(tmp_path, monkeypatch):
+    # os.utime puts the modification time back, but the change time moves to now: the identity differs, the
+    # file is hashed, and its content is not what predict wrote
+    d = tmp_path / "p"
+    assert run(["predict", str(SCHED), "--out", str(d), "--no-gantt"]).exit_code == 0
+    p = d / "timeline.json"
+    st = p.stat()
+    time.sleep(0.02)  # past the tick of the kernel's file clock that the move's change time fell in
+    data = bytearray(p.read_bytes())
+    data[-3:-2] = b" " if data[-3:-2] != b" " else b"\t"
+    with open(p, "r+b") as f:
+        f.write(bytes(data))
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert (p.stat().st_size, p.stat().st_mtime_ns) == (st.st_size, st.st_mtime_ns)
+    read = _no_digest_of(monkeypatch, d)
+    r = run(["predict", str(SCHED), "--out", str(d), "--no-gantt"])
+    assert r.exit_code == 2
+    assert "timeline.json: exists and schedsim did not record writing it (or it changed since)" in r.output
+    assert "timeline.json" in read
+    assert p.read_bytes() == bytes(data)
+
+
+def test_a_copied_folder_falls_back_to_hashing_and_is_still_its_own(tmp_path, monkeypatch):
+    # a copy's files are other inodes: their identities do not match the manifest's, so they are hashed, and
+    # their content is what was recorded: the re-run replaces them and records the new identities
+    import shutil
+
+    src = tmp_path / "p"
+    assert run(["predict", str(SCHED), "--out", str(src), "--no-gantt"]).exit_code == 0
+    d = tmp_path / "copy"
+    shutil.copytree(src, d)
+    read = _no_digest_of(monkeypatch, d)
+    r = run(["predict", str(SCHED), "--out", str(d), "--no-gantt"])
+    assert r.exit_code == 0, r.output
+    assert set(read) == {"timeline.json", "trace.json"}
+    from schedsim.io import file_identity
+
+    ids = json.loads((d / MANIFEST).read_text())["identities"]["predict"]
+    assert ids["timeline.json"][1:] == list(file_identity(os.lstat(d / "timeline.json")))
+
+
+def test_an_identity_record_is_taken_only_with_a_hash_of_its_set(tmp_path):
+    # a record's hash must be one the set lists for that name; a malformed record is dropped on reading
+    from schedsim.io import file_identity
+    from schedsim.outdir import Manifest
+
+    p = tmp_path / "a.json"
+    p.write_bytes(b"{}")
+    ident = list(file_identity(os.lstat(p)))
+    good = hashlib.sha256(b"{}").hexdigest()
+    other = "1" * 64
+    m = Manifest({"predict": {"a.json": other}}, {"predict": {"a.json": [other, *ident]}})
+    assert m.holds(tmp_path, "predict", "a.json")  # the identity stands for the recorded content
+    m = Manifest({"predict": {"a.json": other}}, {"predict": {"a.json": ["2" * 64, *ident]}})
+    assert not m.holds(tmp_path, "predict", "a.json")  # a hash the set does not list: hashed, and not it
+    m = Manifest({"predict": {"a.json": good}}, {})
+    assert m.holds(tmp_path, "predict", "a.json")
+    doc = {"format": "schedsim.outputs", "version": 2, "sets": {"predict": {"a.json": good}},
+           "identities": {"predict": {"a.json": [good, *ident[:4]]}, "sweep": {"a.json": [good, *ident]}}}
+    (tmp_path / MANIFEST).write_text(json.dumps(doc))
+    assert Manifest.read(tmp_path).identities == {"predict": {}}

@@ -71,7 +71,8 @@ def test_a_peak_inside_events_that_tie_is_charged_as_the_definition_charges_it(s
         ev += [(sp.rank, t, 1, d, row), (sp.rank, t + rnd.choice([0.5, 1.0]), 0, -d, row)]
     rnd.shuffle(ev)
     cols = [np.array([e[k] for e in ev], dt) for k, dt in enumerate((np.int64, float, np.int64, float, np.int64))]
-    got = _curves(tl, (cols[0], cols[1], cols[2], cols[3], cols[4]), {})
+    got = _curves(tl, cols, {})
+    assert cols == []  # the columns were handed over
     for r in (0, 1):
         want = _reference_curve([(t, o, d, spans[row].id) for rr, t, o, d, row in ev if rr == r], {})
         assert meta_equal(got[r], want)

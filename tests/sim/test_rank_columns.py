@@ -137,3 +137,26 @@ def test_timeline_json_writes_the_rank_columns_as_their_dicts(tmp_path):
         assert sio.dumps_json(d) == sio.dumps_json(m.to_dict())
     finally:
         sio._orjson = sio_orjson
+
+
+@pytest.mark.parametrize("runs", [1, 3, 200])
+def test_the_ranks_json_in_pieces_is_the_dicts_json(runs, monkeypatch):
+    # timeline.json writes the metrics key by key and the ranks' text piece by piece (100,000 ranks' text is
+    # 31 MB), a few ranks a piece here: the pieces joined are dumps_json of the dicts, runs split across pieces
+    from schedsim.io import dumps_json
+    from schedsim.sim import metrics as sm
+    from schedsim.sim.timeline import _dict_pieces
+
+    monkeypatch.setattr(sm, "_KEYS_PIECE", 7)
+    rng = np.random.default_rng(runs)
+    n = 600
+    pool = rng.random((runs, 9))
+    pool[0, 2] = -0.0
+    rows = pool[np.sort(rng.integers(0, runs, n))]
+    rc = _columns(rows, np.arange(n, dtype=np.int64))
+    pieces = list(rc.json_pieces())
+    assert b"".join(pieces) == rc.json_bytes() == dumps_json(rc.to_dict())
+    assert max(map(len, pieces)) < 7 * 400 or runs == 200  # a few ranks a piece (many runs: the dicts whole)
+    d = {"makespan_s": 1.5, "ranks": rc, "pipeline": None, "copy_overlap_ratio": float("nan")}
+    assert b"".join(_dict_pieces(d)) == dumps_json(d)
+    assert b"".join(_dict_pieces({})) == b"{}" and b"".join(_dict_pieces({1: 2})) == dumps_json({1: 2})
