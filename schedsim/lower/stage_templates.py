@@ -52,6 +52,7 @@ class StageTemplates:
         self.spec, self.table = spec, table
         self.ids: dict[tuple[Any, ...], int] = {}  # stage_key -> template id
         self.comm_ids: dict[tuple[Any, ...], int] = {}  # a collective's or ring send/recv's shape -> template id
+        self.own = 0  # how many entries got a template of their own (an unhashable value)
 
     def stage(self, o: dict[str, Any], k: int, phase: str) -> int:
         """The template id of compute entry ``o`` (the ``k``-th of ``phase``); an entry with an unhashable value
@@ -60,6 +61,7 @@ class StageTemplates:
         try:
             got = self.ids.get(key)
         except TypeError:  # a list or dict value
+            self.own += 1
             return self.table.template(_stage_proto(self.spec, o, k, phase))
         if got is None:
             got = self.ids[key] = self.table.template(stage_op(self.spec, o, k, phase, key))

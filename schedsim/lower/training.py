@@ -459,6 +459,24 @@ def stage_lists(t: TrainingSpec, plan: TrainingPlan, stage: int, num_stages: int
     return _stage_comm(out, t, plan, stage, num_stages, act)
 
 
+def all_stage_lists(t: TrainingSpec, plan: TrainingPlan, num_stages: int,
+                    hot: bool = False) -> dict[int, dict[str, list[Entry]]]:
+    """:func:`stage_lists` of every stage chunk ``0 .. num_stages - 1``, made once per distinct (layers of the chunk,
+    first, last): a chunk's lists depend on its index only through those (its layer count
+    ``plan.stage_layers[s]``, the embedding on the first and the head on the last, and the pipeline gathers of
+    :func:`_stage_comm`, which read whether it is first or last), so the chunks alike share one dict of lists
+    (read only)."""
+    out: dict[int, dict[str, list[Entry]]] = {}
+    made: dict[tuple[int, bool, bool], dict[str, list[Entry]]] = {}
+    for s in range(num_stages):
+        key = (plan.stage_layers[s], s == 0, s == num_stages - 1)
+        got = made.get(key)
+        if got is None:
+            got = made[key] = stage_lists(t, plan, s, num_stages, hot)
+        out[s] = got
+    return out
+
+
 def _stage_comm(out: dict[str, list[Entry]], t: TrainingSpec, plan: TrainingPlan, stage: int, num_stages: int,
                 act: float) -> dict[str, list[Entry]]:
     """A stage's phases with the collectives placed around its layers: ``scatter_gather_tensors_in_pipeline``'s
@@ -545,8 +563,8 @@ class _Ranks:
         self.fresh: dict[str, int] | None = None if table.names.may_hold_any(emitted_name) else {}
         # (_Emitter.fresh_strs) where no NCCL group or message string written before could be a placed op's
         self.fresh_strs = self.fresh is not None and not table.strs.may_hold_any(emitted_str)
-        self.lists = {s: stage_lists(t, plan, s, num_stages) for s in range(num_stages)}
-        self.hot_lists = {s: stage_lists(t, plan, s, num_stages, hot=True) for s in range(num_stages)} \
+        self.lists = all_stage_lists(t, plan, num_stages)
+        self.hot_lists = all_stage_lists(t, plan, num_stages, hot=True) \
             if plan.experts and t.moe_expert_capacity_factor is not None else self.lists
         self.compute: dict[tuple[int, str, int, bool], int] = {}
         self.templates = StageTemplates(spec, table)
@@ -611,9 +629,19 @@ class _Ranks:
             return got
         out: dict[tuple[int, str], list[Any]] = {}
         lists = self.hot_lists if hot else self.lists
+        # a row made for a chunk's lists serves the chunks that share them (all_stage_lists): the row depends on
+        # the chunk only through its lists, since its templates are one per distinct entry (StageTemplates), but
+        # where an entry got a template of its own (StageTemplates.own) each chunk makes its own, as before
+        made: dict[tuple[int, str], list[Any]] = {}
         for s in stages:
             for phase, lst in lists[s].items():
-                row: list[Any] = []
+                mk = (id(lists[s]), phase)
+                row = made.get(mk)
+                if row is not None:
+                    out[(s, phase)] = row
+                    continue
+                own = self.templates.own
+                row = []
                 lst = self._ring_order(lst, odd)
                 index = {str(o["name"]): k for k, o in enumerate(lst)}
                 for k, o in enumerate(lst or [{"name": "noop", "kind": "compute", "duration_us": 0}]):
@@ -632,6 +660,8 @@ class _Ranks:
                         tid = self.compute[(s, phase, k, hot)] = self.templates.stage(o, k, phase)
                     row.append((str(o["name"]), tid))
                 out[(s, phase)] = row
+                if self.templates.own == own:
+                    made[mk] = row
         self.protos[key] = out
         return out
 
