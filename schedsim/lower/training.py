@@ -103,7 +103,7 @@ from schedsim.graph.ops import Op
 from schedsim.lower.pipeline_emitter import ProtoPlace, _Emitter, last_backward, reduce_after_last_backward
 from schedsim.lower.pipeline_plan import StageCost, block_info, plan_of, split_fix
 from schedsim.lower.pipeline_steps import _lowered_steps, interleaved_steps_kept
-from schedsim.lower.stage_templates import StageTemplates
+from schedsim.lower.stage_templates import StageTemplates, per_chunk_shape
 from schedsim.lower.table import Table
 from schedsim.spec.model import ScheduleSpec
 from schedsim.spec.pipeline_block import (
@@ -459,24 +459,6 @@ def stage_lists(t: TrainingSpec, plan: TrainingPlan, stage: int, num_stages: int
     return _stage_comm(out, t, plan, stage, num_stages, act)
 
 
-def all_stage_lists(t: TrainingSpec, plan: TrainingPlan, num_stages: int,
-                    hot: bool = False) -> dict[int, dict[str, list[Entry]]]:
-    """:func:`stage_lists` of every stage chunk ``0 .. num_stages - 1``, made once per distinct (layers of the chunk,
-    first, last): a chunk's lists depend on its index only through those (its layer count
-    ``plan.stage_layers[s]``, the embedding on the first and the head on the last, and the pipeline gathers of
-    :func:`_stage_comm`, which read whether it is first or last), so the chunks alike share one dict of lists
-    (read only)."""
-    out: dict[int, dict[str, list[Entry]]] = {}
-    made: dict[tuple[int, bool, bool], dict[str, list[Entry]]] = {}
-    for s in range(num_stages):
-        key = (plan.stage_layers[s], s == 0, s == num_stages - 1)
-        got = made.get(key)
-        if got is None:
-            got = made[key] = stage_lists(t, plan, s, num_stages, hot)
-        out[s] = got
-    return out
-
-
 def _stage_comm(out: dict[str, list[Entry]], t: TrainingSpec, plan: TrainingPlan, stage: int, num_stages: int,
                 act: float) -> dict[str, list[Entry]]:
     """A stage's phases with the collectives placed around its layers: ``scatter_gather_tensors_in_pipeline``'s
@@ -563,8 +545,9 @@ class _Ranks:
         self.fresh: dict[str, int] | None = None if table.names.may_hold_any(emitted_name) else {}
         # (_Emitter.fresh_strs) where no NCCL group or message string written before could be a placed op's
         self.fresh_strs = self.fresh is not None and not table.strs.may_hold_any(emitted_str)
-        self.lists = all_stage_lists(t, plan, num_stages)
-        self.hot_lists = all_stage_lists(t, plan, num_stages, hot=True) \
+        layers = plan.stage_layers[:num_stages]
+        self.lists = per_chunk_shape(lambda s: stage_lists(t, plan, s, num_stages), layers)
+        self.hot_lists = per_chunk_shape(lambda s: stage_lists(t, plan, s, num_stages, hot=True), layers) \
             if plan.experts and t.moe_expert_capacity_factor is not None else self.lists
         self.compute: dict[tuple[int, str, int, bool], int] = {}
         self.templates = StageTemplates(spec, table)
@@ -629,9 +612,8 @@ class _Ranks:
             return got
         out: dict[tuple[int, str], list[Any]] = {}
         lists = self.hot_lists if hot else self.lists
-        # a row made for a chunk's lists serves the chunks that share them (all_stage_lists): the row depends on
-        # the chunk only through its lists, since its templates are one per distinct entry (StageTemplates), but
-        # where an entry got a template of its own (StageTemplates.own) each chunk makes its own, as before
+        # a chunk's row serves the chunks sharing its lists (per_chunk_shape): one template per distinct entry, so
+        # the row depends on the lists alone, but where an entry got a template of its own (StageTemplates.own)
         made: dict[tuple[int, str], list[Any]] = {}
         for s in stages:
             for phase, lst in lists[s].items():

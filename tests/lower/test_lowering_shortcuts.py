@@ -1,6 +1,7 @@
 """The lowering's array shortcuts against plain references: the grouping sort (``stable_order``), the first
 member of each NCCL batch (``batch_heads``, with and without its no-sort path), the stream edges (one compiled
-pass, against the op-by-op rule and the numpy form it replaced), and the canonical-notation test of custom actions against its regular expression."""
+pass, against the op-by-op rule and the numpy form it replaced), and the canonical-notation test of custom
+actions against its regular expression."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 from schedsim.lower.link import _stream_edges
 from schedsim.lower.pipeline_plan import _byte_tables, _canonical
 from schedsim.lower.program import batch_heads, stable_order
-from tests.oracle.numpy_helpers import stream_edges as numpy_stream_edges
+from tests.oracle.numpy_helpers import stream_edges as numpy_edges
 
 
 @pytest.mark.parametrize("space", [1, 7, 300, 70_000, 2**40])
@@ -92,7 +93,7 @@ def test_stream_edges_follow_the_object_build(seed):
     assert got.dtype == np.int64
     want = _stream_edges_by_hand(rank.tolist(), stream.tolist(), batch.tolist(), is_p2p.tolist())
     np.testing.assert_array_equal(got, want)
-    np.testing.assert_array_equal(numpy_stream_edges(rank, stream, batch, is_p2p, 4), want)
+    np.testing.assert_array_equal(numpy_edges(rank, stream, batch, is_p2p, 4), want)
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -109,7 +110,7 @@ def test_stream_edges_of_unsorted_and_sparse_ranks(seed):
                            table=SimpleNamespace(streams=SimpleNamespace(items=list(range(3)))))
     want = _stream_edges_by_hand(rank.tolist(), stream.tolist(), batch.tolist(), is_p2p.tolist())
     np.testing.assert_array_equal(_stream_edges(cols), want)
-    np.testing.assert_array_equal(numpy_stream_edges(rank, stream, batch, is_p2p, 3), want)
+    np.testing.assert_array_equal(numpy_edges(rank, stream, batch, is_p2p, 3), want)
 
 
 _NUM = r"(?:0|[1-9][0-9]*)"
