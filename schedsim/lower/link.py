@@ -30,7 +30,7 @@ from schedsim.lower.check_errors import (
     unmatched_p2p_error,
 )
 from schedsim.lower.p2p import _msg_values, _oid
-from schedsim.lower.program import batch_heads, stable_order, unique
+from schedsim.lower.program import batch_heads, required, stable_order, unique
 from schedsim.lower.table import Table
 from schedsim.made import MadeOnRead
 from schedsim.spec.model import COLLECTIVE_KINDS
@@ -313,41 +313,34 @@ def _stream_edges(cols: _Cols) -> np.ndarray:
     each other on a stream form a run that takes the edges of the op before it, and the op after the run
     gets an edge from each member. In the order the object-based build adds them (by ``y``, then ``x``).
 
-    Built without a sort of the edges: every op ``y`` has its edges from one run (the one before it on its
-    stream), whose members are ascending op indices, so listing the ops that have one in index order gives
-    the edges sorted by ``(y, x)``; the ops are grouped by (rank, stream) with :func:`stable_order`."""
+    One compiled pass over the ops in index order (``_cwaves.fifo_edges`` with each (rank, stream) pair as its
+    communicator and every op on one rank: the rule of communicator order is this one), so every op ``y`` gets its
+    edges from the run before it on its stream, members ascending: the edges sorted by ``(y, x)``. The numpy form
+    it replaced, which grouped the ops by (rank, stream) with a stable sort, is the test oracle
+    ``tests/oracle/numpy_helpers.stream_edges``.
+
+    Raises
+    ------
+    BuildError
+        The compiled module is not built (:func:`schedsim.lower.program.required`).
+    """
     c = cols.c
     N = cols.N
+    if not N:
+        return np.zeros((0, 2), I64)
     ns = max(len(cols.table.streams.items), 1)
     key = c["rank"].astype(I64) * ns + c["stream"]
-    o = stable_order(key, (int(c["rank"].max()) + 1) * ns if N else 1)
-    k = key[o]
-    b = np.where(cols.is_p2p, c["batch"], -1)[o]
-    first = np.ones(N, bool)
-    first[1:] = k[1:] != k[:-1]
-    cont = np.zeros(N, bool)
-    cont[1:] = ~first[1:] & (b[1:] >= 0) & (b[1:] == b[:-1])
-    if not bool(cont.any()):  # no runs: each op's edge comes from the op before it on its stream
-        xs = np.empty(N, I64)
-        xs[o[1:]] = o[:-1]
-        xs[o[first]] = -1
-        ys = np.flatnonzero(xs >= 0)
-        return np.stack([xs[ys], ys], axis=1)
-    run = np.cumsum(~cont) - 1  # run id per position
-    rstart = np.flatnonzero(~cont)
-    rsize = np.diff(np.append(rstart, N))
-    prev = np.where(first[rstart], -1, np.arange(len(rstart)) - 1)  # the run before, on the same stream
-    pr = prev[run]
-    has = np.flatnonzero(pr >= 0)
-    start = np.full(N, -1, I64)  # per op y: the position in o of the run before it, and that run's size
-    start[o[has]] = rstart[pr[has]]
-    size = np.zeros(N, I64)
-    size[o[has]] = rsize[pr[has]]
-    ys = np.flatnonzero(start >= 0)
-    cnt = size[ys]
-    tot = int(cnt.sum())
-    off = np.arange(tot) - np.repeat(np.cumsum(cnt) - cnt, cnt)
-    return np.stack([o[np.repeat(start[ys], cnt) + off], np.repeat(ys, cnt)], axis=1).astype(I64, copy=False)
+    if int(key.max()) >= 4 * N + 64:  # codes that sparse (far more ranks than ops): dense ones, in value order
+        key = np.unique(key, return_inverse=True)[1].astype(I64).reshape(-1)
+    b = np.where(cols.is_p2p, c["batch"], -1).astype(I64)
+    fifo = required("fifo_edges")
+    room = N  # an edge per op after the first of its stream, unless runs follow runs
+    while True:
+        out = np.empty((room, 2), I64)
+        m = fifo(np.zeros(N, I64), key, b, out)
+        if m <= room:
+            return out[:m]
+        room = m
 
 
 class CollectiveKeys(MadeOnRead, Sequence[str]):

@@ -3,10 +3,12 @@ a layer's kernel lists validated once per process (:func:`stage_op`), and in a l
 entry but for its name and per collective or ring send/recv shape (:class:`StageTemplates`), which the layers'
 renamed copies of an entry (``l0.qkv``, ``l1.qkv``) share: a Program's op takes its name, stream and peer from its
 own columns, not its template's. The per-entry registration it replaced is the oracle
-``tests/oracle/stage_templates.py``."""
+``tests/oracle/stage_templates.py``. The stage chunks' lists are made once per distinct chunk shape
+(:func:`per_chunk_shape`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from schedsim.graph.ops import Op
@@ -52,6 +54,7 @@ class StageTemplates:
         self.spec, self.table = spec, table
         self.ids: dict[tuple[Any, ...], int] = {}  # stage_key -> template id
         self.comm_ids: dict[tuple[Any, ...], int] = {}  # a collective's or ring send/recv's shape -> template id
+        self.own = 0  # how many entries got a template of their own (an unhashable value)
 
     def stage(self, o: dict[str, Any], k: int, phase: str) -> int:
         """The template id of compute entry ``o`` (the ``k``-th of ``phase``); an entry with an unhashable value
@@ -60,6 +63,7 @@ class StageTemplates:
         try:
             got = self.ids.get(key)
         except TypeError:  # a list or dict value
+            self.own += 1
             return self.table.template(_stage_proto(self.spec, o, k, phase))
         if got is None:
             got = self.ids[key] = self.table.template(stage_op(self.spec, o, k, phase, key))
@@ -77,3 +81,20 @@ class StageTemplates:
                 name=o["name"], rank=grp[0] if grp else 0, kind=o["kind"], stream="compute" if grp else "", seq=0,
                 group=grp, nbytes=b, dtype=o["dtype"], source="training"))
         return got
+
+
+
+def per_chunk_shape(make: Callable[[int], Any], layers: Sequence[int]) -> dict[int, Any]:
+    """``make(s)`` for every stage chunk ``s`` of a pipeline whose chunks hold ``layers[s]`` layers, made once per
+    distinct (layers, first, last) and shared by the chunks alike: :func:`~schedsim.lower.training.stage_lists` of a
+    chunk depends on its index only through those (its layer count, the embedding on the first chunk and the head
+    on the last, the pipeline gathers, which read whether it is first or last), so the chunks alike share one dict
+    of lists (read only)."""
+    made: dict[tuple[int, bool, bool], Any] = {}
+    out = {}
+    for s, n in enumerate(layers):
+        key = (n, s == 0, s == len(layers) - 1)
+        if key not in made:
+            made[key] = make(s)
+        out[s] = made[key]
+    return out

@@ -103,7 +103,7 @@ from schedsim.graph.ops import Op
 from schedsim.lower.pipeline_emitter import ProtoPlace, _Emitter, last_backward, reduce_after_last_backward
 from schedsim.lower.pipeline_plan import StageCost, block_info, plan_of, split_fix
 from schedsim.lower.pipeline_steps import _lowered_steps, interleaved_steps_kept
-from schedsim.lower.stage_templates import StageTemplates
+from schedsim.lower.stage_templates import StageTemplates, per_chunk_shape
 from schedsim.lower.table import Table
 from schedsim.spec.model import ScheduleSpec
 from schedsim.spec.pipeline_block import (
@@ -545,8 +545,9 @@ class _Ranks:
         self.fresh: dict[str, int] | None = None if table.names.may_hold_any(emitted_name) else {}
         # (_Emitter.fresh_strs) where no NCCL group or message string written before could be a placed op's
         self.fresh_strs = self.fresh is not None and not table.strs.may_hold_any(emitted_str)
-        self.lists = {s: stage_lists(t, plan, s, num_stages) for s in range(num_stages)}
-        self.hot_lists = {s: stage_lists(t, plan, s, num_stages, hot=True) for s in range(num_stages)} \
+        layers = plan.stage_layers[:num_stages]
+        self.lists = per_chunk_shape(lambda s: stage_lists(t, plan, s, num_stages), layers)
+        self.hot_lists = per_chunk_shape(lambda s: stage_lists(t, plan, s, num_stages, hot=True), layers) \
             if plan.experts and t.moe_expert_capacity_factor is not None else self.lists
         self.compute: dict[tuple[int, str, int, bool], int] = {}
         self.templates = StageTemplates(spec, table)
@@ -611,9 +612,18 @@ class _Ranks:
             return got
         out: dict[tuple[int, str], list[Any]] = {}
         lists = self.hot_lists if hot else self.lists
+        # a chunk's row serves the chunks sharing its lists (per_chunk_shape): one template per distinct entry, so
+        # the row depends on the lists alone, but where an entry got a template of its own (StageTemplates.own)
+        made: dict[tuple[int, str], list[Any]] = {}
         for s in stages:
             for phase, lst in lists[s].items():
-                row: list[Any] = []
+                mk = (id(lists[s]), phase)
+                row = made.get(mk)
+                if row is not None:
+                    out[(s, phase)] = row
+                    continue
+                own = self.templates.own
+                row = []
                 lst = self._ring_order(lst, odd)
                 index = {str(o["name"]): k for k, o in enumerate(lst)}
                 for k, o in enumerate(lst or [{"name": "noop", "kind": "compute", "duration_us": 0}]):
@@ -632,6 +642,8 @@ class _Ranks:
                         tid = self.compute[(s, phase, k, hot)] = self.templates.stage(o, k, phase)
                     row.append((str(o["name"]), tid))
                 out[(s, phase)] = row
+                if self.templates.own == own:
+                    made[mk] = row
         self.protos[key] = out
         return out
 

@@ -1,6 +1,7 @@
 """The lowering's array shortcuts against plain references: the grouping sort (``stable_order``), the first
-member of each NCCL batch (``batch_heads``, with and without its no-sort path), the stream edges built
-without sorting them, and the canonical-notation test of custom actions against its regular expression."""
+member of each NCCL batch (``batch_heads``, with and without its no-sort path), the stream edges (one compiled
+pass, against the op-by-op rule and the numpy form it replaced), and the canonical-notation test of custom
+actions against its regular expression."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 from schedsim.lower.link import _stream_edges
 from schedsim.lower.pipeline_plan import _byte_tables, _canonical
 from schedsim.lower.program import batch_heads, stable_order
+from tests.oracle.numpy_helpers import stream_edges as numpy_edges
 
 
 @pytest.mark.parametrize("space", [1, 7, 300, 70_000, 2**40])
@@ -89,8 +91,26 @@ def test_stream_edges_follow_the_object_build(seed):
                            table=SimpleNamespace(streams=SimpleNamespace(items=list(range(4)))))
     got = _stream_edges(cols)
     assert got.dtype == np.int64
-    np.testing.assert_array_equal(got, _stream_edges_by_hand(rank.tolist(), stream.tolist(), batch.tolist(),
-                                                             is_p2p.tolist()))
+    want = _stream_edges_by_hand(rank.tolist(), stream.tolist(), batch.tolist(), is_p2p.tolist())
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(numpy_edges(rank, stream, batch, is_p2p, 4), want)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_stream_edges_of_unsorted_and_sparse_ranks(seed):
+    """Ranks in any order (hand-written entries instanced rank by rank) and far more ranks than ops (codes past
+    the compiled pass's dense table, numbered densely first): the op-by-op rule's edges."""
+    rng = np.random.default_rng(100 + seed)
+    n = int(rng.integers(1, 80))
+    rank = rng.integers(0, 3 if seed % 2 else 1_000_000, n).astype(np.int32)
+    stream = rng.integers(0, 3, n).astype(np.int32)
+    is_p2p = rng.random(n) < 0.7
+    batch = np.where(rng.random(n) < 0.7, rng.integers(0, 2, n), -1).astype(np.int32)
+    cols = SimpleNamespace(c={"rank": rank, "stream": stream, "batch": batch}, is_p2p=is_p2p, N=n,
+                           table=SimpleNamespace(streams=SimpleNamespace(items=list(range(3)))))
+    want = _stream_edges_by_hand(rank.tolist(), stream.tolist(), batch.tolist(), is_p2p.tolist())
+    np.testing.assert_array_equal(_stream_edges(cols), want)
+    np.testing.assert_array_equal(numpy_edges(rank, stream, batch, is_p2p, 3), want)
 
 
 _NUM = r"(?:0|[1-9][0-9]*)"

@@ -443,3 +443,31 @@ def test_a_kept_pipeline_plan_makes_the_program_of_a_fresh_one(case: str) -> Non
     fresh = _state(text)
     assert len(training._PLANS) == 1
     _assert_same(_state(text), fresh)
+
+
+@pytest.mark.parametrize("case", [*sorted(CASES), "six_chunks"])
+def test_chunks_alike_share_their_lists_and_rows_with_the_program_of_lists_per_chunk(
+        case: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``per_chunk_shape`` makes one dict of lists per distinct (layers, first, last) chunk, equal to each chunk's
+    own ``stage_lists``; the Program whose chunks share them (and their protos rows) is the Program of lists made
+    for every chunk apart (no two chunks' lists one object, so no row is shared)."""
+    import schedsim.lower.training as tr
+    from schedsim.spec.training_block import training_plan
+
+    world, extra = CASES.get(case, CASES["cp2_interleaved"])
+    text = _text(world, extra)
+    if case == "six_chunks":  # three chunks a pipeline rank (0, 2, 4 and 1, 3, 5): rows shared within a rank
+        text = text.replace("num_layers: 4", "num_layers: 6")
+    spec = load_text(text)
+    t = spec.training
+    plan = training_plan(t, world)
+    n = plan.pp * plan.v
+    got = tr.per_chunk_shape(lambda s: tr.stage_lists(t, plan, s, n), plan.stage_layers[:n])
+    assert [got[s] for s in range(n)] == [tr.stage_lists(t, plan, s, n) for s in range(n)]
+    if n > 2:  # the middle chunks alike share one dict
+        assert len({id(got[s]) for s in range(1, n - 1)}) == 1
+    if case == "six_chunks":
+        assert n == 6
+    fast = _state_of(lower(spec))
+    monkeypatch.setattr(tr, "per_chunk_shape", lambda make, layers: {s: make(s) for s in range(len(layers))})
+    _assert_same(fast, _state_of(lower(spec)))

@@ -4,7 +4,8 @@ prefix sums :func:`issue_sums`), rule
 communicator-order's edges ``_cwaves.fifo_edges`` as :func:`comm_fifo_columns`, the static checks' Kahn sweep
 ``_cwaves.acyclic``, rule hardware-queues's stream numbering ``_cwaves.rank_codes``, the pipeline emitter's input
 lookups ``_cwaves.first_set``, torch's send/recv rows of a pipeline order ``_cwaves.torch_rows`` as
-:func:`torch_lower_cols`, the walk of the first pass's bound ``_cwaves.end_bound``), with the C functions'
+:func:`torch_lower_cols`, the walk of the first pass's bound ``_cwaves.end_bound``, the lowering's stream edges
+:func:`stream_edges`, which ``_cwaves.fifo_edges`` makes), with the C functions'
 signatures and output buffers, so a test can put them in place of the compiled ones (:func:`with_numpy_helpers`)
 and hold the timelines equal. The package calls the compiled helpers only (:mod:`schedsim.sim.waves_columns`,
 :mod:`schedsim.gpu.rules`, :mod:`schedsim.gpu.host`, :mod:`schedsim.lower.pipeline`,
@@ -242,6 +243,45 @@ def fifo_edges(rank: np.ndarray, comm: np.ndarray, batch: np.ndarray, out: np.nd
     if len(u) <= len(out):
         out[:len(u), 0], out[:len(u), 1] = u, v
     return len(u)
+
+
+def stream_edges(rank: np.ndarray, stream: np.ndarray, batch: np.ndarray, is_p2p: np.ndarray, ns: int) -> np.ndarray:
+    """The lowering's stream edges (``schedsim.lower.link._stream_edges``, now one pass of ``_cwaves.fifo_edges``) in
+    the numpy form it replaced: ``(x, y)`` edges between consecutive ops of one (rank, stream) (``ns`` streams), a
+    run of one p2p batch's members taking the edges of the op before it and giving one to the op after it from
+    each member, sorted by ``(y, x)``; grouped by (rank, stream) with a stable sort, without sorting the edges."""
+    from schedsim.lower.program import stable_order
+
+    N = len(rank)
+    key = np.asarray(rank).astype(np.int64) * ns + stream
+    o = stable_order(key, (int(np.max(rank)) + 1) * ns if N else 1)
+    k = key[o]
+    b = np.where(is_p2p, batch, -1)[o]
+    first = np.ones(N, bool)
+    first[1:] = k[1:] != k[:-1]
+    cont = np.zeros(N, bool)
+    cont[1:] = ~first[1:] & (b[1:] >= 0) & (b[1:] == b[:-1])
+    if not bool(cont.any()):  # no runs: each op's edge comes from the op before it on its stream
+        xs = np.empty(N, np.int64)
+        xs[o[1:]] = o[:-1]
+        xs[o[first]] = -1
+        ys = np.flatnonzero(xs >= 0)
+        return np.stack([xs[ys], ys], axis=1)
+    run = np.cumsum(~cont) - 1  # run id per position
+    rstart = np.flatnonzero(~cont)
+    rsize = np.diff(np.append(rstart, N))
+    prev = np.where(first[rstart], -1, np.arange(len(rstart)) - 1)  # the run before, on the same stream
+    pr = prev[run]
+    has = np.flatnonzero(pr >= 0)
+    start = np.full(N, -1, np.int64)  # per op y: the position in o of the run before it, and that run's size
+    start[o[has]] = rstart[pr[has]]
+    size = np.zeros(N, np.int64)
+    size[o[has]] = rsize[pr[has]]
+    ys = np.flatnonzero(start >= 0)
+    cnt = size[ys]
+    tot = int(cnt.sum())
+    off = np.arange(tot) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+    return np.stack([o[np.repeat(start[ys], cnt) + off], np.repeat(ys, cnt)], axis=1).astype(np.int64, copy=False)
 
 
 def acyclic(n: int, edges: np.ndarray) -> bool:

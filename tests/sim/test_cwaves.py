@@ -97,7 +97,7 @@ def test_a_stale_build_of_the_extension_is_refused(monkeypatch):
 
 
 def test_without_the_extension_predict_exits_2_in_one_error_line(tmp_path):
-    # the compiled loop is required: with it missing (no C compiler at install), predict names it and the fix,
+    # the compiled module is required: with it missing (no C compiler at install), predict names it and the fix,
     # exit 2, no traceback, and no silent fallback to a slower loop
     code = ("import sys, runpy; sys.modules['schedsim.sim._cwaves'] = None; sys.argv[0] = 'schedsim'; "
             "runpy.run_module('schedsim', run_name='__main__')")
@@ -106,7 +106,8 @@ def test_without_the_extension_predict_exits_2_in_one_error_line(tmp_path):
                        env={**os.environ, "SCHEDSIM_DEBUG": ""})
     assert r.returncode == 2, r.stderr
     errors = [x for x in r.stderr.splitlines() if x.startswith("error:")]
-    assert len(errors) == 1 and "compiled event loop (schedsim.sim._cwaves) is not built" in errors[0], r.stderr
+    # the lowering's compiled helpers (its stream edges) are the first to find it missing, with the same fix
+    assert len(errors) == 1 and "compiled helpers (schedsim.sim._cwaves) are not built" in errors[0], r.stderr
     assert "fix: reinstall with a C compiler present (pip install -e . in a checkout" in r.stderr
     assert "Traceback" not in r.stderr and not (tmp_path / "out" / "timeline.json").exists()
 
