@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic_core import PydanticCustomError
 
-__all__ = ["Transport", "TRANSPORT_LATENCY", "with_transport_latency"]
+__all__ = ["Transport", "TRANSPORT_LATENCY", "with_transport_latency", "over_base"]
 
 #: A network transport's kind, as ``topology.nics.transport`` spells it: InfiniBand and RoCE (NCCL's IB plugin,
 #: ``NET/IB``, drives both), Google's GPUDirect-TCPX (A3 High, plugin ``GPUDirectTCPX``) and GPUDirect-TCPXO (A3
@@ -65,3 +65,25 @@ def with_transport_latency(data: Any) -> Any:
              "NCCL's figures; measured: schedsim calibrate --from-nccl-tests LOG --transport-latency on an "
              "8 B..4 KiB run across nodes), or 0 for NCCL's own figures"})
     return {**data, "transport_latency_us": fig[0]}
+
+
+def over_base(base: Any, over: Any) -> Any:
+    """``over`` (a deriving profile's mapping, before it is merged over ``base``, its ``base:``'s) with
+    ``topology.nics.transport_latency_us: None`` where its ``topology.nics`` names a ``transport`` other than
+    ``base``'s and states no ``transport_latency_us``: a figure the base states is its own transport's (measured
+    there), so the deriving profile's transport sets the figure (:func:`with_transport_latency`) rather than
+    inherit it. Anything else as it is.
+
+    >>> base = {"topology": {"nics": {"transport": "roce", "transport_latency_us": 5.0}}}
+    >>> over_base(base, {"topology": {"nics": {"transport": "tcpxo"}}})
+    {'topology': {'nics': {'transport': 'tcpxo', 'transport_latency_us': None}}}
+    >>> over_base(base, {"topology": {"nics": {"transport": "roce"}}})
+    {'topology': {'nics': {'transport': 'roce'}}}
+    """
+    topo, btopo = over.get("topology"), base.get("topology")
+    nics = topo.get("nics") if isinstance(topo, Mapping) else None
+    bnics = btopo.get("nics") if isinstance(btopo, Mapping) else None
+    if not isinstance(nics, Mapping) or not isinstance(bnics, Mapping) or "transport" not in nics \
+            or "transport_latency_us" in nics or nics["transport"] == bnics.get("transport"):
+        return over
+    return {**over, "topology": {**topo, "nics": {**nics, "transport_latency_us": None}}}

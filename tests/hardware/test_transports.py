@@ -71,3 +71,20 @@ def test_an_unknown_transport_names_the_kinds(tmp_path: Path) -> None:
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "topology.nics.transport" in out.stderr and "'roce'" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_a_derived_profile_with_another_transport_does_not_inherit_its_bases_figure(tmp_path: Path) -> None:
+    # the base states 5 us (measured on its RoCE); a child naming TCPXO gets TCPXO's 48.71, not RoCE's 5
+    (tmp_path / "measured.yaml").write_text("base: h200\nname: measured\ntopology:\n  nics:\n"
+                                            "    transport_latency_us: 5.0\n")
+    for name, nics, want in [("tcpxo_child", "transport: tcpxo", 48.71), ("same_child", "transport: roce", 5.0),
+                             ("stated_child", "{transport: tcpxo, transport_latency_us: 9.0}", 9.0)]:
+        nics_yaml = nics if nics.startswith("{") else "\n    " + nics
+        (tmp_path / f"{name}.yaml").write_text(f"base: measured.yaml\nname: {name}\ntopology:\n  nics: {nics_yaml}\n")
+        got = load_profile(str(tmp_path / f"{name}.yaml")).topology.nics
+        assert got is not None and got.transport_latency_us == want, name
+    # a kind without a figure, named over a base's stated one, asks for its own (exit 2 on the CLI: above)
+    (tmp_path / "efa_child.yaml").write_text("base: measured.yaml\nname: efa_child\ntopology:\n  nics:\n"
+                                             "    transport: efa\n")
+    with pytest.raises(ProfileError, match="transport: efa has no"):
+        load_profile(str(tmp_path / "efa_child.yaml"))
