@@ -29,9 +29,10 @@ TRANSPORT_LATENCY: dict[str, tuple[float, str, str] | None] = {
     "roce": (2.41, "fitted", "fitted on skypilot-org/skypilot examples/gcp_gpu_direct_tcpx/README.md, SkyPilot's "
              "all_gather on 2x a3-ultragpu-8g (8 H200, 8x 400G RoCE), 1..4 KiB; checked on the same README's GCP "
              "run (2.26.6)"),
-    "tcpxo": (48.71, "fitted", "fitted on lessizzmore/create-a3mega-ztan-fork ztan-NCCL-test-result, all_reduce on "
-              "2x a3-megagpu-8g (8 H100, GPUDirect-TCPXO), 8 B..4 KiB; checked on MG-Cafe/TCPXO-Enabled-A3-Mega-"
-              "H100-Benchmarks' all_gather (another cluster, NCCL 2.28.7)"),
+    "tcpxo": (37.33, "fitted", "fitted on lessizzmore/create-a3mega-ztan-fork ztan-NCCL-test-result, all_reduce on "
+              "2x a3-megagpu-8g (8 H100, GPUDirect-TCPXO), 8 B..4 KiB, under Google's TCPXO NCCL environment that "
+              "run sourced (NCCL_PROTO=Simple,LL128, NCCL_MIN_NCHANNELS=4: the a3_mega profile's nccl); checked on "
+              "MG-Cafe/TCPXO-Enabled-A3-Mega-H100-Benchmarks' all_gather (another cluster, NCCL 2.28.7)"),
     "tcpx": None,
     "efa": None,
     "socket": None,
@@ -48,7 +49,7 @@ def with_transport_latency(data: Any) -> Any:
         The transport has no figure (tcpx, efa, socket) and ``data`` states none.
 
     >>> with_transport_latency({"transport": "tcpxo"})["transport_latency_us"]
-    48.71
+    37.33
     >>> with_transport_latency({"transport": "tcpxo", "transport_latency_us": 40.0})["transport_latency_us"]
     40.0
     """
