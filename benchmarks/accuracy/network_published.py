@@ -18,7 +18,7 @@ where a source gives busbw only, time = size x factor / busbw (factor from nccl-
 Prints the table, then the median and worst |error| (goal of issue 35: median <= 10 %, worst <= 25 %) of the
 sourced rows, and apart those of the held-out rows (``Row.held_out``: added after the model's figures were set, a
 check on them) and of the fit sources (``Row.fit_source``: the rows of the one log a shipped transport figure,
-``schedsim.hardware.profile.TRANSPORT_LATENCY``, was fitted on; never in the goal's or the checks' figures).
+``schedsim.hardware.transports.TRANSPORT_LATENCY``, was fitted on; never in the goal's or the checks' figures).
 """
 
 from __future__ import annotations

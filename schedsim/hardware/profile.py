@@ -32,7 +32,7 @@ from pydantic_core import PydanticCustomError
 
 from schedsim._pydantic import bool_for_number, plugins_off
 from schedsim.errors import ProfileError, printable
-from schedsim.hardware.transports import Transport, with_transport_latency
+from schedsim.hardware.transports import Transport, over_base, with_transport_latency
 from schedsim.kinds import TABLE_KINDS, DType, TableKind
 
 __all__ = ["HardwareProfile", "load_profile", "list_profiles", "LinkClass", "GPU_MODELS", "check_gpu_model"]
@@ -943,7 +943,7 @@ def _on_base(p: Path, data: dict[str, Any], seen: tuple[Path, ...] = ()) -> dict
     _warn_retired(src, base)
     if "base" in base:
         base = _on_base(src, base, chain)
-    return _merge(base, data)
+    return _merge(base, over_base(base, data))  # another transport: not the base's stated latency
 
 
 def _warn_retired(p: Path, data: Mapping[str, Any]) -> None:

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic_core import PydanticCustomError
 
-__all__ = ["Transport", "TRANSPORT_LATENCY", "with_transport_latency"]
+__all__ = ["Transport", "TRANSPORT_LATENCY", "with_transport_latency", "over_base"]
 
 #: A network transport's kind, as ``topology.nics.transport`` spells it: InfiniBand and RoCE (NCCL's IB plugin,
 #: ``NET/IB``, drives both), Google's GPUDirect-TCPX (A3 High, plugin ``GPUDirectTCPX``) and GPUDirect-TCPXO (A3
@@ -29,9 +29,10 @@ TRANSPORT_LATENCY: dict[str, tuple[float, str, str] | None] = {
     "roce": (2.41, "fitted", "fitted on skypilot-org/skypilot examples/gcp_gpu_direct_tcpx/README.md, SkyPilot's "
              "all_gather on 2x a3-ultragpu-8g (8 H200, 8x 400G RoCE), 1..4 KiB; checked on the same README's GCP "
              "run (2.26.6)"),
-    "tcpxo": (48.71, "fitted", "fitted on lessizzmore/create-a3mega-ztan-fork ztan-NCCL-test-result, all_reduce on "
-              "2x a3-megagpu-8g (8 H100, GPUDirect-TCPXO), 8 B..4 KiB; checked on MG-Cafe/TCPXO-Enabled-A3-Mega-"
-              "H100-Benchmarks' all_gather (another cluster, NCCL 2.28.7)"),
+    "tcpxo": (37.33, "fitted", "fitted on lessizzmore/create-a3mega-ztan-fork ztan-NCCL-test-result, all_reduce on "
+              "2x a3-megagpu-8g (8 H100, GPUDirect-TCPXO), 8 B..4 KiB, under Google's TCPXO NCCL environment that "
+              "run sourced (NCCL_PROTO=Simple,LL128, NCCL_MIN_NCHANNELS=4: the a3_mega profile's nccl); checked on "
+              "MG-Cafe/TCPXO-Enabled-A3-Mega-H100-Benchmarks' all_gather (another cluster, NCCL 2.28.7)"),
     "tcpx": None,
     "efa": None,
     "socket": None,
@@ -48,7 +49,7 @@ def with_transport_latency(data: Any) -> Any:
         The transport has no figure (tcpx, efa, socket) and ``data`` states none.
 
     >>> with_transport_latency({"transport": "tcpxo"})["transport_latency_us"]
-    48.71
+    37.33
     >>> with_transport_latency({"transport": "tcpxo", "transport_latency_us": 40.0})["transport_latency_us"]
     40.0
     """
@@ -65,3 +66,25 @@ def with_transport_latency(data: Any) -> Any:
              "NCCL's figures; measured: schedsim calibrate --from-nccl-tests LOG --transport-latency on an "
              "8 B..4 KiB run across nodes), or 0 for NCCL's own figures"})
     return {**data, "transport_latency_us": fig[0]}
+
+
+def over_base(base: Any, over: Any) -> Any:
+    """``over`` (a deriving profile's mapping, before it is merged over ``base``, its ``base:``'s) with
+    ``topology.nics.transport_latency_us: None`` where its ``topology.nics`` names a ``transport`` other than
+    ``base``'s and states no ``transport_latency_us``: a figure the base states is its own transport's (measured
+    there), so the deriving profile's transport sets the figure (:func:`with_transport_latency`) rather than
+    inherit it. Anything else as it is.
+
+    >>> base = {"topology": {"nics": {"transport": "roce", "transport_latency_us": 5.0}}}
+    >>> over_base(base, {"topology": {"nics": {"transport": "tcpxo"}}})
+    {'topology': {'nics': {'transport': 'tcpxo', 'transport_latency_us': None}}}
+    >>> over_base(base, {"topology": {"nics": {"transport": "roce"}}})
+    {'topology': {'nics': {'transport': 'roce'}}}
+    """
+    topo, btopo = over.get("topology"), base.get("topology")
+    nics = topo.get("nics") if isinstance(topo, Mapping) else None
+    bnics = btopo.get("nics") if isinstance(btopo, Mapping) else None
+    if not isinstance(nics, Mapping) or not isinstance(bnics, Mapping) or "transport" not in nics \
+            or "transport_latency_us" in nics or nics["transport"] == bnics.get("transport"):
+        return over
+    return {**over, "topology": {**topo, "nics": {**nics, "transport_latency_us": None}}}

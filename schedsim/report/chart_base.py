@@ -331,9 +331,9 @@ def _columns_hit(spans_of: list[list[tuple[Any, Any]]], x_edges: Any) -> Any:
     import numpy as np
 
     n, w = len(spans_of), len(x_edges) - 1
-    if not n:
-        return np.zeros((0, w), bool)
     parts = [ab for spans in spans_of for ab in spans]
+    if not parts:  # no groups, or groups without boxes (a lane with no colour)
+        return np.zeros((n, w), bool)
     x0 = np.concatenate([a for a, _b in parts])
     x1 = np.concatenate([b for _a, b in parts])
     group = np.repeat(np.arange(n), [sum(len(a) for a, _b in spans) for spans in spans_of])

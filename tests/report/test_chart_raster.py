@@ -308,3 +308,13 @@ def test_columns_hit_are_the_columns_any_colour_counts():
         for g, spans in enumerate(groups):
             want = np.stack([boxes_in(a, b, edges) > 0 for a, b in spans]).any(axis=0)
             assert (got[g] == want).all()
+
+
+def test_columns_hit_of_groups_without_boxes_are_none():
+    # a group of no colours (an empty lane) hits no column, beside others or alone; NaN boxes hit none, and a box
+    # with an infinite end every column from its start
+    edges = np.array([0.0, 1.0, 2.0, 3.0])
+    assert B._columns_hit([[], []], edges).tolist() == [[False] * 3] * 2
+    assert B._columns_hit([], edges).shape == (0, 3)
+    box = (np.array([1.5, np.nan, 0.5]), np.array([np.inf, 2.0, np.nan]))
+    assert B._columns_hit([[], [box]], edges).tolist() == [[False] * 3, [False, True, True]]
