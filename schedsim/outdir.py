@@ -279,8 +279,10 @@ class Manifest:
     A record proves nothing by itself (anyone can write this file): a file is taken for schedsim's only when
     its content still hashes to what the record says, or it has the identity recorded with that hash
     (:meth:`holds`). A stale manifest (a file replaced or edited since) can make schedsim keep a file, never
-    remove or replace one the user wrote; a forged one can name a user's file with its identity as easily as
-    with its SHA-256, so the hash added nothing against forgery.
+    remove or replace one the user wrote. A forged one can name a user's file by its SHA-256, which takes
+    reading the file; an identity takes only ``lstat``, which needs no read permission, so :meth:`read` takes
+    identities only from a manifest owned by the user running schedsim (one another user planted in a shared
+    folder, naming a file they cannot read, has its files hashed).
     """
 
     sets: dict[str, dict[str, str | list[str]]] = field(default_factory=dict)
@@ -313,6 +315,9 @@ class Manifest:
                 for cmd, files in sets.items() if isinstance(files, dict)}
         ids = doc.get("identities")
         written = st.st_mtime_ns  # a record whose change time is not before this may share its clock tick
+        euid = getattr(os, "geteuid", None)
+        if euid is not None and st.st_uid != euid():  # another user's manifest: its identities are not taken
+            ids = None
         return cls(kept, {cmd: {n: rec for n, rec in files.items()
                                 if n in kept[cmd] and _identity_ok(rec) and rec[5] < written}
                           for cmd, files in ids.items() if cmd in kept and isinstance(files, dict)}

@@ -526,3 +526,25 @@ def test_a_same_size_edit_in_the_runs_clock_tick_is_refused(tmp_path):
     assert r.exit_code == 2, r.output
     assert "timeline.json: exists and schedsim did not record writing it (or it changed since)" in r.output
     assert p.read_bytes() == bytes(data)
+
+
+def test_identities_of_a_manifest_another_user_owns_are_not_taken(tmp_path, monkeypatch):
+    # an identity needs only lstat (no read permission): one planted in a shared folder by another user could
+    # name a file of ours they cannot read; its files are hashed instead
+    from schedsim.io import file_identity
+    from schedsim.outdir import Manifest
+
+    p = tmp_path / "a.json"
+    p.write_bytes(b"{}")
+    ident = list(file_identity(os.lstat(p)))
+    other = "1" * 64  # not this content's hash: only the identity could make it schedsim's
+    doc = {"format": "schedsim.outputs", "version": 2, "sets": {"predict": {"a.json": other}},
+           "identities": {"predict": {"a.json": [other, *ident]}}}
+    (tmp_path / MANIFEST).write_text(json.dumps(doc))
+    os.utime(tmp_path / MANIFEST, ns=(ident[4], ident[4] + 1))
+    owner = os.lstat(tmp_path / MANIFEST).st_uid
+    assert Manifest.read(tmp_path).holds(tmp_path, "predict", "a.json")
+    monkeypatch.setattr(os, "geteuid", lambda: owner + 1)
+    m = Manifest.read(tmp_path)
+    assert m.identities == {} and not m.holds(tmp_path, "predict", "a.json")
+    assert m.sets == {"predict": {"a.json": other}}
