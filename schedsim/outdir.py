@@ -268,15 +268,21 @@ class Manifest:
     modification and change times, and the change time cannot be set back by any user call (``os.utime`` sets
     the other two and moves the change time to now); a copy is another inode. So :meth:`holds` takes it for
     schedsim's without reading it (a re-run of a 1M-op ``predict`` hashed the earlier 100 MB timeline.json:
-    0.09 CPU s); on any difference it hashes the file as before. A write landing within the same tick of the
-    kernel's file clock (1-4 ms) between the move and its ``lstat``, keeping the size, would go unseen; such a
-    write races schedsim's own replace of the file under the folder's lock anyway.
+    0.09 CPU s); on any difference it hashes the file as before. A write keeping the size within the same tick
+    of the file system's clock as the move leaves the identity as it was: that tick is 1-4 ms on ext4 or tmpfs,
+    but 1 s on ext4 with 128-byte inodes, ext3 or sshfs and 2 s on FAT. So :meth:`read` keeps only records
+    whose change time is before the manifest's own modification time (the "racy clean" rule of git's index,
+    Documentation/technical/racy-git.txt): a tick that ended before the manifest was written holds no write
+    made after it; a record of the manifest's own tick is dropped and its file hashed. A write between the
+    move and the manifest's write races schedsim's own replace of the file under the folder's lock anyway.
 
     A record proves nothing by itself (anyone can write this file): a file is taken for schedsim's only when
     its content still hashes to what the record says, or it has the identity recorded with that hash
     (:meth:`holds`). A stale manifest (a file replaced or edited since) can make schedsim keep a file, never
-    remove or replace one the user wrote; a forged one can name a user's file with its identity as easily as
-    with its SHA-256, so the hash added nothing against forgery.
+    remove or replace one the user wrote. A forged one can name a user's file by its SHA-256, which takes
+    reading the file; an identity takes only ``lstat``, which needs no read permission, so :meth:`read` takes
+    identities only from a manifest owned by the user running schedsim (one another user planted in a shared
+    folder, naming a file they cannot read, has its files hashed).
     """
 
     sets: dict[str, dict[str, str | list[str]]] = field(default_factory=dict)
@@ -288,10 +294,10 @@ class Manifest:
         manifest (an older schedsim's list of names, anything else) is ignored with a warning on stderr."""
         p = out / MANIFEST
         try:
-            if not stat.S_ISREG(p.lstat().st_mode):
+            if not stat.S_ISREG((st := p.lstat()).st_mode):
                 _warn(f"ignoring {p}: not a regular file; no file is removed or replaced because of it")
                 return cls()
-            if p.lstat().st_size > MANIFEST_MAX_BYTES:
+            if st.st_size > MANIFEST_MAX_BYTES:
                 raise ValueError(f"over {MANIFEST_MAX_BYTES:,} bytes")
             doc = json.loads(p.read_bytes())
         except FileNotFoundError:
@@ -308,7 +314,12 @@ class Manifest:
         kept = {str(cmd): {n: h for n, h in files.items() if _plain_name(n) and _hashes(h)}
                 for cmd, files in sets.items() if isinstance(files, dict)}
         ids = doc.get("identities")
-        return cls(kept, {cmd: {n: rec for n, rec in files.items() if n in kept[cmd] and _identity_ok(rec)}
+        written = st.st_mtime_ns  # a record whose change time is not before this may share its clock tick
+        euid = getattr(os, "geteuid", None)
+        if euid is not None and st.st_uid != euid():  # another user's manifest: its identities are not taken
+            ids = None
+        return cls(kept, {cmd: {n: rec for n, rec in files.items()
+                                if n in kept[cmd] and _identity_ok(rec) and rec[5] < written}
                           for cmd, files in ids.items() if cmd in kept and isinstance(files, dict)}
                    if isinstance(ids, dict) else {})
 

@@ -480,3 +480,71 @@ def test_an_identity_record_is_taken_only_with_a_hash_of_its_set(tmp_path):
            "identities": {"predict": {"a.json": [good, *ident[:4]]}, "sweep": {"a.json": [good, *ident]}}}
     (tmp_path / MANIFEST).write_text(json.dumps(doc))
     assert Manifest.read(tmp_path).identities == {"predict": {}}
+
+
+def test_an_identity_recorded_in_the_manifests_own_clock_tick_is_not_trusted(tmp_path):
+    # on a coarse-clock file system (1 s: ext4 with 128-byte inodes; 2 s: FAT) a same-size write in the tick of
+    # the move leaves the identity as recorded; the manifest written in that tick has that modification time
+    from schedsim.io import file_identity
+    from schedsim.outdir import Manifest
+
+    p = tmp_path / "a.json"
+    p.write_bytes(b"{}")
+    ident = list(file_identity(os.lstat(p)))
+    other = "1" * 64  # a hash this content does not have: only the identity can make it schedsim's
+    doc = {"format": "schedsim.outputs", "version": 2, "sets": {"predict": {"a.json": other}},
+           "identities": {"predict": {"a.json": [other, *ident]}}}
+    (tmp_path / MANIFEST).write_text(json.dumps(doc))
+    ctime = ident[4]
+    os.utime(tmp_path / MANIFEST, ns=(ctime, ctime))  # written in the record's tick
+    m = Manifest.read(tmp_path)
+    assert m.identities == {"predict": {}} and not m.holds(tmp_path, "predict", "a.json")
+    os.utime(tmp_path / MANIFEST, ns=(ctime, ctime + 1))  # written after the record's tick ended
+    m = Manifest.read(tmp_path)
+    assert m.identities == {"predict": {"a.json": [other, *ident]}} and m.holds(tmp_path, "predict", "a.json")
+
+
+def test_a_same_size_edit_in_the_runs_clock_tick_is_refused(tmp_path):
+    # the folder as a 1-second file system leaves it when the user edits timeline.json in place in the second
+    # predict moved it in: the manifest's record is the edited file's identity, and the manifest's modification
+    # time is that second
+    from schedsim.io import file_identity
+
+    d = tmp_path / "p"
+    assert run(["predict", str(SCHED), "--out", str(d), "--no-gantt"]).exit_code == 0
+    p = d / "timeline.json"
+    data = bytearray(p.read_bytes())
+    data[-3:-2] = b" " if data[-3:-2] != b" " else b"\t"
+    with open(p, "r+b") as f:
+        f.write(bytes(data))
+    doc = json.loads((d / MANIFEST).read_text())
+    ident = file_identity(os.lstat(p))
+    doc["identities"]["predict"]["timeline.json"][1:] = list(ident)
+    (d / MANIFEST).write_text(json.dumps(doc))
+    os.utime(d / MANIFEST, ns=(ident[4], ident[4]))
+    r = run(["predict", str(SCHED), "--out", str(d), "--no-gantt"])
+    assert r.exit_code == 2, r.output
+    assert "timeline.json: exists and schedsim did not record writing it (or it changed since)" in r.output
+    assert p.read_bytes() == bytes(data)
+
+
+def test_identities_of_a_manifest_another_user_owns_are_not_taken(tmp_path, monkeypatch):
+    # an identity needs only lstat (no read permission): one planted in a shared folder by another user could
+    # name a file of ours they cannot read; its files are hashed instead
+    from schedsim.io import file_identity
+    from schedsim.outdir import Manifest
+
+    p = tmp_path / "a.json"
+    p.write_bytes(b"{}")
+    ident = list(file_identity(os.lstat(p)))
+    other = "1" * 64  # not this content's hash: only the identity could make it schedsim's
+    doc = {"format": "schedsim.outputs", "version": 2, "sets": {"predict": {"a.json": other}},
+           "identities": {"predict": {"a.json": [other, *ident]}}}
+    (tmp_path / MANIFEST).write_text(json.dumps(doc))
+    os.utime(tmp_path / MANIFEST, ns=(ident[4], ident[4] + 1))
+    owner = os.lstat(tmp_path / MANIFEST).st_uid
+    assert Manifest.read(tmp_path).holds(tmp_path, "predict", "a.json")
+    monkeypatch.setattr(os, "geteuid", lambda: owner + 1)
+    m = Manifest.read(tmp_path)
+    assert m.identities == {} and not m.holds(tmp_path, "predict", "a.json")
+    assert m.sets == {"predict": {"a.json": other}}
