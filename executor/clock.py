@@ -170,8 +170,11 @@ class HostThreadProbe:
         except OSError:
             return None
 
-    def read(self) -> tuple[int, int, int | None, int | None, int | None, int | None]:
-        """``(wall ns, run ns, run-queue ns, voluntary, involuntary switches, cpu)`` now."""
+    def read(self) -> tuple[int, int, int | None, int | None, int | None, int | None, int]:
+        """``(wall ns, run ns, run-queue ns, voluntary, involuntary switches, cpu, wall ns after)`` now: the run
+        time is read between the two wall clocks, so that :meth:`delta`'s wall (``b``'s after minus ``a``'s before)
+        holds the whole run interval; an interrupt charged to the thread between a wall read and the run read of
+        ``b`` would otherwise count in the run and not in the wall."""
         wall = _perf_ns()
         runq: int | None
         cpu: int | None = None
@@ -195,7 +198,7 @@ class HostThreadProbe:
             vcsw, ivcsw = int(ru.ru_nvcsw), int(ru.ru_nivcsw)
         except (ImportError, AttributeError, OSError):
             pass
-        return wall, run, runq, vcsw, ivcsw, cpu
+        return wall, run, runq, vcsw, ivcsw, cpu, _perf_ns()
 
     @staticmethod
     def delta(a: tuple[Any, ...], b: tuple[Any, ...]) -> list[float | int | None]:
@@ -206,7 +209,7 @@ class HostThreadProbe:
                 return None
             return (b[i] - a[i]) * scale if scale != 1.0 else b[i] - a[i]
 
-        return [d(0, 1e-9), d(1, 1e-9), d(2, 1e-9), d(3), d(4), a[5], b[5]]
+        return [(b[6] - a[0]) * 1e-9, d(1, 1e-9), d(2, 1e-9), d(3), d(4), a[5], b[5]]
 
     def close(self) -> None:
         """Close the two files (also done when the probe is collected); later reads give None fields."""

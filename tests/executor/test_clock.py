@@ -185,7 +185,10 @@ def test_the_host_probe_run_time_of_a_busy_thread_is_its_cpu_time_not_a_tick_sta
     """The calling thread spins 0.3 ms, 60 times: each row's run time is at most its wall time (one thread cannot
     run longer than the wall), and together they hold most of the spinning. Linux's schedstat field 1 of a running
     thread is its sum as of the last scheduler tick or switch, so rows read from it are 0 or a whole tick (4 ms at
-    HZ=250), longer than the row's wall; ``time.thread_time`` (CLOCK_THREAD_CPUTIME_ID) is brought up to date."""
+    HZ=250), longer than the row's wall; ``time.thread_time`` (CLOCK_THREAD_CPUTIME_ID) is brought up to date.
+    The row's wall runs from ``a``'s clock before its run read to ``b``'s clock after its own: with one wall
+    read before each run read, an interrupt charged to the thread between ``b``'s two reads made about 1 row in
+    1,000 run up to 16 µs longer than its wall on a loaded 2-core VM."""
     from executor.clock import HOST_FIELDS, HostThreadProbe
 
     p = HostThreadProbe()
