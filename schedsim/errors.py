@@ -172,6 +172,19 @@ class SpecError(SchedsimError):
 class ProfileError(SchedsimError):
     """A hardware profile is missing, invalid or lacks a needed entry."""
 
+    @classmethod
+    def of_field(cls, path: object, err: Mapping[str, object]) -> ProfileError:
+        """The error of a profile file ``path`` from pydantic's first error ``err`` (an item of
+        ``ValidationError.errors()``): the field's dotted location, the message, the value given and the fix. A
+        validator of a whole mapping names its one offending value as ``ctx["got"]`` (else the input, the mapping,
+        is shown) and may give ``ctx["fix"]``; a ``le`` bound's fix names the bound."""
+        loc = ".".join(str(x) for x in err["loc"])  # type: ignore[attr-defined]
+        ctx: Mapping[str, object] = err.get("ctx") or {}  # type: ignore[assignment]
+        le = ctx.get("le") if err["type"] == "less_than_equal" else None
+        fix = f"give {loc} at most {le:g} (an upper bound: the field's description says why)" if le is not None \
+            else ctx.get("fix", "see schedsim/hardware/profiles/h200.yaml for the format")
+        return cls(f"{path}: {loc}: {err['msg']} (got {ctx.get('got', err.get('input'))!r})"[:400] + f"\n  fix: {fix}")
+
 
 class GraphError(SchedsimError):
     """The schedule's DAG cannot be simulated or executed."""

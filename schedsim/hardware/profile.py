@@ -992,9 +992,4 @@ def load_profile(name_or_path: str) -> HardwareProfile:
     try:
         return HardwareProfile.model_validate(data)
     except ValidationError as e:
-        err = e.errors(include_url=False)[0]
-        loc = ".".join(str(x) for x in err["loc"])
-        le = (err.get("ctx") or {}).get("le") if err["type"] == "less_than_equal" else None
-        fix = f"give {loc} at most {le:g} (an upper bound: the field's description says why)" if le is not None \
-            else (err.get("ctx") or {}).get("fix", "see schedsim/hardware/profiles/h200.yaml for the format")
-        raise ProfileError(f"{p}: {loc}: {err['msg']} (got {err.get('input')!r})"[:400] + f"\n  fix: {fix}") from None
+        raise ProfileError.of_field(p, e.errors(include_url=False)[0]) from None

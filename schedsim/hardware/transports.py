@@ -62,7 +62,8 @@ def with_transport_latency(data: Any) -> Any:
     if fig is None:
         raise PydanticCustomError(
             "transport_latency", "transport: {kind} has no published or fitted topology.nics.transport_latency_us",
-            {"kind": kind, "fix": "state topology.nics.transport_latency_us (µs a network crossing takes beyond "
+            {"kind": kind, "got": kind,
+             "fix": "state topology.nics.transport_latency_us (µs a network crossing takes beyond "
              "NCCL's figures; measured: schedsim calibrate --from-nccl-tests LOG --transport-latency on an "
              "8 B..4 KiB run across nodes), or 0 for NCCL's own figures"})
     return {**data, "transport_latency_us": fig[0]}

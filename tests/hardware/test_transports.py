@@ -54,6 +54,7 @@ def test_a_transport_without_a_figure_needs_one_stated(tmp_path: Path, kind: str
     with pytest.raises(ProfileError) as e:
         load_profile(str(path))
     assert "topology.nics" in str(e.value) and "topology.nics.transport_latency_us" in str(e.value)
+    assert f"(got '{kind}')" in str(e.value)  # the kind, not the whole topology.nics mapping with its base's text
     out = subprocess.run([sys.executable, "-m", "schedsim", "predict", str(ROOT / "schedules/tp_ffn.yaml"),
                           "--profile", str(path), "--no-gantt", "-o", str(tmp_path / "out")],
                          capture_output=True, text=True, timeout=120)
