@@ -124,6 +124,11 @@ class RunOptions:
     host_call_iters: int = 5
 
 
+def _lean_timed(o: RunOptions) -> int:
+    """Uninstrumented iterations timed: ``o.lean_iters``, or ``o.iters`` where it is negative."""
+    return o.iters if o.lean_iters < 0 else o.lean_iters
+
+
 def lean_warmup(o: RunOptions) -> int:
     """Untimed uninstrumented iterations run before the timed ones: ``o.warmup`` (none when no uninstrumented
     iteration is timed).
@@ -139,8 +144,7 @@ def lean_warmup(o: RunOptions) -> int:
     >>> lean_warmup(RunOptions(warmup=5, lean_iters=0)), lean_warmup(RunOptions(warmup=3))
     (0, 3)
     """
-    lean = o.iters if o.lean_iters < 0 else o.lean_iters
-    return max(0, o.warmup) if lean > 0 else 0
+    return max(0, o.warmup) if _lean_timed(o) > 0 else 0
 
 
 def nvtx_fns() -> tuple[Callable[[str], Any], Callable[[], Any], str]:
@@ -405,7 +409,7 @@ class RankRunner:
             self.times.end_s.append(en)
             if (k + 1) % max(1, o.iters // 4) == 0 or k + 1 == o.iters:
                 self.log(f"  timed iteration {k + 1}/{o.iters}")
-        lean = o.iters if o.lean_iters < 0 else o.lean_iters
+        lean = _lean_timed(o)
         warm = lean_warmup(o)
         self.phase = "uninstrumented"
         threads0: dict[int, Any] = {}
@@ -454,7 +458,7 @@ class RankRunner:
         # collector's reach, collections out of the timed loops; SCHEDSIM_PIN_ISSUER=1: this thread on a CPU of its own
         with frozen_gc(), issuer_alone():
             self._timed(o)
-        base = o.iters + lean_warmup(o) + (o.iters if o.lean_iters < 0 else o.lean_iters) + self._host_call_iters(o)
+        base = o.iters + lean_warmup(o) + _lean_timed(o) + self._host_call_iters(o)
         if o.measure_host:  # before the profiler: once torch.profiler has run, the process's launches cost more
             # (~20 % more per call: benchmarks/probes/host/call_patterns.py --only after_profiler;
             # docs/validation.md, "Evidence cited by the code")
