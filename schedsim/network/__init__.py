@@ -420,7 +420,7 @@ class NcclNetwork:
             bw /= fab.oversubscription
         return bw
 
-    def _lat_inter(self, shape: GroupShape) -> float:
+    def _lat_inter(self) -> float:
         """µs NCCL adds to its network hop: ``graph->latencyInter``, the net plugin's ``props->latency``
         (``topology.nics.latency_us``; ``ncclTopoCompute``, src/graph/search.cc). NCCL chooses with it."""
         nics = self.topo.nics
@@ -513,7 +513,7 @@ class NcclNetwork:
         direct = fewest_graph(*(collnet_direct_graph(self.arch, up, k, c, nic_bw) for k, c in kinds)) \
             if collnet else None
         return TuneInput(shape.ranks, shape.nodes, self.arch, hw, self.topo.cpu_vendor, ring, nvls,
-                         self._lat_inter(shape), ll128=hw == "nvlink", lat_intra=self.up.latency_us,
+                         self._lat_inter(), ll128=hw == "nvlink", lat_intra=self.up.latency_us,
                          collnet=collnet, nvswitch=self.up.kind == "nvswitch", collnet_direct=direct,
                          consts=self.consts, channel_env=self.channel_env,
                          local_range=(shape.min_local, shape.local), node_ranks=shape.counts)
@@ -705,7 +705,7 @@ class NcclNetwork:
             proto = "LL" if nbytes_per_peer <= P2P_LL_THRESHOLD else "Simple"
         if inter:
             lat, ll_cap = p2p_step("net", proto, self.arch, self.consts)
-            lat += self._lat_inter(shape) + self._lat_hop(shape)
+            lat += self._lat_inter() + self._lat_hop(shape)
             bw = self._nic_bw(shape)
         else:
             lat, ll_cap = p2p_step("pci" if self.up.kind == "pcie" else "nvlink", proto, self.arch, self.consts)
