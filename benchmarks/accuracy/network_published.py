@@ -31,6 +31,7 @@ from typing import Any
 
 from schedsim.gpu.cost import CostModel
 from schedsim.hardware.profile import HardwareProfile, load_profile
+from schedsim.network.fit import fit_relative
 from schedsim.network.links import bus_factor
 
 GiB = 1 << 30
@@ -361,14 +362,14 @@ def transport_check() -> None:
              Row("fit", "h200", "all_gather", 2, 8, 0, 0.0, GCP_A3U_AG, nccl={"version": "2.26.6"}),
              lambda r: r.source in (GCP_A3U_AG, SKY_A3U_AG)))
     for label, small, base, mine in fits:
-        num = den = 0.0
+        obs = []  # (t, t0, c) per row: c µs per µs of transport latency, the chain's crossings
         for size, times in small.items():
             row = replace(base, nbytes=size, us=min(times))
             t0 = predict(with_latency(row, 0.0))[0]
-            c = predict(with_latency(row, 1.0))[0] - t0  # µs per µs of transport latency: the chain's crossings
-            num += c * (row.us - t0) / row.us ** 2
-            den += (c / row.us) ** 2
-        fitted = num / den
+            obs.append((row.us, t0, predict(with_latency(row, 1.0))[0] - t0))
+        fitted = fit_relative(obs)
+        if fitted is None:
+            raise SystemExit(f"{label}: no row's time depends on transport_latency_us")
         h = max(0.0, fitted)  # the profile's field is >= 0
         print(f"\n{label}: transport_latency_us fitted on {len(small)} rows of {base.kind} "
               f"({min(small)} .. {max(small)} B): {fitted:.2f} us a crossing")

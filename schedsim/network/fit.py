@@ -31,10 +31,12 @@ from typing import TYPE_CHECKING, Any
 from schedsim.kinds import KINDS
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from schedsim.hardware.profile import HardwareProfile
     from schedsim.network.nccl_tests import NcclTestsLog
 
-__all__ = ["FittedFigure", "fit_tier_timing", "fit_profile", "fit_transport_latency"]
+__all__ = ["FittedFigure", "fit_tier_timing", "fit_profile", "fit_transport_latency", "fit_relative"]
 
 #: Rows up to this size (B) fit a transport's latency (:func:`fit_transport_latency`): NCCL runs them on LL with
 #: one channel, so their time is latency (published 2 x 8 H100 logs: a few µs of bandwidth term at 4 KiB).
@@ -305,6 +307,20 @@ def _with_transport(profile: HardwareProfile, h: float) -> HardwareProfile:
     return HardwareProfile.model_validate(d)
 
 
+def fit_relative(obs: Sequence[tuple[float, float, float]]) -> float | None:
+    """``h`` of ``t = t0 + c · h`` over ``obs`` (a ``(t, t0, c)`` per row, ``t`` > 0) by least squares of relative
+    error, closed-form (the model is affine in ``h``): ``Σ c (t − t0) / t² / Σ (c / t)²``; unbounded (a caller
+    bounds it). None where no row has ``c`` non-zero (no row, or a figure no row depends on).
+
+    >>> fit_relative([(12.0, 10.0, 2.0), (24.0, 20.0, 4.0)])
+    1.0
+    """
+    den = sum((c / t) ** 2 for t, _, c in obs)
+    if not obs or den <= 0:
+        return None
+    return sum(c * (t - t0) / (t * t) for t, t0, c in obs) / den
+
+
 def fit_transport_latency(profile: HardwareProfile, logs: list[NcclTestsLog]) -> tuple[float | None, int, float]:
     """``topology.nics.transport_latency_us`` fitted to the rows of ``logs`` across nodes up to
     :data:`TRANSPORT_FIT_MAX_BYTES`: ``t = t0 + c · h`` per row (``t0`` the model's time without it, ``c`` the
@@ -334,10 +350,10 @@ def fit_transport_latency(profile: HardwareProfile, logs: list[NcclTestsLog]) ->
             b = one.collective(str(log.collective), r.size_bytes, ranks, floor=False)
             if a is not None and b is not None:
                 obs.append((t_us, a.seconds * 1e6, (b.seconds - a.seconds) * 1e6))
-    den = sum((c / t) ** 2 for t, _, c in obs)
-    if not obs or den <= 0:
+    raw = fit_relative(obs)
+    if raw is None:
         return None, 0, 0.0
-    h = max(0.0, sum(c * (t - t0) / (t * t) for t, t0, c in obs) / den)
+    h = max(0.0, raw)
     rms = 100.0 * math.sqrt(sum(((t0 + c * h - t) / t) ** 2 for t, t0, c in obs) / len(obs))
     return h, len(obs), rms
 
