@@ -102,6 +102,16 @@ A3M_TCPXO_AR = ("lessizzmore/create-a3mega-ztan-fork ztan-NCCL-test-result: all_
 A3M_TCPXO_AG = ("MG-Cafe/TCPXO-Enabled-A3-Mega-H100-Benchmarks docs/benchmark-report.md (Test 3): all_gather_perf -b 8 "
                 "-e 8G on 2x a3-megagpu-8g on GKE (8 H100, 8 GPU NICs, GPUDirect-TCPXO FasTrak v1.0.8), NCCL 2.28.7; "
                 "the table starts at 64 KiB")
+NCCL_2409 = ("NVIDIA/nccl#2409 (Ndministrator, 2026-09-14/15, closed): 2 nodes x 8 H100 80GB HBM3 SXM, 8x ConnectX-7 "
+             "400 Gb/s RoCEv2 per node (fw 28.43.8016, GPU i on NIC i, PIX; MTU 9000), one H3C S9827-128DH leaf, PFC + "
+             "ECN; NCCL 2.31.2 (also 2.29.7), nccl-tests master a0b82b2, NCCL_IB_GID_INDEX auto. The issue's first "
+             "figures were a platform fault (PCIe ACS redirect with a translated IOMMU) plus "
+             "NCCL_IB_SPLIT_DATA_ON_QPS=1; only the resolution's figures, with iommu=pt, ACS cleared and "
+             "NCCL_IB_SPLIT_DATA_ON_QPS=0 (default), are taken; published as busbw, time = size x factor / busbw; no "
+             "small size published")
+#: RoCE of another cluster than Google's: the shipped dgx_h100 (8 H100, 8x 400 Gb/s, rail-optimised) with its NICs'
+#: transport RoCE, whose figure (:data:`schedsim.hardware.transports.TRANSPORT_LATENCY`) then applies
+ROCE_H100 = {"nics": {"transport": "roce"}}
 H20_NODE = {"cpu_vendor": "intel"}  # H20: NVLink 4, 18 links (900 GB/s) like H100; CX-7 NDR per GPU (NVIDIA/nccl#1244)
 
 ROWS = [
@@ -214,6 +224,13 @@ ROWS = [
     *[Row("16xH100 2 nodes, 8x200G TCPXO, NCCL 2.28.7", "a3_mega", "all_gather", 2, 8, size, t, A3M_TCPXO_AG,
           nccl={"version": "2.28.7"}, held_out=True, transport="tcpxo")
       for size, t in ((64 * KiB, 110.0), (MiB, 145.37), (16 * MiB, 215.98), (GiB, 5496.77), (8 * GiB, 42649.6))],
+    # added with the RoCE check on another cluster (issue 35), held out: the resolution's two figures, both 1 GiB
+    Row("16xH100 2 nodes, 8x400G RoCE (nccl#2409), 2.31.2", "dgx_h100", "all_reduce", 2, 8, GiB,
+        from_busbw("all_reduce", 16, GiB, 456.0), f"{NCCL_2409}: all_reduce_perf, 16 ranks on 8 rails, 1 GiB busbw "
+        "456 GB/s", topology=ROCE_H100, nccl={"version": "2.31.2"}, held_out=True),
+    Row("2xH100 2 nodes, 1 rail RoCE (nccl#2409), 2.31.2", "dgx_h100", "sendrecv", 2, 1, GiB,
+        from_busbw("sendrecv", 2, GiB, 48.4), f"{NCCL_2409}: sendrecv_perf, 2 ranks (one a node), one rail, 1 GiB "
+        "48.4 GB/s", topology=ROCE_H100, nccl={"version": "2.31.2"}, held_out=True),
 ]
 
 
@@ -252,11 +269,23 @@ def profile_for(row: Row, change: tuple[str, str, str, float, float] | None = No
     topo = p.topology.model_dump()
     for k, v in row.topology.items():
         topo[k] = {**(topo.get(k) or {}), **v} if isinstance(v, dict) else v
+    nics = row.topology.get("nics") or {}
+    if "transport" in nics and "transport_latency_us" not in nics:  # the row's transport's own figure, not the base's
+        topo["nics"].pop("transport_latency_us", None)
     if change is not None and isinstance(topo.get(change[1]), dict):
         _label, tier, fld, scale, add = change
         topo[tier] = {**topo[tier], fld: (topo[tier].get(fld) or 0.0) * scale + add}
     nccl = {**p.nccl.model_dump(), **row.nccl}
     return HardwareProfile.model_validate({**p.model_dump(), "topology": topo, "nccl": nccl})
+
+
+def network_transport(row: Row) -> str:
+    """The row's network transport (its profile's ``topology.nics.transport``, with the row's changes) where the row
+    spans nodes, else "" (one node: no network)."""
+    if row.nodes < 2:
+        return ""
+    nics = profile_for(row).topology.nics
+    return (nics.transport or "unstated") if nics is not None else "unstated"
 
 
 def predict(row: Row, change: tuple[str, str, str, float, float] | None = None) -> tuple[float, str]:
@@ -293,7 +322,7 @@ def main() -> None:
         out.append({"run": row.run, "kind": row.kind, "bytes": row.nbytes, "published_us": row.us,
                     "predicted_us": us, "choice": choice, "error_pct": 100.0 * (us - row.us) / row.us,
                     "source": row.source, "unsourced": row.unsourced, "held_out": row.held_out,
-                    "transport": row.transport, "fit_source": row.fit_source})
+                    "transport": row.transport, "fit_source": row.fit_source, "net": network_transport(row)})
     if args.json:
         print(json.dumps(out, indent=1))
         return
@@ -313,16 +342,24 @@ def main() -> None:
         print(f"all {len(every)} rows, with {len(every) - len(errs)} whose figure no public log holds (marked *): "
               f"median {statistics.median(every):.1f} %, worst {max(every):.1f} %")
     held = [r for r in judged if r["held_out"]]
-    roce = ("GCP gIB", "OCI RDMA")  # the sourced rows over RoCE: the h200 profile's transport
     for label, rs in (("held-out rows (marked h)", held),
                       ("  of them over InfiniBand / RoCE", [r for r in held if r["transport"] == "rdma"]),
                       ("  of them over GPUDirect-TCPXO", [r for r in held if r["transport"] == "tcpxo"]),
-                      ("sourced rows over RoCE (h200's transport)",
-                       [r for r in judged if any(x in r["run"] for x in roce) and not r["held_out"]]),
                       ("sourced and held-out rows together", [r for r in judged if not r["unsourced"]])):
         hs = [abs(r["error_pct"]) for r in rs]
         if hs:
             print(f"{label}: {len(hs)}, median |error| {statistics.median(hs):.1f} %, worst {max(hs):.1f} %")
+    print("across nodes, by the profile's topology.nics.transport (sourced / held out; of them up to 1 MiB):")
+    for net in sorted({r["net"] for r in out} - {""}):
+        parts = []
+        for label, rs in (("sourced", [r for r in judged if r["net"] == net and not r["unsourced"]
+                                       and not r["held_out"]]),
+                          ("held out", [r for r in judged if r["net"] == net and r["held_out"]])):
+            for sub, xs in (("", rs), (" up to 1 MiB", [r for r in rs if r["bytes"] <= MiB])):
+                hs = [abs(r["error_pct"]) for r in xs]
+                parts.append(f"{label}{sub} {len(hs)}" + (f": median {statistics.median(hs):.1f} %, worst "
+                                                          f"{max(hs):.1f} %" if hs else ""))
+        print(f"  {net:10} " + "; ".join(parts))
     for t in sorted({r["fit_source"] for r in out} - {""}):
         fs = [abs(r["error_pct"]) for r in out if r["fit_source"] == t]
         print(f"fit source of the {t} transport's figure (marked f; in no figure above): {len(fs)} rows, median "
