@@ -394,10 +394,10 @@ def transport_check() -> None:
              Row("fit", "a3_mega", "all_reduce", 2, 8, 0, 0.0, A3M_TCPXO_AR), lambda r: r.transport == "tcpxo"),
             ("RoCE, SkyPilot's run (the roce figure's fit)", SKY_SMALL,
              Row("fit", "h200", "all_gather", 2, 8, 0, 0.0, SKY_A3U_AG),
-             lambda r: r.source in (GCP_A3U_AG, SKY_A3U_AG)),
+             lambda r: network_transport(r) == "roce"),
             ("RoCE, GCP's run (a check: this log is judged, not fitted)", ROCE_SMALL,
              Row("fit", "h200", "all_gather", 2, 8, 0, 0.0, GCP_A3U_AG, nccl={"version": "2.26.6"}),
-             lambda r: r.source in (GCP_A3U_AG, SKY_A3U_AG)))
+             lambda r: network_transport(r) == "roce"))
     for label, small, base, mine in fits:
         obs = []  # (t, t0, c) per row: c µs per µs of transport latency, the chain's crossings
         for size, times in small.items():
@@ -416,7 +416,33 @@ def transport_check() -> None:
             (u0, _), (u1, choice) = predict(with_latency(row, 0.0)), predict(with_latency(row, h))
             print(f"{row.run:44} {row.kind:11} {row.nbytes:>11} {row.us:>9.1f}us "
                   f"{100 * (u0 - row.us) / row.us:>+12.1f}% {100 * (u1 - row.us) / row.us:>+12.1f}% {choice}"
-                  f"{' h' if row.held_out else ''}{' f' if row.fit_source else ''}")
+                  f"{' h' if row.held_out else ''}{' f' if row.fit_source else ''}"
+                  f"{' *' if row.unsourced else ''}")
+    roce_needs(with_latency)
+
+
+def roce_needs(with_latency: Any) -> None:
+    """Print the RoCE transport latency (µs a network crossing) that each latency-bound RoCE row would need alone
+    (``(published - t0) / c``, the model affine in the figure: t0 its time at 0, c its crossings): SkyPilot's and
+    GCP's all_gather at 1, 2 and 4 KiB (:data:`SKY_SMALL`, :data:`ROCE_SMALL`) and issue 35's all_reduce 1 KiB row
+    (no public log) under NCCL's own choice and under ``NCCL_ALGO=Ring``, which OCI's sample nccl-tests scripts
+    set (oracle-quickstart/oci-hpc ``samples/gpu/nccl_run_allreduce.sbatch``: for the A100 shapes; for H100 until
+    ``nccl_run_allreduce_H100.sbatch`` of 2024-07)."""
+    issue = next(r for r in ROWS if r.unsourced)
+    cases = [(f"SkyPilot all_gather {size} B", replace(r0, nbytes=size, us=min(times)))
+             for r0 in (Row("need", "h200", "all_gather", 2, 8, 0, 0.0, SKY_A3U_AG),)
+             for size, times in SKY_SMALL.items()]
+    cases += [(f"GCP all_gather {size} B (2.26.6)", replace(r0, nbytes=size, us=min(times)))
+              for r0 in (Row("need", "h200", "all_gather", 2, 8, 0, 0.0, GCP_A3U_AG, nccl={"version": "2.26.6"}),)
+              for size, times in ROCE_SMALL.items()]
+    cases += [("issue 35 all_reduce 1 KiB (*), NCCL's choice", issue),
+              ("issue 35 all_reduce 1 KiB (*), NCCL_ALGO=Ring", replace(issue, nccl={**issue.nccl, "algo": "ring"}))]
+    print(f"\nRoCE rows up to 4 KiB: the transport latency each needs alone\n{'row':48} {'published':>10} "
+          f"{'at 0':>8} {'crossings':>9} {'needs':>9}  choice")
+    for label, row in cases:
+        t0, choice = predict(with_latency(row, 0.0))
+        c = predict(with_latency(row, 1.0))[0] - t0
+        print(f"{label:48} {row.us:>8.2f}us {t0:>6.2f}us {c:>9.2f} {(row.us - t0) / c:>6.2f} us  {choice}")
 
 
 def sensitivity() -> None:
