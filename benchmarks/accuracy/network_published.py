@@ -109,6 +109,13 @@ NCCL_2409 = ("NVIDIA/nccl#2409 (Ndministrator, 2026-09-14/15, closed): 2 nodes x
              "NCCL_IB_SPLIT_DATA_ON_QPS=1; only the resolution's figures, with iommu=pt, ACS cleared and "
              "NCCL_IB_SPLIT_DATA_ON_QPS=0 (default), are taken; published as busbw, time = size x factor / busbw; no "
              "small size published")
+OCI_H100_JA = ("oracle-japan/ocitutorials tutorials/_hpc/benchmark/run-nccltests-h100.md (commit bf795eb): "
+               "all_reduce_perf -b 1G -e 16G -f 2 on 2x OCI BM.GPU.H100.8 (8 H100, 2x Xeon 8480+, 8 dual-port "
+               "ConnectX-7 2x 200 Gb/s RoCEv2 per node over OCI's cluster network), TensorFlow NGC 24.06 container, "
+               "NCCL 2.21.5, NCCL_IB_GID_INDEX=3 NCCL_IB_TC=41 NCCL_IB_SPLIT_DATA_ON_QPS=0 NCCL_CUMEM_ENABLE=0 "
+               "NCCL_NET_PLUGIN=none, all 16 ports in NCCL_IB_HCA; NCCL 2.21.5 merges the two ports of a card into one "
+               "400 Gb/s device (src/transport/net_ib.cc ncclIbFindMatchingDev: same PCI path and sys_image_guid, "
+               "NCCL_IB_MERGE_NICS=1 by default), so the row keeps dgx_h100's 8x 400 Gb/s; no small size published")
 #: RoCE of another cluster than Google's: the shipped dgx_h100 (8 H100, 8x 400 Gb/s, rail-optimised) with its NICs'
 #: transport RoCE, whose figure (:data:`schedsim.hardware.transports.TRANSPORT_LATENCY`) then applies
 ROCE_H100 = {"nics": {"transport": "roce"}}
@@ -224,10 +231,15 @@ ROWS = [
     *[Row("16xH100 2 nodes, 8x200G TCPXO, NCCL 2.28.7", "a3_mega", "all_gather", 2, 8, size, t, A3M_TCPXO_AG,
           nccl={"version": "2.28.7"}, held_out=True, transport="tcpxo")
       for size, t in ((64 * KiB, 110.0), (MiB, 145.37), (16 * MiB, 215.98), (GiB, 5496.77), (8 * GiB, 42649.6))],
-    # added with the RoCE check on another cluster (issue 35), held out: the resolution's two figures, both 1 GiB
+    # added with the RoCE check on other clusters (issue 35), held out: nccl#2409's resolution (both 1 GiB) and
+    # OCI's H100 tutorial (1 and 16 GiB, the log's first and last sizes): no small size in either
     Row("16xH100 2 nodes, 8x400G RoCE (nccl#2409), 2.31.2", "dgx_h100", "all_reduce", 2, 8, GiB,
         from_busbw("all_reduce", 16, GiB, 456.0), f"{NCCL_2409}: all_reduce_perf, 16 ranks on 8 rails, 1 GiB busbw "
         "456 GB/s", topology=ROCE_H100, nccl={"version": "2.31.2"}, held_out=True),
+    *[Row("16xH100 2 nodes, OCI 16x200G RoCE, NCCL 2.21.5", "dgx_h100", "all_reduce", 2, 8, size, t,
+          f"{OCI_H100_JA}: out-of-place {size} B {t} us", topology={**ROCE_H100, "cpu_vendor": "intel"},
+          nccl={"version": "2.21.5"}, held_out=True)
+      for size, t in ((GiB, 4511.2), (16 * GiB, 69338.0))],
     Row("2xH100 2 nodes, 1 rail RoCE (nccl#2409), 2.31.2", "dgx_h100", "sendrecv", 2, 1, GiB,
         from_busbw("sendrecv", 2, GiB, 48.4), f"{NCCL_2409}: sendrecv_perf, 2 ranks (one a node), one rail, 1 GiB "
         "48.4 GB/s", topology=ROCE_H100, nccl={"version": "2.31.2"}, held_out=True),
