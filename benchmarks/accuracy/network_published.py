@@ -431,6 +431,7 @@ def transport_check() -> None:
                   f"{' h' if row.held_out else ''}{' f' if row.fit_source else ''}"
                   f"{' *' if row.unsourced else ''}")
     roce_needs(with_latency)
+    kind_check(with_latency)
 
 
 def roce_needs(with_latency: Any) -> None:
@@ -455,6 +456,40 @@ def roce_needs(with_latency: Any) -> None:
         t0, choice = predict(with_latency(row, 0.0))
         c = predict(with_latency(row, 1.0))[0] - t0
         print(f"{label:48} {row.us:>8.2f}us {t0:>6.2f}us {c:>9.2f} {(row.us - t0) / c:>6.2f} us  {choice}")
+
+
+def kind_check(with_latency: Any) -> None:
+    """The two kinds of count a transport latency could take, each fitted on the same fit source and judged on the
+    rows held out from it (2-node rows, 8 GPUs a node): (A) the chosen algorithm's network crossings on its longest
+    chain (``schedsim.network.net_crossings``, the shipped kind: ring all_gather nNodes, ring all_reduce 2 nNodes,
+    tree 2 ceil(log2 nNodes)) and (B) NCCL's own count of network steps in its latency (``ncclTopoTuneModel``,
+    src/graph/tuning.cc: ring all_gather nNodes - 1, ring all_reduce 2 (nNodes - 1), tree as A). (B) is (A) less one
+    a ring lap (ring all_gather one lap, all_reduce two). TCPXO's fit source is a tree all_reduce (A = B) and its
+    held-out log a ring all_gather on another cluster, so that log tells the kinds apart; RoCE's fit source is a
+    ring all_gather and issue 35's 1 KiB row (no public log) a tree all_reduce."""
+    cases = (("tcpxo", TCPXO_SMALL, Row("fit", "a3_mega", "all_reduce", 2, 8, 0, 0.0, A3M_TCPXO_AR),
+              [r for r in ROWS if r.transport == "tcpxo" and r.held_out]),
+             ("roce", SKY_SMALL, Row("fit", "h200", "all_gather", 2, 8, 0, 0.0, SKY_A3U_AG),
+              [r for r in ROWS if r.unsourced] + [r for r in ROWS if r.source == GCP_A3U_AG][:1]))
+    print(f"\nthe kind of count, fitted on the same rows: (A) crossings of the chain, (B) NCCL's network steps"
+          f"\n{'transport / row':52} {'published':>10} {'A':>8} {'B':>8}")
+    for name, small, base, judged in cases:
+        def counts(row: Row) -> tuple[float, float, float]:  # t0, crossings (A), NCCL's network steps (B)
+            t0, choice = predict(with_latency(row, 0.0))
+            a = predict(with_latency(row, 1.0))[0] - t0
+            laps = (2 if row.kind == "all_reduce" else 1) if choice.startswith("ring/") else 0
+            return t0, a, a - laps
+        obs = [counts(replace(base, nbytes=size, us=min(t))) + (min(t),) for size, t in small.items()]
+        ha = fit_relative([(t, t0, a) for t0, a, _b, t in obs])
+        hb = fit_relative([(t, t0, b) for t0, _a, b, t in obs])
+        assert ha is not None and hb is not None
+        print(f"{name} fitted on {base.kind} {min(small)}..{max(small)} B: A {ha:.2f} us a crossing, B {hb:.2f} us "
+              "a network step")
+        for row in judged:
+            t0, a, b = counts(row)
+            print(f"  {row.run[:38] + ' ' + str(row.nbytes) + ' B':50} {row.us:>8.1f}us "
+                  f"{100 * (t0 + ha * a - row.us) / row.us:>+7.1f}% {100 * (t0 + hb * b - row.us) / row.us:>+7.1f}%"
+                  f"{' *' if row.unsourced else ''}")
 
 
 def sensitivity() -> None:
