@@ -166,6 +166,21 @@ def test_ring_and_tree_latency_before_2_23():
     assert t["2.23.4"][("tree", "Simple")][0] == pytest.approx(92.4)
 
 
+def test_tree_ll_latency_of_2_22_3_is_the_estimate_nccl_printed_on_three_nodes():
+    # NVIDIA/nccl#1453 (twichell, 2024-09-18): 3 nodes x 8 H100, 8 ConnectX-7 on RoCE (NCCL_IB_GID_INDEX=3), NCCL
+    # 2.22.3, NCCL_DEBUG=INFO prints NCCL's own estimate "128 Bytes -> Algo 0 proto 0 time 25.214764" (Algo 0 tree,
+    # proto 0 LL). By hand from v2.22.3-1 tuning.cc: baseLat[tree][LL] 6.8 + 2 * ((8 - 1) * hwLat[NVLink][tree][LL]
+    # 0.6 + log2i(3) = 1 * hwLat[net][tree][LL] 5.0) = 6.8 + 2 * (4.2 + 5.0) = 25.2 us; the rest, 0.0148 us, is
+    # 128 B over the bandwidth, which the log does not give (its NICs and CPU are not stated)
+    ring = Graph(8, 45.0, 45.0)
+    tab = tune("allreduce", ti("2.22.3", 24, 3, ring))
+    lat = tab[("tree", "LL")][0]
+    assert lat == pytest.approx(25.2)
+    assert lat == pytest.approx(25.214764, abs=0.02)
+    # and NCCL's choice at 128 B is tree/LL: every other (algorithm, protocol) has a larger latency alone
+    assert all(v[0] > 25.214764 for k, v in tab.items() if k != ("tree", "LL"))
+
+
 def test_pat_appears_in_2_23_at_85_percent_and_takes_75_from_2_24():
     # 2 nodes, one GPU each, all_gather: ring graph 1 x 45 GB/s across nodes; PAT busBw 45 x .85 / .75, no
     # conversion to algbw for all_gather
