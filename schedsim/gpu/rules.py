@@ -503,7 +503,10 @@ def memory_terms(tps: Sequence[Op], tmpl: np.ndarray, rank: np.ndarray, world: i
     cold = l2_cold_fraction(ws, cost.profile)
     if not cold.any():
         return node, 0.0
-    extra = textra[tmpl] * cold[rank]
+    # one cold fraction for every rank, bit for bit (ranks alike): that value, not a gather of it per op (the same
+    # products)
+    bits = np.ascontiguousarray(cold, np.float64).view(np.int64)
+    extra = textra[tmpl] * (cold[0] if bool((bits == bits[0]).all()) else cold[rank])
     if mode != "cuda_graph":  # a back-to-back table time: less the HBM reads it already holds (CostModel.table_hbm_s)
         held = np.array([cost.table_hbm_s(t) for t in tps], float)
         if held.any():
@@ -568,6 +571,8 @@ def stream_queue_columns(rank: np.ndarray, stream: np.ndarray, max_connections: 
         num[order] = got
     if not ok:
         raise AssertionError("rank_codes declined ascending ranks with dense codes")
+    if int(num.max()) < max_connections:  # every rank's streams fewer than the queues (numbers from 0): as they are
+        return num
     return num % max_connections
 
 

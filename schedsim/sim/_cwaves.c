@@ -71,7 +71,9 @@ static int ivec_push(ivec *v, i64 x) {
  * still ~18 % of the loop (a chain of dependent loads and compares); the binary heap with branches was ~30 %. */
 typedef struct { double t; i64 a, b; } hent; /* main: a = seq, b = job (or -1 - op); pend: a = op, b = kernel */
 typedef struct { hent *e; i64 n, cap; } heap_t;
-typedef struct { hent *e; i64 h, n, cap; } lane_t; /* entries in ascending key order: a ring of n from e[h] */
+typedef struct { hent *e; i64 h, n, cap; hent hd, tl; } lane_t; /* entries in ascending key order: a ring of n from e[h];
+                                                               * hd and tl copies of its head and last (n > 0), which the
+                                                               * scans of every event read without the ring's index */
 #define LANES 8      /* lanes at most */
 #define LANES_FIRST 4 /* lanes open at the start; the others open one by one (event_push) */
 #define LANE_OPEN 1024 /* a push for the heap opens another lane instead once the heap holds this many */
@@ -237,11 +239,13 @@ static int lane_push(lane_t *l, hent x) {
         l->h = 0;
         l->cap = cap;
     }
+    if (!l->n) l->hd = x;
+    l->tl = x;
     l->e[(l->h + l->n++) & (l->cap - 1)] = x;
     return 0;
 }
 
-static inline const hent *lane_last(const lane_t *l) { return &l->e[(l->h + l->n - 1) & (l->cap - 1)]; }
+static inline const hent *lane_last(const lane_t *l) { return &l->tl; }
 
 /* A push of an event. Events are popped in the order of their keys (t, seq), which are unique: the next event is
  * the smallest of the heap's root and the lanes' heads, wherever each entry went. An entry whose key is above the
@@ -281,11 +285,11 @@ static lane_t *lane_min(W *w) {
     lane_t *m = NULL;
     for (int l = 0; l < LANES_FIRST; l++) {
         lane_t *L = &w->lane[l];
-        if (L->n && (!m || hless(&L->e[L->h], &m->e[m->h]))) m = L;
+        if (L->n && (!m || hless(&L->hd, &m->hd))) m = L;
     }
     for (int l = LANES_FIRST; l < w->nl; l++) {
         lane_t *L = &w->lane[l];
-        if (L->n && (!m || hless(&L->e[L->h], &m->e[m->h]))) m = L;
+        if (L->n && (!m || hless(&L->hd, &m->hd))) m = L;
     }
     return m;
 }
@@ -690,7 +694,11 @@ static void release(W *w, i64 i, double t) {
     }
 }
 
-/* the rank's lists hold a few jobs: a plain loop shifts them (memmove's call cost more, 3 % of the loop) */
+/* the rank's lists hold a few jobs: a plain loop shifts them (memmove's call cost more, 3 % of the loop; GCC would
+ * make the loop two memmove calls, which its attribute stops) */
+#if defined(__GNUC__) && !defined(__clang__)
+__attribute__((optimize("no-tree-loop-distribute-patterns")))
+#endif
 static void run_remove(W *w, i64 q, i64 j) {
     ivec *rj = &w->run_job[q], *rs = &w->run_slot[q];
     i64 n = rj->n, p = 0;
@@ -715,10 +723,13 @@ static int next_wave(W *w, i64 j, double t) {
     i64 k = jb->key, r = jb->rank, s = jb->sms;
     const heap_t *P = &w->pend[r];
     if (w->kleft[k] <= s || w->free_[r] || !P->n || P->e[0].b != k || w->intoplace[r]) return 0;
-    run_remove(w, r, j);
-    if (ivec_push(&w->run_job[r], j) < 0 || ivec_push(&w->run_slot[r], -1) < 0) {
-        w->oom = 1;
-        return 1;
+    ivec *rj = &w->run_job[r];
+    if (rj->a[rj->n - 1] != j) { /* to the end of the rank's running jobs (already there: nothing moves) */
+        run_remove(w, r, j);
+        if (ivec_push(rj, j) < 0 || ivec_push(&w->run_slot[r], -1) < 0) {
+            w->oom = 1;
+            return 1;
+        }
     }
     i64 mem = w->kmem[k & w->mmem];
     double load = w->nmem[r];
@@ -846,13 +857,14 @@ static void loop(W *w) {
             if (w->stop) return;
         }
         hent x;
-        if (w->heap.n && (!lm || hless(&w->heap.e[0], &lm->e[lm->h]))) {
+        if (w->heap.n && (!lm || hless(&w->heap.e[0], &lm->hd))) {
             x = w->heap.e[0]; /* popped at the end of the event unless a push took its place (event_push) */
             w->hole = 1;
         } else {
-            x = lm->e[lm->h];
+            x = lm->hd;
             lm->h = (lm->h + 1) & (lm->cap - 1);
-            if (!--lm->n && lm->cap > LANE_KEEP) { /* emptied: a large ring goes back (lanes take turns) */
+            if (--lm->n) lm->hd = lm->e[lm->h];
+            else if (lm->cap > LANE_KEEP) { /* emptied: a large ring goes back (lanes take turns) */
                 free(lm->e);
                 lm->e = NULL;
                 lm->h = lm->cap = 0;

@@ -360,12 +360,19 @@ def _kernels(tps, tres, world, tmpl, rank, batch, res, work, opq, C, cost, sms):
         ktype, krank, kneed, kleft, ktau, kmem, kq, qidx = (
             x[:K].copy() for x in (ktype, krank, kneed, kleft, ktau, kmem, kq, qidx))
     kptr = kptr[:K + 1]
-    ktail, ktail_tau, kgain = _tails(ttail, op_tail, twt, tmpl, kidx, kptr, ktype, ktau, K)
+    compute = np.asarray(ktype) == 0  # the kernels whose kmem, ktail_tau, kgain and ktau the loop reads
+    tau1 = _one_entry(ktau, compute)
+    # one wave time and one template tail for every compute kernel (the compute templates' tails: those of its
+    # kernels among them): their one fill gain, not a column of them made and then found to be one value
+    tw = twt[tres == 0]
+    gain1 = len(tau1) == 1 and len(tw) > 0 and bool(compute.any()) and bool((tw.view(I64) == tw.view(I64)[0]).all())
+    ktail, ktail_tau, kgain = _tails(ttail, op_tail, twt, tmpl, kidx, kptr, ktype, ktau, K,
+                                     (tau1, tw[:1]) if gain1 else None)
     if K == N and N > 1:  # each op its own kernel, numbered in op order (kernels numbers them by first op)
         kern = kptr = kidx = np.zeros(0, I32)
         kneed = np.ones(1, I32)
-    compute = np.asarray(ktype) == 0  # the kernels whose kmem, ktail_tau, kgain and ktau the loop reads
-    kmem, ktail_tau, kgain, ktau = (_one_entry(x, compute) for x in (kmem, ktail_tau, kgain, ktau))
+    kmem, ktail_tau, kgain = (_one_entry(x, compute) for x in (kmem, ktail_tau, kgain))
+    ktau = tau1
     if not ktail.any():
         ktail = _one_entry(ktail)
     return (kern, kptr, kidx, ktype, krank, kneed, kleft, ktau, kmem, kq, qptr[:Q + 1], qidx, ktail, ktail_tau,
@@ -389,13 +396,19 @@ def _one_entry(a: np.ndarray, read: np.ndarray | None = None) -> np.ndarray:
     return a if bool(differ.any()) else a[j:j + 1].copy()
 
 
-def _tails(ttail, op_tail, twt, tmpl, kidx, kptr, ktype, ktau, K):
+def _tails(ttail, op_tail, twt, tmpl, kidx, kptr, ktype, ktau, K, one=None):
     """Per kernel (rule split-k): the CTAs of its reduction kernel (int32, 0 none; written by the loop), from its head
     op's template, and its seconds (float64), the head op's share of :func:`gk.split_work` (``op_tail``, written
     over: the caller's no longer); and
-    (rule wave-tail) :func:`gr.fill_gain` of its wave time and its head template's tail (``twt``, seconds)."""
+    (rule wave-tail) :func:`gr.fill_gain` of its wave time and its head template's tail (``twt``, seconds).
+    ``one``: ``(tau, tail)``, one-entry arrays of the wave time and the template tail of every compute kernel
+    (:func:`_kernels`): without reductions the gain is then one entry, theirs, the one :func:`_one_entry` finds in
+    the column (the same float operations on the same values), which is not made."""
     if K == 0:
         return np.zeros(0, I32), np.zeros(0), np.ones(0)
+    if one is not None and op_tail is None:
+        kgain = gr.fill_gain_columns(one[0], np.zeros(1, I32), one[1]) if twt.any() else np.ones(1)
+        return np.zeros(K, I32), np.zeros(K), kgain
     # each kernel's head template and op: with a kernel per op (K = N, numbered in op order) the ops' own
     hmpl = tmpl if K == len(tmpl) else tmpl[np.asarray(kidx)[np.asarray(kptr)[:-1]]]
     kgain = gr.fill_gain_columns(ktau, ktype, twt[hmpl]) if twt.any() else np.ones(K)

@@ -1,7 +1,8 @@
 """The package's per-op column passes against their earlier forms (``tests/oracle/column_forms.py``), bit for bit:
 the tensor-core duty of random timelines (GEMMs above and below the fp32 peak, overlapping, out of order, with NaN
 solo times and repeats) and of the simulated benchmark, and the loop's one-entry buffers on random buffers and
-masks (-0.0 beside 0.0, NaNs, none read, all read)."""
+masks (-0.0 beside 0.0, NaNs, none read, all read), and the fill gain of one wave time and one tail (``_tails``'
+``one``) against the one entry of the gains' column."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from schedsim.api import predict
 from schedsim.gpu.power import tensor_duty
 from schedsim.hardware.profile import load_profile
 from schedsim.sim.timeline import Span, Timeline
-from schedsim.sim.waves_columns import _one_entry
+from schedsim.sim.waves_columns import _one_entry, _tails
 from schedsim.spec.loader import load_schedule
 from tests.conftest import ROOT
 from tests.oracle import column_forms as old
@@ -87,3 +88,28 @@ def test_one_entry_equals_its_earlier_form_bit_for_bit():
         assert got.dtype == want.dtype and got.tobytes() == want.tobytes() and (got is a) == (want is a)
         seen += len(got) == 1 and len(a) > 1
     assert seen > 20  # the one-entry form was taken, not only the buffer as it is
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_one_fill_gain_equals_the_one_entry_of_its_column(seed):
+    """``_tails(..., one=(tau, tail))``: every compute kernel of one wave time and its templates of one tail (as
+    ``_kernels`` checks before it asks): the gain's one entry is the one ``_one_entry`` finds in the column
+    ``fill_gain_columns`` makes, bit for bit, whatever the other kernels hold (waves of no time, tails past the
+    cap, no tail at all)."""
+    rng = np.random.default_rng(seed)
+    n, T = int(rng.integers(1, 50)), int(rng.integers(1, 5))
+    tmpl = rng.integers(0, T, n).astype(np.int32)
+    tres = rng.integers(0, 3, T).astype(np.int32)
+    tres[tmpl[0]] = 0  # at least one compute kernel
+    tail = float(rng.choice([0.0, 2e-6, 9e-6, 1e-3]))
+    twt = np.where(tres == 0, tail, 0.0)
+    ktype = tres[tmpl]
+    tau = float(rng.choice([0.0, 1e-5, 4e-5, 3e-3]))
+    ktau = np.where(ktype == 0, tau, rng.choice([0.0, 7e-6, -1.0], n))
+    compute = ktype == 0
+    none = np.zeros(0, np.int32)
+    *_, column = _tails(np.zeros(T, np.int32), None, twt, tmpl, none, none, ktype, ktau, n)
+    *_, one = _tails(np.zeros(T, np.int32), None, twt, tmpl, none, none, ktype, ktau, n,
+                     (_one_entry(ktau, compute), twt[tres == 0][:1]))
+    want = _one_entry(column, compute)
+    assert len(want) == 1 and len(one) == 1 and one.tobytes() == want.tobytes()
