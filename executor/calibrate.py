@@ -227,7 +227,7 @@ def _power_section(pw: dict[str, Any], where: str) -> dict[str, Any]:
     out = {"gemm_slowdown_by_duty": pw["curve"],
            "source": f"measured {where} (executor/calibrate_power.py): bf16 {shape} GEMMs back to back "
                      f"and at duty cycles {duties}, sustained time over burst time, the idle-gap cost "
-                     "of the lowest duty divided out; onset_s: when the back-to-back GEMMs first ran "
+                     "of the least-slowed duty below 1 divided out; onset_s: when the back-to-back GEMMs first ran "
                      "slower by half the steady slowdown"}
     if pw.get("onset_s") is not None:
         out["onset_s"] = pw["onset_s"]
