@@ -75,7 +75,7 @@ from executor.calibrate_bench import CalibrateOptions, _Bench, _log
 from executor.calibrate_comm import _sweep_collectives, p2p_one_way_speedup
 from executor.calibrate_copy import _measure_contention, _measure_copies, _measure_duplex
 from executor.calibrate_gemm import CALL_ROW_MAX_S, _gemm_shapes, _measure_gemms, measured_peaks
-from executor.calibrate_graph import _l2_fields, _measure_launch, _set_graph_edge, _sig
+from executor.calibrate_graph import _l2_fields, _measure_launch, _set_graph_edge, _sig, graph_replay_figures
 from executor.calibrate_host import (
     comm_host_costs,
     fresh_comm_fields,
@@ -119,6 +119,8 @@ def run_calibrate(o: CalibrateOptions) -> dict[str, Any]:
     # process's launches cost ~20 % more: benchmarks/probes/host/call_patterns.py --only after_profiler;
     # docs/validation.md, "Evidence cited by the code")
     comm_host = comm_host_costs(b)
+    # a CUDA graph replay's host time and start likewise (a replay's start holds its call's host time)
+    replay = graph_replay_figures(b) if ctx.cuda and ctx.rank == 0 else None
     if ctx.rank == 0:
         shapes = _gemm_shapes(o, ctx.cuda)
         log(f"[gemm] {len(shapes)} shapes")
@@ -137,7 +139,7 @@ def run_calibrate(o: CalibrateOptions) -> dict[str, Any]:
                                 for shape, grid in pick_shapes(raw["gemm"], b.gemm_ctas, sms)]
             raw["sm_stream"] = measure_sm_stream(torch, ctx.device, sms, log)
         raw["copies"] = _measure_copies(b, o.quick, log)
-        raw["launch"] = _measure_launch(b, log)
+        raw["launch"] = _measure_launch(b, log, replay)
         # rule host-issue's gemm.call rows: the host call of each GEMM short enough for the host to bound it
         calls = [(r[0], r[1], r[2], r[3]) for r in raw["gemm"] if ctx.cuda and r[4] * 1e-3 <= CALL_ROW_MAX_S]
         raw["host"] = host_costs(b, log, calls)
@@ -227,7 +229,7 @@ def _power_section(pw: dict[str, Any], where: str) -> dict[str, Any]:
     out = {"gemm_slowdown_by_duty": pw["curve"],
            "source": f"measured {where} (executor/calibrate_power.py): bf16 {shape} GEMMs back to back "
                      f"and at duty cycles {duties}, sustained time over burst time, the idle-gap cost "
-                     "of the lowest duty divided out; onset_s: when the back-to-back GEMMs first ran "
+                     "of the least-slowed duty below 1 divided out; onset_s: when the back-to-back GEMMs first ran "
                      "slower by half the steady slowdown"}
     if pw.get("onset_s") is not None:
         out["onset_s"] = pw["onset_s"]

@@ -18,7 +18,8 @@ from executor.calibrate_host import (
 )
 from executor.calibrate_logs import base_profile_dict
 
-__all__ = ["GRAPH_T", "GRAPH_H", "GRAPH_LAYERS", "graph_chain_per_node", "graph_start_us", "pool_count",
+__all__ = ["GRAPH_T", "GRAPH_H", "GRAPH_LAYERS", "graph_chain_per_node", "graph_replay_figures", "graph_start_us",
+           "pool_count",
            "add_graph_times", "timed_graph_chain", "graph_timing_event_us", "graph_edge_us", "fork_edge_rows"]
 
 
@@ -122,7 +123,45 @@ def _probe_runner(ctx: Any, layers: int, dtype: str) -> Any:
     return RankRunner(G, ctx, RunOptions(iters=1, warmup=0, lean_iters=0, timeout_s=60))
 
 
-def _measure_launch(b: _Bench, log: Callable[[str], None]) -> dict[str, float]:
+def graph_replay_figures(b: _Bench, nodes: int = 300) -> dict[str, float]:
+    """µs: ``graph_launch_us``, the host time of ``CUDAGraph.replay()`` of a one-node graph (a 64×64 matmul,
+    :func:`~executor.calibrate_host.tiny_mm`; median of 200, each after a synchronize); ``graph_node_gpu_us``, the
+    GPU time per node of a ``nodes``-node chain of it; ``graph_start_us``, :func:`graph_start_us` of the one-node
+    graph. Needs CUDA.
+
+    Calibrate times them first, with the communication calls' host costs (``executor/calibrate.py``), before its
+    GEMM measurements run torch.profiler: after a profiler session a process's host calls cost more (one H100,
+    2026-12-07: a matmul call 12.3 -> 22.1 µs), and a replay's start holds the replay call's host time. Timed in
+    ``_measure_launch`` after the profiler, one H100 calibration read ``graph_start_us`` 21.26 where a fresh
+    process had read 6.94 on that machine kind (tp_allreduce_graph world 1 cuda_graph +18.3 %; docs/validation.md,
+    "model misses that are not host noise")."""
+    torch = b.torch
+    a, bb, c = tiny_mm(b)
+    s = torch.cuda.Stream(device=b.ctx.device)
+    g1 = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g1, stream=s):
+        torch.matmul(a, bb, out=c)
+    gN = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(gN, stream=s):
+        for _ in range(nodes):
+            torch.matmul(a, bb, out=c)
+    b.sync()
+    hs = []
+    for _ in range(200):
+        t0 = time.perf_counter()
+        g1.replay()
+        hs.append(time.perf_counter() - t0)
+        b.sync()
+    res = {"graph_launch_us": statistics.median(hs) * 1e6,
+           "graph_node_gpu_us": b.time_one(lambda: gN.replay(), iters=10) / nodes * 1e6}
+    res["graph_start_us"] = graph_start_us(torch, g1, res["graph_node_gpu_us"])
+    return res
+
+
+def _measure_launch(b: _Bench, log: Callable[[str], None], replay: dict[str, float] | None = None
+                    ) -> dict[str, float]:
+    """The profile's launch figures (µs); ``replay``: :func:`graph_replay_figures` timed earlier in the process
+    (else timed here)."""
     torch = b.torch
     dev = b.ctx.device
     a, bb, c = tiny_mm(b)
@@ -160,29 +199,11 @@ def _measure_launch(b: _Bench, log: Callable[[str], None]) -> dict[str, float]:
     finally:
         r.close()
     if b.cuda:
-        # graph launch and per-node cost
-        s = torch.cuda.Stream(device=dev)
-        g1 = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g1, stream=s):
-            torch.matmul(a, bb, out=c)
-        gN = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(gN, stream=s):
-            for _ in range(N):
-                torch.matmul(a, bb, out=c)
-        b.sync()
-        hs = []
-        for _ in range(200):
-            t0 = time.perf_counter()
-            g1.replay()
-            hs.append(time.perf_counter() - t0)
-            b.sync()
-        res["graph_launch_us"] = statistics.median(hs) * 1e6
-        t_graph = b.time_one(lambda: gN.replay(), iters=10)
+        # graph launch and per-node cost: timed before calibrate's first torch.profiler session where it passed them
+        res.update(replay or graph_replay_figures(b))
         t_solo = b.time_batched(lambda: torch.matmul(a, bb, out=c))[0]
-        res["graph_node_gpu_us"] = t_graph / N * 1e6
-        res["graph_start_us"] = graph_start_us(torch, g1, res["graph_node_gpu_us"])
         res["solo_event_us"] = t_solo * 1e6
-        res["graph_per_op_us"] = max(0.0, t_graph / N - t_solo) * 1e6
+        res["graph_per_op_us"] = max(0.0, res["graph_node_gpu_us"] - res["solo_event_us"])
         res.update(_graph_fork_us(torch, dev, main_only=True))
         try:  # older torch builds lack torch.cuda.Event(external=True); the executor then times whole replays
             res.update(graph_timing_event_us(torch, dev))

@@ -11,8 +11,8 @@ executor's uniform operands):
 * for each duty d < 1: one GEMM between two events, the host waits for its end, then keeps the GPU idle for
   t·(1 − d)/d; the steady median over the burst time. Every GEMM after an idle gap pays a small extra cost
   that does not depend on the duty (+3 % on one H200 [evidence: power-duty]): the
-  ratio at the lowest duty measured is taken as that cost and divided out, so the curve holds the power
-  limiter alone, which is what the simulator applies.
+  smallest ratio below duty 1 is taken as that cost and divided out (:func:`curve_from`), so the curve holds
+  the power limiter alone, which is what the simulator applies.
 
 A one-second idle precedes each level (the limiter forgets the previous one within a second on H200). ~12 s.
 """
@@ -29,14 +29,26 @@ DUTIES = (0.9, 0.75, 0.6, 0.45)
 
 def curve_from(points: dict[float, float]) -> list[list[float]]:
     """The profile curve ``[[duty, multiplier], ...]`` from measured ``{duty: steady / burst}`` (duty 1 is back
-    to back). The lowest duty's ratio is the idle-gap cost, divided out of every duty < 1; multipliers are
-    clipped to ≥ 1 and made non-decreasing in duty; points up to the last at 1.0 collapse into one.
+    to back). Below duty 1 every ratio holds the cost of a GEMM after an idle gap times the limiter's slowdown
+    (≥ 1), so the smallest of them bounds the gap cost from above: it is divided out of every duty < 1, and
+    the duties below the one that read it are dropped (their excess over it is a longer gap's cost, not the
+    limiter's). Multipliers are clipped to ≥ 1 and made non-decreasing in duty; points up to the last at 1.0
+    collapse into one.
+
+    Source: the lowest duty's ratio was the divisor until one H100 calibration read it above the next duty's
+    (2026-12-07 08:12 UTC: duty 0.44 1.116, 0.58 1.040, 0.73 1.050, 0.87 1.125), which flattened the curve to
+    1.009 at 0.87 where the two earlier H100 calibrations read 1.10-1.12 (docs/validation.md, "model misses that
+    are not host noise"); where the lowest duty reads the least, both rules agree.
 
     >>> curve_from({1.0: 1.163, 0.9: 1.156, 0.75: 1.065, 0.6: 1.028, 0.45: 1.03})
-    [[0.6, 1.0], [0.75, 1.034], [0.9, 1.1223], [1.0, 1.163]]
+    [[0.6, 1.0], [0.75, 1.036], [0.9, 1.1245], [1.0, 1.163]]
     """
-    lows = sorted(d for d in points if d < 1.0)
-    gap_cost = points[lows[0]] if lows else 1.0
+    lows = [d for d in points if d < 1.0]
+    gap_cost = 1.0
+    if lows:
+        least = min(lows, key=lambda d: (points[d], -d))  # on a tie the higher duty: fewer points dropped
+        gap_cost = points[least]
+        points = {d: r for d, r in points.items() if d >= least}
     adj = sorted((d, max(1.0, r / gap_cost if d < 1.0 else r)) for d, r in points.items())
     out: list[list[float]] = []
     best = 1.0

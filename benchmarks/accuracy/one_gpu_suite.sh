@@ -7,22 +7,26 @@
 # and the case's makespans are the medians over its processes). Then OUT/summary.{csv,md} (benchmarks/accuracy/suite_summary.py)
 # and OUT/runs.tgz (every case's timelines, compare.json, profiler_ops.json: replayed offline by
 # python3 benchmarks/accuracy/replay_runs.py RUN --profile RUN/calibrated.yaml).
-#   OUT=dir [BUDGET=540] [CASES="name ..."] [WAIT_AB=1|2] [PROFILE=calibrated.yaml] bash benchmarks/accuracy/one_gpu_suite.sh
+#   OUT=dir [BUDGET=540] [CASES="name ..."] [WAIT_AB=1|2] [PROFILE=calibrated.yaml] [PROCS=4] bash benchmarks/accuracy/one_gpu_suite.sh
+# PROCS (default 4): a host-bound case (procs below) runs PROCS execute and PROCS reference processes in all,
+# alternated (rep<N>/ past the first two: no --compare, --profiler or --measure-host); the summary gives the median
+# over processes, their min and max, and how many the drift warning flagged and ran in the slow mode (one H100 machine's
+# processes ran 1.5-2x apart, per process: docs/validation.md, "the host-bound process spread").
 # CAL_GEMMS: calibrate's shape arguments (default: every case's); HOST_PROCESSES: its --host-processes (3).
 # PROFILE: skip calibration (a profile this kind calibrated earlier) and measure only the power onset
 # (OUT/runs.tgz: power.json). benchmarks/probes/host/call_patterns.py --only after_profiler runs first (OUT/runs.tgz: probe_profiler_host.json).
 # Cases (shipped one-GPU cases first, then held out; ref = hand-written reference):
 #   chain2        gemm_chain 2 x 4096^3 bf16 (benchmarks/data/gemm_chain.yaml)          ref
-#   so_eager      small_ops_graph eager                                                 ref, --measure-host
+#   so_eager      small_ops_graph eager                                                 ref, --measure-host, procs
 #   so_graph      small_ops_graph cuda_graph                                            ref
-#   tpa_eager     tp_allreduce_graph world 1 eager                                      ref, --measure-host
+#   tpa_eager     tp_allreduce_graph world 1 eager                                      ref, --measure-host, procs
 #   tpa_graph     tp_allreduce_graph world 1 cuda_graph                                 ref
 #   offload       offload                                                               ref
 #   ag_c1/c4/c8   allgather_mm world 1 M=16384, chunks 1 / 4 / 8 (fp32)                 ref
 #   ms_c4         matmul_streams (fp32 chunks 4)
-#   tpffn_tp1     tp_ffn tp=1                                                           ref
-#   held out: chain8_2k (gemm_chain 8 x 2048^3 bf16, ref), so_T64 (small_ops eager T=64, ref, --measure-host),
-#             tpw_eager (tp_allreduce world 1 eager, 96 layers of 2048x2048, ref, --measure-host),
+#   tpffn_tp1     tp_ffn tp=1                                                           ref, procs
+#   held out: chain8_2k (gemm_chain 8 x 2048^3 bf16, ref), so_T64 (small_ops eager T=64, ref, --measure-host, procs),
+#             tpw_eager (tp_allreduce world 1 eager, 96 layers of 2048x2048, ref, --measure-host, procs),
 #             ms_bf16_c16 (matmul_streams bf16 chunks 16), ag_bf16_c4 (allgather_mm world 1 bf16 chunks 4, ref),
 #             so_seg (schedules/small_ops_segment.yaml: half its layers one CUDA graph segment on two streams beside
 #             eager ops), gbn_w1 (graph_beside_nccl world 1: a one-stream graph relaunched per layer beside eager
@@ -38,7 +42,7 @@
 # 8 and 1; ~30 s) into OUT/whatif.tgz: issue 37's what-if against a second real run, replayed on CPU.
 set -uo pipefail
 OUT=${OUT:-one_gpu_suite_out}; W=/tmp/one_gpu_work; rm -rf $W; mkdir -p "$OUT" $W
-BUDGET=${BUDGET:-540}
+BUDGET=${BUDGET:-540}; PROCS=${PROCS:-4}
 . benchmarks/device_env.sh
 python3 setup.py -q build_ext --inplace > $W/build.log 2>&1 || echo "no compiled waves loop (Python loop)"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader | tee "$W/gpu.txt"
@@ -101,7 +105,8 @@ fi
 [ -f "$PROF" ] || PROF=h200
 grep -E "\[power\]|plain PyTorch host" $W/calibrate.log 2>/dev/null | cut -c1-300
 want() { [ -z "${CASES:-}" ] || [[ " $CASES " == *" $1 "* ]]; }
-# case TAG SCHEDULE "SETS" "EXECUTE FLAGS" REF "REF FLAGS" [MEASURE_HOST] [ENV]
+# case TAG SCHEDULE "SETS" "EXECUTE FLAGS" REF "REF FLAGS" [mh|procs] [ENV]  (mh: --measure-host and PROCS processes;
+# procs: PROCS processes)
 case_() {
   local tag=$1 sched=$2 sets=$3 xf=$4 ref=$5 rf=$6 mh=${7:-} envset=${8:-}
   want "$tag" || return 0
@@ -119,7 +124,7 @@ case_() {
       $sets $rf --iters 20 --warmup 25 --out "$d/handwritten.json" > "$d/ref.log" 2>&1 || echo "$tag ref FAILED ($?)"
     tail -1 "$d/ref.log"
   fi
-  if [ -n "$mh" ] && [ "$SECONDS" -lt "$BUDGET" ]; then
+  if [ "$mh" = mh ] && [ "$SECONDS" -lt "$BUDGET" ]; then
     # shellcheck disable=SC2086
     timeout 100 python3 -m torch.distributed.run --standalone --nproc-per-node 1 -m schedsim execute "$sched" \
       $sets $xf --no-gantt --compare --measure-host --profile "$PROF" --iters 20 --warmup 5 --timeout 60 \
@@ -130,7 +135,24 @@ case_() {
       "benchmarks/accuracy/handwritten/$ref" $sets $rf --iters 20 --warmup 25 --out "$d/rep2/handwritten.json" \
       > "$d/ref2.log" 2>&1 || echo "$tag ref 2 FAILED ($?)"; tail -1 "$d/ref2.log"; }
   fi
-  python3 benchmarks/accuracy/suite_summary.py case "$d" "$tag" > /dev/null || true
+  if [ -n "$mh" ]; then  # host-bound: PROCS execute and PROCS reference processes in all, alternated; the extra
+    # ones cheap (no --compare, --profiler, --measure-host): only their makespans and host-thread columns are read
+    local i first=2; [ "$mh" = mh ] && first=3
+    for i in $(seq "$first" "$PROCS"); do
+      [ "$SECONDS" -lt "$BUDGET" ] || { echo "$tag: processes $i.. skipped: budget"; break; }
+      mkdir -p "$d/rep$i"
+      # shellcheck disable=SC2086
+      timeout 100 python3 -m torch.distributed.run --standalone --nproc-per-node 1 -m schedsim execute "$sched" \
+        $sets ${xf//--profiler/} --no-gantt --iters 20 --warmup 5 --timeout 60 --out "$d/rep$i/execute" \
+        > "$d/x$i.log" 2>&1 || echo "$tag execute $i FAILED ($?)"
+      # shellcheck disable=SC2086
+      [ -n "$ref" ] && { timeout 60 python3 -m torch.distributed.run --standalone --nproc-per-node 1 \
+        "benchmarks/accuracy/handwritten/$ref" $sets $rf --iters 20 --warmup 25 --out "$d/rep$i/handwritten.json" \
+        > "$d/ref$i.log" 2>&1 || echo "$tag ref $i FAILED ($?)"; }
+      rm -f "$d/rep$i/execute/trace.json"
+    done
+  fi
+  python3 benchmarks/accuracy/suite_summary.py case "$d" "$tag" --line || true
   find "$d" -name trace.json -delete; find "$d" -name 'kineto_rank*.json.gz' -delete
   tar czf "$OUT/runs.tgz" -C $W . 2>/dev/null
 }
@@ -148,7 +170,7 @@ case_ ag_c1 $S/allgather_mm.yaml "$AGS --set chunks=1" "$P" allgather_mm.py ""
 case_ ag_c8 $S/allgather_mm.yaml "$AGS --set chunks=8" "$P" allgather_mm.py ""
 [ "${WAIT_AB:-1}" = 2 ] && case_ ag_c8_sleep $S/allgather_mm.yaml "$AGS --set chunks=8" "" "" "" "" SCHEDSIM_WAIT=sleep
 case_ ms_c4 $S/matmul_streams.yaml "" "$P" "" ""
-case_ tpffn_tp1 $S/tp_ffn.yaml "--set tp=1" "$P" tp_ffn.py ""
+case_ tpffn_tp1 $S/tp_ffn.yaml "--set tp=1" "$P" tp_ffn.py "" procs
 case_ chain8_2k benchmarks/data/gemm_chain.yaml "--set count=8 --set M=2048 --set N=2048 --set K=2048" "$P" gemm_chain.py ""
 case_ so_T64 $S/small_ops_graph.yaml "--set T=64" "--eager $P" small_ops.py "" mh
 case_ tpw_eager $S/tp_allreduce_graph.yaml "$ONE --set layers=96 --set input_size=2048 --set output_size=2048" \

@@ -1,8 +1,9 @@
 """Summaries for ``benchmarks/accuracy/two_gpu_suite.sh``: one small JSON + CSV per case, then one table of all cases.
 
-    python3 benchmarks/accuracy/suite_summary.py case DIR NAME [--note TEXT]
+    python3 benchmarks/accuracy/suite_summary.py case DIR NAME [--note TEXT] [--line]
         DIR holds ``execute/`` (``schedsim execute --compare`` output) and ``handwritten.json``
-        (a ``benchmarks/accuracy/handwritten`` reference); writes DIR/summary.json and DIR/summary.csv.
+        (a ``benchmarks/accuracy/handwritten`` reference); writes DIR/summary.json and DIR/summary.csv and prints
+        the row as JSON (``--line``: one line on its processes, :func:`spread_line`, for a case run in several).
     python3 benchmarks/accuracy/suite_summary.py collect WORK OUT
         gathers WORK/*/summary.json into OUT/summary.csv, OUT/summary.json and OUT/summary.md.
 
@@ -15,10 +16,15 @@ late starts = iterations in which a rank began after the aligned start (``execut
 ``execute/handwritten`` (the execute count includes its warm-up and instrumented iterations).
 
 Host-bound cases run in several fresh processes, alternating execute and reference (``two_gpu_suite.sh``:
-``HOST_REPEAT``; repeats 2.. in ``DIR/rep<N>/``): a host-bound sub-millisecond case moves by 5–10 % between
-processes (small_ops eager on one H200, 2026-12-01 02:53–02:57 UTC, ``benchmarks/probes/run.sh host_spread``), so
-``measured_ms`` and ``handwritten_ms`` are then the medians over the processes' medians, ``processes`` their
-count and ``*_min_ms``/``*_max_ms`` their range; the makespan error is against that median.
+``HOST_REPEAT``; ``one_gpu_suite.sh``: ``PROCS``; repeats 2.. in ``DIR/rep<N>/``): a host-bound sub-millisecond
+case moves by 5–10 % between processes (small_ops eager on one H200, 2026-12-01 02:53–02:57 UTC,
+``benchmarks/probes/run.sh host_spread``) and by up to 2× on some H100 machines, whose processes run in a fast or
+a slow mode (docs/validation.md, "the host-bound process spread"), so ``measured_ms`` and ``handwritten_ms`` are
+then the medians over the processes' medians, ``processes`` their count and ``*_min_ms``/``*_max_ms`` their range;
+the makespan error is against that median. ``*_drift_flagged``: how many of those processes changed speed while
+they ran (their timed iterations' quarter medians more than ``schedsim.compare.DRIFT_WARN`` apart, the warning of
+``compare``); ``*_slow_processes``: how many ran more than ``DRIFT_WARN`` × the fastest process of their side (the
+slow mode).
 """
 
 from __future__ import annotations
@@ -33,7 +39,8 @@ from typing import Any
 FIELDS = ["case", "status", "world_size", "launch", "max_connections", "predicted_ms", "measured_ms",
           "measured_per_op_timed_ms", "makespan_error_pct", "per_op_median_error_pct", "handwritten_ms",
           "executor_overhead_pct", "late_starts", "note", "processes", "measured_min_ms", "measured_max_ms",
-          "handwritten_min_ms", "handwritten_max_ms"]
+          "handwritten_min_ms", "handwritten_max_ms", "measured_drift_flagged", "handwritten_drift_flagged",
+          "measured_slow_processes", "handwritten_slow_processes"]
 
 
 def _load(p: Path) -> Any:
@@ -47,20 +54,49 @@ def _r(x: float | None, nd: int = 4) -> float | None:
     return None if x is None else round(x, nd)
 
 
+def _process_records(d: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """A case folder's processes, ``DIR`` and every ``DIR/rep<N>/`` (those that wrote nothing left out):
+    ``[{"median_s", "iters_s"}]`` for execute (``meta.makespan_uninstrumented_s`` and
+    ``meta.makespan_uninstrumented_iters_s`` of ``execute/timeline.json``) and for the reference
+    (``makespan_median_s`` and ``makespans_s`` of ``handwritten.json``); seconds, ``iters_s`` [] when absent."""
+    meas: list[dict[str, Any]] = []
+    ref: list[dict[str, Any]] = []
+    for sub in [d, *sorted(d.glob("rep*"))]:
+        m = ((_load(sub / "execute" / "timeline.json") or {}).get("meta") or {})
+        if m.get("makespan_uninstrumented_s"):
+            meas.append({"median_s": float(m["makespan_uninstrumented_s"]),
+                         "iters_s": list(m.get("makespan_uninstrumented_iters_s") or [])})
+        hw = _load(sub / "handwritten.json")
+        if hw and hw.get("makespan_median_s"):
+            ref.append({"median_s": float(hw["makespan_median_s"]), "iters_s": list(hw.get("makespans_s") or [])})
+    return meas, ref
+
+
 def process_medians(d: Path) -> tuple[list[float], list[float]]:
     """Per-process medians (seconds) of a case folder: execute's uninstrumented makespans and the reference's
     median makespans, from ``DIR`` and every ``DIR/rep<N>/`` (processes that wrote nothing are left out)."""
-    meas: list[float] = []
-    ref: list[float] = []
-    for sub in [d, *sorted(d.glob("rep*"))]:
-        tl = _load(sub / "execute" / "timeline.json")
-        v = ((tl or {}).get("meta") or {}).get("makespan_uninstrumented_s")
-        if v:
-            meas.append(float(v))
-        hw = _load(sub / "handwritten.json")
-        if hw and hw.get("makespan_median_s"):
-            ref.append(float(hw["makespan_median_s"]))
-    return meas, ref
+    meas, ref = _process_records(d)
+    return [p["median_s"] for p in meas], [p["median_s"] for p in ref]
+
+
+def process_spread(procs: list[dict[str, Any]]) -> dict[str, int]:
+    """Of one side's processes (:func:`_process_records`): ``drift_flagged``, how many changed speed while they
+    ran (:func:`schedsim.compare.iteration_drift` of their timed iterations above
+    :data:`schedsim.compare.DRIFT_WARN`, ``compare``'s warning; a process with fewer than 8 iterations is not
+    judged), and ``slow``, how many have a median above ``DRIFT_WARN`` × the fastest process's (the slow mode of
+    a bimodal machine). Zero each for no process.
+
+    >>> process_spread([{"median_s": 2.0, "iters_s": [2.0] * 8}, {"median_s": 3.3, "iters_s": [2.0] * 4 + [3.3] * 4}])
+    {'drift_flagged': 1, 'slow': 1}
+    """
+    from schedsim.compare import DRIFT_WARN, iteration_drift
+
+    flagged = 0
+    for p in procs:
+        got = iteration_drift({"makespan_uninstrumented_iters_s": p["iters_s"]})
+        flagged += got is not None and got[0] > DRIFT_WARN
+    fastest = min((p["median_s"] for p in procs), default=0.0)
+    return {"drift_flagged": flagged, "slow": sum(p["median_s"] > DRIFT_WARN * fastest for p in procs)}
 
 
 def case_summary(d: Path, name: str, note: str = "") -> dict[str, Any]:
@@ -89,9 +125,15 @@ def case_summary(d: Path, name: str, note: str = "") -> dict[str, Any]:
             row["makespan_error_pct"] = _r(err * 100, 2) if err is not None else None
             med = (cmp_.get("ops") or {}).get("median_abs_error")
             row["per_op_median_error_pct"] = _r(med * 100, 2) if med is not None else None
-    meas, ref = process_medians(d)
+    procs = _process_records(d)
+    meas, ref = ([p["median_s"] for p in side] for side in procs)
     if len(meas) > 1 or len(ref) > 1:
         row["processes"] = max(len(meas), len(ref))
+        for side, got in zip(("measured", "handwritten"), procs, strict=True):
+            if got:
+                spread = process_spread(got)
+                row.update({f"{side}_drift_flagged": spread["drift_flagged"],
+                            f"{side}_slow_processes": spread["slow"]})
         if meas:
             row.update(measured_ms=_r(statistics.median(meas) * 1e3), measured_min_ms=_r(min(meas) * 1e3),
                        measured_max_ms=_r(max(meas) * 1e3))
@@ -114,6 +156,28 @@ def case_summary(d: Path, name: str, note: str = "") -> dict[str, Any]:
     return row
 
 
+def spread_line(row: dict[str, Any]) -> str:
+    """One line on a case measured in several processes (:func:`case_summary`'s row; ms): each side's median over
+    processes, its min and max, and how many processes the drift warning flagged and ran slow; "" for one process.
+
+    >>> for part in spread_line({"case": "tpa_eager", "processes": 4, "measured_ms": 0.26, "measured_min_ms": 0.237,
+    ...     "measured_max_ms": 0.411, "measured_drift_flagged": 1, "measured_slow_processes": 1,
+    ...     "handwritten_ms": 0.335, "handwritten_min_ms": 0.238, "handwritten_max_ms": 0.421}).split("; "):
+    ...     print(part)
+    tpa_eager, 4 processes: execute 0.26 ms [0.237, 0.411], drift-flagged 1, slow 1
+    hand-written 0.335 ms [0.238, 0.421], drift-flagged -, slow -
+    """
+    if not row.get("processes"):
+        return ""
+    def side(name: str, key: str) -> str:
+        def g(k: str) -> Any:
+            return "-" if row.get(k) is None else row[k]
+        return (f"{name} {g(key + '_ms' if key == 'handwritten' else 'measured_ms')} ms [{g(key + '_min_ms')}, "
+                f"{g(key + '_max_ms')}], drift-flagged {g(key + '_drift_flagged')}, slow {g(key + '_slow_processes')}")
+    return (f"{row['case']}, {row['processes']} processes: {side('execute', 'measured')}; "
+            f"{side('hand-written', 'handwritten')}")
+
+
 def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=FIELDS)
@@ -127,7 +191,10 @@ def collect(work: Path, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     _write_csv(out / "summary.csv", rows)
     (out / "summary.json").write_text(json.dumps(rows, indent=1))
-    fmt = lambda x: "" if x is None else str(x)
+
+    def fmt(x: Any) -> str:
+        return "" if x is None else str(x)
+
     lines = ["| " + " | ".join(FIELDS) + " |", "|" + "---|" * len(FIELDS)]
     lines += ["| " + " | ".join(fmt(r.get(k)) for k in FIELDS) + " |" for r in rows]
     (out / "summary.md").write_text("\n".join(lines) + "\n")
@@ -138,7 +205,8 @@ if __name__ == "__main__":
     a = sys.argv[1:]
     if a and a[0] == "case" and len(a) >= 3:
         note = a[a.index("--note") + 1] if "--note" in a else ""
-        print(json.dumps(case_summary(Path(a[1]), a[2], note)))
+        got = case_summary(Path(a[1]), a[2], note)
+        print(spread_line(got) if "--line" in a else json.dumps(got))
     elif a and a[0] == "collect" and len(a) == 3:
         collect(Path(a[1]), Path(a[2]))
     else:

@@ -221,3 +221,56 @@ def test_sm_stream_record_sets_the_profile_field_and_says_where() -> None:
     C._set_sm_stream(d, {"free_sms": 4, "gemm_ctas": 128, "bytes": 12.6e6, "GBps_per_sm": 71.3, "runs": 5}, "here")
     assert d["gpu"]["sm_stream_GBps"] == 71.3
     assert "12.6 MB on the 4 SMs a 128-CTA bf16 GEMM leaves free" in d["gpu"]["source"]
+
+
+def test_graph_replay_figures_by_hand_on_a_stand_in_device():
+    """executor.calibrate_graph.graph_replay_figures with a stand-in torch (the CUDA calls recorded, the clocks
+    fixed): a 300-node chain timed at 600 µs is 2.0 µs a node; the event pair around the one-node replay reads
+    8.9 µs, so the graph starts 8.9 - 2.0 = 6.9 µs after the event; 200 timed replays of the one-node graph
+    (graph_launch_us), 103 more for the start (3 untimed), 10 timed chains by ``time_one``."""
+    from contextlib import contextmanager
+    from types import SimpleNamespace
+
+    from executor.calibrate_graph import graph_replay_figures
+
+    calls: dict[str, int] = {"replay1": 0, "replayN": 0, "matmul": 0}
+
+    class Graph:
+        def __init__(self) -> None:
+            self.nodes = 0
+
+        def replay(self) -> None:
+            calls["replay1" if self.nodes == 1 else "replayN"] += 1
+
+    current: list[Graph] = []
+
+    @contextmanager
+    def graph(g: Graph, stream: object = None):
+        current.append(g)
+        yield
+        current.pop()
+
+    def matmul(a: object, b: object, out: object = None) -> None:
+        calls["matmul"] += 1
+        if current:
+            current[-1].nodes += 1
+
+    tensor = SimpleNamespace(to=lambda dt: "t")
+    cuda = SimpleNamespace(Stream=lambda device=None: "s", CUDAGraph=Graph, graph=graph, synchronize=lambda *a: None,
+                           Event=lambda enable_timing=False: SimpleNamespace(record=lambda: None,
+                                                                             elapsed_time=lambda other: 0.0089))
+    torch = SimpleNamespace(cuda=cuda, matmul=matmul, bfloat16="bf16", rand=lambda *a, **k: tensor,
+                            empty=lambda *a, **k: "c")
+
+    def time_one(fn, iters=None):
+        for _ in range(iters):
+            fn()
+        return 600e-6
+
+    b = SimpleNamespace(torch=torch, cuda=True, ctx=SimpleNamespace(device="cuda:0"), sync=lambda: None,
+                        time_one=time_one)
+    got = graph_replay_figures(b)
+    assert got["graph_node_gpu_us"] == pytest.approx(2.0)
+    assert got["graph_start_us"] == pytest.approx(6.9)
+    assert got["graph_launch_us"] >= 0.0
+    assert calls == {"replay1": 200 + 103, "replayN": 10, "matmul": 301}

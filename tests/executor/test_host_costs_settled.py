@@ -64,3 +64,55 @@ def test_measure_host_runs_under_the_collector_of_the_timed_loops(monkeypatch):
     assert seen == [("timed", False, True), ("host", False, True)]
     assert p.host_costs == {"eager_per_op_us": 1.0}
     assert gc.isenabled() == was and gc.get_freeze_count() == 0
+
+
+def test_measure_host_and_the_profiler_run_after_every_timed_iteration(monkeypatch):
+    """execute --measure-host --profiler: the order of a process's phases. Once a profiler has run, a process's
+    launches cost more (one H100, 2026-12-07: 12.3 -> 22.1 µs per matmul call, benchmarks/probes/host/
+    call_patterns.py --only after_profiler), so a measurement before the timed iterations would slow the very
+    makespans it is compared with. The real ``run`` and ``_timed``: warm-up, instrumented, the uninstrumented
+    loop's warm-up, the timed uninstrumented iterations, the stamped ones, then the host costs, then the profiler."""
+    from executor import calibrate_host
+    from executor.runtime import RankRunner, RunOptions, _Times
+
+    seen: list[str] = []
+
+    class Probe(RankRunner):
+        def __new__(cls, *a: Any, **k: Any) -> Probe:
+            return object.__new__(cls)
+
+        def __init__(self) -> None:
+            self.opts = RunOptions(warmup=2, iters=3, lean_iters=4, measure_host=True, profiler=True)
+            self.ctx, self.clock, self.times, self.profile_iters = None, None, _Times(), 1
+            self.log = lambda msg: None
+
+        def _prepare(self) -> None:
+            seen.append("prepare")
+
+        def _one(self, record: bool, profile: bool = False) -> Any:
+            seen.append(f"{self.phase} {self.iteration}")
+            return 0, [0.0], [1.0]
+
+        def _lean(self) -> tuple[int, float]:
+            seen.append(f"{self.phase} {self.iteration}")
+            return 0, 1.0
+
+        def _host_call_iters(self, o: Any) -> int:
+            return 2
+
+        def _lean_stamped(self) -> list[float]:
+            seen.append(f"stamped {self.iteration}")
+            return [1.0]
+
+        def _profile(self, base: int) -> Any:
+            seen.append(f"profiled {base}")
+            return "trace"
+
+    monkeypatch.setattr(calibrate_host, "measure_here", lambda ctx: seen.append("host costs") or {"x": 1.0})
+    p = Probe()
+    assert p.run() is p.times
+    assert seen == ["warm-up -2", "warm-up -1", "prepare", "timed 0", "timed 1", "timed 2",
+                    "uninstrumented 3", "uninstrumented 4",  # the uninstrumented loop's own warm-up (untimed)
+                    "uninstrumented 5", "uninstrumented 6", "uninstrumented 7", "uninstrumented 8",
+                    "stamped 9", "stamped 10", "host costs", "profiled 11"]
+    assert len(p.times.lean) == 4 and p.host_costs == {"x": 1.0} and p.prof_trace == "trace"

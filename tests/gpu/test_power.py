@@ -169,16 +169,34 @@ def test_a_duty_bound_under_the_curve_skips_the_union():
 
 
 def test_calibrates_curve_divides_out_the_idle_gap_cost_and_is_monotone():
-    """executor/calibrate_power.curve_from on the 2026-12-01 calibrate run's ratios (one H200): the lowest duty's
-    ratio (1.0252, the cost of a GEMM after an idle gap) divides every duty < 1; back to back is kept as is."""
+    """executor/calibrate_power.curve_from on the 2026-12-01 calibrate run's ratios (one H200): the smallest ratio
+    below duty 1 (1.0252, the lowest duty's here: the cost of a GEMM after an idle gap) divides every duty < 1;
+    back to back is kept as is."""
     from executor.calibrate_power import curve_from
 
     got = curve_from({0.444: 1.0252, 0.59: 1.0268, 0.735: 1.0567, 0.881: 1.1253, 1.0: 1.1807})
     assert got == [[0.444, 1.0], [0.59, round(1.0268 / 1.0252, 4)], [0.735, round(1.0567 / 1.0252, 4)],
                    [0.881, round(1.1253 / 1.0252, 4)], [1.0, 1.1807]]
-    # a dip is flattened (non-decreasing), and leading points at 1.0 collapse into the last of them
+    # a dip is flattened (non-decreasing); the smallest low-duty ratio (1.04 at 0.5) is the divisor and the duty
+    # below it (0.3, 1.05: a longer gap's cost) is dropped
     assert curve_from({0.3: 1.05, 0.5: 1.04, 0.7: 1.10, 0.9: 1.08, 1.0: 1.2}) == [
-        [0.5, 1.0], [0.7, round(1.10 / 1.05, 4)], [0.9, round(1.10 / 1.05, 4)], [1.0, 1.2]]
+        [0.5, 1.0], [0.7, round(1.10 / 1.04, 4)], [0.9, round(1.10 / 1.04, 4)], [1.0, 1.2]]
+
+
+def test_a_lowest_duty_read_above_the_next_does_not_flatten_the_curve():
+    """One H100 calibration (2026-12-07 08:12 UTC, calibrated.json's power points at the duties reached): duty
+    0.436 read 1.1156, above 0.585's 1.0399. Divided by the lowest duty's ratio, the curve read 1.0088 at 0.866
+    (1.1254 / 1.1156) where that machine's calibrations of the evening before and of 00:36 UTC read 1.10-1.12,
+    and allgather_mm bf16 chunks 4 was predicted −9.9 %. By hand, divided by 1.0399 from duty 0.585 on: 0.728
+    1.0502 / 1.0399 = 1.0099, 0.866 1.1254 / 1.0399 = 1.0822; back to back 1.1808 as measured."""
+    from executor.calibrate_power import curve_from
+
+    got = curve_from({0.436: 1.1156, 0.585: 1.0399, 0.728: 1.0502, 0.866: 1.1254, 1.0: 1.1808})
+    assert got == [[0.585, 1.0], [0.728, 1.0099], [0.866, 1.0822], [1.0, 1.1808]]
+    # the 00:36 UTC calibration of the same machine, lowest duty 1.0278 against 1.0247 at 0.589: barely moved
+    # (0.873: 1.1333 / 1.0247 = 1.106 against 1.1027 before)
+    assert curve_from({0.444: 1.0278, 0.589: 1.0247, 0.73: 1.0412, 0.873: 1.1333, 1.0: 1.1756}) == [
+        [0.589, 1.0], [0.73, 1.0161], [0.873, 1.106], [1.0, 1.1756]]
 
 
 def test_a_run_shorter_than_the_limiters_onset_keeps_the_tables_speed():

@@ -1,0 +1,80 @@
+"""benchmarks/accuracy/suite_summary.py on a case measured in several processes: the medians over processes, their
+range, and how many processes the drift warning flagged and ran in the slow mode, on the real iterations of one H100
+machine (tp_allreduce_graph world 1 eager, four `schedsim execute` and four hand-written processes alternated,
+2026-12-07 08:31-08:38 UTC; docs/validation.md, "the host-bound process spread")."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+DATA = ROOT / "tests" / "data" / "tpa_eager_h100_processes.json"  # each process's iterations, µs, as written
+
+
+def _summary_module():
+    spec = importlib.util.spec_from_file_location("suite_summary", ROOT / "benchmarks/accuracy/suite_summary.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _median(xs: list[float]) -> float:
+    s = sorted(xs)
+    return (s[len(s) // 2 - 1] + s[len(s) // 2]) / 2
+
+
+def _case(tmp_path: Path) -> Path:
+    d = tmp_path / "tpa_eager"
+    runs = json.loads(DATA.read_text())
+    assert [len(p) for side in ("execute_us", "reference_us") for p in runs[side]] == [20] * 8
+    for i, (ex, ref) in enumerate(zip(runs["execute_us"], runs["reference_us"], strict=True)):
+        sub = d if i == 0 else d / f"rep{i + 1}"
+        (sub / "execute").mkdir(parents=True)
+        meta = {"makespan_uninstrumented_s": _median(ex) * 1e-6, "makespan_uninstrumented_iters_s":
+                [x * 1e-6 for x in ex]}
+        (sub / "execute" / "timeline.json").write_text(json.dumps({"world_size": 1, "launch": "eager", "meta": meta}))
+        (sub / "handwritten.json").write_text(json.dumps({"makespan_median_s": _median(ref) * 1e-6,
+                                                         "makespans_s": [x * 1e-6 for x in ref]}))
+    (d / "execute" / "compare").mkdir()
+    (d / "execute" / "compare" / "compare.json").write_text(json.dumps(
+        {"makespan": {"pred_s": 235.2e-6, "error": 0.0, "uninstrumented": {"pred_s": 235.2e-6}}, "ops": {}}))
+    return d
+
+
+def test_a_case_in_four_processes_reports_their_median_range_drift_and_slow_mode(tmp_path):
+    """By hand: the execute processes' medians 236.55, 256.3, 410.9, 263.65 µs (median 259.975, range 236.55-410.9);
+    the references' 238.5, 415.9, 253.85, 421.25 (median 334.875). Quarter medians (5 iterations each): execute
+    process 2 294.0, 274.1, 247.0, 240.5 (1.22x > 1.15: flagged; process 4 287.5/250.7 = 1.147: not), reference 3
+    299.6, 248.3, 238.7, 265.6 (1.26x: flagged). Slow: above 1.15 x the fastest (236.55 -> 272.0; 238.5 -> 274.3):
+    execute 410.9, one; reference 415.9 and 421.25, two. Error 235.2 / 259.975 - 1 = -9.53 %."""
+    row = _summary_module().case_summary(_case(tmp_path), "tpa_eager")
+    assert row["processes"] == 4
+    assert row["measured_ms"] == pytest.approx(0.26, abs=1e-4)
+    assert (row["measured_min_ms"], row["measured_max_ms"]) == pytest.approx((0.2366, 0.4109), abs=1.1e-4)
+    assert row["handwritten_ms"] == pytest.approx(0.3349, abs=1e-4)
+    assert (row["handwritten_min_ms"], row["handwritten_max_ms"]) == pytest.approx((0.2385, 0.4213), abs=1.1e-4)
+    assert (row["measured_drift_flagged"], row["handwritten_drift_flagged"]) == (1, 1)
+    assert (row["measured_slow_processes"], row["handwritten_slow_processes"]) == (1, 2)
+    assert row["makespan_error_pct"] == pytest.approx(-9.53, abs=0.01)
+    assert row["predicted_ms"] == pytest.approx(0.2352)
+    line = _summary_module().spread_line(row)
+    assert line.startswith("tpa_eager, 4 processes: execute 0.26 ms [")
+    assert "drift-flagged 1, slow 1; hand-written 0.3349 ms [" in line and line.endswith("drift-flagged 1, slow 2")
+
+
+def test_one_process_reports_no_spread(tmp_path):
+    """A case run once (GPU-bound cases): no process count, range or flags, as before."""
+    d = tmp_path / "chain2"
+    (d / "execute").mkdir(parents=True)
+    (d / "execute" / "timeline.json").write_text(json.dumps(
+        {"world_size": 1, "launch": "eager", "meta": {"makespan_uninstrumented_s": 373e-6,
+                                                      "makespan_uninstrumented_iters_s": [373e-6] * 20}}))
+    row = _summary_module().case_summary(d, "chain2")
+    assert row["measured_ms"] == pytest.approx(0.373)
+    assert row["processes"] is None and row["measured_drift_flagged"] is None and row["measured_slow_processes"] is None
+    assert _summary_module().spread_line(row) == ""
