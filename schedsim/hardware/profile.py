@@ -377,13 +377,10 @@ class Nics(_B):
     per_node: int = Field(gt=0, description="Compute NICs per node.")
     bandwidth_Gbps: float = Field(gt=0, description="Line rate of one NIC, Gb/s (NCCL: speed / 8000 GB/s; "
                                   "400 Gb/s NDR -> 50 GB/s).")
-    goodput_GBps: float | None = Field(default=None, gt=0, description="GB/s one NIC moves for send/recv (and "
-                                       "all_to_all, built from them) and as a shared link: RDMA's goodput, below "
-                                       "line rate by the transport's headers and the NIC's and PCIe's own overhead. "
-                                       "NCCL has no p2p bandwidth model, and its rings and trees keep their own "
-                                       "channel speeds (src/graph/search.cc), which never exceed NCCL's fastest "
-                                       "inter-node speed at or below the NIC's (48 GB/s for 400 Gb/s, 96 for 800). "
-                                       "At most bandwidth_Gbps / 8. None: bandwidth_Gbps / 8.")
+    goodput: float | None = Field(default=None, gt=0, le=1, description="Share of line rate a NIC moves for "
+                                  "send/recv and all_to_all and as a shared link (RDMA's goodput: NDR ConnectX-7 "
+                                  "46-49 of 50 GB/s). NCCL's rings and trees keep their channel speeds (src/graph/"
+                                  "search.cc: at most 48 GB/s on 400 Gb/s). None: 1 (line rate).")
     gpu_to_nic: list[NonNegativeInt] | None = Field(
         default=None, description="Local GPU i uses NIC gpu_to_nic[i]; default: GPU i on NIC i * per_node // "
         "gpus_per_node (rail-optimised when per_node == gpus_per_node).")
@@ -419,16 +416,6 @@ class Nics(_B):
     @classmethod
     def _transport_latency(cls, data: Any) -> Any:
         return with_transport_latency(data)
-
-    @field_validator("goodput_GBps")
-    @classmethod
-    def _goodput_within_line_rate(cls, v: float | None, info: ValidationInfo) -> float | None:
-        line = info.data.get("bandwidth_Gbps")
-        if v is not None and line is not None and v > line / 8.0 + 1e-9:
-            raise ValueError(f"goodput_GBps {v:g} is above the line rate: bandwidth_Gbps {line:g} / 8 = "
-                             f"{line / 8.0:g} GB/s; give at most that, or null for line rate (a profile whose "
-                             "base has faster NICs inherits the base's goodput_GBps: state this NIC's)")
-        return v
 
     @field_validator("gpu_to_nic")
     @classmethod

@@ -421,13 +421,11 @@ class NcclNetwork:
         return bw
 
     def _nic_goodput(self, shape: GroupShape) -> float:
-        """GB/s one send/recv stream moves through its NIC: ``topology.nics.goodput_GBps`` (RDMA's goodput; line
-        rate / 8 where the profile gives none), divided by the fabric's oversubscription when the group crosses
-        leaves, as :meth:`_nic_bw`."""
+        """GB/s one send/recv stream moves through its NIC: :meth:`_nic_bw` (line rate / 8, over the fabric's
+        oversubscription when the group crosses leaves) × ``topology.nics.goodput`` (RDMA's share of line rate;
+        1 where the profile gives none)."""
         nics = self.topo.nics
-        if nics is None or nics.goodput_GBps is None:
-            return self._nic_bw(shape)
-        return self._nic_bw(shape) * nics.goodput_GBps / (nics.bandwidth_Gbps / 8.0)
+        return self._nic_bw(shape) * ((nics.goodput or 1.0) if nics is not None else 1.0)
 
     def _lat_inter(self) -> float:
         """µs NCCL adds to its network hop: ``graph->latencyInter``, the net plugin's ``props->latency``
