@@ -321,13 +321,14 @@ def main() -> None:
     ap.add_argument("--transport-check", action="store_true",
                     help="fit a transport's latency (GPUDirect-TCPXO, GCP's RoCE) on one log's latency-bound rows "
                          "and print that transport's rows with it")
+    ap.add_argument("--curve", action="store_true",
+                    help="every size of the 2-node InfiniBand log (NVIDIA/nccl-tests#309) against the model, with the "
+                         "error against its out-of-place and in-place times")
     args = ap.parse_args()
-    if args.sensitivity:
-        sensitivity()
-        return
-    if args.transport_check:
-        transport_check()
-        return
+    for flag, run in (("curve", curve), ("sensitivity", sensitivity), ("transport_check", transport_check)):
+        if getattr(args, flag):
+            run()
+            return
     out = []
     for row in ROWS:
         us, choice = predict(row)
@@ -490,6 +491,26 @@ def kind_check(with_latency: Any) -> None:
             print(f"  {row.run[:38] + ' ' + str(row.nbytes) + ' B':50} {row.us:>8.1f}us "
                   f"{100 * (t0 + ha * a - row.us) / row.us:>+7.1f}% {100 * (t0 + hb * b - row.us) / row.us:>+7.1f}%"
                   f"{' *' if row.unsourced else ''}")
+
+
+def curve() -> None:
+    """Every size of NCCL_309_2N's log (tests/data/nccl_tests_309_h100_2x8_ib.log: 2 x 8 H100, 8x 400G IB, NCCL
+    2.26.2) against the model, with the error against both of the log's columns: where the out-of-place and in-place
+    times differ (the first iterations of a size), the in-place one shows what a size costs."""
+    from pathlib import Path
+
+    base = next(r for r in ROWS if r.source == NCCL_309_2N)
+    log = Path(__file__).resolve().parents[2] / "tests/data/nccl_tests_309_h100_2x8_ib.log"
+    print(f"{'size':>12} {'out-of-place':>12} {'in-place':>9} {'schedsim':>9} {'algo/proto':17} {'vs oop':>7} "
+          f"{'vs in':>7}")
+    for line in log.read_text().splitlines():
+        f = line.split()
+        if not f or line.startswith("#"):
+            continue
+        size, oop, inp = int(f[0]), float(f[5]), float(f[9])
+        us, choice = predict(replace(base, nbytes=size, us=oop))
+        print(f"{size:>12} {oop:>10.2f}us {inp:>7.2f}us {us:>7.2f}us {choice:17} {100 * (us - oop) / oop:>+6.1f}% "
+              f"{100 * (us - inp) / inp:>+6.1f}%")
 
 
 def sensitivity() -> None:

@@ -377,6 +377,10 @@ class Nics(_B):
     per_node: int = Field(gt=0, description="Compute NICs per node.")
     bandwidth_Gbps: float = Field(gt=0, description="Line rate of one NIC, Gb/s (NCCL: speed / 8000 GB/s; "
                                   "400 Gb/s NDR -> 50 GB/s).")
+    goodput: float | None = Field(default=None, gt=0, le=1, description="Share of line rate a NIC moves for "
+                                  "send/recv and all_to_all and as a shared link (RDMA's goodput; NCCL's maintainers: "
+                                  "48 GB/s per 400G NIC, 24 per 200G, 12 per 100G: .96). NCCL's rings and trees keep "
+                                  "their channel speeds (src/graph/search.cc). None: 1 (line rate).")
     gpu_to_nic: list[NonNegativeInt] | None = Field(
         default=None, description="Local GPU i uses NIC gpu_to_nic[i]; default: GPU i on NIC i * per_node // "
         "gpus_per_node (rail-optimised when per_node == gpus_per_node).")

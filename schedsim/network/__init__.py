@@ -420,6 +420,13 @@ class NcclNetwork:
             bw /= fab.oversubscription
         return bw
 
+    def _nic_goodput(self, shape: GroupShape) -> float:
+        """GB/s one send/recv stream moves through its NIC: :meth:`_nic_bw` (line rate / 8, over the fabric's
+        oversubscription when the group crosses leaves) × ``topology.nics.goodput`` (RDMA's share of line rate;
+        1 where the profile gives none)."""
+        nics = self.topo.nics
+        return self._nic_bw(shape) * ((nics.goodput or 1.0) if nics is not None else 1.0)
+
     def _lat_inter(self) -> float:
         """µs NCCL adds to its network hop: ``graph->latencyInter``, the net plugin's ``props->latency``
         (``topology.nics.latency_us``; ``ncclTopoCompute``, src/graph/search.cc). NCCL chooses with it."""
@@ -701,13 +708,14 @@ class NcclNetwork:
         """(latency µs, bandwidth GB/s, protocol) of one send/recv stream: LL up to :data:`P2P_LL_THRESHOLD`
         bytes, else Simple (or ``proto``); latency NCCL's ring baseLat plus one hwLat step of the tier (an
         assumption: tuning.cc has no p2p entry), bandwidth the ring graph's channels × speed inside a node
-        (NVLink) or the rank's NIC across nodes; LL at half of it, at most llMaxBw."""
+        (NVLink) or the rank's NIC's goodput across nodes (:meth:`_nic_goodput`); LL at half of it, at most
+        llMaxBw."""
         if proto is None:
             proto = "LL" if nbytes_per_peer <= P2P_LL_THRESHOLD else "Simple"
         if inter:
             lat, ll_cap = p2p_step("net", proto, self.arch, self.consts)
             lat += self._lat_inter() + self._lat_hop(shape)
-            bw = self._nic_bw(shape)
+            bw = self._nic_goodput(shape)
         else:
             lat, ll_cap = p2p_step("pci" if self.up.kind == "pcie" else "nvlink", proto, self.arch, self.consts)
             lat += self.up.latency_us

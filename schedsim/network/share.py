@@ -25,7 +25,8 @@ Flows (aggregated per link, never per rank pair)
       the weights of its NIC links of that direction in that leaf and rail.
 
     A send/recv's demand is the rate its bandwidth term drives the NIC at (:meth:`NcclNetwork.p2p`: the NIC's
-    line rate, over the oversubscription across the spine; LL at half). A collective's is its bytes per link over
+    goodput, line rate × ``topology.nics.goodput``, over the oversubscription across the spine; LL at
+    half); a NIC link carries that goodput. A collective's is its bytes per link over
     its solo time (its latency spread over the transfer: a fluid model). Both are capped at what the flow's links
     carry alone, so a flow alone always has share 1, and k send/recv that each fill one NIC get 1/k each.
 
@@ -325,7 +326,7 @@ def link_share(profile: HardwareProfile, world: int, gptr: Sequence[int] | np.nd
     nic_local = np.array([net.nic_of(x) for x in range(gpn)], I64)
     nic = node * per + nic_local[gpu % gpn]  # global NIC of each rank
     nodes = int(node.max()) + 1 if world else 0
-    nic_bw = nics.bandwidth_Gbps / 8.0 * 1e9
+    nic_bw = nics.bandwidth_Gbps / 8.0 * (nics.goodput or 1.0) * 1e9  # what a NIC moves (its goodput)
     fab = topo.fabric
     per_leaf = fab.nodes_per_leaf if fab is not None and fab.kind == "leaf_spine" and fab.oversubscription > 1.0 \
         else None
