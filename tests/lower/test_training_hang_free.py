@@ -49,8 +49,8 @@ def _texts() -> list[tuple[str, str]]:
     """(id, schedule text) of every combination Megatron accepts."""
     out = []
     for (opt, extra), tp, pp, cp, vpp, mbs, top in itertools.product(
-            OPTIONS.items(), (1, 2), (1, 2, 4), (1, 2), (None, 1), (1, 2), ("", "nccl_init: eager\n")):
-        if vpp is not None and pp == 1:
+            OPTIONS.items(), (1, 2), (1, 2, 4), (1, 2), (None, 1), (1, 4), ("", "nccl_init: eager\n")):
+        if (vpp is not None and pp == 1) or (mbs > 1 and top):
             continue
         if opt == "fsdp2" and (pp > 1 or cp > 1):
             continue
@@ -77,7 +77,7 @@ TEXTS = [(k, t) for k, t in _texts() if _accepted(t)]
 
 def test_the_grid_covers_every_setting() -> None:
     """Each option set is tried at tp 2 with pipelines, and the parallel sizes in many combinations."""
-    assert len(TEXTS) > 150
+    assert len(TEXTS) > 100
     for opt in OPTIONS:
         assert any(k.startswith(opt + "-tp2") for k, _t in TEXTS), opt
 
@@ -85,9 +85,9 @@ def test_the_grid_covers_every_setting() -> None:
 @pytest.mark.parametrize("symmetric", [False, True])
 def test_every_training_lowering_sweeps_hang_free(symmetric: bool) -> None:
     """The full sweep's verdict (rules 1-7) is the unswept one on every lowering of the grid: no hang, no rule-7
-    "may hang" case; the Program lowered with ``sweep=False`` is the same Program."""
+    "may hang" case; the Program lowered with ``sweep=False`` is the same Program (every fourth)."""
     swept = 0
-    for key, text in TEXTS:
+    for i, (key, text) in enumerate(TEXTS):
         spec = load_text(text)
         try:
             prog = lower(spec, check=False, symmetric=symmetric)
@@ -95,11 +95,13 @@ def test_every_training_lowering_sweeps_hang_free(symmetric: bool) -> None:
             continue
         assert check_arrays(prog) == check_arrays(prog, generated=True), key
         assert not check_arrays(prog).fault, key
+        swept += 1
+        if i % 4:
+            continue
         fast = lower(spec, symmetric=symmetric, warn=False, sweep=False)
         for k in ("tmpl", "rank", "seq", "name_id", "stream_id", "dep_idx", "coll_idx", "p2p"):
             np.testing.assert_array_equal(getattr(fast, k), getattr(prog, k), err_msg=f"{key} {k}")
-        swept += 1
-    assert swept > 150
+    assert swept > 100
 
 
 HANG = """\
