@@ -559,13 +559,6 @@ class _Ranks:
         #: lazy creation of that communicator, which the CP group of a real run never shares with the pipeline.
         self.lone = plan.v > 1
         self.protos: dict[tuple[int, ...], dict[tuple[int, str], list[tuple[str, int]]]] = {}
-        #: (id of a stage op list of self.lists, the rank's ring parities) -> the row stage_protos made of it, the
-        #: list's names -> their indices (ring order) and its entries whose items depend on the rank's groups or
-        #: rings (collectives, placed entries): a later call with that list makes only those anew, the compute
-        #: entries' templates being the same (one per distinct entry, StageTemplates). Not with hot lists (an
-        #: entry's template cache there is keyed by the list it came from) nor after a template of an entry's own.
-        self.skeletons: dict[tuple[int, tuple[bool, bool]], tuple[tuple[Any, ...], dict[str, int],
-                                                                  tuple[tuple[int, Entry], ...]]] = {}
         #: Per stage, the microbatch of its last backward (:func:`~schedsim.lower.pipeline_emitter.last_backward`),
         #: found once for every rank's ``overlap_grad_reduce``.
         self.last_bwd: dict[int, int] | None = None
@@ -622,7 +615,6 @@ class _Ranks:
         # a chunk's row serves the chunks sharing its lists (per_chunk_shape): one template per distinct entry, so
         # the row depends on the lists alone, but where an entry got a template of its own (StageTemplates.own)
         made: dict[tuple[int, str], list[Any]] = {}
-        parity = odd if self.lone and any(odd) else (False, False)  # the ring order's only input (_ring_order)
         for s in stages:
             for phase, lst in lists[s].items():
                 mk = (id(lists[s]), phase)
@@ -631,44 +623,29 @@ class _Ranks:
                     out[(s, phase)] = row
                     continue
                 own = self.templates.own
-                sk = self.skeletons.get((id(lst), parity))
-                if sk is not None:  # another call's row of this list: only its group's and ring's entries anew
-                    base, index, special = sk
-                    row = list(base)
-                    for k, o in special:
-                        row[k] = self._entry(o, index, group, ep_group, dp_group, ring, tp_ring, s, phase, k, hot)
-                else:
-                    src = lst
-                    lst = self._ring_order(lst, odd)
-                    index = {str(o["name"]): k for k, o in enumerate(lst)}
-                    row = [self._entry(o, index, group, ep_group, dp_group, ring, tp_ring, s, phase, k, hot)
-                           for k, o in enumerate(lst or [{"name": "noop", "kind": "compute", "duration_us": 0}])]
-                    if self.templates.own == own and self.hot_lists is self.lists:
-                        self.skeletons[(id(src), parity)] = (tuple(row), index, tuple(
-                            (k, o) for k, o in enumerate(lst) if o.get("tp") or "after" in o))
+                row = []
+                lst = self._ring_order(lst, odd)
+                index = {str(o["name"]): k for k, o in enumerate(lst)}
+                for k, o in enumerate(lst or [{"name": "noop", "kind": "compute", "duration_us": 0}]):
+                    coll = -1
+                    if o.get("tp"):
+                        grp = ep_group if o.get("group") == "ep" else dp_group if o.get("group") == "dp" else group
+                        coll = self.templates.comm(o, grp)
+                    if "after" in o:
+                        row.append(self._placed(o, index, ring, tp_ring, s, phase, k, coll))
+                        continue
+                    if coll >= 0:
+                        row.append((o["name"], coll))
+                        continue
+                    tid = self.compute.get((s, phase, k, hot))
+                    if tid is None:
+                        tid = self.compute[(s, phase, k, hot)] = self.templates.stage(o, k, phase)
+                    row.append((str(o["name"]), tid))
                 out[(s, phase)] = row
                 if self.templates.own == own:
                     made[mk] = row
         self.protos[key] = out
         return out
-
-    def _entry(self, o: Entry, index: dict[str, int], group: tuple[int, ...], ep_group: tuple[int, ...],
-               dp_group: tuple[int, ...], ring: tuple[int, int], tp_ring: tuple[int, int], s: int, phase: str,
-               k: int, hot: bool) -> tuple[Any, ...]:
-        """:meth:`stage_protos`'s row item of entry ``o``, the ``k``-th of stage ``s``'s ``phase`` list (its
-        docstring); ``index``: the list's op names -> their indices."""
-        coll = -1
-        if o.get("tp"):
-            grp = ep_group if o.get("group") == "ep" else dp_group if o.get("group") == "dp" else group
-            coll = self.templates.comm(o, grp)
-        if "after" in o:
-            return self._placed(o, index, ring, tp_ring, s, phase, k, coll)
-        if coll >= 0:
-            return (o["name"], coll)
-        tid = self.compute.get((s, phase, k, hot))
-        if tid is None:
-            tid = self.compute[(s, phase, k, hot)] = self.templates.stage(o, k, phase)
-        return (str(o["name"]), tid)
 
     def _ring_order(self, lst: list[Entry], odd: tuple[bool, bool]) -> list[Entry]:
         """The list with each ring step's recv before its send on a rank at an odd ring position, when the ring's
