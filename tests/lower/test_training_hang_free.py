@@ -1,9 +1,11 @@
 """A ``training:`` block's own lowering is hang-free by construction, so ``lower(..., sweep=False)`` (what ``schedsim
-search`` runs) leaves NCCL's wait-for graph unswept (:func:`schedsim.lower.checks.check_arrays`' ``generated``).
-Here every combination of the block's parallel sizes (tp, pp, cp, virtual stages) with each recompute choice and
-each set of overlap, optimizer, expert and FSDP2 settings, lowered for every rank and for the represented ranks, is
-swept anyway and found hang-free (rules 1-7, rule 7's batches of two peers included): the verdict with the sweep is
-the verdict without it. A schedule with written ops beside the block keeps every check."""
+search`` runs) leaves NCCL's rules unchecked: its wait-for graph unswept, the collectives' order and the lazy
+creation's callers (:func:`schedsim.lower.checks.check_arrays`' ``generated``). Here every combination of the
+block's parallel sizes (tp, pp, cp, virtual stages) with each recompute choice and each set of overlap, optimizer,
+expert and FSDP2 settings, lowered for every rank and for the represented ranks, is checked anyway and found
+hang-free (rules 1-7, rule 7's batches of two peers included, under lazy and eager communicator creation): the
+verdict with those rules is the verdict without them. A schedule with written ops beside the block keeps every
+check."""
 
 from __future__ import annotations
 
