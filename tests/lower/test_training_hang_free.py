@@ -106,28 +106,41 @@ def test_every_training_lowering_sweeps_hang_free(symmetric: bool) -> None:
     assert swept > 100
 
 
-HANG = """\
+HEAD_OPS = """\
 schema_version: 1
 name: hang
 world_size: 2
 training: {num_layers: 2, hidden_size: 64, num_attention_heads: 8, seq_length: 32, micro_batch_size: 2,
            global_batch_size: 4, vocab_size: 1000, tp: 1, bf16: true}
 ops:
+"""
+#: written ops beside the block that NCCL's rules refuse, and how the error begins
+HANGS = {
+    # both ranks send first to each other over one two-rank communicator (lone send/recv: rule 2)
+    "send_first": ("""\
   - {name: s0, kind: send, peer: 1, bytes: 8, ranks: [0]}
   - {name: r0, kind: recv, peer: 1, bytes: 8, ranks: [0]}
   - {name: s1, kind: send, peer: 0, bytes: 8, ranks: [1]}
   - {name: r1, kind: recv, peer: 0, bytes: 8, ranks: [1]}
-"""
+""", "ranks would wait on each other forever: r0@r0 cannot start before s0@r0 completes"),
+    # two collectives of one group in opposite orders on its two ranks
+    "collective_order": ("""\
+  - {name: a, kind: all_reduce, bytes: 8, group: [0, 1], ranks: [0]}
+  - {name: b, kind: all_reduce, bytes: 8, group: [0, 1], ranks: [0]}
+  - {name: b, kind: all_reduce, bytes: 8, group: [0, 1], ranks: [1]}
+  - {name: a, kind: all_reduce, bytes: 8, group: [0, 1], ranks: [1]}
+""", "collectives on group [0, 1] are issued in a different order: rank 0 issues 'a' as its collective #0"),
+}
 
 
-def test_written_ops_beside_the_block_keep_the_sweep() -> None:
-    """Both ranks send first to each other over one two-rank communicator (lone send/recv: NCCL hangs, rule 5):
-    the sweep finds it with ``sweep=False`` too, since the schedule writes ops of its own."""
-    spec = load_text(HANG)
+@pytest.mark.parametrize("case", sorted(HANGS))
+def test_written_ops_beside_the_block_keep_every_check(case: str) -> None:
+    """The schedule writes ops of its own beside the block: ``sweep=False`` checks them as without it."""
+    ops, start = HANGS[case]
+    spec = load_text(HEAD_OPS + ops)
     with pytest.raises(SchedsimError) as want:
         lower(spec, warn=False)
     with pytest.raises(SchedsimError) as got:
         lower(spec, warn=False, sweep=False)
     assert (got.value.message, type(got.value)) == (want.value.message, type(want.value))
-    assert got.value.message.startswith("ranks would wait on each other forever: r0@r0 cannot start before s0@r0 "
-                                        "completes"), got.value.message
+    assert got.value.message.startswith(start), got.value.message
