@@ -103,7 +103,7 @@ from schedsim.graph.ops import Op
 from schedsim.lower.pipeline_emitter import ProtoPlace, _Emitter, last_backward, reduce_after_last_backward
 from schedsim.lower.pipeline_plan import StageCost, block_info, plan_of, split_fix
 from schedsim.lower.pipeline_steps import _lowered_steps, interleaved_steps_kept
-from schedsim.lower.stage_templates import StageTemplates, per_chunk_shape
+from schedsim.lower.stage_templates import Renamed, StageTemplates, per_chunk_shape
 from schedsim.lower.table import Table
 from schedsim.spec.model import ScheduleSpec
 from schedsim.spec.pipeline_block import (
@@ -276,11 +276,13 @@ def _renamed(ops: list[Entry], prefix: str) -> list[Entry]:
     and message)."""
     out = []
     for o in ops:
-        o = {**o, "name": prefix + o["name"]}
         if "after" in o:
+            o = {**o, "name": prefix + o["name"]}
             o.update(after=[prefix + n for n in o["after"]],
                      nccl_group=prefix + o["nccl_group"] if o.get("nccl_group") else "",
                      msg=prefix + o["msg"] if o.get("msg") else "")
+        else:  # the entry but for its name: its template is the entry's (StageTemplates.stage)
+            o = Renamed(o, prefix + o["name"])
         out.append(o)
     return out
 
