@@ -274,17 +274,10 @@ def scatter_gather(t: TrainingSpec, plan: TrainingPlan) -> bool:
 def _renamed(ops: list[Entry], prefix: str) -> list[Entry]:
     """The entries with ``prefix`` before their names (and the names a placed entry waits for, its NCCL group
     and message)."""
-    out = []
-    for o in ops:
-        if "after" in o:
-            o = {**o, "name": prefix + o["name"]}
-            o.update(after=[prefix + n for n in o["after"]],
-                     nccl_group=prefix + o["nccl_group"] if o.get("nccl_group") else "",
-                     msg=prefix + o["msg"] if o.get("msg") else "")
-        else:  # the entry but for its name: its template is the entry's (StageTemplates.stage)
-            o = Renamed(o, prefix + o["name"])
-        out.append(o)
-    return out
+    return [Renamed(o, prefix + o["name"]) if "after" not in o else {  # Renamed: its template is o's
+        **o, "name": prefix + o["name"], "after": [prefix + n for n in o["after"]],
+        "nccl_group": prefix + o["nccl_group"] if o.get("nccl_group") else "",
+        "msg": prefix + o["msg"] if o.get("msg") else ""} for o in ops]
 
 
 CP_STREAM = "cp_comm"
