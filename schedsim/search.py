@@ -143,7 +143,8 @@ def _point(name: str, world: int, block: dict[str, Any], profile: Any, symmetric
         # the point's groups may lie on the nodes unlike their representatives' (tp not dividing a node)
         symmetric = symmetric and _layout_alike(prof, spec, layout_alike)
         # as api.lower_spec without a file to name; the worded warnings are not kept here
-        prog = lower(spec, symmetric=symmetric, warn=False)
+        # the block's own lowering: its wait-for graph is hang-free by construction, not swept (lower's sweep)
+        prog = lower(spec, symmetric=symmetric, warn=False, sweep=False)
         with shared_cost_models(_MODELS):
             tl = simulate(prog, run_prof)
         for k in [k for k, (pr, _m) in _MODELS.items() if pr is not run_prof]:  # e.g. the power steady state's

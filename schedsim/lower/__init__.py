@@ -24,14 +24,18 @@ if TYPE_CHECKING:
 __all__ = ["Program", "check_program", "lower"]
 
 
-def lower(spec: ScheduleSpec, check: bool = True, symmetric: bool = False, warn: bool = True) -> Program:
+def lower(spec: ScheduleSpec, check: bool = True, symmetric: bool = False, warn: bool = True,
+          sweep: bool = True) -> Program:
     """Lower ``spec`` (a ScheduleSpec) to a :class:`Program`; with ``check``, run the static checks. With
     ``symmetric``, a ``training:`` block writes only one representative rank of each class of ranks that run
     alike (:func:`schedsim.lower.training.represented_ranks`, recorded in :attr:`Program.represented`); the
     Program then holds only their ops, and each collective only its represented members. Without ``warn``, the
     warnings that are only words (send/recv names suggesting another pairing, "may hang") are not worked out
     (:attr:`Program.warnings` holds the others): ``schedsim search``, which keeps none; the checks that raise
-    run as with it.
+    run as with it. ``sweep=False`` (``schedsim search`` again): a Program lowered from a ``training:`` block alone
+    (no written op, no ``pipeline:`` block) skips the sweep of NCCL's wait-for graph
+    (:func:`schedsim.lower.checks.check_arrays`' ``generated``), which the block's own lowering passes by
+    construction (tests/lower/test_training_hang_free.py); any other Program keeps every check.
 
     Raises
     ------
@@ -50,6 +54,7 @@ def lower(spec: ScheduleSpec, check: bool = True, symmetric: bool = False, warn:
     with paused_gc():
         table = Table()
         add_written(spec, table)
+        generated = not sweep and table.empty() and spec.pipeline is None and spec.training is not None
         pipeline = None
         represented: tuple[int, ...] = ()
         if spec.pipeline is not None:
@@ -90,13 +95,15 @@ def lower(spec: ScheduleSpec, check: bool = True, symmetric: bool = False, warn:
 
         check_graph_segments(prog)
         if check:
-            prog = replace(prog, warnings=prog.warnings + tuple(check_program(prog, uniform, warn)), checked=True)
+            prog = replace(prog, warnings=prog.warnings + tuple(check_program(prog, uniform, warn, generated)),
+                         checked=True)
         return prog
 
 
-def check_program(prog: Program, uniform: bool = False, warn: bool = True) -> list[str]:
+def check_program(prog: Program, uniform: bool = False, warn: bool = True, generated: bool = False) -> list[str]:
     """Run every static check on ``prog`` (:func:`schedsim.lower.checks.check_arrays`, ``uniform`` passed on: a
-    Program linked as rank 0's ops on every rank); returns the extra "may hang" warnings
+    Program linked as rank 0's ops on every rank; ``generated``: a ``training:`` block's own lowering, its
+    wait-for graph not swept); returns the extra "may hang" warnings
     (:func:`schedsim.lower.check_errors.hang_warnings`, then the split-batch one), those worded by
     ``hang_warnings`` only with ``warn``.
 
@@ -107,7 +114,7 @@ def check_program(prog: Program, uniform: bool = False, warn: bool = True) -> li
     """
     from schedsim.lower.checks import check_arrays
 
-    v = check_arrays(prog, uniform, hangs=warn)  # without warn the "may hang" cases are not worded
+    v = check_arrays(prog, uniform, hangs=warn, generated=generated)  # without warn the "may hang" cases are not worded
     if v.fault:
         from schedsim.lower.check_errors import word_fault
 

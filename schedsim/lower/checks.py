@@ -627,10 +627,22 @@ class Verdict(NamedTuple):
         return self.cross or self.eager or self.multi
 
 
-def check_arrays(prog: Program, uniform: bool = False, hangs: bool = True) -> Verdict:
+def check_arrays(prog: Program, uniform: bool = False, hangs: bool = True, generated: bool = False) -> Verdict:
     """Run every static check on ``prog``'s arrays (:func:`schedsim.lower.check_program` words what they find).
     ``hangs=False``: the "may hang" cases ``cross`` and ``eager``, which only a worded warning reads, are not looked
     for (False): the faults, ``multi`` (its sweep decides a fault too) and the split-batch warning are the same.
+
+    ``generated``: ``prog`` is a ``training:`` block's own lowering (no written op, no ``pipeline:`` block:
+    :func:`schedsim.lower.lower`'s ``sweep=False``, what ``schedsim search`` passes). The NCCL rules are then
+    not checked: NCCL's wait-for graph is not swept (:func:`_no_hang`, rules 1-7, and ``multi`` is False), nor the
+    collectives' order on each group (rule 4's premise, :func:`_collective_order_ok`) and the lazy creation's "every
+    rank calls it" (rule 6, :func:`_lazy_init_ok`), as ``uniform`` below leaves them to construction: the block
+    writes every communicator's launches in one order on all its ranks (Megatron's layer and optimizer order, the
+    same on each rank of a group), its pipeline's sends and recvs in Megatron-LM's schedule order
+    (:func:`schedsim.lower.pipeline_plan.plan_of`), and its rings' sends and recvs with the odd positions' recv
+    first, so the graph has no cycle by construction; tests/lower/test_training_hang_free.py checks the lowering
+    of every combination of the block's parallel, recompute, overlap, optimizer and communicator-creation settings
+    with these rules and finds the same verdict. The dependencies' and the p2p batches' rules run as without it.
 
     ``uniform``: ``prog`` was linked as rank 0's ops repeated on every rank (:func:`schedsim.lower.link._link_uniform`:
     each rank issues the same ops in the same order, no send or recv, every collective on all ranks). Then one rule
@@ -645,11 +657,12 @@ def check_arrays(prog: Program, uniform: bool = False, hangs: bool = True) -> Ve
         return Verdict(not _forward_deps_ok(prog), False, False, False, None)
     tc = _Templates.of(prog)
     comm, head = launch_heads(prog, tc)
-    ok = _forward_deps_ok(prog) and _collective_order_ok(prog, tc) and _lazy_init_ok(prog, comm, head, tc)
-    multi = bool(len(_multi_peer_members(prog, comm, head)))  # whether a batch has two peers: no sort
+    ok = _forward_deps_ok(prog) and (generated or (_collective_order_ok(prog, tc)
+                                                   and _lazy_init_ok(prog, comm, head, tc)))
+    multi = not generated and bool(len(_multi_peer_members(prog, comm, head)))  # a batch with two peers: no sort
     # rule 7 only adds nodes and edges: without a hang under it there is none without it (one sweep, not two)
     grouped_ok = ok and multi and _no_hang(prog, comm, head, tc, grouped=True)
-    ok = ok and (grouped_ok or _no_hang(prog, comm, head, tc)) and _batch_inputs_ok(prog, comm, head)
+    ok = ok and (generated or grouped_ok or _no_hang(prog, comm, head, tc)) and _batch_inputs_ok(prog, comm, head)
     if not ok:
         return Verdict(True, False, False, False, None)
     split = _split_batch_warning(prog, comm, head, tc)

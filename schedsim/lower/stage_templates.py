@@ -23,6 +23,19 @@ _STAGE_OPS: dict[tuple[Any, ...], Op] = {}
 STAGE_OPS_KEPT = 20_000
 
 
+class Renamed(dict):  # type: ignore[type-arg]
+    """A stage op entry that is entry ``src`` but for its name (:func:`schedsim.lower.training._renamed`: a layer's
+    copy, ``l0.qkv`` of ``qkv``): its :func:`stage_key` is ``src``'s, so :meth:`StageTemplates.stage` finds its
+    template by ``src`` (one lookup per entry the layers share, not a key made per copy)."""
+
+    __slots__ = ("src",)
+
+    def __init__(self, src: dict[str, Any], name: str) -> None:
+        super().__init__(src)
+        self["name"] = name
+        self.src = src
+
+
 def stage_key(o: dict[str, Any], phase: str) -> tuple[Any, ...]:
     """The key of stage op entry ``o`` of ``phase``: its items but its name, with their types, in order (the
     template does not depend on the name, which ``_stage_proto`` validates as ``x``; the types: 1, 1.0 and True
@@ -55,10 +68,27 @@ class StageTemplates:
         self.ids: dict[tuple[Any, ...], int] = {}  # stage_key -> template id
         self.comm_ids: dict[tuple[Any, ...], int] = {}  # a collective's or ring send/recv's shape -> template id
         self.own = 0  # how many entries got a template of their own (an unhashable value)
+        # (id of a Renamed entry's src, phase) -> (src, its template id): the src kept, so the id names it
+        self.by_src: dict[tuple[int, str], tuple[dict[str, Any], int]] = {}
 
     def stage(self, o: dict[str, Any], k: int, phase: str) -> int:
         """The template id of compute entry ``o`` (the ``k``-th of ``phase``); an entry with an unhashable value
-        (a list or dict) gets a template of its own."""
+        (a list or dict) gets a template of its own. A :class:`Renamed` entry takes its ``src``'s template, the
+        one its own key gives (found once per ``src`` and phase)."""
+        src = o.src if type(o) is Renamed else None
+        if src is not None:
+            got = self.by_src.get((id(src), phase))
+            if got is not None and got[0] is src:
+                return got[1]
+            own = self.own
+            tid = self._stage(o, k, phase)
+            if self.own == own:
+                self.by_src[(id(src), phase)] = (src, tid)
+            return tid
+        return self._stage(o, k, phase)
+
+    def _stage(self, o: dict[str, Any], k: int, phase: str) -> int:
+        """:meth:`stage` by the entry's own key."""
         key = stage_key(o, phase)
         try:
             got = self.ids.get(key)

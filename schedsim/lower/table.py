@@ -573,6 +573,10 @@ class Table:
                 (("name", name), ("tags", tag), ("stream", stream), ("peer", peer), ("batch", sid[0::2]),
                  ("msg", sid[1::2]))}
 
+    def empty(self) -> bool:
+        """Whether no op is written yet (no row, instance or block)."""
+        return not (self.o_tmpl or self._blocks or self._rows)
+
     def uniform(self) -> int | None:
         """W when the table holds only rows that each run on ranks 0..W-1 (no single instances): then every
         rank runs the same ops in the same order, and :func:`schedsim.lower.link.link` links one rank's."""

@@ -103,7 +103,7 @@ from schedsim.graph.ops import Op
 from schedsim.lower.pipeline_emitter import ProtoPlace, _Emitter, last_backward, reduce_after_last_backward
 from schedsim.lower.pipeline_plan import StageCost, block_info, plan_of, split_fix
 from schedsim.lower.pipeline_steps import _lowered_steps, interleaved_steps_kept
-from schedsim.lower.stage_templates import StageTemplates, per_chunk_shape
+from schedsim.lower.stage_templates import Renamed, StageTemplates, per_chunk_shape
 from schedsim.lower.table import Table
 from schedsim.spec.model import ScheduleSpec
 from schedsim.spec.pipeline_block import (
@@ -274,15 +274,10 @@ def scatter_gather(t: TrainingSpec, plan: TrainingPlan) -> bool:
 def _renamed(ops: list[Entry], prefix: str) -> list[Entry]:
     """The entries with ``prefix`` before their names (and the names a placed entry waits for, its NCCL group
     and message)."""
-    out = []
-    for o in ops:
-        o = {**o, "name": prefix + o["name"]}
-        if "after" in o:
-            o.update(after=[prefix + n for n in o["after"]],
-                     nccl_group=prefix + o["nccl_group"] if o.get("nccl_group") else "",
-                     msg=prefix + o["msg"] if o.get("msg") else "")
-        out.append(o)
-    return out
+    return [Renamed(o, prefix + o["name"]) if "after" not in o else {  # Renamed: its template is o's
+        **o, "name": prefix + o["name"], "after": [prefix + n for n in o["after"]],
+        "nccl_group": prefix + o["nccl_group"] if o.get("nccl_group") else "",
+        "msg": prefix + o["msg"] if o.get("msg") else ""} for o in ops]
 
 
 CP_STREAM = "cp_comm"

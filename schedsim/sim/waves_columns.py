@@ -209,12 +209,15 @@ def _communicators(tps: list[Op], world: int, tmpl: np.ndarray, rank: np.ndarray
 
 
 def _link_ends(gptr: np.ndarray, gidx: np.ndarray, rank: np.ndarray, C: int, one_way: float,
-               node: np.ndarray | None = None, groups: list[tuple[int, ...]] | None = None) -> tuple[np.ndarray, ...]:
+               node: np.ndarray | None = None, groups: list[tuple[int, ...]] | None = None,
+               ginv: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
     """Rule nccl-sms's link ends (``4·rank + 2·tier + d``) of every transfer as CSR, the reverse ends of send/recv (when
     ``one_way`` ≠ 1), and per member slot the positions of its rank's ends in its group's (CSR), as
     :func:`schedsim.gpu.rules.link_ends` (``node``: rank -> node, or None for one tier) and the loop's
     lookup give them. ``groups``: each collective's group as written, where a symmetric lowering left some of its
-    ranks out (:attr:`schedsim.lower.program.Program.represented`): whether it spans nodes is the group's."""
+    ranks out (:attr:`schedsim.lower.program.Program.represented`): whether it spans nodes is the group's;
+    with ``ginv`` (int array, shape C), ``groups`` are the distinct groups and collective c's is ``groups[ginv[c]]``
+    (a group looked at once, not once per collective)."""
     nc = int(gptr[C])
     cr = rank[gidx[:nc]].astype(I64)
     pr = rank[gidx[nc:]].astype(I64).reshape(-1, 2)  # (sender, receiver)
@@ -232,6 +235,8 @@ def _link_ends(gptr: np.ndarray, gidx: np.ndarray, rank: np.ndarray, C: int, one
             gstarts = (np.cumsum(glen) - glen)[gz]
             span = np.zeros(len(groups), bool)
             span[gz] = np.minimum.reduceat(gnd, gstarts) != np.maximum.reduceat(gnd, gstarts)
+            if ginv is not None:
+                span = span[ginv]
     k = np.where(span, 4, 2).astype(I64)  # ends per member: 2 (scale-up link) or 4 (and the NIC)
     # one count of ends for every member (no group spans nodes, or all do): a member's ends by broadcasting
     kk = int(k[0]) if len(k) and bool((k == k[0]).all()) else 0
@@ -848,9 +853,12 @@ def _prepare(prog: Program, profile: HardwareProfile, mode: str, rules: gm.GpuRu
     del opq, kres, ktres
     K = len(kleft)  # kptr is empty for the identity (_kernels)
     node = cost.net.rank_nodes(prog.world_size)  # None without a cluster topology: one link tier
-    groups = [tps[t].group for t in tmpl[gidx[gptr[:C]]].tolist()] if prog.represented else None
+    groups = ginv = None
+    if prog.represented:  # each distinct template's group once (a template's group is one tuple)
+        ut, ginv = np.unique(tmpl[gidx[gptr[:C]]], return_inverse=True)
+        groups = [tps[t].group for t in ut.tolist()]
     link = [_i32(x) for x in _link_ends(gptr, gidx, rank32, C, rules.p2p_one_way,
-                                        None if node is None else np.asarray(node, I64), groups)]
+                                        None if node is None else np.asarray(node, I64), groups, ginv)]
 
     share = cost.net.link_share(prog, gptr, gidx, gwork)  # shared NICs and leaf uplinks
     gptr, gidx = _i32(gptr), _i32(gidx)

@@ -432,6 +432,31 @@ def test_layers_share_templates_with_the_ops_and_times_of_one_template_per_entry
     assert repr(r.metrics) == repr(r_each.metrics)
 
 
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_renamed_copies_take_their_entrys_template_as_plain_copies_found_it(case: str,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A layer's copy of a stage op entry (``Renamed``) takes its entry's template, found once per entry and phase;
+    copies as plain dicts (the oracle ``renamed_plain``), each found by its own key, give the same Program, array
+    for array and template for template; the entries are the same dicts but for their type."""
+    from schedsim.lower import training
+    from schedsim.lower.stage_templates import Renamed
+    from tests.oracle.stage_templates import renamed_plain
+
+    world, extra = CASES[case]
+    text = _text(world, extra)
+    fast = _state(text)
+    spec = load_text(text)
+    t = spec.training
+    assert t is not None
+    plan = training.training_plan(t, spec.world_size)
+    lists = training.stage_lists(t, plan, 0, plan.pp * plan.v)
+    monkeypatch.setattr(training, "_renamed", renamed_plain)
+    plain = training.stage_lists(t, plan, 0, plan.pp * plan.v)
+    assert lists == plain
+    assert any(type(o) is Renamed for lst in lists.values() for o in lst)
+    _assert_same(fast, _state(text))
+
+
 @pytest.mark.parametrize("case", ["plain", "interleaved", "cp2_interleaved"])
 def test_a_kept_pipeline_plan_makes_the_program_of_a_fresh_one(case: str) -> None:
     """The pipeline plan and steps of a (schedule, p, m, v) are kept across lowerings (``training._PLANS``): a

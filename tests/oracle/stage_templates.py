@@ -43,3 +43,17 @@ def per_entry_templates() -> Iterator[None]:
         yield
     finally:
         st.StageTemplates.stage, st.StageTemplates.comm = saved  # type: ignore[method-assign]
+
+
+def renamed_plain(ops: list[dict[str, Any]], prefix: str) -> list[dict[str, Any]]:
+    """:func:`schedsim.lower.training._renamed` as it was: every copy a plain dict (no
+    :class:`~schedsim.lower.stage_templates.Renamed`), so each copy's template is found by its own key."""
+    out = []
+    for o in ops:
+        o = {**o, "name": prefix + o["name"]}
+        if "after" in o:
+            o.update(after=[prefix + n for n in o["after"]],
+                     nccl_group=prefix + o["nccl_group"] if o.get("nccl_group") else "",
+                     msg=prefix + o["msg"] if o.get("msg") else "")
+        out.append(o)
+    return out

@@ -137,6 +137,11 @@ def test_a_group_as_written_spans_nodes_where_any_two_of_its_ranks_do():
     eptr, ends, *_ = wcol._link_ends(gptr, gidx, rank, 4, 1.0, node, groups)
     assert eptr.tolist() == [0, 2, 6, 8, 12]
     assert ends.tolist() == [0, 1, 0, 1, 2, 3, 0, 1, 0, 1, 2, 3]
+    # the distinct groups with each collective's index among them (what _prepare passes): the same ends
+    for inv in ([0, 1, 2, 2], [1, 1, 0, 2]):
+        got = wcol._link_ends(gptr, gidx, rank, 4, 1.0, node, groups[:3], np.array(inv))
+        want = wcol._link_ends(gptr, gidx, rank, 4, 1.0, node, [groups[i] for i in inv])
+        assert all(np.array_equal(a, b) for a, b in zip(got, want, strict=True))
 
 
 def test_member_link_positions_vectorised_equal_the_generic_scan():
