@@ -624,9 +624,10 @@ class NcclNetwork:
         constants among those enabled; None when none is."""
         table, _timed, t_in = self._tables(shape, func)
         best: tuple[float, str, str] | None = None
+        n_ch, x86 = self._comm_channels(t_in), self.topo.cpu_vendor != "arm"  # the same for every pair
         for (a, p), (lat, bw) in table.items():
-            t = algo_time(func, a, p, lat, bw, nbytes, shape.nodes, shape.ranks, self._comm_channels(t_in), self.arch,
-                          x86=self.topo.cpu_vendor != "arm", consts=self.consts)
+            t = algo_time(func, a, p, lat, bw, nbytes, shape.nodes, shape.ranks, n_ch, self.arch, x86=x86,
+                          consts=self.consts)
             if best is None or t < best[0]:
                 best = (t, a, p)
         return None if best is None else (best[1], best[2])
