@@ -5,7 +5,7 @@ printed, Ctrl-C, a closed pipe, a bug's report; OpenBLAS threads, freed memory a
 :func:`check` and :func:`predict` are the two commands' bodies: :mod:`schedsim.cli` declares them to typer, with
 their help, and :func:`fast_command` runs them straight from a plain command line
 (``schedsim check FILE``, ``schedsim predict FILE --no-gantt --out DIR``, ...) without importing typer: typer's
-import and the click command and validators it builds for the parameters are ~15% of the CPU of a cold
+import and the click command and validators it builds for the parameters are ~10% of the CPU of a cold
 ``check`` (``docs/validation.md``, cold start). Any other command line (help, a root option, an option's
 ``=`` form, a value that needs checking, a usage error) goes to typer, as before; what a command prints and
 its exit code are the same either way (``tests/cli/test_argv_fast.py`` parses command lines both ways).
