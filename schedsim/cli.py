@@ -12,21 +12,17 @@ import importlib
 import itertools
 import json
 import sys
-from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import typer
 
-from schedsim.api import TRACE_MAX_OPS, SweepRow, lower_spec, predict_to_dir
+from schedsim import clicore
+from schedsim.api import TRACE_MAX_OPS, SweepRow
 from schedsim.api import build as _build  # noqa: F401  (scripts and tests take the networkx build from here)
+from schedsim.clicore import Durations, Launch, load, set_max_ops
 from schedsim.cliutil import DEFAULT_PROFILE, OutFormat, handle_errors
 from schedsim.errors import SchedsimError, printable
-
-if TYPE_CHECKING:
-    from schedsim.network.explain import ExplainRow
-    from schedsim.sim.metrics import Metrics
-    from schedsim.sim.timeline import Timeline
 
 #: Help is plain text (click's formatter), not rich markup: markup read "[default: ...]" in a help string as a tag
 #: and deleted it, and rich's option tables cut words with "…" at 80 columns; plain help wraps at the terminal width.
@@ -47,48 +43,12 @@ def _command(fn: Any) -> Any:
     return fn
 
 
-def _gpu_model(name: str | None) -> str | None:
-    """``--gpu-model``: one of :data:`schedsim.hardware.profile.GPU_MODELS`, else (``sharing``, retired, or a
-    misspelling) the ProfileError of :func:`schedsim.hardware.profile.check_gpu_model` (``error: --gpu-model: ...``,
-    exit 2)."""
-    if name is not None:
-        from schedsim.hardware.profile import check_gpu_model
-
-        check_gpu_model(name, "--gpu-model")
-    return name
-
-
-class Durations(str, Enum):
-    modeled = "modeled"
-    recorded = "recorded"
-
-
-class Launch(str, Enum):
-    eager = "eager"
-    cuda_graph = "cuda_graph"
-
-
 SetOpt = typer.Option(None, "--set", help="Override a schedule parameter: --set chunks=4 (repeatable).")
 ProfileOpt = typer.Option(DEFAULT_PROFILE, "--profile", "-p", help="Hardware profile: a shipped name or a YAML path.")
 
 
 MaxOpsOpt = typer.Option(None, "--max-ops", min=1, help="Refuse schedules estimated (before expanding) to have "
                          "more op instances than this, summed over ranks [default: 2,000,000; env SCHEDSIM_MAX_OPS].")
-
-
-def _max_ops(n: int | None) -> None:
-    """Apply ``--max-ops`` through the environment, so executor ranks started from here see it too."""
-    import os
-
-    if n is not None:
-        os.environ["SCHEDSIM_MAX_OPS"] = str(n)
-
-
-def _load(file: Path, sets: list[str] | None):
-    from schedsim.spec.loader import load_schedule
-    from schedsim.spec.overrides import parse_overrides
-
-    return load_schedule(file, parse_overrides(sets or []))
 
 
 @_command
@@ -132,70 +92,8 @@ def predict(
                                     "outputs then show the representatives)."),
 ) -> None:
     """Simulate a schedule: summary table, timeline.json, trace.json (Perfetto) and gantt.png/svg."""
-    from schedsim._gc import paused_gc
-
-    _max_ops(max_ops)
-    prof: Any = profile
-    if timed_graph:
-        from schedsim.hardware.profile import load_profile
-
-        base = load_profile(profile)
-        prof = base.timed_graph()
-        if prof is base:
-            print(f"note: profile {base.name!r} has no launch.graph_timing_event_us (not measured): --timed-graph "
-                  "changes nothing (schedsim calibrate measures it)", file=sys.stderr)
-    rows: list[ExplainRow] | None = [] if explain else None
-    with paused_gc():  # also through the summary: its tables walk the whole timeline
-        tl, metrics, paths = predict_to_dir(file, set_, prof, out, launch.value if launch else None, gantt, trace,
-                                            explain=rows,
-                                            gpu_model=_gpu_model(gpu_model),
-                                            durations=durations.value if durations else None,
-                                            max_connections=max_connections, model_executor=model_executor,
-                                            iteration_gap_s=iteration_gap_ms * 1e-3, full_ranks=full_ranks)
-        if timed_graph and prof is not profile and prof.is_timed_graph and tl.launch != "cuda_graph":
-            print(f"note: --timed-graph changes nothing in {tl.launch} mode (only a CUDA graph is timed by event "
-                  "nodes)", file=sys.stderr)
-        _print_predict(tl, metrics, paths, fmt, all_ranks, rows)
-
-
-def _print_predict(tl: Timeline, metrics: Metrics, paths: list[Path], fmt: OutFormat, all_ranks: bool,
-                   explain: list[ExplainRow] | None = None) -> None:
-    from schedsim.notes import summarize
-
-    for line in summarize(tl.meta.get("warnings", [])):  # one line per kind of warning
-        print(printable(line, 2000, newlines=True), file=sys.stderr)
-    if fmt == OutFormat.json:
-        extra = {"training": tl.meta["training"]} if "training" in tl.meta else {}
-        print(json.dumps({"schedule": tl.schedule, "profile": tl.profile, "metrics": metrics.to_dict(), **extra,
-                          "files": [str(p) for p in paths], **({"explain": explain} if explain is not None else {})},
-                         indent=1))
-        return
-    from schedsim.report.summary import print_summary
-
-    print_summary(tl, metrics, all_ranks=all_ranks)
-    if metrics.pipeline is not None:
-        from schedsim.report.summary import print_pipeline
-
-        print_pipeline(metrics.pipeline, all_ranks=all_ranks)
-    if "training" in tl.meta:
-        from schedsim.report.training import print_training
-
-        print_training(tl.meta["training"])
-    if metrics.memory_peak is not None:
-        from schedsim.report.summary import fmt_bytes, fmt_time
-
-        mp = metrics.memory_peak
-        print(f"peak memory {fmt_bytes(mp.bytes)} on rank {mp.rank} at {fmt_time(mp.t_s)}, "
-              f"when {printable(mp.op or 'the step starts', 200)} allocates")
-    if explain == []:
-        print("\ncommunication: none (the schedule has no collective, send or recv)")
-    elif explain is not None:
-        from schedsim.network.explain import format_explain
-
-        print("\ncommunication (NCCL algorithm/protocol chosen, time alone):\n" + format_explain(explain))
-    folders = list(dict.fromkeys(str(p.parent) for p in paths))
-    print(f"wrote {', '.join(printable(f) for f in folders)}{'/' if len(folders) == 1 else ''}: "
-          + ", ".join(printable(p.name) for p in paths))
+    clicore.predict(file, profile, set_, out, fmt, launch, gantt, all_ranks, gpu_model, durations, max_connections,
+                    model_executor, iteration_gap_ms, max_ops, trace, timed_graph, explain, full_ranks)
 
 
 @_command
@@ -206,15 +104,7 @@ def check(
     max_ops: int | None = MaxOpsOpt,
 ) -> None:
     """Validate a schedule (language rules and DAG checks) without simulating."""
-    _max_ops(max_ops)
-    spec = _load(file, set_)
-    prog = lower_spec(spec, file)  # the checked Program; no networkx graph is needed here
-    from schedsim.notes import summarize
-
-    for line in summarize(prog.warnings):  # one line per kind of warning
-        print(printable(line, 2000, newlines=True), file=sys.stderr)
-    print(f"ok: {printable(file)}: {printable(spec.name, 200)}: {prog.N} ops on {prog.world_size} rank(s), "
-          f"{len(prog.coll_keys)} collective(s), {len(prog.p2p)} send/recv pair(s)")
+    clicore.check(file, set_, max_ops)
 
 
 @_command
@@ -290,7 +180,7 @@ def _sweep_point(file: Path, sets: list[str], profile: str, keep: Path | None) -
 
     with paused_gc():
         try:
-            run = simulate_spec(_load(file, sets), load_profile(profile), file=file,
+            run = simulate_spec(load(file, sets), load_profile(profile), file=file,
                                 meta={"file": str(file), "set": list(sets)})
         except SchedsimError as e:  # returned, not raised: a worker's exception may not unpickle
             return str(e)
@@ -355,7 +245,7 @@ def sweep(
     """Predict a schedule over a grid of parameter values; print a table and plot makespan against the setting."""
     import os
 
-    _max_ops(max_ops)
+    set_max_ops(max_ops)
     from schedsim.hardware.profile import load_profile
 
     axes = _parse_sweep(set_)
@@ -452,12 +342,12 @@ def search(
     predicted iteration time under a memory limit; write search.json and the time-vs-memory Pareto plot."""
     import os
 
-    _max_ops(max_ops)
+    set_max_ops(max_ops)
     from schedsim.hardware.profile import load_profile
     from schedsim.search import RECOMPUTE, candidates, write_plot
     from schedsim.search import search as run_search
 
-    spec = _load(file, None)
+    spec = load(file, None)
     if spec.training is None:
         raise SchedsimError(f"{file}: search needs a training: block", fix="add a training: block (see "
                             "docs/schedule_language.md, section training)")
@@ -612,134 +502,10 @@ app.info.cls = _LazyGroup
 _WORKLOAD_COMMANDS = frozenset({"execute", "calibrate"})
 
 
-def keep_freed_memory() -> bool:
-    """Tell glibc's malloc to keep freed memory for reuse in this process: serve every block from the heap instead
-    of fresh ``mmap`` s (``M_MMAP_MAX`` 0; glibc still maps one when the heap cannot grow), and return freed heap
-    memory to the OS only above 2 GiB at the top (``M_TRIM_THRESHOLD``), so the arrays a large ``predict`` frees
-    and allocates again (each ~8 MB per 1M ops) reuse pages that are already mapped instead of faulting in zeroed
-    ones. Measured (``docs/validation.md``): on 1M generated ops (2-vCPU VM, 4 alternated runs), serving blocks up
-    to 32 MiB from the heap (``M_MMAP_THRESHOLD``, glibc's largest) cut system time from 0.33-0.89 s to 0.24-0.31 s
-    and raised peak RSS 350 → 374 MB (392 B/op); at 10M ops, whose arrays are 40-80 MB, no ``mmap`` at all
-    cut system time 3.4-3.7 → 1.3-1.5 s (page faults 430k → 174k; CPU 28.3, 29.4 → 23.8, 27.7 s, two alternated
-    runs on a loaded VM) and raised peak RSS 2,560 → 2,752 MB (+7.5 %); at 1M ops that setting changes nothing.
-    Returns whether glibc took the settings (False elsewhere: musl, macOS, Windows), changing nothing then."""
-    if not sys.platform.startswith("linux"):
-        return False
-    import ctypes  # already imported by numpy, which every such command loads
-
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
-        return False
-    m_trim_threshold, m_mmap_max = -1, -4  # <malloc.h>
-    return bool(mallopt(m_mmap_max, 0)) and bool(mallopt(m_trim_threshold, 2**31 - 1))
-
-
 def main() -> None:
-    """Console-script entry point (also ``python -m schedsim``).
-
-    pydantic's plugin loader, which imports :mod:`importlib.metadata`, is imported only if a validator is
-    built with plugins enabled (:func:`schedsim._pydantic.defer_plugin_discovery`; typer's and schedsim's
-    are built with them off).
-
-    Except for ``execute`` and ``calibrate`` (user work under torchrun, their threads and garbage are the
-    user's business):
-
-    * the process starts OpenBLAS with one thread (``OPENBLAS_NUM_THREADS=1`` unless set): numpy's import
-      starts one BLAS thread per core, which cost ~70 ms CPU of a 0.16 s ``import numpy`` (2-core VM),
-      and schedsim's own arrays never call BLAS. Must run before anything imports numpy.
-    * freed memory stays mapped for reuse (:func:`keep_freed_memory`).
-    * the cyclic garbage collector stays off for the whole command, which then exits: a command leaves no
-      cyclic garbage worth collecting (none after a ``sweep`` point), and each pass rescans the
-      modules and models the start-up made. At the end the heap is frozen (:func:`gc.freeze`), so the
-      interpreter's exit does not walk it once more either. Together ~7% of the instructions of a cold
-      ``check`` (callgrind).
-
-    Nothing ends in a traceback: an exception no command handled (a bug) prints one ``error:`` line and a
-    "please report" line and exits 1 (the traceback only with ``--debug`` or ``SCHEDSIM_DEBUG=1``), Ctrl-C exits
-    130, a reader that left (``| head``) exits 0; printing never fails on the text printed (:func:`_safe_streams`).
-    """
-    _safe_streams()
-    try:
-        _run_app()
-    except KeyboardInterrupt:
-        from schedsim.cliutil import _print_err
-
-        _print_err("interrupted")
-        _exit_interrupted()
-    except SystemExit as e:
-        if e.code == 130:  # a command's own Ctrl-C handler already said what was kept
-            _exit_interrupted()
-        raise
-    except BrokenPipeError:
-        from schedsim.cliutil import _quiet_stdout
-
-        _quiet_stdout()
-        sys.exit(0)
-    except Exception as e:  # a bug outside any command's own handler (start-up, option parsing)
-        from schedsim.cliutil import debugging, report_bug
-
-        if debugging():
-            raise
-        report_bug(e)
-        sys.exit(1)
-
-
-def _exit_interrupted() -> None:
-    """End the process with exit code 130 now, whatever state a Ctrl-C left the interpreter in.
-
-    CPython re-raises SIGINT at exit (the process then dies of the signal, ``returncode == -2`` to a parent)
-    whenever a KeyboardInterrupt escaped some nested evaluation on its way to our handler, even though the
-    handler caught it (``_Py_UnhandledKeyboardInterrupt``, Modules/main.c, bpo-1054041). The outputs were
-    already dealt with by the command's own handler, so flushing the two streams is all that is left to do.
-    """
-    import os
-
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError, AttributeError):
-            pass
-    os._exit(130)
-
-
-def _safe_streams() -> None:
-    """Make printing never fail on what is printed: characters the terminal's encoding lacks (``PYTHONIOENCODING
-    =ascii``) and lone surrogates print as backslash escapes; a closed stdout or stderr (``>&-``) becomes
-    /dev/null."""
-    import os
-
-    for name in ("stdout", "stderr"):
-        stream = getattr(sys, name)
-        if stream is None:
-            try:
-                setattr(sys, name, open(os.devnull, "w"))  # noqa: SIM115 (lives as long as the process)
-            except OSError:
-                continue
-            stream = getattr(sys, name)
-        try:
-            stream.reconfigure(errors="backslashreplace")
-        except (AttributeError, ValueError, OSError):
-            pass
-
-
-def _run_app() -> None:
-    import gc
-    import os
-
-    from schedsim._pydantic import defer_plugin_discovery
-
-    defer_plugin_discovery()  # before typer builds its parameters' validators, the first of the process
-    if len(sys.argv) >= 2 and sys.argv[1] in _WORKLOAD_COMMANDS:
-        _app()
-        return
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    keep_freed_memory()
-    gc.disable()
-    try:
-        _app()
-    finally:
-        gc.freeze()
+    """Run the command line of ``sys.argv`` with typer, in :func:`schedsim.clicore.run_process` (``python -m
+    schedsim`` runs a plain ``check`` or ``predict`` without typer: :func:`schedsim.clicore.fast_command`)."""
+    clicore.run_process(_app, workload=len(sys.argv) >= 2 and sys.argv[1] in _WORKLOAD_COMMANDS)
 
 
 def _app() -> None:

@@ -13,11 +13,10 @@ from collections.abc import Callable
 from enum import Enum
 from typing import Any
 
-import typer
-
 from schedsim.errors import SchedsimError
 
-__all__ = ["DEFAULT_PROFILE", "OutFormat", "debugging", "handle_errors", "print_error", "report_bug", "warn"]
+__all__ = ["DEFAULT_PROFILE", "OutFormat", "call_handled", "debugging", "handle_errors", "print_error", "report_bug",
+           "warn"]
 
 DEFAULT_PROFILE = "h200"
 
@@ -75,45 +74,58 @@ def report_bug(e: BaseException) -> None:
 
 
 def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Decorator: a :class:`SchedsimError` or an :class:`OSError` becomes ``error: ...`` (:func:`print_error`) on
-    stderr and exit code 2; Ctrl-C exit 130; a closed stdout (`| head`) exit 0; any other exception a bug report
-    (:func:`report_bug`) and exit 1, with its traceback only when :func:`debugging`."""
+    """Decorator of a typer command: :func:`call_handled`, an error's exit code raised as ``typer.Exit``."""
 
     @functools.wraps(fn)
     def wrapper(*a: Any, **kw: Any) -> Any:
-        try:
-            result = fn(*a, **kw)
-            sys.stdout.flush()  # a closed pipe shows here, not at exit
-            return result
-        except BrokenPipeError:  # `schedsim predict | head`: the reader left; that is not an error
-            _quiet_stdout()
-            raise typer.Exit(0) from None
-        except SchedsimError as e:
-            print_error(e)
-            raise typer.Exit(2) from None
-        except OSError as e:  # an output or input path the OS refuses: the user's to fix
-            import errno
+        result, code = call_handled(fn, a, kw)
+        if code is not None:
+            import typer
 
-            where = f"{e.filename}: " if getattr(e, "filename", None) else ""
-            if e.errno in (errno.ENOSPC, errno.EDQUOT):
-                fix = ("free space on that disk, or write elsewhere with --out; the output folder keeps its earlier "
-                       "files (outputs are written all or nothing)")
-            else:
-                fix = "choose a path you can write (and that is not a file where a folder is needed, or the reverse)"
-            print_error(SchedsimError(f"{where}{e.strerror or e}", fix=fix))
-            raise typer.Exit(2) from None
-        except KeyboardInterrupt:
-            _print_err("interrupted; outputs are written all or nothing, so none of this run's files were kept")
-            raise typer.Exit(130) from None
-        except (typer.Exit, typer.Abort, typer.TyperException, SystemExit):  # typer's own ways out
-            raise
-        except Exception as e:
-            if debugging():
-                raise
-            report_bug(e)
-            raise typer.Exit(1) from None
+            raise typer.Exit(code)
+        return result
 
     return wrapper
+
+
+def call_handled(fn: Callable[..., Any], a: tuple[Any, ...], kw: dict[str, Any]) -> tuple[Any, int | None]:
+    """``fn(*a, **kw)`` as every command runs: (its result, None); or (None, the exit code) after printing what
+    went wrong: a :class:`SchedsimError` or an :class:`OSError` becomes ``error: ...`` (:func:`print_error`) on
+    stderr and exit code 2; Ctrl-C exit 130; a closed stdout (`| head`) exit 0; any other exception a bug report
+    (:func:`report_bug`) and exit 1, with its traceback only when :func:`debugging` (then raised). typer's own
+    ways out (``typer.Exit``, ``Abort``, its usage errors) and SystemExit pass through."""
+    try:
+        result = fn(*a, **kw)
+        sys.stdout.flush()  # a closed pipe shows here, not at exit
+        return result, None
+    except BrokenPipeError:  # `schedsim predict | head`: the reader left; that is not an error
+        _quiet_stdout()
+        return None, 0
+    except SchedsimError as e:
+        print_error(e)
+        return None, 2
+    except OSError as e:  # an output or input path the OS refuses: the user's to fix
+        import errno
+
+        where = f"{e.filename}: " if getattr(e, "filename", None) else ""
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            fix = ("free space on that disk, or write elsewhere with --out; the output folder keeps its earlier "
+                   "files (outputs are written all or nothing)")
+        else:
+            fix = "choose a path you can write (and that is not a file where a folder is needed, or the reverse)"
+        print_error(SchedsimError(f"{where}{e.strerror or e}", fix=fix))
+        return None, 2
+    except KeyboardInterrupt:
+        _print_err("interrupted; outputs are written all or nothing, so none of this run's files were kept")
+        return None, 130
+    except Exception as e:
+        typer = sys.modules.get("typer")  # only typer's commands can raise its exceptions, so only then loaded
+        if typer is not None and isinstance(e, (typer.Exit, typer.Abort, typer.TyperException)):
+            raise
+        if debugging():
+            raise
+        report_bug(e)
+        return None, 1
 
 
 def _quiet_stdout() -> None:

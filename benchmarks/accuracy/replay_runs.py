@@ -50,7 +50,7 @@ def replay_case(case: Path, profile: str, gpu_model: str | None = None, process_
     ``process_host``: predict with the host costs the case's process measured (``meta.host_costs_us``, written by
     ``execute --measure-host``) in place of the profile's, as ``execute --measure-host --compare`` does."""
     from schedsim.api import lower_spec
-    from schedsim.cli import _load
+    from schedsim.clicore import load as _load
     from schedsim.graph.build import graph_of
 
     meas = Timeline.read_json(case / "execute" / "timeline.json")

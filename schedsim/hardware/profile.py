@@ -30,7 +30,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from schedsim._pydantic import bool_for_number, plugins_off
+from schedsim._pydantic import bool_for_number, holds_bool, plugins_off, signature_once
 from schedsim.errors import ProfileError, printable
 from schedsim.hardware.transports import Transport, over_base, with_transport_latency
 from schedsim.kinds import TABLE_KINDS, DType, TableKind
@@ -80,10 +80,13 @@ class _B(BaseModel):
 
     @field_validator("*", mode="before")
     @classmethod
+    @signature_once
     def _no_bool_number(cls, v: Any, info: ValidationInfo) -> Any:
         """A YAML ``true`` / ``false`` given for a number (``max_ctas: true``) is refused: pydantic's lax mode
         would read it as 1 / 0. Fields that take a boolean keep it."""
-        if info.field_name is not None and bool_for_number(v, cls.model_fields[info.field_name].annotation):
+        if info.field_name is None or not holds_bool(v):  # the walk below only where a boolean is
+            return v
+        if bool_for_number(v, cls.model_fields[info.field_name].annotation):
             raise ValueError("a number, not a boolean")
         return v
 

@@ -36,13 +36,19 @@ def fmt_bytes(b: float) -> str:
 
 
 def make_console() -> Console:
-    """A rich Console; when stdout is not a terminal (pipes, CI logs) use 140 columns instead of 80. Emoji codes
-    stay text: an op named ``mm:smile:x`` is printed as written, not as "mm😄x"."""
+    """A rich Console; when stdout is not a terminal (pipes, CI logs) use 140 columns instead of 80, and no
+    highlighter where it prints no colors. Emoji codes stay text: an op named ``mm:smile:x`` is printed as
+    written, not as "mm😄x"."""
     import sys
 
     from rich.console import Console
 
-    con = Console(emoji=False) if sys.stdout.isatty() else Console(width=140, emoji=False)
+    if sys.stdout.isatty():
+        con = Console(emoji=False)
+    else:  # without colors the highlighter's styles print nothing: not run (~1% of a cold `predict`)
+        con = Console(width=140, emoji=False, highlight=False)
+        if con.color_system is not None:  # colors forced on a pipe (FORCE_COLOR): highlighted as on a terminal
+            con = Console(width=140, emoji=False)
 
     def broken_pipe() -> None:  # rich's own handler exits 1; a reader that left (`| head`) is not an error
         raise BrokenPipeError

@@ -276,12 +276,12 @@ def _cli(*args: str, env: dict[str, str] | None = None, stdin: str | None = None
 
 
 def test_an_internal_error_is_one_line_and_a_report_request(monkeypatch: pytest.MonkeyPatch) -> None:
-    import schedsim.cli as cli
+    import schedsim.api as api
 
     def boom(*a: object, **k: object) -> None:
         raise ZeroDivisionError("boom")
 
-    monkeypatch.setattr(cli, "lower_spec", boom)
+    monkeypatch.setattr(api, "lower_spec", boom)
     monkeypatch.delenv("SCHEDSIM_DEBUG", raising=False)
     r = CliRunner().invoke(app, ["check", str(ROOT / "schedules/allgather_mm.yaml")])
     assert r.exit_code == 1 and r.exception is None or isinstance(r.exception, SystemExit)

@@ -222,7 +222,7 @@ def test_the_cli_keeps_freed_memory_mapped_on_glibc() -> None:
     import subprocess
     import sys
 
-    code = "from schedsim.cli import keep_freed_memory; print(keep_freed_memory())"
+    code = "from schedsim.clicore import keep_freed_memory; print(keep_freed_memory())"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     libc = __import__("platform").libc_ver()[0]
     assert out == ("True" if sys.platform.startswith("linux") and libc == "glibc" else "False")

@@ -69,7 +69,7 @@ def test_h100_small_ops_spans_against_the_stored_kineto_spans(monkeypatch):
     Their tables hold back-to-back periods (GEMM 4.70, add floor 2.26 µs, plus the cold-L2 term): without the
     gap the spans were +30 % (GEMMs) and +73 % (act)."""
     from schedsim.api import lower_spec
-    from schedsim.cli import _load
+    from schedsim.clicore import load as _load
     from schedsim.hardware.profile import load_profile
     from schedsim.sim.engine import simulate
 

@@ -127,7 +127,8 @@ def test_pipeline_prediction_applies_the_steady_power_state(monkeypatch):
     """The shipped h200x2 has the curve measured on 2026-12-01: a 2-stage 1F1B keeps tensor cores busy > 0.73
     of the time, so its GEMMs run slower than the table: each F GEMM's solo time is the table's × the slowdown."""
     from schedsim.api import lower_spec
-    from schedsim.cli import _build, _load
+    from schedsim.cli import _build
+    from schedsim.clicore import load as _load
     from schedsim.gpu.cost import CostModel
     from schedsim.sim.engine import simulate
 

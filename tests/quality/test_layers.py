@@ -38,7 +38,7 @@ LAYER = {
     "report": 7, "search": 7, "search_cluster": 7,
     "notes": 7,  # the guesses a prediction rests on, judged from its profile and cost model; read by cli and api
     "api": 8,
-    "cliutil": 9, "cli": 9, "__main__": 10,
+    "cliutil": 9, "clicore": 9, "cli": 9, "__main__": 10,
 }
 #: Modules of ``schedsim.sim`` that are the timeline layer rather than the simulator.
 TIMELINE_MODULES = {"schedsim.sim.timeline", "schedsim.sim.timeline_json", "schedsim.sim.metrics",

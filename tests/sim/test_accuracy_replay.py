@@ -24,7 +24,7 @@ def _replay_module():
 
 def test_replay_of_an_event_timed_copy_of_the_prediction_has_no_error(tmp_path, monkeypatch):
     from schedsim.api import lower_spec
-    from schedsim.cli import _load
+    from schedsim.clicore import load as _load
     from schedsim.hardware.profile import load_profile
     from schedsim.sim.engine import simulate
 
@@ -56,7 +56,7 @@ def test_a_case_measured_in_several_processes_is_judged_by_their_median(tmp_path
     import json
 
     from schedsim.api import lower_spec
-    from schedsim.cli import _load
+    from schedsim.clicore import load as _load
     from schedsim.hardware.profile import load_profile
     from schedsim.sim.engine import simulate
 
@@ -110,7 +110,7 @@ def test_process_host_replays_with_the_host_costs_the_run_measured(tmp_path, mon
     """--process-host: a run measured with --measure-host (meta.host_costs_us) is predicted with those costs. The
     measurement is the prediction made with doubled host costs, so only that replay has no error."""
     from schedsim.api import lower_spec
-    from schedsim.cli import _load
+    from schedsim.clicore import load as _load
     from schedsim.hardware.profile import HardwareProfile, load_profile
     from schedsim.sim.engine import simulate
 
@@ -139,7 +139,7 @@ def test_a_timed_eager_run_replays_against_the_prediction_of_the_run_as_timed(tm
     HardwareProfile.timed_eager of that cost (no error when the measurement is that prediction) and its
     uninstrumented makespan against the plain prediction."""
     from schedsim.api import lower_spec
-    from schedsim.cli import _load
+    from schedsim.clicore import load as _load
     from schedsim.compare import op_window
     from schedsim.hardware.profile import load_profile
     from schedsim.sim.engine import simulate
@@ -170,7 +170,7 @@ def test_each_measure_host_process_is_replayed_with_its_own_costs(tmp_path, monk
     That process, predicted with its own settled costs, has no error when it ran as that prediction; its first
     64x64 loop (19.0 µs, slowed) gives way to its later timing of the same call (matmul_loop_us)."""
     from schedsim.api import lower_spec
-    from schedsim.cli import _load
+    from schedsim.clicore import load as _load
     from schedsim.hardware.profile import HardwareProfile, load_profile
     from schedsim.sim.engine import simulate
 
@@ -202,7 +202,8 @@ def test_host_call_misses_by_call_and_the_call_before(tmp_path, monkeypatch):
     A measurement whose third call (an act, after a matmul) returned 2 µs late, everything after it too: that
     call is 2 µs long, every other call as predicted."""
     from schedsim.api import lower_spec
-    from schedsim.cli import _build, _load
+    from schedsim.cli import _build
+    from schedsim.clicore import load as _load
     from schedsim.hardware.profile import load_profile
     from schedsim.sim.engine import simulate
 

@@ -71,3 +71,25 @@ def test_only_booleans_and_containers_are_asked_for_a_boolean_number() -> None:
                     got = True
                 assert got is want, (m.__name__, name, v)
     assert any(bool_for_number(True, f.annotation) for f in OP_MODELS["compute"].model_fields.values())
+
+
+def test_values_without_a_boolean_are_never_a_boolean_number() -> None:
+    """``holds_bool`` (a boolean anywhere in the value) is what ``bool_for_number`` needs to be true on any field of
+    the op, pipeline and profile models, so the profile's check may skip the annotation walk where it is false."""
+    from pydantic import BaseModel
+
+    import schedsim.hardware.profile as hp
+    from schedsim._pydantic import bool_for_number, holds_bool
+    from schedsim.spec.model import OP_MODELS
+    from schedsim.spec.pipeline_block import PipelineSpec, TransformerSpec
+
+    models = [*OP_MODELS.values(), PipelineSpec, TransformerSpec,
+              *[m for m in vars(hp).values() if isinstance(m, type) and issubclass(m, BaseModel)
+                and m.__module__ == hp.__name__]]
+    plain = [0, 2.5, "x", None, [1, 2], (1, 2.0), {"a": 1}, [[1, 2], [3]], {"a": {"b": [1.5]}}, [], {}]
+    with_bool = [True, False, [True], (1, False), {"a": True}, [[1, True]], {"a": {"b": [0, False]}}]
+    assert not any(map(holds_bool, plain)) and all(map(holds_bool, with_bool))
+    anns = [f.annotation for m in models for f in m.model_fields.values()]
+    assert len(anns) > 100
+    assert not any(bool_for_number(v, a) for v in plain for a in anns)
+    assert all(any(bool_for_number(v, a) for a in anns) for v in with_bool[:-2])  # the walk still finds these
