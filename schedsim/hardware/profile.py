@@ -84,9 +84,8 @@ class _B(BaseModel):
     def _no_bool_number(cls, v: Any, info: ValidationInfo) -> Any:
         """A YAML ``true`` / ``false`` given for a number (``max_ctas: true``) is refused: pydantic's lax mode
         would read it as 1 / 0. Fields that take a boolean keep it."""
-        if info.field_name is None or not holds_bool(v):  # the walk below only where a boolean is
-            return v
-        if bool_for_number(v, cls.model_fields[info.field_name].annotation):
+        if info.field_name is not None and holds_bool(v) and bool_for_number(  # the walk only where a boolean is
+                v, cls.model_fields[info.field_name].annotation):
             raise ValueError("a number, not a boolean")
         return v
 
@@ -151,11 +150,9 @@ class GPU(_B):
 class Launch(_B):
     """Host (CPU thread) cost per call of plain PyTorch, µs; ``graph_per_op_us`` is GPU-side.
 
-    The ``None`` fields default as the profile contract says: ``p2p_call_us`` to
-    ``eager_per_collective_us``, ``batch_p2p_call_us`` to 1.5 × ``p2p_call_us``,
-    ``event_wait_us`` to 2.0, ``memcpy_call_us`` to ``eager_per_op_us`` and
-    ``elementwise_call_us`` to half of it (read them through the ``*_s`` accessors,
-    in seconds).
+    The ``None`` fields default as the profile contract says: ``p2p_call_us`` to ``eager_per_collective_us``,
+    ``batch_p2p_call_us`` to 1.5 × ``p2p_call_us``, ``event_wait_us`` to 2.0, ``memcpy_call_us`` to
+    ``eager_per_op_us`` and ``elementwise_call_us`` to half of it (read them through the ``*_s`` accessors, in s).
     """
 
     eager_per_op_us: float = Field(ge=0, description="Host time to launch one kernel in eager mode, µs.")
@@ -382,8 +379,8 @@ class Nics(_B):
                                   "400 Gb/s NDR -> 50 GB/s).")
     goodput: float | None = Field(default=None, gt=0, le=1, description="Share of line rate a NIC moves for "
                                   "send/recv and all_to_all and as a shared link (RDMA's goodput; NCCL's maintainers: "
-                                  "48 GB/s per 400G NIC, 24 per 200G, 12 per 100G: .96). NCCL's rings and trees keep "
-                                  "their channel speeds (src/graph/search.cc). None: 1 (line rate).")
+                                  "48 GB/s per 400G NIC, 24 per 200G, 12 per 100G: .96; rings and trees keep NCCL's "
+                                  "channel speeds, src/graph/search.cc). None: 1.")
     gpu_to_nic: list[NonNegativeInt] | None = Field(
         default=None, description="Local GPU i uses NIC gpu_to_nic[i]; default: GPU i on NIC i * per_node // "
         "gpus_per_node (rail-optimised when per_node == gpus_per_node).")
