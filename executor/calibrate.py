@@ -131,6 +131,7 @@ def run_calibrate(o: CalibrateOptions) -> dict[str, Any]:
         raw["gemm_fork"] = b.gemm_fork
         raw["gemm_ctas_per_sm"] = b.gemm_occ
         raw["gemm_reduce"] = b.gemm_reduce
+        raw["gemm_memset"] = b.gemm_memset
         if ctx.cuda:
             from executor.calibrate_waves import measure_sm_stream, measure_wave_tail, pick_shapes
 
@@ -363,13 +364,15 @@ def _assemble(o: CalibrateOptions, raw: dict[str, Any], ctx: Any, dev_name: str)
                            "event-timed launch, median of --iters), 3 rotating input sets when they fit in 3x L2; "
                            "'fp32' = TF32 off, 'tf32' = TF32 on; call rows: host time of one call over the 64x64 "
                            "matmul's, loops of 200 calls behind a sleep, GEMMs up to 0.2 ms, median over the fresh "
-                           "host processes. Single-launch times are in the .json next to this file"
+                           "host processes; memset rows: a Kineto trace of one call on an idle GPU, the memset's "
+                           "end to the main kernel's start. Single-launch times are in the .json next to this file"
                            if ctx.cuda else f"measured on CPU {where}",
                  "entries": [list(r) for r in raw["gemm"]], "shape_curve_from": None,
                  "ctas": [list(r) for r in raw.get("gemm_ctas", [])],
                  "graph": [list(r) for r in raw.get("gemm_graph", [])],
                  "ctas_per_sm": [list(r) for r in raw.get("gemm_ctas_per_sm", [])],
                  "reduce": [list(r) for r in raw.get("gemm_reduce", [])],
+                 "memset": [list(r) for r in raw.get("gemm_memset", [])],
                  "call": gemm_call_rows(raw["host"])}
     coll = raw.get("collectives")
     if coll:

@@ -68,6 +68,7 @@ class _Bench:
         self.gemm_fork: list[list[Any]] = []
         self.gemm_occ: list[list[Any]] = []
         self.gemm_reduce: list[list[Any]] = []
+        self.gemm_memset: list[list[Any]] = []
 
     def sync(self) -> None:
         if self.cuda:

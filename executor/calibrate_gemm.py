@@ -16,7 +16,7 @@ from executor.calibrate_graph import GRAPH_LAYERS, _graph_fork_us, graph_chain_p
 from executor.calibrate_nccl import kernel_events
 
 __all__ = ["measured_peaks", "gemm_graph_times", "longest_kernel_ctas", "longest_kernel_ctas_per_sm",
-           "persistent_tiles", "reduction_kernel", "device_limits", "ctas_per_sm", "SM90_LIMITS"]
+           "persistent_tiles", "reduction_kernel", "memset_gap_us", "device_limits", "ctas_per_sm", "SM90_LIMITS"]
 
 
 def _gemm_shapes(o: CalibrateOptions, cuda: bool) -> list[tuple[str, int, int, int]]:
@@ -104,6 +104,9 @@ def _measure_gemms(b: _Bench, shapes: list[tuple[str, int, int, int]], log: Call
             red = reduction_kernel(events, device_limits(torch, dev))
             if red is not None:
                 b.gemm_reduce.append([dt, m, n, k, red[0], round(red[1], 3)])
+            gap = memset_gap_us(events)
+            if gap is not None:
+                b.gemm_memset.append([dt, m, n, k, round(gap, 3)])
             occ = longest_kernel_ctas_per_sm(events, device_limits(torch, dev))
             if occ is not None and occ > 1:
                 b.gemm_occ.append([dt, m, n, k, occ])
@@ -270,6 +273,31 @@ def reduction_kernel(events: list[dict[str, Any]], lim: dict[str, int] | None = 
     per_sm = max(1, _record_ctas_per_sm(args, lim or SM90_LIMITS) or 1)
     us = sum(float(e.get("dur", 0.0)) for e in after)
     return (-(-n // per_sm), us) if n > 0 and us > 0 else None
+
+
+def memset_gap_us(events: list[dict[str, Any]]) -> float | None:
+    """µs from the end of the memset a GEMM call launched before its longest kernel to that kernel's start, from a
+    Chrome trace (Kineto's export) of that one call on an idle GPU (profile ``gemm.memset``), at least 0; None when
+    no memset (``"cat": "gpu_memset"``, CUPTI's ``Memset (Device)``) precedes the longest kernel. cuBLAS's split-K
+    "coopA" kernels zero a workspace first; on one H100 the main kernel started 7.8-13.0 µs after the memset with
+    nothing queued ahead of it (docs/validation.md, "a split-K GEMM's memset on an idle GPU").
+
+    >>> memset_gap_us([{"cat": "gpu_memset", "ts": 10.0, "dur": 1.5, "name": "Memset (Device)"},
+    ...                {"cat": "kernel", "ts": 21.5, "dur": 160.0, "args": {"grid": [2, 66, 1]}}])
+    10.0
+    >>> memset_gap_us([{"cat": "kernel", "ts": 0.0, "dur": 9.0, "args": {"grid": [4, 1, 1]}}]) is None
+    True
+    """
+    kernels = [e for e in events if e.get("cat") == "kernel"]
+    if not kernels:
+        return None
+    main = max(kernels, key=lambda e: float(e.get("dur", 0.0)))
+    t0 = float(main.get("ts", 0.0))
+    sets = [e for e in events if e.get("cat") == "gpu_memset" and float(e.get("ts", 0.0)) <= t0]
+    if not sets:
+        return None
+    last = max(sets, key=lambda e: float(e.get("ts", 0.0)))
+    return max(0.0, t0 - float(last.get("ts", 0.0)) - float(last.get("dur", 0.0)))
 
 
 #: sm_90 (H100/H200) per-SM limits of the CUDA occupancy calculation (CUDA C++ Programming Guide, "Technical

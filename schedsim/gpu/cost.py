@@ -176,6 +176,11 @@ class CostModel:
         """:meth:`HostLaunch.gemm_call_extra` for a GEMM, 0 for every other op."""
         return self.host.gemm_call_extra(op) if KINDS[op.kind].cost == "gemm" else 0.0
 
+    def gemm_memset_gap(self, op: Op) -> float:
+        """:meth:`GemmCost.memset_gap` for a GEMM (seconds), 0 for every other op and for a GEMM without a row."""
+        got = self.gemm.memset_gap(op) if KINDS[op.kind].cost == "gemm" else None
+        return 0.0 if got is None else got
+
     def launch_overhead(self, op: Op, mode: str) -> float:
         """:meth:`HostLaunch.launch_overhead`."""
         return self.host.launch_overhead(op, mode)

@@ -145,8 +145,9 @@ class GemmCost:
         self.tail_default = profile.gpu.wave_tail_us * 1e-6
         self._tail_near: dict[ShapeKey, float] = {}  # nearest-row answers, by shape
         self._call: dict[ShapeKey, float] = {(d, m, n, k): x for d, m, n, k, x in profile.gemm.call}
+        self._memset: dict[ShapeKey, float] = {(d, m, n, k): us * 1e-6 for d, m, n, k, us in profile.gemm.memset}
         # shapes with any per-shape kernel row: a 16-bit GEMM none of whose rows exist takes its sibling's, all of them
-        self._kernel_shapes = {*self._ctas, *self._occ, *self._reduce, *self._call, *self._tail}
+        self._kernel_shapes = {*self._ctas, *self._occ, *self._reduce, *self._call, *self._tail, *self._memset}
         self._fork_rows: dict[ShapeKey, float] = {
             (d, m, n, k): us * 1e-6 for d, m, n, k, us in profile.launch.graph_fork_edges}
         self._graph_rows: dict[ShapeKey, tuple[float, float]] = {
@@ -270,6 +271,16 @@ class GemmCost:
         if not self._call:
             return None
         return self._call.get(self._kernel_key(op))
+
+    def memset_gap(self, op: Op) -> float | None:
+        """Seconds from GEMM ``op``'s memset to its main kernel on an idle GPU: its ``gemm.memset`` row (the call
+        launches a memset, cuBLAS's split-K workspace, then the main kernel that much later; rule host-issue), else
+        None (no memset). Measured by ``schedsim calibrate`` from a Kineto trace of one call; one H100: fp16
+        4096×4096×512 9.4-13.0 µs, bf16 4096³ 7.8-10.5 µs, behind another GEMM 1.5 µs (docs/validation.md, "a
+        split-K GEMM's memset on an idle GPU")."""
+        if not self._memset:
+            return None
+        return self._memset.get(self._kernel_key(op))
 
     def _nearest_tail(self, key: ShapeKey) -> float:
         dtype = key[0]

@@ -165,7 +165,8 @@ def _with_graphs(rank: np.ndarray, stream: np.ndarray, hclass: np.ndarray, repea
 
 
 def kernel_release(issue: np.ndarray, call0: np.ndarray, profile: HardwareProfile, mode: str,
-                   call_extra: np.ndarray | None = None, graph: np.ndarray | None = None) -> np.ndarray:
+                   call_extra: np.ndarray | None = None, graph: np.ndarray | None = None,
+                   memset: np.ndarray | None = None) -> np.ndarray:
     """Rule host-issue, the launch inside the call: when each op's (first) kernel reaches the GPU, seconds, shape (n,),
     from :func:`host_issue_columns`' ``issue`` (the call returned), ``call0`` (the call began) and
     ``call_extra`` (its ``gemm.call`` extra, s, shape (n,)): ``call0 + f · (issue − call0 − call_extra)`` with
@@ -187,7 +188,25 @@ def kernel_release(issue: np.ndarray, call0: np.ndarray, profile: HardwareProfil
     about half-way through the call), while one-kernel GEMMs (bf16 32×2048×2048, fp32 8×2048×1024) fitted a
     launch at 0.8-1 of the call; ``calibrate`` measures ``f`` on a one-kernel bf16 2048³ matmul
     (executor/calibrate_host.py: 0.87-1.0 in calibrate's process and its three fresh ones, 0.78-0.97 in six
-    ``execute --measure-host`` processes that day)."""
+    ``execute --measure-host`` processes that day).
+
+    ``memset`` (s, shape (n,), or None): per op the ``gemm.memset`` gap of a GEMM whose call launches a memset
+    (cuBLAS zeroing its split-K workspace) at that point and its main kernel this much later, the host's second
+    launch: the op's release is that much later (eager ops only, not graph ops). On a busy GPU the kernel is queued
+    by the time its stream reaches it, so the gap costs nothing there; on an idle one it delays the kernel. One
+    H100 (docs/validation.md, "a split-K GEMM's memset on an idle GPU"): the memset's end to the main kernel's
+    start 7.8-13.0 µs with nothing queued ahead, 1.5 µs behind another GEMM; the call returned after the main
+    kernel's launch."""
+    rel = _release(issue, call0, profile, mode, call_extra, graph)
+    if memset is None or mode == "cuda_graph":
+        return rel
+    add = memset if graph is None else np.where(graph >= 0, 0.0, memset)
+    return rel + add
+
+
+def _release(issue: np.ndarray, call0: np.ndarray, profile: HardwareProfile, mode: str,
+             call_extra: np.ndarray | None, graph: np.ndarray | None) -> np.ndarray:
+    """:func:`kernel_release` without the memset gaps."""
     f = profile.launch.call_launch_fraction
     gs = profile.launch.graph_start_us
     if mode == "cuda_graph":  # one launch per rank, its call at 0

@@ -233,8 +233,7 @@ class Launch(_B):
     graph_timing_gap_us: float | None = Field(default=None, ge=0, description="GPU time, µs, between two adjacent "
                                               "timing events in a graph replay (one op's end event and the next "
                                               "op's start): the whole span of a timed op that runs nothing on the "
-                                              "GPU (a one-rank in-place collective). Default: "
-                                              "graph_timing_event_us.")
+                                              "GPU (a one-rank in-place collective). Default: graph_timing_event_us.")
     graph_timed: bool = Field(default=False, description="True in a profile from HardwareProfile.timed_graph: "
                               "every op of a CUDA graph holds its timing events (graph_timing_event_us, or "
                               "graph_timing_gap_us for an op that runs nothing): a graph timed op by op.")
@@ -439,17 +438,15 @@ class Fabric(_B):
     oversubscription: float = Field(default=1.0, ge=1.0, description="Leaf down / up bandwidth ratio: traffic "
                                     "that crosses the spine gets 1/oversubscription of the NIC rate.")
     latency_us: float = Field(default=0.0, ge=0, le=NET_LATENCY_MAX_US, description="Latency per switch hop, µs, "
-                              "that each network "
-                              "crossing takes beyond NCCL's figures (one hop within a leaf, three across leaves); "
-                              "it times the run but not NCCL's choice, since NCCL's topology has no switch "
-                              "(default 0: NCCL's own figures hold the switch, as they do on InfiniBand). At most "
-                              "1e6 (1 s a hop; NET_LATENCY_MAX_US: more is a unit slip, and near float's limit the "
-                              "sum over a chain's hops is infinite).")
+                              "that each network crossing takes beyond NCCL's figures (one hop within a leaf, three "
+                              "across leaves); it times the run but not NCCL's choice, since NCCL's topology has no "
+                              "switch (default 0: NCCL's own figures hold the switch, as they do on InfiniBand). At "
+                              "most 1e6 (1 s a hop; NET_LATENCY_MAX_US: more is a unit slip, and near float's limit "
+                              "the sum over a chain's hops is infinite).")
     sharp: bool = Field(default=False, description="The switches reduce in the network (NVIDIA SHARP) and NCCL "
                         "runs its CollNet plugin (NCCL_COLLNET_ENABLE=1): CollNet Direct / Chain and NVLS across "
                         "nodes for all_reduce (schedsim.network.tuning).")
-    provenance: Provenance = Field(default="assumed", description="Where oversubscription and latency_us come "
-                                   "from.")
+    provenance: Provenance = Field(default="assumed", description="Where oversubscription and latency_us come from.")
     source: str
 
 
@@ -569,6 +566,10 @@ class GemmTable(_B):
         "them; the median over its fresh host processes). bf16 1024x512x8192, whose call launches two "
         "kernels (split-K, gemm.reduce), cost 1.29x on one H200 (call + add less the add's loop; "
         "[evidence: elementwise-host]). Rule host-issue of schedsim.gpu.rules; shapes not listed: 1.")
+    memset: list[tuple[GemmDType, PositiveInt, PositiveInt, PositiveInt, NonNegFloat]] = Field(
+        default_factory=lambda: [], description="[dtype, m, n, k, gap_us]: its call launches a memset before its "
+        "main kernel (cuBLAS split-K 'coopA' zeroing a workspace); gap_us: idle GPU, the memset's end to the main "
+        "kernel's start (Kineto, one call; calibrate), the host's second launch. Rule host-issue; unlisted: none.")
     graph: list[tuple[GemmDType, PositiveInt, PositiveInt, PositiveInt, PositiveFloat, PositiveFloat]] = Field(
         default_factory=lambda: [],
         description="[dtype, m, n, k, warm_ms, cold_ms]: one GEMM's GPU time as a node of a CUDA-graph chain, its "

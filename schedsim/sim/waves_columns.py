@@ -479,8 +479,8 @@ def _order_and_issue(prog: Program, tps: list[Op], tmpl: np.ndarray, rank: np.nd
     """Rule communicator-order's communicator order and rule host-issue's inputs: ``(sptr, sidx, npred)``
     (the DAG plus the communicator-order edges as int32 CSR, each op's predecessor count) and ``host``, the
     arguments of :func:`schedsim.gpu.host.host_issue_columns` before ``profile`` (seven columns), its
-    ``call_extra`` and its ``graph`` (the ops' CUDA graph launches), which :func:`schedsim.gpu.host.kernel_release`
-    takes too (the call returned, began, and
+    ``call_extra``, its ``graph`` (the ops' CUDA graph launches) and its ``memset`` gaps (``gemm.memset``, s, or
+    None), which :func:`schedsim.gpu.host.kernel_release` takes too (the call returned, began, and
     launched its kernel). Its other int64 temporaries (communicators, edge keys) die here."""
     N = prog.N
     batch = prog.batch.astype(I64)  # once, for the compiled FIFO edges and issue times
@@ -510,17 +510,22 @@ def _order_and_issue(prog: Program, tps: list[Op], tmpl: np.ndarray, rank: np.nd
     from schedsim.lower.graphs import graph_segments
 
     graph = graph_segments(prog) if mode != "cuda_graph" else None  # ops captured in CUDA graphs (their `graph:`)
-    return sptr, sidx, npred, (rank, sid, hcls, _per_op(trep, tmpl), _per_op(ths, tmpl), batch, xdeps, extra, graph)
+    memset = None  # rule host-issue: a GEMM shape whose call launches a memset first (gemm.memset), per template
+    if profile.gemm.memset and mode != "cuda_graph":
+        tms = np.array([cost.gemm_memset_gap(t) for t in tps], np.float64)
+        memset = _per_op(tms, tmpl) if np.any(tms) else None
+    return sptr, sidx, npred, (rank, sid, hcls, _per_op(trep, tmpl), _per_op(ths, tmpl), batch, xdeps, extra, graph,
+                               memset)
 
 
 def _host_times(host: tuple[Any, ...], profile: HardwareProfile, mode: str, model_executor: bool, cold: bool
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Rule host-issue's ``(issue, call0, release)`` (float64 seconds: each op's call returned, began, and
     launched its kernel) from :func:`_order_and_issue`'s ``host``; ``cold``: the iteration's first calls run cold."""
-    rank, sid, hcls, rep, hs, batch, xdeps, extra, graph = host
+    rank, sid, hcls, rep, hs, batch, xdeps, extra, graph, memset = host
     issue, call0 = gh.host_issue_columns(rank, sid, hcls, rep, hs, batch, xdeps, profile, mode, model_executor, extra,
                                          cold, graph)
-    return issue, call0, gh.kernel_release(issue, call0, profile, mode, extra, graph)
+    return issue, call0, gh.kernel_release(issue, call0, profile, mode, extra, graph, memset)
 
 
 def _fifo(rank: np.ndarray, comm: np.ndarray, batch: np.ndarray) -> np.ndarray:

@@ -707,7 +707,11 @@ def host_issue_times(ops: Sequence[Op], profile: HardwareProfile, mode: str, *, 
     if call_start is not None:
         call_start[:] = call0.tolist()
     if release is not None:
-        release[:] = gh.kernel_release(issue, call0, profile, mode, extra, graph).tolist()
+        memset = None
+        if profile.gemm.memset and mode != "cuda_graph":
+            cm = cost if cost is not None else cost_model(profile)
+            memset = np.array([cm.gemm_memset_gap(op) for op in ops], np.float64)
+        release[:] = gh.kernel_release(issue, call0, profile, mode, extra, graph, memset).tolist()
     return issue.tolist()
 
 
