@@ -53,7 +53,8 @@ def idle_memset_gaps(recs: list[tuple[str, dict[str, Any]]]) -> dict[str, float 
     >>> idle_memset_gaps(r)
     {'a@r0': 10.0, 'b@r0': None}
     """
-    timed = sorted((rec["gpu_start_us"], op, rec) for op, rec in recs if "gpu_start_us" in rec)
+    timed = sorted(((rec["gpu_start_us"], op, rec) for op, rec in recs if rec.get("gpu_start_us") is not None),
+                   key=lambda t: t[0])
     out: dict[str, float | None] = {}
     busy_until: dict[str, float] = {}
     for start, op, rec in timed:

@@ -67,3 +67,23 @@ def test_the_cost_model_times_each_rule_with_its_part() -> None:
     assert cm.duration(cp) == cm.copy.time(cp)
     assert cm.duration(ar) == cm.net.collective("all_reduce", 4e6, (0, 1))
     assert cm.wave_tail(fl) == cm.gemm.tail_default and cm.reduce_kernel(fl) is None
+
+
+def test_a_gemm_memset_row_is_read_for_its_shape_and_its_16_bit_sibling_and_nothing_else():
+    # gemm.memset [dtype, m, n, k, gap_us]: the bf16 row at 4096³ gives 10.5 µs; fp16 at that shape has no row of
+    # its own of any kind, so it takes bf16's (GemmCost._kernel_key); another shape, or a non-GEMM op, gets 0
+    from schedsim.gpu.cost import CostModel
+    from schedsim.graph.ops import Op
+    from schedsim.hardware.profile import HardwareProfile, load_profile
+
+    d = load_profile("h200").model_dump()
+    d["gemm"]["memset"] = [["bf16", 4096, 4096, 4096, 10.5]]
+    cm = CostModel(HardwareProfile.model_validate(d))
+
+    def mm(dt: str, m: int) -> Op:
+        return Op(name="a", rank=0, kind="matmul", stream="main", seq=0, m=m, n=4096, k=4096, dtype=dt)
+
+    assert cm.gemm_memset_gap(mm("bf16", 4096)) == 10.5e-6
+    assert cm.gemm_memset_gap(mm("fp16", 4096)) == 10.5e-6
+    assert cm.gemm_memset_gap(mm("bf16", 2048)) == 0.0
+    assert CostModel(load_profile("h200")).gemm_memset_gap(mm("bf16", 4096)) == 0.0

@@ -277,6 +277,27 @@ def test_a_split_k_call_launches_its_main_kernel_before_the_extra_and_a_cheap_ca
         assert spans == {"A@r0": want} and tl.meta["host_issue_s"] == [pytest.approx(row * 10e-6)]
 
 
+def test_a_gemm_that_launches_a_memset_first_reaches_an_idle_gpu_its_gap_later(sim_text):
+    # eager_per_op_us 10, call_launch_fraction 0.5; FULL (10 µs) with a gemm.memset row of 4 µs: the call launches
+    # the memset at 5 and the main kernel 4 µs later. A, GPU idle: call [0, 10], kernel [9, 19] (without the row
+    # [5, 15]). B, called [10, 20], reaches the GPU at 15 + 4 = 19, when A ends: [19, 29] (without: [15, 25]), so
+    # the makespan grows by the gap once, not twice; C, a GEMM of another shape, gets no gap. In a graph replay
+    # nothing is launched per call: the row changes nothing.
+    from schedsim.hardware.profile import HardwareProfile
+
+    text = HEAD % 1 + f"  - {{name: A, {FULL}}}\n  - {{name: B, {FULL}, deps: [A]}}\n  - {{name: C, {TINY}}}\n"
+    d = waves_profile(launch={"eager_per_op_us": 10.0, "call_launch_fraction": 0.5}).model_dump()
+    plain = HardwareProfile.model_validate(d)
+    d["gemm"]["memset"] = [["fp32", 256, 512, 1024, 4.0]]
+    row = HardwareProfile.model_validate(d)
+    spans, _ = sim_text(text, plain)
+    assert spans == {"A@r0": (5.0, 15.0), "B@r0": (15.0, 25.0), "C@r0": (25.0, 27.0)}
+    spans, tl = sim_text(text, row)
+    assert spans == {"A@r0": (9.0, 19.0), "B@r0": (19.0, 29.0), "C@r0": (29.0, 31.0)}
+    assert tl.makespan_s == pytest.approx(31e-6)
+    assert sim_text(text, row, launch="cuda_graph")[0] == sim_text(text, plain, launch="cuda_graph")[0]
+
+
 def test_a_timed_eager_op_ends_no_earlier_than_its_end_event_record(sim_text):
     # an eager run timed op by op with 6 µs of timing per op (HardwareProfile.timed_eager: the host pays it before
     # each 10 µs call): calls [6, 16], [22, 32], [38, 48]. Each 2 µs kernel runs at the call's return ([16, 18], ...)
