@@ -13,6 +13,10 @@ Usage (repo root)::
 
     python benchmarks/accuracy/replay_runs.py RUN_DIR [RUN_DIR ...] [--profile P] [--gpu-model waves] [--md OUT.md]
 
+``--memset-rows OUT.yaml`` (with ``--profile``) first writes the profile with ``gemm.memset`` rows taken from the
+runs' ``profiler_ops.json`` (a GEMM whose first kernel is a memset; on an idle GPU, its Kineto span less its busy
+time: the memset's end to the main kernel's start, what ``calibrate`` records from one call; per shape the median,
+a shape never idle takes the median over all) and replays with it.
 ``--process-host`` predicts each case measured with ``execute --measure-host`` with that process's host costs.
 ``--profile`` defaults to each run's own calibrated profile (``RUN_DIR/*_calibrated.yaml``); give a profile
 name (``h200x2``, ``h200``) or path to replay every case with it. Goals (issue 8): makespan error median
@@ -330,6 +334,105 @@ def goals(rows: list[dict[str, Any]]) -> str:
             f"{sum(x <= 0.03 for x in ov)}/{len(ov)} cases within 3 %")
 
 
+def op_records(ex: Path) -> list[tuple[str, dict[str, Any]]]:
+    """``(op id, record)`` of one ``execute`` folder's ``profiler_ops.json`` (id ``NAME@rRANK``), empty without one."""
+    f = ex / "profiler_ops.json"
+    if not f.is_file():
+        return []
+    d = json.loads(f.read_text())
+    return [(f"{name}@r{rank}", rec) for rank, r in d.items() for name, rec in r.get("ops", {}).items()]
+
+
+def idle_memset_gaps(recs: list[tuple[str, dict[str, Any]]]) -> dict[str, float | None]:
+    """Per op id whose first kernel is a memset: its span less its busy time (µs) when it started on an idle GPU
+    (its call, ``cpu_start_us`` + ``cpu_dur_us``, returned after every earlier op of its rank had ended on the
+    GPU; Kineto's one clock), else None (queued behind them).
+
+    >>> r = [("a@r0", {"gpu_start_us": 0.0, "gpu_end_us": 180.0, "gpu_busy_us": 170.0, "cpu_start_us": -40.0,
+    ...               "cpu_dur_us": 60.0, "kernels": ["Memset (Device)", "nvjet_coopA"]}),
+    ...      ("b@r0", {"gpu_start_us": 181.5, "gpu_end_us": 345.0, "gpu_busy_us": 162.0, "cpu_start_us": 30.0,
+    ...               "cpu_dur_us": 40.0,
+    ...               "kernels": ["Memset (Device)", "nvjet_coopA"]}),
+    ...      ("c@r0", {"gpu_start_us": 100.0, "gpu_end_us": 120.0, "gpu_busy_us": 20.0, "kernels": ["nvjet"]})]
+    >>> idle_memset_gaps(r)
+    {'a@r0': 10.0, 'b@r0': None}
+    """
+    timed = sorted(((rec["gpu_start_us"], op, rec) for op, rec in recs if rec.get("gpu_start_us") is not None),
+                   key=lambda t: t[0])
+    out: dict[str, float | None] = {}
+    busy_until: dict[str, float] = {}
+    for start, op, rec in timed:
+        rank = op.rsplit("@r", 1)[1]
+        idle = rec.get("cpu_start_us", start) + rec.get("cpu_dur_us", 0.0) > busy_until.get(rank, float("-inf"))
+        ks = rec.get("kernels") or []
+        if ks and str(ks[0]).startswith("Memset") and len(ks) >= 2:
+            out[op] = rec["gpu_end_us"] - start - rec["gpu_busy_us"] if idle else None
+        busy_until[rank] = max(busy_until.get(rank, float("-inf")), rec["gpu_end_us"])
+    return out
+
+
+def shapes_of(case: Path) -> dict[str, tuple[str, int, int, int]]:
+    """GEMM shape ``(dtype, m·batch, n, k)`` per op id of a case's measured schedule (its ``meta`` file and sets)."""
+    from schedsim.api import lower_spec
+    from schedsim.clicore import load as _load
+    from schedsim.gpu.gemm import shape_key
+    from schedsim.graph.build import graph_of
+    from schedsim.kinds import KINDS
+
+    meta = Timeline.read_json(case / "execute" / "timeline.json").meta
+    file = Path(meta["file"])
+    G = graph_of(lower_spec(_load(file, list(meta.get("set") or [])), file))
+    return {n: shape_key(d["op"]) for n, d in G.nodes(data=True) if KINDS[d["op"].kind].cost == "gemm"}
+
+
+def memset_collect(runs: list[Path]) -> dict[tuple[str, int, int, int], list[float | None]]:
+    """``gemm.memset`` from measured runs: per GEMM shape that launched a memset, its gaps over every process of
+    every case (None: not idle)."""
+    out: dict[tuple[str, int, int, int], list[float | None]] = {}
+    for run in runs:
+        for case in sorted(p.parent.parent for p in run.glob("*/execute/timeline.json")):
+            shapes = None
+            for ex in [case / "execute", *sorted(case.glob("rep*/execute"))]:
+                gaps = idle_memset_gaps(op_records(ex))
+                if not gaps:
+                    continue
+                shapes = shapes if shapes is not None else shapes_of(case)
+                for op, g in gaps.items():
+                    if op in shapes:
+                        out.setdefault(shapes[op], []).append(g)
+    return out
+
+
+def memset_rows(found: dict[tuple[str, int, int, int], list[float | None]]) -> tuple[list[list[Any]], list[str]]:
+    """``gemm.memset`` rows ``[dtype, m, n, k, gap_us]`` (sorted) and one table line per shape."""
+    every = [g for gs in found.values() for g in gs if g is not None]
+    if not every:
+        return [], []
+    pooled = statistics.median(every)
+    out, lines = [], []
+    for key in sorted(found):
+        idle = [g for g in found[key] if g is not None]
+        gap = statistics.median(idle) if idle else pooled
+        out.append([*key, round(gap, 3)])
+        listed = ", ".join(f"{g:.1f}" for g in idle)
+        how = f"{len(idle)} idle: {listed}" if idle else "never idle: pooled median"
+        lines.append(f"| {key[0]} {key[1]}x{key[2]}x{key[3]} | {len(found[key])} | {gap:.2f} | {how} |")
+    return out, lines
+
+
+def with_memset_rows(runs: list[Path], profile: str, out: Path) -> str:
+    """Write ``profile`` with ``gemm.memset`` set from ``runs``' Kineto kernel lists (:func:`memset_collect`,
+    :func:`memset_rows`) to ``out``, print the rows' table, and return ``out`` as a path string."""
+    import yaml
+
+    got, lines = memset_rows(memset_collect(runs))
+    print("| shape | ops with a memset | gap µs | idle gaps µs |\n|---|---:|---:|---|\n" + "\n".join(lines))
+    prof = load_profile(profile)
+    prof = prof.model_copy(update={"gemm": prof.gemm.model_copy(update={"memset": [tuple(r) for r in got]})})
+    atomic_write_text(out, yaml.safe_dump(prof.model_dump(mode="json"), sort_keys=False, width=200))
+    return str(out)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("runs", nargs="+", type=Path,
@@ -346,7 +449,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--host-calls", action="store_true", help="also print, per case, measured less predicted host "
                     "time per call by op kind and the kind of the call before it, and per process its uninstrumented "
                     "iterations' host issue against its stamped ones' (a process that changed speed between them)")
+    ap.add_argument("--memset-rows", type=Path, default=None, metavar="OUT.yaml", help="write --profile with "
+                    "gemm.memset taken from the runs' Kineto kernel lists (profiler_ops.json: GEMMs whose first kernel "
+                    "is a memset; the gap where the GPU was idle) to OUT.yaml, and replay with it")
     a = ap.parse_args(argv)
+    if a.memset_rows is not None:
+        if not a.profile:
+            ap.error("--memset-rows needs --profile (the profile to add the rows to)")
+        a.profile = with_memset_rows(a.runs, a.profile, a.memset_rows)
     rows = []
     for case in cases(a.runs):
         if a.exclude and a.exclude in case.name:

@@ -1,4 +1,4 @@
-"""benchmarks/accuracy/memset_rows.py: which GEMMs of a measured run launched a memset, and its gap on an idle GPU."""
+"""benchmarks/accuracy/replay_runs.py --memset-rows: which GEMMs of a run launched a memset, its gap on an idle GPU."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _mod():
-    spec = importlib.util.spec_from_file_location("memset_rows", ROOT / "benchmarks/accuracy/memset_rows.py")
+    spec = importlib.util.spec_from_file_location("replay_runs", ROOT / "benchmarks/accuracy/replay_runs.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -46,9 +46,9 @@ def test_rows_take_the_median_of_idle_gaps_and_the_pooled_median_for_a_shape_nev
     m = _mod()
     found = {("bf16", 4096, 4096, 4096): [10.0, None, 8.0, 12.0], ("fp16", 4096, 4096, 512): [13.0],
              ("bf16", 2048, 8192, 8192): [None, None]}
-    rows, lines = m.rows(found)
+    rows, lines = m.memset_rows(found)
     # pooled: median of 10, 8, 12, 13 = 11
     assert rows == [["bf16", 2048, 8192, 8192, 11.0], ["bf16", 4096, 4096, 4096, 10.0],
                     ["fp16", 4096, 4096, 512, 13.0]]
     assert "never idle" in lines[0] and "3 idle" in lines[1]
-    assert m.rows({("bf16", 1, 1, 1): [None]}) == ([], [])
+    assert m.memset_rows({("bf16", 1, 1, 1): [None]}) == ([], [])
