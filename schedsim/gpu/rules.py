@@ -41,7 +41,9 @@ Each rule has a name, used in code, notes and errors (the numbers they once had:
    before the call). A kernel reaches the GPU part-way through its call,
    ``launch.call_launch_fraction`` of the call's host time in (default 1: at its
    return; ``calibrate`` measures it: a matmul's launch comes before the output's
-   bookkeeping and the return, :func:`kernel_release`); in an eager run timed op
+   bookkeeping and the return, :func:`kernel_release`; a GEMM shape with a
+   ``gemm.memset`` row launches a memset there and its main kernel that row's
+   gap later, which an idle GPU waits for); in an eager run timed op
    by op an op also ends no earlier than its end event's record, after its call
    (:func:`end_event_bound`). The
    language has no host-blocking op (``.item()``, ``synchronize``), so the host
