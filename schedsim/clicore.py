@@ -168,8 +168,8 @@ def print_predict(tl: Timeline, metrics: Metrics, paths: list[Path], fmt: OutFor
 
 #: The options :func:`fast_command` reads, per command: option → (parameter, what it takes). "flag" options set
 #: the parameter to the value given; "text" takes the next word as it is, "path" as a Path, "list" appends it
-#: (repeatable), "count" takes a whole number ≥ 1 written in at most 18 ASCII digits, an Enum class one of its values. As
-#: typer's options (:mod:`schedsim.cli`) for the same names; anything else, typer parses.
+#: (repeatable), "count" takes a whole number ≥ 1 written in at most 18 ASCII digits, an Enum class one of its
+#: values. As typer's options (:mod:`schedsim.cli`) for the same names; anything else, typer parses.
 _OPTIONS: dict[str, dict[str, tuple[str, Any]]] = {
     "check": {"--set": ("set_", "list"), "--max-ops": ("max_ops", "count")},
     "predict": {
