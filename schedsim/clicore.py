@@ -168,8 +168,8 @@ def print_predict(tl: Timeline, metrics: Metrics, paths: list[Path], fmt: OutFor
 
 #: The options :func:`fast_command` reads, per command: option → (parameter, what it takes). "flag" options set
 #: the parameter to the value given; "text" takes the next word as it is, "path" as a Path, "list" appends it
-#: (repeatable), "count" takes a whole number ≥ 1 written in ASCII digits, an Enum class one of its values. As
-#: typer's options (:mod:`schedsim.cli`) for the same names; anything else, typer parses.
+#: (repeatable), "count" takes a whole number ≥ 1 written in at most 18 ASCII digits, an Enum class one of its
+#: values. As typer's options (:mod:`schedsim.cli`) for the same names; anything else, typer parses.
 _OPTIONS: dict[str, dict[str, tuple[str, Any]]] = {
     "check": {"--set": ("set_", "list"), "--max-ops": ("max_ops", "count")},
     "predict": {
@@ -217,8 +217,8 @@ def parse_plain(argv: list[str]) -> tuple[Callable[..., None], dict[str, Any]] |
         elif kind == "path":
             kw[name] = Path(value)
         elif kind == "count":
-            if not (value.isascii() and value.isdigit() and int(value) >= 1):
-                return None
+            if not (value.isascii() and value.isdigit() and len(value) <= 18 and int(value) >= 1):
+                return None  # 19+ digits: typer's (int() refuses over 4,300: sys.get_int_max_str_digits)
             kw[name] = int(value)
         else:
             if value not in kind._value2member_map_:

@@ -20,11 +20,12 @@ Host-bound cases run in several fresh processes, alternating execute and referen
 case moves by 5–10 % between processes (small_ops eager on one H200, 2026-12-01 02:53–02:57 UTC,
 ``benchmarks/probes/run.sh host_spread``) and by up to 2× on some H100 machines, whose processes run in a fast or
 a slow mode (docs/validation.md, "the host-bound process spread"), so ``measured_ms`` and ``handwritten_ms`` are
-then the medians over the processes' medians, ``processes`` their count and ``*_min_ms``/``*_max_ms`` their range;
-the makespan error is against that median. ``*_drift_flagged``: how many of those processes changed speed while
-they ran (their timed iterations' quarter medians more than ``schedsim.compare.DRIFT_WARN`` apart, the warning of
-``compare``); ``*_slow_processes``: how many ran more than ``DRIFT_WARN`` × the fastest process of their side (the
-slow mode).
+then the medians over the processes' medians, ``processes`` their count (the larger side's; each side's in
+``measured_processes`` and ``handwritten_processes``: a process that failed writes nothing) and
+``*_min_ms``/``*_max_ms`` their range; the makespan error is against that median. ``*_drift_flagged``: how many
+of those processes changed speed while they ran (their timed iterations' quarter medians more than
+``schedsim.compare.DRIFT_WARN`` apart, the warning of ``compare``); ``*_slow_processes``: how many ran more than
+``DRIFT_WARN`` × the fastest process of their side (the slow mode).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ FIELDS = ["case", "status", "world_size", "launch", "max_connections", "predicte
           "measured_per_op_timed_ms", "makespan_error_pct", "per_op_median_error_pct", "handwritten_ms",
           "executor_overhead_pct", "late_starts", "note", "processes", "measured_min_ms", "measured_max_ms",
           "handwritten_min_ms", "handwritten_max_ms", "measured_drift_flagged", "handwritten_drift_flagged",
-          "measured_slow_processes", "handwritten_slow_processes"]
+          "measured_slow_processes", "handwritten_slow_processes", "measured_processes", "handwritten_processes"]
 
 
 def _load(p: Path) -> Any:
@@ -52,6 +53,11 @@ def _load(p: Path) -> Any:
 
 def _r(x: float | None, nd: int = 4) -> float | None:
     return None if x is None else round(x, nd)
+
+
+def _ms(s: Any) -> float | None:
+    """Seconds as milliseconds (4 decimals); None where the executor wrote none (absent, null or 0), not 0.0."""
+    return _r(float(s) * 1e3) if s else None
 
 
 def _process_records(d: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -113,8 +119,8 @@ def case_summary(d: Path, name: str, note: str = "") -> dict[str, Any]:
         m = tl.get("meta", {})
         row.update(status="ok", world_size=tl.get("world_size"), launch=tl.get("launch"),
                    max_connections=m.get("max_connections"),
-                   measured_ms=_r((m.get("makespan_uninstrumented_s") or 0) * 1e3),
-                   measured_per_op_timed_ms=_r((m.get("makespan_median_s") or 0) * 1e3))
+                   measured_ms=_ms(m.get("makespan_uninstrumented_s")),
+                   measured_per_op_timed_ms=_ms(m.get("makespan_median_s")))
         if cmp_ is not None:
             ms = cmp_["makespan"]
             unin = ms.get("uninstrumented") or {}
@@ -128,7 +134,7 @@ def case_summary(d: Path, name: str, note: str = "") -> dict[str, Any]:
     procs = _process_records(d)
     meas, ref = ([p["median_s"] for p in side] for side in procs)
     if len(meas) > 1 or len(ref) > 1:
-        row["processes"] = max(len(meas), len(ref))
+        row.update(processes=max(len(meas), len(ref)), measured_processes=len(meas), handwritten_processes=len(ref))
         for side, got in zip(("measured", "handwritten"), procs, strict=True):
             if got:
                 spread = process_spread(got)
@@ -172,8 +178,11 @@ def spread_line(row: dict[str, Any]) -> str:
     def side(name: str, key: str) -> str:
         def g(k: str) -> Any:
             return "-" if row.get(k) is None else row[k]
+        n = row.get(key + "_processes")
+        of = "" if n is None or n == row["processes"] else f" (of {n} process{'es' if n != 1 else ''})"
         return (f"{name} {g(key + '_ms' if key == 'handwritten' else 'measured_ms')} ms [{g(key + '_min_ms')}, "
-                f"{g(key + '_max_ms')}], drift-flagged {g(key + '_drift_flagged')}, slow {g(key + '_slow_processes')}")
+                f"{g(key + '_max_ms')}]{of}, drift-flagged {g(key + '_drift_flagged')}, "
+                f"slow {g(key + '_slow_processes')}")
     return (f"{row['case']}, {row['processes']} processes: {side('execute', 'measured')}; "
             f"{side('hand-written', 'handwritten')}")
 

@@ -36,7 +36,8 @@ TYPER_ONLY = [
     [], ["--debug", "check", "a.yaml"], ["check"], ["check", "a.yaml", "b.yaml"], ["check", "--help"],
     ["check", "a.yaml", "--set=a=1"], ["check", "a.yaml", "--set"], ["check", "a.yaml", "--set", "-1"],
     ["check", "a.yaml", "--max-ops", "0"], ["check", "a.yaml", "--max-ops", "1e3"],
-    ["check", "a.yaml", "--max-ops", "²"],
+    ["check", "a.yaml", "--max-ops", "²"], ["check", "a.yaml", "--max-ops", "1" + "0" * 4300],
+    ["check", "a.yaml", "--max-ops", "1" + "0" * 18],
     ["check", "--", "a.yaml"], ["check", "-"], ["check", "a.yaml", "--no-gantt"], ["predict", "a.yaml", "-oout"],
     ["predict", "a.yaml", "--format", "JSON"], ["predict", "a.yaml", "--iteration-gap-ms", "1"],
     ["predict", "a.yaml", "--max-connections", "4"], ["predict", "a.yaml", "--out"], ["predict", "a.yaml", "--gant"],
@@ -75,7 +76,7 @@ def test_plain_lines_parse_as_typer_parses_them(argv: list[str], monkeypatch: py
     assert [type(v) for v in bound.arguments.values()] == [type(v) for v in typer_args.values()]
 
 
-@pytest.mark.parametrize("argv", TYPER_ONLY, ids=" ".join)
+@pytest.mark.parametrize("argv", TYPER_ONLY, ids=lambda a: " ".join(a)[:60])
 def test_other_lines_are_left_to_typer(argv: list[str]) -> None:
     assert clicore.parse_plain(argv) is None
 
@@ -92,7 +93,8 @@ def _run(module: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
 
 
-@pytest.mark.parametrize("case", ["ok", "warning", "bad_field", "missing", "set", "predict", "predict_bad"])
+@pytest.mark.parametrize("case", ["ok", "warning", "bad_field", "missing", "set", "huge_max_ops", "predict",
+                                  "predict_bad"])
 def test_entry_point_prints_and_exits_as_typer_does(case: str, tmp_path: Path) -> None:
     """``python -m schedsim`` (no typer: checked by what it imports) against ``python -m schedsim.cli`` (typer)
     on the same command lines: stdout, stderr, exit code and the files written, byte for byte."""
@@ -103,6 +105,7 @@ def test_entry_point_prints_and_exits_as_typer_does(case: str, tmp_path: Path) -
             "bad_field": ["check", "bad.yaml"],
             "missing": ["check", "missing.yaml"],
             "set": ["check", str(ROOT / "schedules/allgather_mm8.yaml"), "--set", "nope=1"],
+            "huge_max_ops": ["check", str(ROOT / "schedules/tp_ffn.yaml"), "--max-ops", "1" + "0" * 4300],
             "predict": ["predict", str(ROOT / "schedules/tp_ffn.yaml"), "--no-gantt", "--out", "{out}"],
             "predict_bad": ["predict", "bad.yaml", "--no-gantt", "--out", "{out}"]}[case]
     results = []

@@ -78,3 +78,23 @@ def test_one_process_reports_no_spread(tmp_path):
     assert row["measured_ms"] == pytest.approx(0.373)
     assert row["processes"] is None and row["measured_drift_flagged"] is None and row["measured_slow_processes"] is None
     assert _summary_module().spread_line(row) == ""
+
+
+def test_a_side_with_fewer_processes_says_how_many_and_absent_times_stay_empty(tmp_path):
+    """One execute process that wrote no per-op timed makespan, beside four reference processes (three failed
+    execute processes wrote nothing): the execute side's count is 1, its per-op column empty (not 0.0 ms). Slow
+    references: 0.24 and 0.26 ms, above 1.15 x the fastest 0.20 (0.23); no iterations, so none drift-flagged."""
+    d = tmp_path / "c2"
+    (d / "execute").mkdir(parents=True)
+    (d / "execute" / "timeline.json").write_text(json.dumps(
+        {"world_size": 1, "launch": "eager", "meta": {"makespan_uninstrumented_s": 300e-6}}))
+    for i, sub in enumerate([d, d / "rep2", d / "rep3", d / "rep4"]):
+        sub.mkdir(exist_ok=True)
+        (sub / "handwritten.json").write_text(json.dumps({"makespan_median_s": (200 + 20 * i) * 1e-6}))
+    mod = _summary_module()
+    row = mod.case_summary(d, "c2")
+    assert (row["processes"], row["measured_processes"], row["handwritten_processes"]) == (4, 1, 4)
+    assert row["measured_ms"] == pytest.approx(0.3) and row["measured_per_op_timed_ms"] is None
+    assert row["handwritten_ms"] == pytest.approx(0.23)  # median of 0.20, 0.22, 0.24, 0.26
+    assert mod.spread_line(row) == ("c2, 4 processes: execute 0.3 ms [0.3, 0.3] (of 1 process), drift-flagged 0, "
+                                    "slow 0; hand-written 0.23 ms [0.2, 0.26], drift-flagged 0, slow 2")
