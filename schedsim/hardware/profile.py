@@ -94,7 +94,7 @@ class GPU(_B):
     """Per-GPU rates. Peaks in TFLOP/s (1e12 FLOP/s), bandwidth in GB/s (1e9 B/s), times in µs; ``source`` says where."""
 
     name: str = Field(description="GPU model.")
-    hbm_GBps: float = Field(gt=0, description="Achievable HBM bandwidth, GB/s (1e9 B/s).")
+    hbm_GBps: float = Field(ge=1e-6, description="Achievable HBM bandwidth, GB/s (1e9 B/s).")
     peak_tflops: dict[GemmDType, PositiveFloat] = Field(description="Dense peak per dtype, TFLOP/s (roofline fallback).")
     gemm_efficiency: float = Field(default=0.75, gt=0, le=1,
                                    description="Fraction of peak a large GEMM reaches when no table entry exists.")
@@ -282,7 +282,7 @@ class Launch(_B):
 class Link(_B):
     """One link class for the alpha-beta fallback: t = steps·latency + factor·bytes / bandwidth (Thakur et al. 2005)."""
 
-    bandwidth_GBps: float = Field(gt=0, description="Per-GPU unidirectional bandwidth, GB/s: the busbw a large collective reaches.")
+    bandwidth_GBps: float = Field(ge=1e-6, description="Per-GPU unidirectional bandwidth, GB/s: the busbw a large collective reaches.")
     latency_us: float = Field(ge=0, description="Per-step latency alpha, µs.")
     source: str
 
@@ -336,7 +336,7 @@ class ScaleUp(_B):
 
     kind: Literal["nvswitch", "nvlink", "pcie"] = Field(description="How the GPUs of a node reach each other; "
                                                        "pcie: NCCL's PCI latencies, no LL128.")
-    bandwidth_GBps: float = Field(gt=0, description="Per-GPU, one-direction bandwidth, GB/s, in NCCL's topology "
+    bandwidth_GBps: float = Field(ge=1e-6, description="Per-GPU, one-direction bandwidth, GB/s, in NCCL's topology "
                                   "units: NVLink links x NCCL's per-link figure (src/graph/topo.h: SM80_NVLINK_BW 20, "
                                   "SM90_NVLINK_BW 20.6, SM100_NVLINK_BW 40.1; H100 SXM 18 x 20.6 = 370.8), or the "
                                   "PCIe path's (PCI_BW 12 for Gen3 x16, 24 Gen4, 48 Gen5; without peer-to-peer the "
@@ -374,9 +374,9 @@ class Nics(_B):
     every node on rail i; NCCL's rings pair same-rail NICs, so rails cross the spine only between leaves)."""
 
     per_node: int = Field(gt=0, description="Compute NICs per node.")
-    bandwidth_Gbps: float = Field(gt=0, description="Line rate of one NIC, Gb/s (NCCL: speed / 8000 GB/s; "
+    bandwidth_Gbps: float = Field(ge=1e-3, description="Line rate of one NIC, Gb/s (NCCL: speed / 8000 GB/s; "
                                   "400 Gb/s NDR -> 50 GB/s).")
-    goodput: float | None = Field(default=None, gt=0, le=1, description="Share of line rate a NIC moves for "
+    goodput: float | None = Field(default=None, ge=1e-3, le=1, description="Share of line rate a NIC moves for "
                                   "send/recv and all_to_all and as a shared link (RDMA's goodput; NCCL's maintainers: "
                                   "48 GB/s per 400G NIC, 24 per 200G, 12 per 100G: .96; rings and trees keep NCCL's "
                                   "channel speeds, src/graph/search.cc). None: 1.")
@@ -516,9 +516,9 @@ class Topology(_B):
 class Memcpy(_B):
     """Copy-engine bandwidths in GB/s (pinned host memory; d2d counts bytes read plus written) and a latency in µs."""
 
-    h2d_GBps: float = Field(gt=0)
-    d2h_GBps: float = Field(gt=0)
-    d2d_GBps: float = Field(gt=0, description="Bytes read plus written per second.")
+    h2d_GBps: float = Field(ge=1e-6)
+    d2h_GBps: float = Field(ge=1e-6)
+    d2d_GBps: float = Field(ge=1e-6, description="Bytes read plus written per second.")
     latency_us: float = Field(default=5.0, ge=0)
     source: str
 

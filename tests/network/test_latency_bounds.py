@@ -43,3 +43,21 @@ def test_a_network_latency_beyond_the_bound_names_its_field_and_exits_2(tmp_path
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and out.stderr.startswith("error: ") and name in out.stderr
     assert "solo duration" not in out.stderr and "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize(("section", "field", "floor"), [("nics", "bandwidth_Gbps", 1e-3), ("nics", "goodput", 1e-3),
+                                                         ("scale_up", "bandwidth_GBps", 1e-6)])
+def test_a_rate_below_its_floor_names_its_field_and_exits_2(tmp_path: Path, section: str, field: str, floor: float):
+    """A denormal rate (5e-324) made an infinite solo time ("solo duration of inf s", no field named) or an
+    internal ZeroDivisionError: rates have a floor (1 Mb/s a NIC, .001 of line rate, 1 kB/s a GB/s field)."""
+    name = f"topology.{section}.{field}"
+    assert load_profile(str(across_nodes(tmp_path, section, field, floor))).topology is not None  # the floor holds
+    path = across_nodes(tmp_path, section, field, 5e-324)
+    with pytest.raises(ProfileError) as e:
+        load_profile(str(path))
+    assert name in str(e.value) and "greater than or equal to" in str(e.value) and "(got 5e-324)" in str(e.value)
+    out = subprocess.run([sys.executable, "-m", "schedsim", "predict", str(ROOT / "schedules/tp_ffn.yaml"),
+                          "--profile", str(path), "--no-gantt", "-o", str(tmp_path / "out")],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stderr.startswith("error: ") and name in out.stderr
+    assert "solo duration" not in out.stderr and "Traceback" not in out.stderr
