@@ -146,7 +146,7 @@ def _point(name: str, world: int, block: dict[str, Any], profile: Any, symmetric
         # the block's own lowering: its wait-for graph is hang-free by construction, not swept (lower's sweep)
         prog = lower(spec, symmetric=symmetric, warn=False, sweep=False)
         with shared_cost_models(_MODELS):
-            tl = simulate(prog, run_prof)
+            tl = simulate(prog, run_prof, makespan_only=True)  # step_rate reads only the makespan
         for k in [k for k, (pr, _m) in _MODELS.items() if pr is not run_prof]:  # e.g. the power steady state's
             del _MODELS[k]
     except SchedsimError as e:

@@ -59,7 +59,7 @@ __all__ = ["simulate", "HOST", "HOST_WAITS_META", "critical_walk"]
 def simulate(G: Program, profile: HardwareProfile, *, launch: str | None = None,
              gpu_model: str | None = None, max_connections: int | None = None,
              model_executor: bool = False, iteration_gap_s: float = 0.0,
-             sustained_s: float | None = None) -> Timeline:
+             sustained_s: float | None = None, makespan_only: bool = False) -> Timeline:
     """Simulate the Program ``G`` on ``profile``.
 
     Parameters
@@ -95,6 +95,11 @@ def simulate(G: Program, profile: HardwareProfile, *, launch: str | None = None,
         (seconds); ``critical_path`` lists op ids from the first to the last. With ``waves`` and a profile
         ``power`` curve, the steady power state's GEMM slowdown is applied (a fixed point over up to four
         simulations, :mod:`schedsim.gpu.power`) and recorded in ``meta["power"]``.
+    makespan_only : bool
+        True where only the timeline's makespan and ``meta`` are read (``schedsim search``): the ``waves`` model's
+        critical path is not walked (left empty) and the eager kernels' dispatch gap (:func:`kernel_gaps`) is not
+        cut from their spans' starts; the makespan is the same (the gap only moves starts later, and runs start
+        at 0 or later), and so is a ``power`` curve's duty (read before the gap).
 
     Raises
     ------
@@ -127,11 +132,11 @@ def simulate(G: Program, profile: HardwareProfile, *, launch: str | None = None,
     if model == "waves" and profile.power is not None and profile.power.gemm_slowdown_by_duty:
         from schedsim.gpu.power import steady_state
 
-        tl = steady_state(lambda p: _simulate_once(G, p, info, mode, model, conns, model_executor), profile,
-                          iteration_gap_s, repeat=_repeats(G), sustained_s=sustained_s)
+        tl = steady_state(lambda p: _simulate_once(G, p, info, mode, model, conns, model_executor, makespan_only),
+                          profile, iteration_gap_s, repeat=_repeats(G), sustained_s=sustained_s)
     else:
-        tl = _simulate_once(G, profile, info, mode, model, conns, model_executor)
-    if mode == "eager" and model != "replay":
+        tl = _simulate_once(G, profile, info, mode, model, conns, model_executor, makespan_only)
+    if mode == "eager" and model != "replay" and not makespan_only:
         kernel_gaps(tl, _table_kernels(G), profile.launch.kernel_gap_s)
     if G.may_have_tag("nccl"):  # an imported schedule's (a lowering's other ops have none)
         recorded_nccl_is_comm(tl)
@@ -205,13 +210,13 @@ def _table_kernels(G: Program) -> np.ndarray:
 
 
 def _simulate_once(G: Program, profile: HardwareProfile, info: ProgramInfo, mode: str, model: str,
-                   conns: int | None, model_executor: bool) -> Timeline:
+                   conns: int | None, model_executor: bool, makespan_only: bool = False) -> Timeline:
     """One simulation of ``G`` (:func:`simulate` after its checks; ``waves`` with a power curve runs it again
-    with slower GEMMs, :mod:`schedsim.gpu.power`)."""
+    with slower GEMMs, :mod:`schedsim.gpu.power`). ``makespan_only``: :func:`simulate`'s."""
     with paused_gc():  # millions of small acyclic objects: GC passes would dominate
         if model == "waves":
             run, note = _run_waves_program(G, profile, mode, conns, model_executor)
-            tl = _timeline_program(G, info, profile, mode, run)
+            tl = _timeline_program(G, info, profile, mode, run, path=not makespan_only)
             if note:
                 tl.meta["warnings"] = [note]
             return tl
@@ -371,9 +376,10 @@ def _host_meta(meta: dict, host_s: np.ndarray | None, mode: str, host_call: np.n
 
 
 def _timeline_program(prog: Program, info: ProgramInfo, profile: HardwareProfile, mode: str,
-                      run: ProgramRun) -> Timeline:
+                      run: ProgramRun, path: bool = True) -> Timeline:
     """:func:`_timeline` of a columnar run (:mod:`schedsim.sim.waves_columns`): the span columns from the
-    Program's columns and interned tables (no per-op objects but the ids and tag references)."""
+    Program's columns and interned tables (no per-op objects but the ids and tag references). ``path`` False: no
+    critical path (:func:`simulate`'s ``makespan_only``)."""
     N = prog.N
     res_code = np.array([0, 1, 2, 2, 2], np.int32)[run.res] if N else np.zeros(0, np.int32)
     cols = SpanColumns(  # names, ids and tags stay coded (a pipeline's lazy runs unmade) until read
@@ -385,8 +391,8 @@ def _timeline_program(prog: Program, info: ProgramInfo, profile: HardwareProfile
         None, run.stream_t, coded_ids=(prog.name_table, prog.name_id), coded_tags=prog.tag_columns,
         name_parts=prog.name_parts)
     at = np.zeros(0, np.int64)
-    if N:  # from the latest end (lowest index among ties) back along the bindings, in C (_cwaves.walk): the ops
-        # on the way but a rendezvous peer standing for its group's op, as _timeline's walk takes them
+    if N and path:  # from the latest end (lowest index among ties) back along the bindings, in C (_cwaves.walk):
+        # the ops on the way but a rendezvous peer standing for its group's op, as _timeline's walk takes them
         out = np.empty(N, np.int32)
         n = compiled_loop().walk(run.binding, run.ogrp, int(np.argmax(run.end)), out)
         at = out[:n][::-1].astype(np.int64)
@@ -396,7 +402,8 @@ def _timeline_program(prog: Program, info: ProgramInfo, profile: HardwareProfile
     _host_meta(meta, run.host_s, mode, None if "pipeline" in info else run.host_call, prog.ids)
     tl = Timeline(schedule=str(info.get("name", "")), source="predict", world_size=prog.world_size, launch=mode,
                   profile=profile.name, meta=meta, columns=cols)
-    tl.lazy_critical_path(lambda: _path_ids(prog, at), at)  # in path order; critical_rows() sorts them
+    if path:
+        tl.lazy_critical_path(lambda: _path_ids(prog, at), at)  # in path order; critical_rows() sorts them
     tl.host_call_end_s = run.host_call
     return tl
 
