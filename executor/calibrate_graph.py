@@ -130,11 +130,9 @@ def graph_replay_figures(b: _Bench, nodes: int = 300) -> dict[str, float]:
     graph. Needs CUDA.
 
     Calibrate times them first, with the communication calls' host costs (``executor/calibrate.py``), before its
-    GEMM measurements run torch.profiler: after a profiler session a process's host calls cost more (one H100,
-    2026-12-07: a matmul call 12.3 -> 22.1 µs), and a replay's start holds the replay call's host time. Timed in
-    ``_measure_launch`` after the profiler, one H100 calibration read ``graph_start_us`` 21.26 where a fresh
-    process had read 6.94 on that machine kind (tp_allreduce_graph world 1 cuda_graph +18.3 %; docs/validation.md,
-    "model misses that are not host noise")."""
+    GEMM measurements run torch.profiler: after a profiler session a process's host calls cost more, and a
+    replay's start holds the replay call's host time, so timed after the profiler ``graph_start_us`` read about 3x
+    a fresh process's figure (the measurements: docs/validation.md, "model misses that are not host noise")."""
     torch = b.torch
     a, bb, c = tiny_mm(b)
     s = torch.cuda.Stream(device=b.ctx.device)

@@ -35,9 +35,8 @@ def curve_from(points: dict[float, float]) -> list[list[float]]:
     limiter's). Multipliers are clipped to ≥ 1 and made non-decreasing in duty; points up to the last at 1.0
     collapse into one.
 
-    Source: the lowest duty's ratio was the divisor until one H100 calibration read it above the next duty's
-    (2026-12-07 08:12 UTC: duty 0.44 1.116, 0.58 1.040, 0.73 1.050, 0.87 1.125), which flattened the curve to
-    1.009 at 0.87 where the two earlier H100 calibrations read 1.10-1.12 (docs/validation.md, "model misses that
+    Source: the lowest duty's ratio was the divisor until one H100 calibration read it above the next duty's,
+    which flattened the curve well below the two earlier H100 calibrations' (docs/validation.md, "model misses that
     are not host noise"); where the lowest duty reads the least, both rules agree.
 
     >>> curve_from({1.0: 1.163, 0.9: 1.156, 0.75: 1.065, 0.6: 1.028, 0.45: 1.03})
