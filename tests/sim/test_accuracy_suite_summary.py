@@ -5,11 +5,12 @@ machine (tp_allreduce_graph world 1 eager, four `schedsim execute` and four hand
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import accuracy_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -17,10 +18,7 @@ DATA = ROOT / "tests" / "data" / "tpa_eager_h100_processes.json"  # each process
 
 
 def _summary_module():
-    spec = importlib.util.spec_from_file_location("suite_summary", ROOT / "benchmarks/accuracy/suite_summary.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return accuracy_script("suite_summary")
 
 
 def _median(xs: list[float]) -> float:
