@@ -2,13 +2,27 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = (ROOT / ".." / "shared").resolve()
+
+
+def accuracy_script(name: str) -> ModuleType:
+    """``benchmarks/accuracy/NAME.py`` loaded afresh as module ``NAME`` (registered in ``sys.modules``: dataclasses
+    resolve a module's annotations through it)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / "accuracy" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def toy_profile_dict(**contention: float) -> dict:

@@ -499,15 +499,16 @@ def curve() -> None:
     times differ (the first iterations of a size), the in-place one shows what a size costs."""
     from pathlib import Path
 
+    from schedsim.network.nccl_tests import read_nccl_tests
+
     base = next(r for r in ROWS if r.source == NCCL_309_2N)
-    log = Path(__file__).resolve().parents[2] / "tests/data/nccl_tests_309_h100_2x8_ib.log"
+    (log,) = read_nccl_tests(Path(__file__).resolve().parents[2] / "tests/data/nccl_tests_309_h100_2x8_ib.log",
+                             collective="all_reduce")
     print(f"{'size':>12} {'out-of-place':>12} {'in-place':>9} {'schedsim':>9} {'algo/proto':17} {'vs oop':>7} "
           f"{'vs in':>7}")
-    for line in log.read_text().splitlines():
-        f = line.split()
-        if not f or line.startswith("#"):
-            continue
-        size, oop, inp = int(f[0]), float(f[5]), float(f[9])
+    for r in log.rows:
+        size, oop, inp = r.size_bytes, r.oop_time_us, r.ip_time_us
+        assert inp is not None  # the log has both halves
         us, choice = predict(replace(base, nbytes=size, us=oop))
         print(f"{size:>12} {oop:>10.2f}us {inp:>7.2f}us {us:>7.2f}us {choice:17} {100 * (us - oop) / oop:>+6.1f}% "
               f"{100 * (us - inp) / inp:>+6.1f}%")

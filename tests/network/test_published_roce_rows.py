@@ -4,25 +4,16 @@ and the crossings behind the figure each latency-bound RoCE row needs (``roce_ne
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from dataclasses import replace
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.conftest import accuracy_script
 
 
 def _published() -> ModuleType:
-    name = "network_published"
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / "accuracy" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod  # dataclasses resolve the module's annotations through sys.modules
-    spec.loader.exec_module(mod)
-    return mod
+    return accuracy_script("network_published")
 
 
 def test_a_row_on_roce_takes_the_roce_figure_and_its_busbw_as_time() -> None:

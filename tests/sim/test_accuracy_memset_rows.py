@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.conftest import accuracy_script
 
 
 def _mod():
-    spec = importlib.util.spec_from_file_location("replay_runs", ROOT / "benchmarks/accuracy/replay_runs.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return accuracy_script("replay_runs")
 
 
 # Kineto records of two H100 runs' --profiler iterations (2026-12-07, profiler_ops.json, times in µs less an offset):

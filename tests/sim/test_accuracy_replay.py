@@ -3,23 +3,15 @@ timed the way execute's CUDA events time it, replays with zero error."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _bench_module(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / "accuracy" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+from tests.conftest import ROOT, accuracy_script
 
 
 def _replay_module():
-    return _bench_module("replay_runs")
+    return accuracy_script("replay_runs")
 
 
 def test_replay_of_an_event_timed_copy_of_the_prediction_has_no_error(tmp_path, monkeypatch):
@@ -75,7 +67,7 @@ def test_a_case_measured_in_several_processes_is_judged_by_their_median(tmp_path
     (case / "execute" / "compare").mkdir()
     (case / "execute" / "compare" / "compare.json").write_text(json.dumps(
         {"makespan": {"pred_s": P, "uninstrumented": {"error": 0.0}}, "ops": {"median_abs_error": 0.0}}))
-    row = _bench_module("suite_summary").case_summary(case, "ag2")
+    row = accuracy_script("suite_summary").case_summary(case, "ag2")
     assert row["processes"] == 3
     assert row["measured_ms"] == pytest.approx(round(P * 1.10 * 1e3, 4))
     assert (row["measured_min_ms"], row["measured_max_ms"]) == (round(P * 1e3, 4), round(P * 1.25 * 1e3, 4))
@@ -91,7 +83,7 @@ def test_a_case_measured_in_several_processes_is_judged_by_their_median(tmp_path
 def test_overhead_table_a_skipped_case_never_replaces_a_measured_one(tmp_path):
     """A one-GPU run writes 'skipped' rows for the 2-GPU cases; combined after a 2-GPU run, those keep the
     measured rows, while a later measured row does replace an earlier one."""
-    mod = _bench_module("executor_overhead_table")
+    mod = accuracy_script("executor_overhead_table")
     cols = "case,status,measured_ms,handwritten_ms,note\n"
     a, b = tmp_path / "x2.csv", tmp_path / "x1.csv"
     a.write_text(cols + "tp_ffn_tp2,ok,0.311,0.2301,\noffload_1gpu,ok,6.79,6.51,\n")

@@ -5,11 +5,13 @@ machine (tp_allreduce_graph world 1 eager, four `schedsim execute` and four hand
 
 from __future__ import annotations
 
-import importlib.util
 import json
+import statistics
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import accuracy_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -17,15 +19,7 @@ DATA = ROOT / "tests" / "data" / "tpa_eager_h100_processes.json"  # each process
 
 
 def _summary_module():
-    spec = importlib.util.spec_from_file_location("suite_summary", ROOT / "benchmarks/accuracy/suite_summary.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def _median(xs: list[float]) -> float:
-    s = sorted(xs)
-    return (s[len(s) // 2 - 1] + s[len(s) // 2]) / 2
+    return accuracy_script("suite_summary")
 
 
 def _case(tmp_path: Path) -> Path:
@@ -35,10 +29,10 @@ def _case(tmp_path: Path) -> Path:
     for i, (ex, ref) in enumerate(zip(runs["execute_us"], runs["reference_us"], strict=True)):
         sub = d if i == 0 else d / f"rep{i + 1}"
         (sub / "execute").mkdir(parents=True)
-        meta = {"makespan_uninstrumented_s": _median(ex) * 1e-6, "makespan_uninstrumented_iters_s":
+        meta = {"makespan_uninstrumented_s": statistics.median(ex) * 1e-6, "makespan_uninstrumented_iters_s":
                 [x * 1e-6 for x in ex]}
         (sub / "execute" / "timeline.json").write_text(json.dumps({"world_size": 1, "launch": "eager", "meta": meta}))
-        (sub / "handwritten.json").write_text(json.dumps({"makespan_median_s": _median(ref) * 1e-6,
+        (sub / "handwritten.json").write_text(json.dumps({"makespan_median_s": statistics.median(ref) * 1e-6,
                                                          "makespans_s": [x * 1e-6 for x in ref]}))
     (d / "execute" / "compare").mkdir()
     (d / "execute" / "compare" / "compare.json").write_text(json.dumps(
