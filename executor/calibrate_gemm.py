@@ -288,10 +288,9 @@ def memset_gap_us(events: list[dict[str, Any]]) -> float | None:
     >>> memset_gap_us([{"cat": "kernel", "ts": 0.0, "dur": 9.0, "args": {"grid": [4, 1, 1]}}]) is None
     True
     """
-    kernels = [e for e in events if e.get("cat") == "kernel"]
-    if not kernels:
+    main = _longest_kernel(events)
+    if main is None:
         return None
-    main = max(kernels, key=lambda e: float(e.get("dur", 0.0)))
     t0 = float(main.get("ts", 0.0))
     sets = [e for e in events if e.get("cat") == "gpu_memset" and float(e.get("ts", 0.0)) <= t0]
     if not sets:
@@ -339,10 +338,14 @@ def ctas_per_sm(threads: int, regs: int, smem: int, lim: dict[str, int] = SM90_L
 def longest_kernel_ctas_per_sm(events: list[dict[str, Any]], lim: dict[str, int] = SM90_LIMITS) -> int | None:
     """:func:`ctas_per_sm` of the longest ``"cat": "kernel"`` event of a Kineto trace (its ``args``: ``block``,
     ``registers per thread``, ``shared memory``), or None when those are missing."""
+    main = _longest_kernel(events)
+    return None if main is None else _record_ctas_per_sm(main.get("args", {}), lim)
+
+
+def _longest_kernel(events: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The longest ``"cat": "kernel"`` event (by ``dur``) of a Kineto trace's ``events``; None when there is none."""
     kernels = [e for e in events if e.get("cat") == "kernel"]
-    if not kernels:
-        return None
-    return _record_ctas_per_sm(max(kernels, key=lambda e: float(e.get("dur", 0.0))).get("args", {}), lim)
+    return max(kernels, key=lambda e: float(e.get("dur", 0.0))) if kernels else None
 
 
 def measured_peaks(rows: list[list[Any]]) -> dict[str, float]:

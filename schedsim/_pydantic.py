@@ -91,9 +91,6 @@ def bool_for_number(v: object, ann: object) -> bool:
     return False
 
 
-_MAY_HOLD_BOOL = (bool, dict, list, tuple)  # the values for which bool_for_number can be true
-
-
 def holds_bool(v: object) -> bool:
     """Whether ``v`` is a boolean or a dict, list or tuple holding one at any depth: where it does not,
     :func:`bool_for_number` is false whatever the annotation, and need not walk ``v`` with it (a profile's GEMM
@@ -122,10 +119,10 @@ def no_bool_numbers(fields: dict[str, Any], data: Any) -> Any:
     ``model_fields``) wants a number (:func:`bool_for_number`)."""
     if isinstance(data, dict):
         for key, v in data.items():
-            if not isinstance(v, _MAY_HOLD_BOOL):  # bool_for_number is false for any other value: not asked
+            if not holds_bool(v):  # bool_for_number is false for a value holding no boolean: not asked
                 continue
             f = fields.get(key) if isinstance(key, str) else None
-            if f is not None and holds_bool(v) and bool_for_number(v, f.annotation):
+            if f is not None and bool_for_number(v, f.annotation):
                 raise ValueError(f"{key}: a number, not a boolean (YAML true/false): {v!r}")
     return data
 
