@@ -483,20 +483,20 @@ def comm_channels(ring: Graph, arch: str, multi_node: bool, env: ChannelEnv = NO
 
 
 def nvls_ctas(arch: str, multi_node: bool, env: ChannelEnv = NO_CHANNEL_ENV, *, nodes: int = 1, ppn: int = 8,
-              nic_bw: float = 0.0, since: tuple[int, int, int] = (0, 0, 0)) -> int:
+              nic_bw: float = 0.0, since: tuple[int, int, int] = LATEST.since) -> int:
     """``comm->nvlsChannels``, the CTAs NVLS and NVLS-tree run on (``ncclNvlsTuning``, src/transport/nvls.cc,
     NCCL 2.30.7): ``NVLS_NCHANNELS_SM90`` 16 on Hopper, on Blackwell ``NVLS_NCHANNELS_SM100`` 32 across nodes and
-    ``NVLS_NCHANNELS_SM100_NVL`` 24 within one, clamped to ``[minCTAs, maxCTAs]``. With ``since`` (the release's
-    :attr:`TunerConstants.since`) from 2.30 (v2.30.3), Blackwell across ``nodes`` takes the count of
-    ``ncclNvlsTreeSm100Tuning`` (:func:`_sm100_tree_tuning`, from ``ppn`` and ``nic_bw`` GB/s); the default
-    ``since`` leaves it out (``NCCL_NVLS_NCHANNELS`` is not modelled).
+    ``NVLS_NCHANNELS_SM100_NVL`` 24 within one (v2.27.3 on; 32 in 2.25 and 2.26; up to v2.24.3 16 on any GPU, the
+    default of ``NCCL_NVLS_NCHANNELS``, which is not modelled), clamped to ``[minCTAs, maxCTAs]``; ``since``: the
+    release's :attr:`TunerConstants.since`. From 2.30 (v2.30.3), Blackwell across ``nodes`` takes the count of
+    ``ncclNvlsTreeSm100Tuning`` (:func:`_sm100_tree_tuning`, from ``ppn`` and ``nic_bw`` GB/s).
 
     >>> nvls_ctas("hopper", True), nvls_ctas("hopper", True, ChannelEnv(min_ctas=24))
     (16, 24)
     >>> nvls_ctas("blackwell", True, nodes=3, ppn=8, nic_bw=50.0, since=(2, 30, 0))   # 48 <= NIC < 96 GB/s
     24
     """
-    n = (32 if multi_node else 24) if arch == "blackwell" else 16
+    n = 16 if arch != "blackwell" or since < (2, 25, 0) else 32 if multi_node or since < (2, 27, 0) else 24
     if arch == "blackwell" and nodes > 1 and since >= _SM100_TREE_SINCE:
         n = _sm100_tree_tuning(nodes, ppn, nic_bw)[0]
     lo, hi = env.ctas()
@@ -941,8 +941,8 @@ def cta_bw_scale(algo: str, t: TuneInput) -> float:
     """
     if algo not in ("nvls", "nvls_tree") or t.channel_env == NO_CHANNEL_ENV:
         return 1.0
-    multi = t.nodes > 1
-    return min(1.0, nvls_ctas(t.arch, multi, t.channel_env) / nvls_ctas(t.arch, multi))
+    multi, v = t.nodes > 1, t.consts.since
+    return min(1.0, nvls_ctas(t.arch, multi, t.channel_env, since=v) / nvls_ctas(t.arch, multi, since=v))
 
 
 def p2p_step(tier: Literal["nvlink", "pci", "net"], proto: str, arch: str,

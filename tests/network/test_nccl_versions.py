@@ -22,9 +22,12 @@ import yaml
 from schedsim.hardware.profile import HardwareProfile
 from schedsim.network import NcclNetwork
 from schedsim.network.tuning import (
+    ChannelEnv,
     Graph,
     TuneInput,
     constants_for,
+    cta_bw_scale,
+    nvls_ctas,
     nvls_tree_chunk,
     nvls_tree_fill,
     parse_nccl_version,
@@ -383,3 +386,21 @@ def test_nvls_tree_chunk_and_ctas_follow_the_release():
     fill = {v: nvls_tree_fill(4 << 30, TuneInput(16, 2, "hopper", "nvlink", "intel", Graph(8, 45.0, 45.0), nvls,
                                                  consts=constants_for(v))) for v in ("2.20.3", "2.21.5")}
     assert fill == {"2.20.3": pytest.approx(2 * 16 * 524288 / 48e3), "2.21.5": pytest.approx(2 * 16 * 131072 / 48e3)}
+
+
+def test_blackwell_nvls_ctas_follow_the_release():
+    # src/transport/nvls.cc: up to v2.24.3-1 comm->nvlsChannels is NCCL_NVLS_NCHANNELS' default 16 on every GPU;
+    # v2.25.1-1 and v2.26.x: NVLS_NCHANNELS_SM100 32 on compute capability 10 (one NVLink domain too);
+    # v2.27.3-1 on: NVLS_NCHANNELS_SM100_NVL 24 in one domain, 32 across; Hopper 16 throughout
+    releases = ("2.24.3", "2.25.1", "2.26.2", "2.27.3")
+    got = {v: (nvls_ctas("blackwell", False, since=constants_for(v).since),
+               nvls_ctas("blackwell", True, since=constants_for(v).since),
+               nvls_ctas("hopper", False, since=constants_for(v).since)) for v in releases}
+    assert got == {"2.24.3": (16, 16, 16), "2.25.1": (32, 32, 16), "2.26.2": (32, 32, 16), "2.27.3": (24, 32, 16)}
+    # NCCL_MAX_CTAS=8 on one NVL72 rack keeps 8 of those CTAs: NVLS at 8/16 of NCCL's bandwidth with 2.24, 8/32 with
+    # 2.26, 8/24 with 2.27
+    def t(v: str) -> TuneInput:
+        return TuneInput(72, 1, "blackwell", "nvlink", "intel", Graph(16, 40.0, 40.0), Graph(32, 20.0, 30.0),
+                         consts=constants_for(v), channel_env=ChannelEnv(max_ctas=8))
+
+    assert [cta_bw_scale("nvls", t(v)) for v in ("2.24.3", "2.26.2", "2.27.3")] == pytest.approx([1 / 2, 1 / 4, 1 / 3])

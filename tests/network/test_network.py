@@ -589,6 +589,10 @@ def test_schedule_env_that_leaves_nothing_names_the_schedule_line(tmp_path: Path
     ({"nics": {"per_node": 2, "bandwidth_Gbps": 400, "gpu_to_nic": [0], "source": "t"}},
      "topology.nics", "gpu_to_nic names 1 GPUs but gpus_per_node is 2"),
     ({"arch": None}, "topology", "scale_up needs arch"),
+    # NCCL's topology of a host holds at most NCCL_TOPO_MAX_NODES = 640 NICs (src/include/graph.h, 2.30.7); 10^12
+    # was taken and then asked numpy for 29 TiB of link capacities (an internal error, exit 1)
+    ({"nics": {"per_node": 10**12, "bandwidth_Gbps": 400, "source": "t"}}, "topology.nics.per_node",
+     "less than or equal to 640"),
 ])
 def test_bad_topology_names_the_field_and_exits_2(tmp_path: Path, change: dict[str, Any], field: str, words: str):
     d = copy.deepcopy(BASE)
@@ -602,6 +606,15 @@ def test_bad_topology_names_the_field_and_exits_2(tmp_path: Path, change: dict[s
     out = subprocess.run([sys.executable, "-m", "schedsim", "predict", str(sched), "--profile", str(path),
                           "-o", str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and out.stderr.startswith("error: ") and field in out.stderr
+
+
+def test_a_gpu_placed_twice_late_in_a_100k_rank_placement_is_named():
+    # the repeat was found by counting each GPU over the whole list (n^2: minutes at 100,000 ranks); one pass now
+    n = 100_000
+    d = copy.deepcopy(BASE)
+    d["topology"] = {**hopper(8, 8), "nodes": n // 8, "placement": [*range(n - 1), n - 2]}
+    with pytest.raises(ValueError, match=f"topology.placement\n.*GPU {n - 2} is placed twice"):
+        HardwareProfile.model_validate(d)
 
 
 def test_rank_beyond_the_nodes_is_an_error():
