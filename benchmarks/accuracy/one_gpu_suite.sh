@@ -7,9 +7,11 @@
 # and the case's makespans are the medians over its processes). Then OUT/summary.{csv,md} (benchmarks/accuracy/suite_summary.py)
 # and OUT/runs.tgz (every case's timelines, compare.json, profiler_ops.json: replayed offline by
 # python3 benchmarks/accuracy/replay_runs.py RUN --profile RUN/calibrated.yaml).
-#   OUT=dir [BUDGET=540] [CASES="name ..."] [WAIT_AB=1|2] [PROFILE=calibrated.yaml] [PROCS=4] bash benchmarks/accuracy/one_gpu_suite.sh
+#   OUT=dir [BUDGET=540] [CASES="name ..."] [WAIT_AB=1|2] [PROFILE=calibrated.yaml] [PROCS=4] [WORK=/tmp/one_gpu_work]
+#   bash benchmarks/accuracy/one_gpu_suite.sh          (WORK: the scratch folder, emptied first; runs.tgz is made of it)
 # PROCS (default 4): a host-bound case (procs below) runs PROCS execute and PROCS reference processes in all,
-# alternated (rep<N>/ past the first two: no --compare, --profiler or --measure-host); the summary gives the median
+# alternated (rep<N>/ past the first two: no --compare, --profiler or --measure-host; the --measure-host process of an
+# mh case is its second, so PROCS=1 runs none: one execute and one reference process); the summary gives the median
 # over processes, their min and max, and how many the drift warning flagged and ran in the slow mode (one H100 machine's
 # processes ran 1.5-2x apart, per process: docs/validation.md, "the host-bound process spread").
 # CAL_GEMMS: calibrate's shape arguments (default: every case's); HOST_PROCESSES: its --host-processes (3).
@@ -41,7 +43,7 @@
 # WHATIF=1 first runs benchmarks/accuracy/whatif_connections.py (spin and copy side work, CUDA_DEVICE_MAX_CONNECTIONS
 # 8 and 1; ~30 s) into OUT/whatif.tgz: issue 37's what-if against a second real run, replayed on CPU.
 set -uo pipefail
-OUT=${OUT:-one_gpu_suite_out}; W=/tmp/one_gpu_work; rm -rf $W; mkdir -p "$OUT" $W
+OUT=${OUT:-one_gpu_suite_out}; W=${WORK:-/tmp/one_gpu_work}; rm -rf "$W"; mkdir -p "$OUT" "$W"
 BUDGET=${BUDGET:-540}; PROCS=${PROCS:-4}
 . benchmarks/device_env.sh
 python3 setup.py -q build_ext --inplace > $W/build.log 2>&1 || echo "no compiled waves loop (Python loop)"
@@ -124,7 +126,7 @@ case_() {
       $sets $rf --iters 20 --warmup 25 --out "$d/handwritten.json" > "$d/ref.log" 2>&1 || echo "$tag ref FAILED ($?)"
     tail -1 "$d/ref.log"
   fi
-  if [ "$mh" = mh ] && [ "$SECONDS" -lt "$BUDGET" ]; then
+  if [ "$mh" = mh ] && [ "$PROCS" -ge 2 ] && [ "$SECONDS" -lt "$BUDGET" ]; then  # the second of PROCS processes
     # shellcheck disable=SC2086
     timeout 100 python3 -m torch.distributed.run --standalone --nproc-per-node 1 -m schedsim execute "$sched" \
       $sets $xf --no-gantt --compare --measure-host --profile "$PROF" --iters 20 --warmup 5 --timeout 60 \

@@ -60,6 +60,11 @@ def _ms(s: Any) -> float | None:
     return _r(float(s) * 1e3) if s else None
 
 
+def _process_dirs(d: Path) -> list[Path]:
+    """A case folder's process folders in run order: ``DIR``, then ``DIR/rep2``, ``rep3``, ... ``rep10`` (by number)."""
+    return [d, *sorted(d.glob("rep*"), key=lambda p: (len(p.name), p.name))]
+
+
 def _process_records(d: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """A case folder's processes, ``DIR`` and every ``DIR/rep<N>/`` (those that wrote nothing left out):
     ``[{"median_s", "iters_s"}]`` for execute (``meta.makespan_uninstrumented_s`` and
@@ -67,7 +72,7 @@ def _process_records(d: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]
     (``makespan_median_s`` and ``makespans_s`` of ``handwritten.json``); seconds, ``iters_s`` [] when absent."""
     meas: list[dict[str, Any]] = []
     ref: list[dict[str, Any]] = []
-    for sub in [d, *sorted(d.glob("rep*"))]:
+    for sub in _process_dirs(d):
         m = ((_load(sub / "execute" / "timeline.json") or {}).get("meta") or {})
         if m.get("makespan_uninstrumented_s"):
             meas.append({"median_s": float(m["makespan_uninstrumented_s"]),
@@ -105,16 +110,43 @@ def process_spread(procs: list[dict[str, Any]]) -> dict[str, int]:
     return {"drift_flagged": flagged, "slow": sum(p["median_s"] > DRIFT_WARN * fastest for p in procs)}
 
 
+def _failure(sub: Path) -> str:
+    """Why a process of ``sub`` wrote no timeline: the first ``execute/failure_rank*.json``'s error, else
+    "no timeline"."""
+    fails = sorted((sub / "execute").glob("failure_rank*.json")) if (sub / "execute").is_dir() else []
+    err = (_load(fails[0]) or {}).get("error", "") if fails else ""
+    return str(err)[:200] or "no timeline"
+
+
+def _first_process(d: Path) -> tuple[Any, Any, Any, Path | None]:
+    """``(timeline, compare, reference, folder)`` of the case's first process that wrote an execute timeline (``DIR``,
+    then ``DIR/rep<N>/`` in order; its ``compare.json`` where it ran ``--compare``), the reference of the first
+    process that wrote one; folder None (and timeline, compare None) when no execute process wrote a timeline."""
+    subs = _process_dirs(d)
+    hw = next((h for h in (_load(s / "handwritten.json") for s in subs) if h is not None), None)
+    for sub in subs:
+        tl = _load(sub / "execute" / "timeline.json")
+        if tl is not None:
+            return tl, _load(sub / "execute" / "compare" / "compare.json"), hw, sub
+    return None, None, hw, None
+
+
 def case_summary(d: Path, name: str, note: str = "") -> dict[str, Any]:
-    tl = _load(d / "execute" / "timeline.json")
-    cmp_ = _load(d / "execute" / "compare" / "compare.json")
-    hw = _load(d / "handwritten.json")
+    """A case's row (module docstring), written to ``DIR/summary.json`` and ``DIR/summary.csv``.
+
+    Status "ok" when any execute process of the case wrote a timeline: the row's single-process columns
+    (world size, launch, prediction, per-op error) are the first such process's, and where the first process
+    (``DIR``) failed and a later one did not, ``note`` says so (the medians are over the processes that ran).
+    "failed: <error>" only when none did (the first process's error), "skipped" when ``note`` starts so.
+    """
+    tl, cmp_, hw, first = _first_process(d)
     row: dict[str, Any] = {k: None for k in FIELDS}
     row.update(case=name, note=note)
+    if first is not None and first != d:
+        row["note"] = "; ".join(x for x in (note, f"first execute process failed: {_failure(d)}; "
+                                            f"one-process columns from {first.name}/") if x)
     if tl is None:
-        fails = sorted((d / "execute").glob("failure_rank*.json")) if (d / "execute").is_dir() else []
-        err = (_load(fails[0]) or {}).get("error", "") if fails else ""
-        row["status"] = "skipped" if note.startswith("skipped") else f"failed: {str(err)[:200] or 'no timeline'}"
+        row["status"] = "skipped" if note.startswith("skipped") else f"failed: {_failure(d)}"
     else:
         m = tl.get("meta", {})
         row.update(status="ok", world_size=tl.get("world_size"), launch=tl.get("launch"),
