@@ -111,7 +111,9 @@ def waits_for(action: tuple[str, int, int], program: list[tuple[str, int, int]])
 
 
 class Proc:
-    """torch.distributed set up the way the executor does it (NCCL with eager init, plus a gloo group)."""
+    """torch.distributed set up the way the executor does it (NCCL with eager init, plus a gloo group); in a process
+    whose group is already up (``benchmarks/accuracy/executor_ab.py``: the executor's, made the same way) it joins
+    that one."""
 
     def __init__(self) -> None:
         self.rank = int(os.environ.get("RANK", "0"))
@@ -122,12 +124,14 @@ class Proc:
             torch.cuda.set_device(local)
             self.dev = torch.device("cuda", local)
             self.cpus = pin_process(local, cuda_pci_bus_id(torch, local))  # SCHEDSIM_PIN_CPUS, as the executor
-            dist.init_process_group("nccl", device_id=self.dev, timeout=datetime.timedelta(seconds=300))
+            if not dist.is_initialized():
+                dist.init_process_group("nccl", device_id=self.dev, timeout=datetime.timedelta(seconds=300))
             self.ctrl = dist.new_group(backend="gloo") if self.world > 1 else None
         else:
             self.dev = torch.device("cpu")
             self.cpus = None
-            dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=300))
+            if not dist.is_initialized():
+                dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=300))
             self.ctrl = None
         self.gen = torch.Generator().manual_seed(self.rank)
 
