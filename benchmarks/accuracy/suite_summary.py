@@ -6,6 +6,9 @@
         the row as JSON (``--line``: one line on its processes, :func:`spread_line`, for a case run in several).
     python3 benchmarks/accuracy/suite_summary.py collect WORK OUT
         gathers WORK/*/summary.json into OUT/summary.csv, OUT/summary.json and OUT/summary.md.
+    python3 benchmarks/accuracy/suite_summary.py ab WORK OUT
+        gathers WORK/*/ab_<i>.json (``one_gpu_suite.sh`` with ``AB=N``: ``handwritten/harness.py ab``) into
+        OUT/ab.json and OUT/ab.md (:func:`ab_table`).
 
 Columns: predicted makespan (the simulator with the fresh profile, plain-PyTorch launch costs);
 measured = ``makespan_uninstrumented_s`` of ``schedsim execute`` (and the per-op timed median);
@@ -242,6 +245,42 @@ def collect(work: Path, out: Path) -> None:
     print("\n".join(lines))
 
 
+def ab_table(work: Path, out: Path) -> list[dict[str, Any]]:
+    """The A/B rows of ``one_gpu_suite.sh``'s ``AB=N`` mode: one per ``WORK/<case>/ab_<i>.json``
+    (``benchmarks/accuracy/handwritten/harness.py ab``'s output), ms, and per case a row ``process`` "median"
+    (medians over its processes); written to ``OUT/ab.json`` and ``OUT/ab.md`` and returned.
+
+    ``executor_vs_handwritten_pct`` is executor / hand-written − 1 of the medians of the blocks' medians (one process,
+    both programs); ``blocks_min_pct``/``blocks_max_pct`` the range of the same ratio block by block."""
+    rows: list[dict[str, Any]] = []
+    for case in sorted(p for p in work.iterdir() if p.is_dir()):
+        got = []
+        for f in sorted(case.glob("ab_*.json"), key=lambda p: int(p.stem.split("_")[1])):
+            d = _load(f)
+            if not d:
+                continue
+            got.append({"case": case.name, "process": f.stem.split("_")[1], "executor_ms": _ms(d["executor_s"]),
+                        "handwritten_ms": _ms(d["reference_s"]),
+                        "executor_vs_handwritten_pct": _r(d["executor_vs_ref"] * 100, 2),
+                        "blocks_min_pct": _r(min(d["pairs"]) * 100, 2), "blocks_max_pct": _r(max(d["pairs"]) * 100, 2)})
+        if len(got) > 1:
+            got.append({"case": case.name, "process": "median", **{
+                k: _r(statistics.median(r[k] for r in got), 4 if k.endswith("_ms") else 2)
+                for k in ("executor_ms", "handwritten_ms", "executor_vs_handwritten_pct")},
+                "blocks_min_pct": min(r["blocks_min_pct"] for r in got),
+                "blocks_max_pct": max(r["blocks_max_pct"] for r in got)})
+        rows += got
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "ab.json").write_text(json.dumps(rows, indent=1))
+    keys = ["case", "process", "executor_ms", "handwritten_ms", "executor_vs_handwritten_pct", "blocks_min_pct",
+            "blocks_max_pct"]
+    lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+    lines += ["| " + " | ".join("" if r.get(k) is None else str(r[k]) for k in keys) + " |" for r in rows]
+    (out / "ab.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return rows
+
+
 if __name__ == "__main__":
     a = sys.argv[1:]
     if a and a[0] == "case" and len(a) >= 3:
@@ -250,5 +289,7 @@ if __name__ == "__main__":
         print(spread_line(got) if "--line" in a else json.dumps(got))
     elif a and a[0] == "collect" and len(a) == 3:
         collect(Path(a[1]), Path(a[2]))
+    elif a and a[0] == "ab" and len(a) == 3:
+        ab_table(Path(a[1]), Path(a[2]))
     else:
         sys.exit(__doc__)

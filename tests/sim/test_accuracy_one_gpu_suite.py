@@ -22,7 +22,7 @@ def _stub(bin_dir: Path, name: str, log: Path) -> None:
     p.chmod(p.stat().st_mode | stat.S_IEXEC)
 
 
-def _run(tmp_path: Path, procs: int, case: str) -> list[str]:
+def _run(tmp_path: Path, procs: int, case: str, **extra: str) -> list[str]:
     """The stand-in python3 calls of one suite run of ``case`` with ``PROCS=procs`` and a given profile."""
     bin_dir, log = tmp_path / "bin", tmp_path / f"calls_{procs}.log"
     bin_dir.mkdir(exist_ok=True)
@@ -32,7 +32,7 @@ def _run(tmp_path: Path, procs: int, case: str) -> list[str]:
     prof.write_text("name: stand-in\n")
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "OUT": str(tmp_path / f"out{procs}"),
            "WORK": str(tmp_path / f"work{procs}"), "PROFILE": str(prof), "CASES": case, "PROCS": str(procs),
-           "WAIT_AB": "0"}
+           "WAIT_AB": "0", **extra}
     subprocess.run(["bash", str(SUITE)], cwd=ROOT, env=env, check=True, capture_output=True, timeout=120)
     return log.read_text().splitlines()
 
@@ -61,3 +61,19 @@ def test_a_case_with_procs_but_no_measure_host_runs_procs_of_each(tmp_path):
         calls = _run(tmp_path, procs, "tpffn_tp1")
         assert (_count(calls, "-m schedsim execute"), _count(calls, "handwritten/tp_ffn.py")) == (procs, procs)
         assert _count(calls, "--measure-host") == 0
+
+
+@pytest.mark.skipif(shutil.which("bash") is None or shutil.which("timeout") is None, reason="needs bash, timeout")
+def test_ab_mode_runs_the_in_process_ab_per_case_with_a_reference_and_nothing_else(tmp_path):
+    """AB=2: per case with a reference two `harness.py ab` processes, with the case's sets, its launch flag (not
+    --profiler) and the reference's flags as --ref-arg; a case without a reference none; no execute, reference or
+    calibrate process; the collective binding probe once; then the A/B table (suite_summary.py ab)."""
+    calls = _run(tmp_path, 4, "tpa_eager tpa_graph so_seg", AB="2")
+    ab = [c for c in calls if "harness.py ab " in c]
+    assert len(ab) == 4
+    assert all("schedules/tp_allreduce_graph.yaml tp_allreduce.py --set world_size=1" in c for c in ab)
+    assert sum(" --eager " in c for c in ab) == 2 and sum("--cuda-graph --ref-arg=--graph " in c for c in ab) == 2
+    assert not any("--profiler" in c for c in ab)
+    assert _count(calls, "-m schedsim") == 0 and _count(calls, "handwritten/") == len(ab)  # the A/B processes only
+    assert _count(calls, "collective_call.py") == 1 and _count(calls, "suite_summary.py ab") == 1
+    assert _count(calls, "suite_summary.py collect") == 0

@@ -125,3 +125,25 @@ def test_a_failed_first_process_beside_later_ones_that_ran_is_ok_and_says_so(tmp
     row = mod.case_summary(d, "tpa_eager")
     assert row["status"] == "failed: NCCL error: unhandled system error" and row["measured_ms"] is None
     assert row["note"] == ""
+
+
+def test_the_ab_table_gives_each_process_and_the_median_over_a_cases_processes(tmp_path):
+    """Two `harness.py ab` processes of one case, by hand: executor 0.26 / 0.40 ms against 0.25 / 0.38 (the second
+    process in a slow mode, both sides), +4.0 % and +5.26 %; median row 0.33 / 0.315 ms, +4.63 %, blocks over both
+    -1.0 .. +9.0 %. A case with one process has no median row."""
+    work = tmp_path / "work"
+    for case, runs in (("tpa_eager", [(0.26, 0.25, [0.03, 0.05]), (0.40, 0.38, [-0.01, 0.09])]),
+                       ("chain2", [(0.36, 0.36, [0.0, 0.001])])):
+        (work / case).mkdir(parents=True)
+        for i, (ex, ref, pairs) in enumerate(runs, 1):
+            (work / case / f"ab_{i}.json").write_text(json.dumps(
+                {"executor_s": ex * 1e-3, "reference_s": ref * 1e-3, "executor_vs_ref": ex / ref - 1, "pairs": pairs}))
+    rows = _summary_module().ab_table(work, tmp_path / "out")
+    assert [(r["case"], r["process"]) for r in rows] == [("chain2", "1"), ("tpa_eager", "1"), ("tpa_eager", "2"),
+                                                         ("tpa_eager", "median")]
+    assert [r["executor_vs_handwritten_pct"] for r in rows] == [0.0, 4.0, 5.26, 4.63]
+    med = rows[-1]
+    assert (med["executor_ms"], med["handwritten_ms"], med["blocks_min_pct"], med["blocks_max_pct"]) == \
+        (0.33, 0.315, -1.0, 9.0)
+    assert json.loads((tmp_path / "out" / "ab.json").read_text()) == rows
+    assert (tmp_path / "out" / "ab.md").read_text().splitlines()[2] == "| chain2 | 1 | 0.36 | 0.36 | 0.0 | 0.0 | 0.1 |"
