@@ -548,15 +548,16 @@ class Materializer:
     def _collective(self, op: Op, fn: Callable[..., Any], args: tuple[Any, ...], **kw: Any) -> OpImpl:
         """The op's torch.distributed call ``fn(*args, group=..., async_op=..., **kw)``, the bare call a script
         writes, on the op's group: async on gloo; on NCCL on the op's stream (``async_op=False`` where NCCL runs
-        on the current stream, else ``async_op=True`` and ``work.wait()``)."""
+        on the current stream, bound by :func:`script_call` for both loops, else ``async_op=True`` and
+        ``work.wait()``)."""
         grp = self.ctx.groups.get(op.group)
         kind = op.kind
         call: Callable[[bool], Any] = lambda a: fn(*args, group=grp, async_op=a, **kw)  # noqa: E731
         if self.async_comm:
             return OpImpl(op, lambda: call(True), is_async=True, note=f"{kind} async on gloo")
-        if self.nccl_current_stream:
-            return OpImpl(op, lambda: call(False), note=f"{kind} async_op=False on the op's stream",
-                          fast=script_call(fn, args, {"group": grp, "async_op": False, **kw}))
+        if self.nccl_current_stream:  # one bound call for both loops: the instrumented one times the same call
+            bound = script_call(fn, args, {"group": grp, "async_op": False, **kw})
+            return OpImpl(op, bound, note=f"{kind} async_op=False on the op's stream", fast=bound)
 
         def run_wait() -> None:
             w = call(True)

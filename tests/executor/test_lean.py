@@ -322,6 +322,7 @@ def test_a_collectives_lean_call_is_bound_as_a_script_writes_it() -> None:
     for group, kwargs in (((0,), {}), ((0, 1), {"group": sub})):
         impl = m._collective(SimpleNamespace(kind="all_reduce", group=group), all_reduce, (buf,))
         assert impl.fast.args == (buf,) and impl.fast.keywords == kwargs
+        assert impl.run is impl.fast  # the instrumented loop makes the same call
         got.clear()
         impl.fast()
         assert len(got) == 1 and got[0][0] == (buf,) and got[0][1] == kwargs
