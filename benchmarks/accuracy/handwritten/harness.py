@@ -351,7 +351,9 @@ What each side runs, unchanged:
 Both time with :class:`executor.clock.IterationClock`; a block's makespans come from
 :func:`executor.timing.lean_makespans` over the ranks' ``[anchor_ns, end_s]`` pairs. Rank 0 writes ``--out``
 (JSON: per block and side the median makespan, s; per side the median of its block medians; ``executor_vs_ref``,
-executor / reference − 1 of those; ``pairs``: the same per block) and prints one line.
+executor / reference − 1 of those; ``pairs``: the same per block) and prints one line. On CPU ranks (gloo) it runs
+for tests only: there the references make fp16/bf16 tensors fp32 (:meth:`Proc.rand`) and the executor keeps the
+dtype, so a 16-bit case's CPU ratio compares different work.
 """
 
 
