@@ -19,6 +19,7 @@ A one-second idle precedes each level (the limiter forgets the previous one with
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -35,13 +36,22 @@ def curve_from(points: dict[float, float]) -> list[list[float]]:
     limiter's). Multipliers are clipped to ≥ 1 and made non-decreasing in duty; points up to the last at 1.0
     collapse into one.
 
+    A ratio that is not a positive finite number (0 where a level's GEMMs read no time, NaN where a level had
+    none) is not a measurement: it is left out, as a duty never reached. No such point left: ``[]`` (no curve,
+    the profile then applies no slowdown).
+
     Source: the lowest duty's ratio was the divisor until one H100 calibration read it above the next duty's,
     which flattened the curve well below the two earlier H100 calibrations' (docs/validation.md, "model misses that
     are not host noise"); where the lowest duty reads the least, both rules agree.
 
     >>> curve_from({1.0: 1.163, 0.9: 1.156, 0.75: 1.065, 0.6: 1.028, 0.45: 1.03})
     [[0.6, 1.0], [0.75, 1.036], [0.9, 1.1245], [1.0, 1.163]]
+    >>> curve_from({1.0: 1.163, 0.9: 1.156, 0.45: 0.0})
+    [[0.9, 1.0], [1.0, 1.163]]
     """
+    points = {d: r for d, r in points.items() if math.isfinite(r) and r > 0.0 and math.isfinite(d)}
+    if not points:
+        return []
     lows = [d for d in points if d < 1.0]
     gap_cost = 1.0
     if lows:

@@ -51,7 +51,8 @@ from time import thread_time_ns as _thread_ns
 from typing import Any
 
 __all__ = ["HOST_FIELDS", "START_MARGIN_S", "WAIT", "HostThreadProbe", "IterationClock", "aligned_start_ns",
-           "host_columns", "start_margin_s", "thread_run_times", "threads_between", "wait_events"]
+           "host_columns", "start_margin_s", "thread_run_times", "threads_between", "threads_snapshot_at",
+           "wait_events"]
 
 START_MARGIN_S = 0.002
 """Default seconds between the latest rank's clock read and the common start (:func:`start_margin_s`): 2 ms,
@@ -261,6 +262,24 @@ def thread_run_times(task_dir: str = "/proc/self/task") -> dict[int, tuple[str, 
             continue
         out[int(t)] = (name, run, cpu)
     return out
+
+
+def threads_snapshot_at(warmup: int) -> int:
+    """The iteration (0-based, warm-up ones first) before which :func:`thread_run_times` takes the snapshot that
+    ``threads_uninstrumented`` / ``threads`` start from: the last warm-up iteration's (``warmup`` − 1), or the first
+    iteration's where there is no warm-up. Both programs take it there (:meth:`executor.runtime.RankRunner._timed`,
+    ``benchmarks/accuracy/handwritten/harness.py``), so each thread's run time covers that one untimed iteration too.
+
+    Not just before the first timed iteration: the snapshot opens three procfs files per thread (~670 µs of CPU for 15
+    threads on a 2-core VM), and the first timed iteration that followed it ran slow on both sides in the H100 runs
+    of 2026-12-07 (median over processes of the first iteration over the process's median: tp_allreduce world 1
+    eager +19 % executor, +28 % hand-written; tp_ffn tp=1 +36 % and +77 %; docs/validation.md, "CPU analysis of the
+    recorded runs").
+
+    >>> threads_snapshot_at(5), threads_snapshot_at(1), threads_snapshot_at(0)
+    (4, 0, 0)
+    """
+    return max(0, warmup - 1)
 
 
 def threads_between(before: dict[int, tuple[str, int, int | None]], after: dict[int, tuple[str, int, int | None]],

@@ -63,7 +63,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from executor import ExecError, ExecTimeout
-from executor.clock import IterationClock, thread_run_times, threads_between, wait_events
+from executor.clock import IterationClock, thread_run_times, threads_between, threads_snapshot_at, wait_events
 from executor.dist import ArrivalTracker, DistContext, issuer_alone
 from executor.kernels import Binding, Materializer, OpImpl
 from executor.lean import BatchedP2P, compile_cpu, compile_cuda, p2p_batches, run_cpu, tf32_plan
@@ -413,9 +413,10 @@ class RankRunner:
         warm = lean_warmup(o)
         self.phase = "uninstrumented"
         threads0: dict[int, Any] = {}
+        snap = threads_snapshot_at(warm)
         for k in range(warm + lean):
-            if k == warm:  # every thread of the process over the timed uninstrumented iterations (executor.clock)
-                threads0 = thread_run_times()
+            if k == snap:  # every thread of the process over the timed uninstrumented iterations (executor.clock),
+                threads0 = thread_run_times()  # an untimed iteration after the snapshot where there is one
             self.iteration = o.iters + k
             self.last_issue_s = None
             got = self._lean()

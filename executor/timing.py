@@ -83,7 +83,8 @@ def assemble_timeline(G: Any, per_rank: list[RankTimes], *, schedule: str, launc
         one's aligned start) are added; with ``lean_host``, ``host_thread_uninstrumented``: per rank, the issuing
         thread's :data:`executor.clock.HOST_FIELDS` per uninstrumented iteration, as columns; with
         ``lean_threads``, ``threads_uninstrumented``: per rank, ``[name, run s, cpu]`` of every thread of the
-        process that ran during those iterations (:func:`executor.clock.threads_between`).
+        process that ran during those iterations and the untimed one before them
+        (:func:`executor.clock.threads_between`, :func:`executor.clock.threads_snapshot_at`).
 
     Returns
     -------

@@ -7,9 +7,11 @@
 # and the case's makespans are the medians over its processes). Then OUT/summary.{csv,md} (benchmarks/accuracy/suite_summary.py)
 # and OUT/runs.tgz (every case's timelines, compare.json, profiler_ops.json: replayed offline by
 # python3 benchmarks/accuracy/replay_runs.py RUN --profile RUN/calibrated.yaml).
-#   OUT=dir [BUDGET=540] [CASES="name ..."] [WAIT_AB=1|2] [PROFILE=calibrated.yaml] [PROCS=4] bash benchmarks/accuracy/one_gpu_suite.sh
+#   OUT=dir [BUDGET=540] [CASES="name ..."] [WAIT_AB=1|2] [PROFILE=calibrated.yaml] [PROCS=4] [WORK=/tmp/one_gpu_work]
+#   bash benchmarks/accuracy/one_gpu_suite.sh          (WORK: the scratch folder, emptied first; runs.tgz is made of it)
 # PROCS (default 4): a host-bound case (procs below) runs PROCS execute and PROCS reference processes in all,
-# alternated (rep<N>/ past the first two: no --compare, --profiler or --measure-host); the summary gives the median
+# alternated (rep<N>/ past the first two: no --compare, --profiler or --measure-host; the --measure-host process of an
+# mh case is its second, so PROCS=1 runs none: one execute and one reference process); the summary gives the median
 # over processes, their min and max, and how many the drift warning flagged and ran in the slow mode (one H100 machine's
 # processes ran 1.5-2x apart, per process: docs/validation.md, "the host-bound process spread").
 # CAL_GEMMS: calibrate's shape arguments (default: every case's); HOST_PROCESSES: its --host-processes (3).
@@ -38,10 +40,14 @@
 # PIN=off leaves placement to the OS. SCHEDSIM_PIN_ISSUER=1 in the caller's environment reaches every process: the
 # issuing thread alone on the last pinned core for the timed iterations (executor/dist.py, issuer_alone). SPREAD=N first runs the hand-written tpw_eager and so_T64 references N times
 # each unpinned and N times pinned, alternating (OUT/spread.json: each process's makespan, the topology read).
+# AB=N: instead of the cases' runs, N processes of `benchmarks/accuracy/handwritten/harness.py ab` per case with a
+# reference (the executor's uninstrumented loop and the reference's in one process, timed in alternating blocks: a
+# process's host mode is in both sides), no calibration, benchmarks/probes/host/collective_call.py once
+# (OUT/collective_call.json); then OUT/ab.md and OUT/ab.json (suite_summary.py ab). BLOCKS (default 6): its --blocks.
 # WHATIF=1 first runs benchmarks/accuracy/whatif_connections.py (spin and copy side work, CUDA_DEVICE_MAX_CONNECTIONS
 # 8 and 1; ~30 s) into OUT/whatif.tgz: issue 37's what-if against a second real run, replayed on CPU.
 set -uo pipefail
-OUT=${OUT:-one_gpu_suite_out}; W=/tmp/one_gpu_work; rm -rf $W; mkdir -p "$OUT" $W
+OUT=${OUT:-one_gpu_suite_out}; W=${WORK:-/tmp/one_gpu_work}; rm -rf "$W"; mkdir -p "$OUT" "$W"
 BUDGET=${BUDGET:-540}; PROCS=${PROCS:-4}
 . benchmarks/device_env.sh
 python3 setup.py -q build_ext --inplace > $W/build.log 2>&1 || echo "no compiled waves loop (Python loop)"
@@ -88,7 +94,12 @@ fi
 export SCHEDSIM_PIN_CPUS=$PIN
 timeout 60 python3 benchmarks/probes/host/call_patterns.py --only after_profiler 2>&1 | tail -1 | tee "$W/probe_profiler_host.json"
 PROF=$W/calibrated.yaml
-if [ -n "${PROFILE:-}" ]; then  # a profile calibrated earlier on this kind: no calibration; the power onset alone
+AB=${AB:-0}
+if [ "$AB" -gt 0 ]; then  # A/B mode: nothing is predicted
+  timeout 120 python3 -m torch.distributed.run --standalone --nproc-per-node 1 benchmarks/probes/host/collective_call.py \
+    --layers 96 --reps 20 2>&1 | grep "^PROBE " | cut -c7- > "$OUT/collective_call.json" || echo "collective_call FAILED"
+  head -c 600 "$OUT/collective_call.json"; echo
+elif [ -n "${PROFILE:-}" ]; then  # a profile calibrated earlier on this kind: no calibration; the power onset alone
   cp "$PROFILE" "$PROF"
   timeout 60 python3 -c "import json, torch; from executor.calibrate_power import measure_power
 print(json.dumps(measure_power(torch, torch.device('cuda'), print)))" > "$W/power.json" 2>&1; tail -1 "$W/power.json"
@@ -113,6 +124,21 @@ case_() {
   if [ "$SECONDS" -gt "$BUDGET" ]; then echo "$tag skipped: budget"; return 0; fi
   local d=$W/$tag; mkdir -p "$d"
   echo "=== $tag ($(date -u +%H:%M:%S), ${SECONDS}s)"
+  if [ "$AB" -gt 0 ]; then  # harness.py ab: the launch flag of the execute flags, the reference's flags as --ref-arg
+    local i launch=""; [[ " $xf " == *" --eager "* ]] && launch=--eager; [[ " $xf " == *" --cuda-graph "* ]] && launch=--cuda-graph
+    [ -n "$ref" ] || { echo "$tag: no reference"; return 0; }
+    for i in $(seq "$AB"); do
+      [ "$SECONDS" -lt "$BUDGET" ] || { echo "$tag A/B $i.. skipped: budget"; break; }
+      # shellcheck disable=SC2046,SC2086
+      env $envset timeout 150 python3 -m torch.distributed.run --standalone --nproc-per-node 1 \
+        benchmarks/accuracy/handwritten/harness.py ab "$sched" "$ref" $sets $launch \
+        $(for f in $rf; do echo "--ref-arg=$f"; done) \
+        --blocks "${BLOCKS:-6}" --out "$d/ab_$i.json" > "$d/ab_$i.log" 2>&1 || echo "$tag A/B $i FAILED ($?)"
+      tail -1 "$d/ab_$i.log"
+    done
+    tar czf "$OUT/runs.tgz" -C "$W" . 2>/dev/null
+    return 0
+  fi
   # shellcheck disable=SC2086
   env $envset timeout 100 python3 -m torch.distributed.run --standalone --nproc-per-node 1 -m schedsim execute \
     "$sched" $sets $xf --no-gantt --compare --profile "$PROF" --iters 20 --warmup 5 --timeout 60 \
@@ -124,7 +150,7 @@ case_() {
       $sets $rf --iters 20 --warmup 25 --out "$d/handwritten.json" > "$d/ref.log" 2>&1 || echo "$tag ref FAILED ($?)"
     tail -1 "$d/ref.log"
   fi
-  if [ "$mh" = mh ] && [ "$SECONDS" -lt "$BUDGET" ]; then
+  if [ "$mh" = mh ] && [ "$PROCS" -ge 2 ] && [ "$SECONDS" -lt "$BUDGET" ]; then  # the second of PROCS processes
     # shellcheck disable=SC2086
     timeout 100 python3 -m torch.distributed.run --standalone --nproc-per-node 1 -m schedsim execute "$sched" \
       $sets $xf --no-gantt --compare --measure-host --profile "$PROF" --iters 20 --warmup 5 --timeout 60 \
@@ -178,6 +204,7 @@ case_ tpw_eager $S/tp_allreduce_graph.yaml "$ONE --set layers=96 --set input_siz
 case_ ag_bf16_c4 $S/allgather_mm.yaml "$AGS --set chunks=4 --set dtype=bf16" "$P" allgather_mm.py ""
 case_ ms_bf16_c16 $S/matmul_streams.yaml "--set dtype=bf16 --set chunks=16" "$P" "" ""
 case_ ag_c4 $S/allgather_mm.yaml "$AGS --set chunks=4" "$P" allgather_mm.py ""
-python3 benchmarks/accuracy/suite_summary.py collect $W "$OUT" | cut -c1-250
+if [ "$AB" -gt 0 ]; then python3 benchmarks/accuracy/suite_summary.py ab "$W" "$OUT"
+else python3 benchmarks/accuracy/suite_summary.py collect $W "$OUT" | cut -c1-250; fi
 cp "$PROF" "${PROF%.yaml}.json" "$W/calibrate.log" "$OUT/" 2>/dev/null
 tar czf "$OUT/runs.tgz" -C $W . 2>/dev/null; ls -la "$OUT"; echo "done in ${SECONDS}s"

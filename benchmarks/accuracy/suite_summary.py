@@ -6,6 +6,9 @@
         the row as JSON (``--line``: one line on its processes, :func:`spread_line`, for a case run in several).
     python3 benchmarks/accuracy/suite_summary.py collect WORK OUT
         gathers WORK/*/summary.json into OUT/summary.csv, OUT/summary.json and OUT/summary.md.
+    python3 benchmarks/accuracy/suite_summary.py ab WORK OUT
+        gathers WORK/*/ab_<i>.json (``one_gpu_suite.sh`` with ``AB=N``: ``handwritten/harness.py ab``) into
+        OUT/ab.json and OUT/ab.md (:func:`ab_table`).
 
 Columns: predicted makespan (the simulator with the fresh profile, plain-PyTorch launch costs);
 measured = ``makespan_uninstrumented_s`` of ``schedsim execute`` (and the per-op timed median);
@@ -60,6 +63,11 @@ def _ms(s: Any) -> float | None:
     return _r(float(s) * 1e3) if s else None
 
 
+def _process_dirs(d: Path) -> list[Path]:
+    """A case folder's process folders in run order: ``DIR``, then ``DIR/rep2``, ``rep3``, ... ``rep10`` (by number)."""
+    return [d, *sorted(d.glob("rep*"), key=lambda p: (len(p.name), p.name))]
+
+
 def _process_records(d: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """A case folder's processes, ``DIR`` and every ``DIR/rep<N>/`` (those that wrote nothing left out):
     ``[{"median_s", "iters_s"}]`` for execute (``meta.makespan_uninstrumented_s`` and
@@ -67,7 +75,7 @@ def _process_records(d: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]
     (``makespan_median_s`` and ``makespans_s`` of ``handwritten.json``); seconds, ``iters_s`` [] when absent."""
     meas: list[dict[str, Any]] = []
     ref: list[dict[str, Any]] = []
-    for sub in [d, *sorted(d.glob("rep*"))]:
+    for sub in _process_dirs(d):
         m = ((_load(sub / "execute" / "timeline.json") or {}).get("meta") or {})
         if m.get("makespan_uninstrumented_s"):
             meas.append({"median_s": float(m["makespan_uninstrumented_s"]),
@@ -105,16 +113,43 @@ def process_spread(procs: list[dict[str, Any]]) -> dict[str, int]:
     return {"drift_flagged": flagged, "slow": sum(p["median_s"] > DRIFT_WARN * fastest for p in procs)}
 
 
+def _failure(sub: Path) -> str:
+    """Why a process of ``sub`` wrote no timeline: the first ``execute/failure_rank*.json``'s error, else
+    "no timeline"."""
+    fails = sorted((sub / "execute").glob("failure_rank*.json")) if (sub / "execute").is_dir() else []
+    err = (_load(fails[0]) or {}).get("error", "") if fails else ""
+    return str(err)[:200] or "no timeline"
+
+
+def _first_process(d: Path) -> tuple[Any, Any, Any, Path | None]:
+    """``(timeline, compare, reference, folder)`` of the case's first process that wrote an execute timeline (``DIR``,
+    then ``DIR/rep<N>/`` in order; its ``compare.json`` where it ran ``--compare``), the reference of the first
+    process that wrote one; folder None (and timeline, compare None) when no execute process wrote a timeline."""
+    subs = _process_dirs(d)
+    hw = next((h for h in (_load(s / "handwritten.json") for s in subs) if h is not None), None)
+    for sub in subs:
+        tl = _load(sub / "execute" / "timeline.json")
+        if tl is not None:
+            return tl, _load(sub / "execute" / "compare" / "compare.json"), hw, sub
+    return None, None, hw, None
+
+
 def case_summary(d: Path, name: str, note: str = "") -> dict[str, Any]:
-    tl = _load(d / "execute" / "timeline.json")
-    cmp_ = _load(d / "execute" / "compare" / "compare.json")
-    hw = _load(d / "handwritten.json")
+    """A case's row (module docstring), written to ``DIR/summary.json`` and ``DIR/summary.csv``.
+
+    Status "ok" when any execute process of the case wrote a timeline: the row's single-process columns
+    (world size, launch, prediction, per-op error) are the first such process's, and where the first process
+    (``DIR``) failed and a later one did not, ``note`` says so (the medians are over the processes that ran).
+    "failed: <error>" only when none did (the first process's error), "skipped" when ``note`` starts so.
+    """
+    tl, cmp_, hw, first = _first_process(d)
     row: dict[str, Any] = {k: None for k in FIELDS}
     row.update(case=name, note=note)
+    if first is not None and first != d:
+        row["note"] = "; ".join(x for x in (note, f"first execute process failed: {_failure(d)}; "
+                                            f"one-process columns from {first.name}/") if x)
     if tl is None:
-        fails = sorted((d / "execute").glob("failure_rank*.json")) if (d / "execute").is_dir() else []
-        err = (_load(fails[0]) or {}).get("error", "") if fails else ""
-        row["status"] = "skipped" if note.startswith("skipped") else f"failed: {str(err)[:200] or 'no timeline'}"
+        row["status"] = "skipped" if note.startswith("skipped") else f"failed: {_failure(d)}"
     else:
         m = tl.get("meta", {})
         row.update(status="ok", world_size=tl.get("world_size"), launch=tl.get("launch"),
@@ -210,6 +245,42 @@ def collect(work: Path, out: Path) -> None:
     print("\n".join(lines))
 
 
+def ab_table(work: Path, out: Path) -> list[dict[str, Any]]:
+    """The A/B rows of ``one_gpu_suite.sh``'s ``AB=N`` mode: one per ``WORK/<case>/ab_<i>.json``
+    (``benchmarks/accuracy/handwritten/harness.py ab``'s output), ms, and per case a row ``process`` "median"
+    (medians over its processes); written to ``OUT/ab.json`` and ``OUT/ab.md`` and returned.
+
+    ``executor_vs_handwritten_pct`` is executor / hand-written − 1 of the medians of the blocks' medians (one process,
+    both programs); ``blocks_min_pct``/``blocks_max_pct`` the range of the same ratio block by block."""
+    rows: list[dict[str, Any]] = []
+    for case in sorted(p for p in work.iterdir() if p.is_dir()):
+        got = []
+        for f in sorted(case.glob("ab_*.json"), key=lambda p: int(p.stem.split("_")[1])):
+            d = _load(f)
+            if not d:
+                continue
+            got.append({"case": case.name, "process": f.stem.split("_")[1], "executor_ms": _ms(d["executor_s"]),
+                        "handwritten_ms": _ms(d["reference_s"]),
+                        "executor_vs_handwritten_pct": _r(d["executor_vs_ref"] * 100, 2),
+                        "blocks_min_pct": _r(min(d["pairs"]) * 100, 2), "blocks_max_pct": _r(max(d["pairs"]) * 100, 2)})
+        if len(got) > 1:
+            got.append({"case": case.name, "process": "median", **{
+                k: _r(statistics.median(r[k] for r in got), 4 if k.endswith("_ms") else 2)
+                for k in ("executor_ms", "handwritten_ms", "executor_vs_handwritten_pct")},
+                "blocks_min_pct": min(r["blocks_min_pct"] for r in got),
+                "blocks_max_pct": max(r["blocks_max_pct"] for r in got)})
+        rows += got
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "ab.json").write_text(json.dumps(rows, indent=1))
+    keys = ["case", "process", "executor_ms", "handwritten_ms", "executor_vs_handwritten_pct", "blocks_min_pct",
+            "blocks_max_pct"]
+    lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+    lines += ["| " + " | ".join("" if r.get(k) is None else str(r[k]) for k in keys) + " |" for r in rows]
+    (out / "ab.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return rows
+
+
 if __name__ == "__main__":
     a = sys.argv[1:]
     if a and a[0] == "case" and len(a) >= 3:
@@ -218,5 +289,7 @@ if __name__ == "__main__":
         print(spread_line(got) if "--line" in a else json.dumps(got))
     elif a and a[0] == "collect" and len(a) == 3:
         collect(Path(a[1]), Path(a[2]))
+    elif a and a[0] == "ab" and len(a) == 3:
+        ab_table(Path(a[1]), Path(a[2]))
     else:
         sys.exit(__doc__)

@@ -116,3 +116,60 @@ def test_measure_host_and_the_profiler_run_after_every_timed_iteration(monkeypat
                     "uninstrumented 5", "uninstrumented 6", "uninstrumented 7", "uninstrumented 8",
                     "stamped 9", "stamped 10", "host costs", "profiled 11"]
     assert len(p.times.lean) == 4 and p.host_costs == {"x": 1.0} and p.prof_trace == "trace"
+
+
+def test_the_threads_snapshot_comes_one_untimed_iteration_before_the_first_timed_one(monkeypatch):
+    """Reading every thread's run time opens three procfs files per thread (hundreds of µs); just before the
+    first timed iteration it made that iteration the slowest of both programs in the H100 runs (tp_allreduce world
+    1 eager: +19 % executor, +28 % hand-written over the process's median). Both now take it before their last
+    warm-up iteration (executor.clock.threads_snapshot_at): the real ``_timed`` with stub iterations, and the
+    references' ``Proc.time`` on a CPU rank with a stub issue."""
+    import importlib
+    import sys
+
+    from exec_helpers import ROOT
+
+    from executor import runtime
+    from executor.runtime import RankRunner, RunOptions, _Times
+
+    seen: list[str] = []
+    snap = lambda *a: seen.append("threads") or {}  # noqa: E731
+    monkeypatch.setattr(runtime, "thread_run_times", snap)
+
+    class Probe(RankRunner):
+        def __new__(cls, *a: Any, **k: Any) -> Probe:
+            return object.__new__(cls)
+
+        def __init__(self) -> None:
+            self.opts = RunOptions(warmup=3, iters=1, lean_iters=2, host_call_iters=0)
+            self.ctx, self.clock, self.times, self.profile_iters = None, None, _Times(), 1
+            self.log = lambda msg: None
+
+        def _one(self, record: bool, profile: bool = False) -> Any:
+            return 0, [0.0], [1.0]
+
+        def _lean(self) -> tuple[int, float]:
+            seen.append(f"lean {self.iteration}")
+            return 0, 1.0
+
+    p = Probe()
+    p._timed(p.opts)
+    # iteration 0 is the instrumented one; 1, 2, 3 the loop's warm-up; 4, 5 timed
+    assert seen == ["lean 1", "lean 2", "threads", "lean 3", "lean 4", "lean 5", "threads"]
+    assert [row[1] for row in p.times.lean] == [1.0, 1.0]
+
+    sys.path.insert(0, str(ROOT / "benchmarks" / "accuracy" / "handwritten"))
+    harness = importlib.import_module("harness")
+    monkeypatch.setattr(harness, "thread_run_times", snap)
+    import torch
+
+    pr = object.__new__(harness.Proc)
+    pr.cuda, pr.dev, pr.world, pr.ctrl = False, torch.device("cpu"), 1, None
+    seen.clear()
+    k = iter(range(100))
+    out = pr.time(lambda: seen.append(f"issue {next(k)}") and [], [], iters=2, warmup=2)
+    assert seen == ["issue 0", "threads", "issue 1", "issue 2", "issue 3", "threads"]
+    assert len(out) == 2
+    seen.clear()
+    pr.time(lambda: seen.append("issue") and [], [], iters=1, warmup=0)  # no warm-up: before the first, as before
+    assert seen == ["threads", "issue", "threads"]

@@ -292,3 +292,39 @@ def test_the_compiled_loop_leaves_no_python_object_behind_per_op() -> None:
         if was:
             gc.enable()
     assert len(steps) > 40 and count1 == count0 and mem1 - mem0 < 200  # bytes: no growth with 8000 calls
+
+
+def test_a_collectives_lean_call_is_bound_as_a_script_writes_it() -> None:
+    """The lean loop's NCCL collective (``OpImpl.fast``) is the call a hand-written script makes: at world 1 (the
+    default group) ``dist.all_reduce(buf)``, no ``group=None, async_op=False`` keywords (a keyword partial through
+    torch.distributed's ``_exception_logger`` wrapper cost ~1 µs more per call, executor.kernels.script_call); on a
+    sub-group ``dist.all_reduce(buf, group=g)``; a rooted one ``dist.broadcast(buf, 0)``. Materializer's NCCL
+    branch with a stand-in context (no GPU: the branch only binds the call); each bound call checked against what
+    it passes."""
+    import functools
+
+    import torch
+    import torch.distributed as dist
+
+    from executor.kernels import Materializer
+
+    got: list[Any] = []
+
+    @functools.wraps(dist.all_reduce)
+    def all_reduce(*args: Any, **kwargs: Any) -> None:
+        got.append((args, kwargs))
+
+    sub = object()
+    m = object.__new__(Materializer)
+    m.torch, m.dist, m.async_comm, m.nccl_current_stream = torch, dist, False, True
+    m.ctx = SimpleNamespace(groups={(0,): None, (0, 1): sub}, rank=0)
+    buf = torch.zeros(4)
+    for group, kwargs in (((0,), {}), ((0, 1), {"group": sub})):
+        impl = m._collective(SimpleNamespace(kind="all_reduce", group=group), all_reduce, (buf,))
+        assert impl.fast.args == (buf,) and impl.fast.keywords == kwargs
+        assert impl.run is impl.fast  # the instrumented loop makes the same call
+        got.clear()
+        impl.fast()
+        assert len(got) == 1 and got[0][0] == (buf,) and got[0][1] == kwargs
+    bc = m._collective(SimpleNamespace(kind="broadcast", group=(0,)), dist.broadcast, (buf,), src=0)
+    assert bc.fast.func is dist.broadcast and bc.fast.args == (buf, 0) and bc.fast.keywords == {}

@@ -200,6 +200,20 @@ def test_a_lowest_duty_read_above_the_next_does_not_flatten_the_curve():
         [0.589, 1.0], [0.73, 1.0161], [0.873, 1.106], [1.0, 1.1756]]
 
 
+def test_a_ratio_of_zero_is_no_measurement_and_divides_nothing():
+    """A level whose GEMMs read no time gives a ratio of 0 (NaN where it had none). As the smallest ratio below
+    duty 1 it was the divisor: ZeroDivisionError. It is left out as a duty never reached, and the curve is that of
+    the other points: here the 00:36 UTC H100 calibration's points with 0.444 read 0, divided by 0.589's 1.0247
+    (0.73: 1.0412 / 1.0247 = 1.0161, 0.873: 1.1333 / 1.0247 = 1.106); every point unusable: no curve."""
+    from executor.calibrate_power import curve_from
+
+    want = [[0.589, 1.0], [0.73, 1.0161], [0.873, 1.106], [1.0, 1.1756]]
+    assert curve_from({0.444: 0.0, 0.589: 1.0247, 0.73: 1.0412, 0.873: 1.1333, 1.0: 1.1756}) == want
+    assert curve_from({0.444: float("nan"), 0.589: 1.0247, 0.73: 1.0412, 0.873: 1.1333, 1.0: 1.1756}) == want
+    assert curve_from({0.444: 0.0, 0.589: -1.0, 1.0: 1.1756}) == [[1.0, 1.1756]]
+    assert curve_from({0.5: 0.0, 1.0: 0.0}) == []
+
+
 def test_a_run_shorter_than_the_limiters_onset_keeps_the_tables_speed():
     """Issue 39: the limiter lowers the clock only after ``power.onset_s`` of load. The one-rank run of
     test_the_fixed_point_by_hand (first-pass duty 2/3) with an onset of 40 ms: after 50 ms of such iterations

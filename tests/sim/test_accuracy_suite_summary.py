@@ -92,3 +92,58 @@ def test_a_side_with_fewer_processes_says_how_many_and_absent_times_stay_empty(t
     assert row["handwritten_ms"] == pytest.approx(0.23)  # median of 0.20, 0.22, 0.24, 0.26
     assert mod.spread_line(row) == ("c2, 4 processes: execute 0.3 ms [0.3, 0.3] (of 1 process), drift-flagged 0, "
                                     "slow 0; hand-written 0.23 ms [0.2, 0.26], drift-flagged 0, slow 2")
+
+
+def test_a_failed_first_process_beside_later_ones_that_ran_is_ok_and_says_so(tmp_path):
+    """The first execute process failed (a failure record, no timeline) and rep2-rep4 ran: 0.26, 0.25 and 0.40 ms
+    (median 0.26). The row is "ok" with their median and range, as its times say, not "failed"; the note names the
+    first process's error and the folder the one-process columns come from (rep2's compare: predicted 0.2352 ms).
+    With no process at all that ran, "failed" with the first one's error, as before."""
+    d = tmp_path / "tpa_eager"
+    (d / "execute").mkdir(parents=True)
+    (d / "execute" / "failure_rank0.json").write_text(json.dumps({"error": "NCCL error: unhandled system error"}))
+    for i, ms in ((2, 0.26), (3, 0.25), (4, 0.40)):
+        ex = d / f"rep{i}" / "execute"
+        ex.mkdir(parents=True)
+        (ex / "timeline.json").write_text(json.dumps(
+            {"world_size": 1, "launch": "eager", "meta": {"makespan_uninstrumented_s": ms * 1e-3,
+                                                          "makespan_uninstrumented_iters_s": [ms * 1e-3] * 20}}))
+        (d / f"rep{i}" / "handwritten.json").write_text(json.dumps({"makespan_median_s": 0.25e-3}))
+    (d / "rep2" / "execute" / "compare").mkdir()
+    (d / "rep2" / "execute" / "compare" / "compare.json").write_text(json.dumps(
+        {"makespan": {"pred_s": 235.2e-6, "uninstrumented": {"pred_s": 235.2e-6}}, "ops": {}}))
+    mod = _summary_module()
+    row = mod.case_summary(d, "tpa_eager")
+    assert row["status"] == "ok" and (row["world_size"], row["launch"]) == (1, "eager")
+    assert (row["measured_ms"], row["measured_min_ms"], row["measured_max_ms"]) == pytest.approx((0.26, 0.25, 0.4))
+    assert row["measured_processes"] == 3 and row["predicted_ms"] == pytest.approx(0.2352)
+    assert row["makespan_error_pct"] == pytest.approx((0.2352 / 0.26 - 1) * 100, abs=0.01)
+    assert row["note"] == ("first execute process failed: NCCL error: unhandled system error; one-process columns "
+                           "from rep2/")
+    for i in (2, 3, 4):
+        (d / f"rep{i}" / "execute" / "timeline.json").unlink()
+    row = mod.case_summary(d, "tpa_eager")
+    assert row["status"] == "failed: NCCL error: unhandled system error" and row["measured_ms"] is None
+    assert row["note"] == ""
+
+
+def test_the_ab_table_gives_each_process_and_the_median_over_a_cases_processes(tmp_path):
+    """Two `harness.py ab` processes of one case, by hand: executor 0.26 / 0.40 ms against 0.25 / 0.38 (the second
+    process in a slow mode, both sides), +4.0 % and +5.26 %; median row 0.33 / 0.315 ms, +4.63 %, blocks over both
+    -1.0 .. +9.0 %. A case with one process has no median row."""
+    work = tmp_path / "work"
+    for case, runs in (("tpa_eager", [(0.26, 0.25, [0.03, 0.05]), (0.40, 0.38, [-0.01, 0.09])]),
+                       ("chain2", [(0.36, 0.36, [0.0, 0.001])])):
+        (work / case).mkdir(parents=True)
+        for i, (ex, ref, pairs) in enumerate(runs, 1):
+            (work / case / f"ab_{i}.json").write_text(json.dumps(
+                {"executor_s": ex * 1e-3, "reference_s": ref * 1e-3, "executor_vs_ref": ex / ref - 1, "pairs": pairs}))
+    rows = _summary_module().ab_table(work, tmp_path / "out")
+    assert [(r["case"], r["process"]) for r in rows] == [("chain2", "1"), ("tpa_eager", "1"), ("tpa_eager", "2"),
+                                                         ("tpa_eager", "median")]
+    assert [r["executor_vs_handwritten_pct"] for r in rows] == [0.0, 4.0, 5.26, 4.63]
+    med = rows[-1]
+    assert (med["executor_ms"], med["handwritten_ms"], med["blocks_min_pct"], med["blocks_max_pct"]) == \
+        (0.33, 0.315, -1.0, 9.0)
+    assert json.loads((tmp_path / "out" / "ab.json").read_text()) == rows
+    assert (tmp_path / "out" / "ab.md").read_text().splitlines()[2] == "| chain2 | 1 | 0.36 | 0.36 | 0.0 | 0.0 | 0.1 |"

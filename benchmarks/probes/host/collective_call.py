@@ -7,6 +7,10 @@ In one process (``torchrun --nproc-per-node N``, NCCL on CUDA, gloo on CPU) this
   first, as the executor's aligned start leaves it), median of ``--reps``: ``host_us_per_layer`` (host loop time
   / layers) and ``total_us_per_layer`` (to the synchronize).
 * ``hand_mm_only``: the same loop without the all_reduce.
+* ``lean_keywords`` and ``lean_script_call``: the same layer from a step list, as ``execute``'s lean loop issues it
+  (``partial(torch.matmul, x, w, out=y)``, then the all_reduce bound as ``partial(dist.all_reduce, y, group=None,
+  async_op=False)``, the executor's binding until 2026-12-07, or by :func:`executor.kernels.script_call`, its
+  binding since: ``partial(dist.all_reduce, y)``, the call ``hand`` makes). The ways alternate, round by round.
 * ``probe``: :func:`executor.calibrate_host.comm_host_costs` and :func:`executor.calibrate_host.host_costs` in the
   same process (busy-GPU loops of calls).
 
@@ -21,11 +25,13 @@ Usage: torchrun --standalone --nproc-per-node 1 benchmarks/probes/host/collectiv
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
@@ -43,6 +49,7 @@ def main() -> int:
     from executor.calibrate_bench import _Bench
     from executor.calibrate_host import comm_host_costs, host_costs
     from executor.dist import env_world, setup_dist
+    from executor.kernels import script_call
 
     cuda = torch.cuda.is_available()
     world = env_world()[1]
@@ -54,26 +61,47 @@ def main() -> int:
     ws = [torch.rand(a.k, n, device=dev) for _ in range(a.layers)]
     outs = [torch.empty(1, n, device=dev) for _ in range(a.layers)]
 
-    def loop(with_ar: bool) -> tuple[float, float]:
-        b.sync()
-        ctx.barrier()
-        b.sync()
-        t0 = time.perf_counter()
+    def hand(with_ar: bool) -> None:
         for i in range(a.layers):
             torch.matmul(x, ws[i], out=outs[i])
             if with_ar:
                 dist.all_reduce(outs[i])
+
+    def lean(bind: Any) -> Any:
+        steps = [f for i in range(a.layers) for f in (functools.partial(torch.matmul, x, ws[i], out=outs[i]),
+                                                       bind(outs[i]))]
+
+        def run() -> None:
+            for f in steps:
+                f()
+        return run
+
+    ways = {"hand": lambda: hand(True), "hand_mm_only": lambda: hand(False),
+            "lean_keywords": lean(lambda t: functools.partial(dist.all_reduce, t, group=None, async_op=False)),
+            "lean_script_call": lean(lambda t: script_call(dist.all_reduce, (t,), {"group": None, "async_op": False}))}
+
+    def loop(issue: Any) -> tuple[float, float]:
+        b.sync()
+        ctx.barrier()
+        b.sync()
+        t0 = time.perf_counter()
+        issue()
         t1 = time.perf_counter()
         b.sync()
         t2 = time.perf_counter()
         return (t1 - t0) / a.layers * 1e6, (t2 - t0) / a.layers * 1e6
 
     res: dict[str, object] = {"world": ctx.world, "layers": a.layers, "cuda": cuda}
-    for key, with_ar in (("hand", True), ("hand_mm_only", False)):
-        runs = [loop(with_ar) for _ in range(a.reps + 3)][3:]
-        res[key] = {"host_us_per_layer": statistics.median(r[0] for r in runs),
-                    "total_us_per_layer": statistics.median(r[1] for r in runs),
-                    "total_us_per_layer_runs": [round(r[1], 2) for r in runs]}
+    runs: dict[str, list[tuple[float, float]]] = {k: [] for k in ways}
+    for rep in range(a.reps + 3):
+        for key in ways:
+            got = loop(ways[key])
+            if rep >= 3:
+                runs[key].append(got)
+    for key, rs in runs.items():
+        res[key] = {"host_us_per_layer": statistics.median(r[0] for r in rs),
+                    "total_us_per_layer": statistics.median(r[1] for r in rs),
+                    "total_us_per_layer_runs": [round(r[1], 2) for r in rs]}
     probe = host_costs(b, lambda _m: None) if ctx.rank == 0 else {}
     ctx.barrier()
     probe.update(comm_host_costs(b))
