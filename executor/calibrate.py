@@ -364,8 +364,9 @@ def _assemble(o: CalibrateOptions, raw: dict[str, Any], ctx: Any, dev_name: str)
                            "event-timed launch, median of --iters), 3 rotating input sets when they fit in 3x L2; "
                            "'fp32' = TF32 off, 'tf32' = TF32 on; call rows: host time of one call over the 64x64 "
                            "matmul's, loops of 200 calls behind a sleep, GEMMs up to 0.2 ms, median over the fresh "
-                           "host processes; memset rows: a Kineto trace of one call on an idle GPU, the memset's "
-                           "end to the main kernel's start. Single-launch times are in the .json next to this file"
+                           "host processes; memset rows: a Kineto trace of 5 calls, each on an idle GPU, the memset's "
+                           "end to the main kernel's start, median of the last 4. Single-launch times are in the "
+                           ".json next to this file"
                            if ctx.cuda else f"measured on CPU {where}",
                  "entries": [list(r) for r in raw["gemm"]], "shape_curve_from": None,
                  "ctas": [list(r) for r in raw.get("gemm_ctas", [])],
