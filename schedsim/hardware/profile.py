@@ -211,6 +211,13 @@ class Launch(_B):
                                      "measured (executor/calibrate_host.py measures it).")
     first_collective_extra_us: float = Field(default=0.0, ge=0, description="Extra host time of a rank's first "
                                              "collective or send/recv call of an iteration, µs; default 0.")
+    collective_after_kernel_us: float | None = Field(default=None, ge=0, description="Host time of one NCCL "
+                                                     "collective call right after a call of another kind on its rank "
+                                                     "(a kernel launch, a copy, a graph launch), µs, in place of "
+                                                     "eager_per_collective_us (measured with the calls back to back): "
+                                                     "calibrate times a loop alternating the 64x64 matmul and a 1 KiB "
+                                                     "all_reduce, less the matmul's loop (mixed_pair_us - "
+                                                     "eager_per_op_us). Default None: eager_per_collective_us.")
     cold_first_call_us: dict[Literal["kernel", "collective", "elementwise"], NonNegativeFloat] = Field(
         default_factory=lambda: {},
         description="More host time, µs, of a rank's first kernel launch, collective call and elementwise call "
