@@ -288,8 +288,8 @@ def memset_gap_us(events: list[dict[str, Any]]) -> float | None:
     kernel is the longest kernel's name; each of its launches with a memset after the previous one's start gives a
     gap. With several calls, the median of the gaps after the first: the first call of a profiler session pays the
     session's own start on the host (one H100 calibration read 21.9-35.6 µs from that one call where the runs'
-    profiled iterations read 7.2-13.0 µs for the same shapes; docs/validation.md, "calibrate's memset gap from the
-    first call of a profiler session"). cuBLAS's split-K "coopA" kernels zero a workspace first; on one H100 the main
+    profiled iterations read 7.2-13.0 µs for the same shapes; docs/validation.md, "the misses of the H100 table of
+    10:52, by kind"). cuBLAS's split-K "coopA" kernels zero a workspace first; on one H100 the main
     kernel started 7.8-13.0 µs after the memset with nothing queued ahead of it (docs/validation.md, "a split-K
     GEMM's memset on an idle GPU").
 

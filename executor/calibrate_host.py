@@ -41,9 +41,9 @@ enqueue work). Plain PyTorch, written as a user would:
     the same all_reduce right after the 64×64 matmul: the alternating loop's pair (``mixed_pair_us``) less the
     settled matmul (:func:`settle_costs`), ≥ 0. The model charges it, in place of ``eager_per_collective_us``, to
     a collective call whose previous call on its rank was of another kind (rule host-issue,
-    :func:`schedsim.gpu.host.collective_after_call_extra`). One H100 (docs/validation.md, "host-bound misses of
+    :func:`schedsim.gpu.host.collective_after_call_extra`). One H100 (docs/validation.md, "the misses of
     the H100 table of 10:52, by kind"): 17.6-18.6 µs in three fresh processes against 14.9-15.3 back to back;
-    ``schedsim execute``'s all_reduce after a GEMV 15.6-17.5 µs, the GEMV after it 9.1-10.5 µs against 8.0
+    ``schedsim execute``'s all_reduce after a GEMV 15.6-17.5 µs, the GEMV after it 9.0-10.5 µs against 8.0
     predicted (its ``gemm.call`` row, a loop of GEMVs). The H200 probe above found the pair over-predicting
     the all_reduce's share of a layer there; on H100 the pair over-predicts the 96-layer run's steady layer by
     ~1.5 µs (6 %) and leaves the first layers' warm-up short (docs/validation.md).

@@ -132,7 +132,7 @@ def collective_after_call_extra(rank: np.ndarray, hclass: np.ndarray, graph: np.
 
     Why: ``eager_per_collective_us`` times the all_reduce call in a loop of back-to-back calls; in a schedule it
     mostly follows a matmul (tensor parallelism), and the two calls alternating cost more per pair than their
-    loops' sum. One H100 (docs/validation.md, "host-bound misses of the H100 table of 10:52, by kind"): a loop
+    loops' sum. One H100 (docs/validation.md, "the misses of the H100 table of 10:52, by kind"): a loop
     alternating the 64×64 matmul and the all_reduce ran 28.1-29.1 µs a pair against 10.4-10.6 + 14.9-15.3 µs
     alone; ``schedsim execute`` ran tp_allreduce_graph's layers (an fp32 GEMV, then an all_reduce) at 24.8-27.3 µs
     where the loops' sum predicted 23.0.
