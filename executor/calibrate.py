@@ -275,7 +275,8 @@ def _assemble(o: CalibrateOptions, raw: dict[str, Any], ctx: Any, dev_name: str)
     fresh_kinds = [k for k in ("eager_per_op_us", "event_wait_us", "stream_switch_us", "memcpy_call_us",
                                "elementwise_call_us", "call_launch_fraction",
                                "executor_extra_per_op_us", "first_op_extra_us",
-                               *(("eager_per_collective_us", "first_collective_extra_us")
+                               *(("eager_per_collective_us", "first_collective_extra_us",
+                                  "collective_after_kernel_us")
                                  if raw["world_size"] == 1 else ())) if any(k in f for f in fresh)]
     if any("cold_kernel_extra_us" in f for f in fresh):  # CUDA only; its collective kind at world 1 only
         fresh_kinds.append("cold_first_call_us" if raw["world_size"] == 1
@@ -299,8 +300,9 @@ def _assemble(o: CalibrateOptions, raw: dict[str, Any], ctx: Any, dev_name: str)
         "source": (f"measured {where}: host time per call of plain PyTorch (executor/calibrate_host.py), loops of "
                    f"200 calls with the GPU kept busy{fresh_note}: eager_per_op_us = torch.matmul 64x64; "
                    f"eager_per_collective_us"
-                   f" = dist.all_reduce 1 KiB, calls back to back (alternating with that matmul: pair - matmul "
-                   f"{H.get('mixed_pair_us', float('nan')) - H.get('matmul_loop_us', float('nan')):.2f}, not used); "
+                   f" = dist.all_reduce 1 KiB, calls back to back; collective_after_kernel_us = the same call "
+                   f"alternating with that matmul, the pair's loop less the matmul's (a collective right after "
+                   f"a call of another kind); "
                    f"first_op_extra_us / first_collective_extra_us ="
                    f" first matmul / all_reduce after a synchronize + barrier minus steady; p2p_call_us = one "
                    f"dist.isend/irecv; batch_p2p_call_us = one "
@@ -364,8 +366,9 @@ def _assemble(o: CalibrateOptions, raw: dict[str, Any], ctx: Any, dev_name: str)
                            "event-timed launch, median of --iters), 3 rotating input sets when they fit in 3x L2; "
                            "'fp32' = TF32 off, 'tf32' = TF32 on; call rows: host time of one call over the 64x64 "
                            "matmul's, loops of 200 calls behind a sleep, GEMMs up to 0.2 ms, median over the fresh "
-                           "host processes; memset rows: a Kineto trace of one call on an idle GPU, the memset's "
-                           "end to the main kernel's start. Single-launch times are in the .json next to this file"
+                           "host processes; memset rows: a Kineto trace of 5 calls, each on an idle GPU, the memset's "
+                           "end to the main kernel's start, median of the last 4. Single-launch times are in the "
+                           ".json next to this file"
                            if ctx.cuda else f"measured on CPU {where}",
                  "entries": [list(r) for r in raw["gemm"]], "shape_curve_from": None,
                  "ctas": [list(r) for r in raw.get("gemm_ctas", [])],

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import re
+import statistics
 import time
 from collections.abc import Callable
 from typing import Any
@@ -104,7 +105,7 @@ def _measure_gemms(b: _Bench, shapes: list[tuple[str, int, int, int]], log: Call
             red = reduction_kernel(events, device_limits(torch, dev))
             if red is not None:
                 b.gemm_reduce.append([dt, m, n, k, red[0], round(red[1], 3)])
-            gap = memset_gap_us(events)
+            gap = memset_gap_us(kernel_events(torch, fns[0], calls=MEMSET_CALLS))  # each call on an idle GPU
             if gap is not None:
                 b.gemm_memset.append([dt, m, n, k, round(gap, 3)])
             occ = longest_kernel_ctas_per_sm(events, device_limits(torch, dev))
@@ -125,6 +126,11 @@ def _measure_gemms(b: _Bench, shapes: list[tuple[str, int, int, int]], log: Call
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.cuda.empty_cache()
     return rows
+
+
+#: calls of one profiler session, each after a synchronize, whose memset gaps :func:`memset_gap_us` takes the median
+#: of, the first left out (the session's start slows its first call on the host)
+MEMSET_CALLS = 5
 
 
 #: GEMMs longer than this (seconds, back to back) get no ``gemm.graph`` row: a node's saving and HBM's extra are
@@ -276,27 +282,43 @@ def reduction_kernel(events: list[dict[str, Any]], lim: dict[str, int] | None = 
 
 
 def memset_gap_us(events: list[dict[str, Any]]) -> float | None:
-    """µs from the end of the memset a GEMM call launched before its longest kernel to that kernel's start, from a
-    Chrome trace (Kineto's export) of that one call on an idle GPU (profile ``gemm.memset``), at least 0; None when
-    no memset (``"cat": "gpu_memset"``, CUPTI's ``Memset (Device)``) precedes the longest kernel. cuBLAS's split-K
-    "coopA" kernels zero a workspace first; on one H100 the main kernel started 7.8-13.0 µs after the memset with
-    nothing queued ahead of it (docs/validation.md, "a split-K GEMM's memset on an idle GPU").
+    """µs from the end of the memset a GEMM call launched before its main kernel to that kernel's start, from a
+    Chrome trace (Kineto's export) of one or more calls, each on an idle GPU (profile ``gemm.memset``), at least 0;
+    None when no memset (``"cat": "gpu_memset"``, CUPTI's ``Memset (Device)``) precedes the main kernel. The main
+    kernel is the longest kernel's name; each of its launches with a memset after the previous one's start gives a
+    gap. With several calls, the median of the gaps after the first: the first call of a profiler session pays the
+    session's own start on the host (one H100 calibration read 21.9-35.6 µs from that one call where the runs'
+    profiled iterations read 7.2-13.0 µs for the same shapes; docs/validation.md, "the misses of the H100 table of
+    10:52, by kind"). cuBLAS's split-K "coopA" kernels zero a workspace first; on one H100 the main
+    kernel started 7.8-13.0 µs after the memset with nothing queued ahead of it (docs/validation.md, "a split-K
+    GEMM's memset on an idle GPU").
 
     >>> memset_gap_us([{"cat": "gpu_memset", "ts": 10.0, "dur": 1.5, "name": "Memset (Device)"},
     ...                {"cat": "kernel", "ts": 21.5, "dur": 160.0, "args": {"grid": [2, 66, 1]}}])
     10.0
     >>> memset_gap_us([{"cat": "kernel", "ts": 0.0, "dur": 9.0, "args": {"grid": [4, 1, 1]}}]) is None
     True
+    >>> calls = [(0.0, 30.0), (500.0, 8.0), (1000.0, 9.0), (1500.0, 7.0)]  # (memset start, gap): first call's 30
+    >>> memset_gap_us([e for t, g in calls for e in ({"cat": "gpu_memset", "ts": t, "dur": 1.0},
+    ...                {"cat": "kernel", "name": "k", "ts": t + 1.0 + g, "dur": 160.0})])
+    8.0
     """
     main = _longest_kernel(events)
     if main is None:
         return None
-    t0 = float(main.get("ts", 0.0))
-    sets = [e for e in events if e.get("cat") == "gpu_memset" and float(e.get("ts", 0.0)) <= t0]
-    if not sets:
+    name = main.get("name")
+    mains = sorted(float(e.get("ts", 0.0)) for e in events if e.get("cat") == "kernel" and e.get("name") == name)
+    sets = sorted((float(e.get("ts", 0.0)), float(e.get("dur", 0.0))) for e in events if e.get("cat") == "gpu_memset")
+    gaps, prev = [], float("-inf")
+    for t0 in mains:
+        before = [s for s in sets if prev < s[0] <= t0]
+        if before:
+            ts, dur = before[-1]
+            gaps.append(max(0.0, t0 - ts - dur))
+        prev = t0
+    if not gaps:
         return None
-    last = max(sets, key=lambda e: float(e.get("ts", 0.0)))
-    return max(0.0, t0 - float(last.get("ts", 0.0)) - float(last.get("dur", 0.0)))
+    return float(statistics.median(gaps[1:] if len(gaps) > 1 else gaps))
 
 
 #: sm_90 (H100/H200) per-SM limits of the CUDA occupancy calculation (CUDA C++ Programming Guide, "Technical

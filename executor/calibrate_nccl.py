@@ -36,14 +36,16 @@ from typing import Any
 __all__ = ["collective_grid", "kernel_events", "nccl_beside_gemm"]
 
 
-def kernel_events(torch: Any, fn: Callable[[], Any]) -> list[dict[str, Any]]:
-    """The events of a Kineto trace of one call of ``fn`` (Chrome trace ``traceEvents``; CUPTI's kernel records
+def kernel_events(torch: Any, fn: Callable[[], Any], calls: int = 1) -> list[dict[str, Any]]:
+    """The events of a Kineto trace of ``calls`` calls of ``fn`` in one profiler session, each followed by a
+    ``torch.cuda.synchronize`` (so each starts on an idle GPU) (Chrome trace ``traceEvents``; CUPTI's kernel records
     have ``"cat": "kernel"`` and ``args.grid``); empty when the trace cannot be written or read."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
+        for _ in range(calls):
+            fn()
+            torch.cuda.synchronize()
     fd, path = tempfile.mkstemp(suffix=".json")
     os.close(fd)
     try:

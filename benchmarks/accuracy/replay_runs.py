@@ -17,6 +17,9 @@ Usage (repo root)::
 runs' ``profiler_ops.json`` (a GEMM whose first kernel is a memset; on an idle GPU, its Kineto span less its busy
 time: the memset's end to the main kernel's start, what ``calibrate`` records from one call; per shape the median,
 a shape never idle takes the median over all) and replays with it.
+``--fresh-host OUT.yaml`` (with ``--profile``, a calibrated profile with its ``.json`` next to it) first writes the
+profile with the ``launch:`` fields it leaves unset computed from its calibration's fresh host processes by this
+checkout's calibrate (``collective_after_kernel_us`` for a calibration older than that field) and replays with it.
 ``--process-host`` predicts each case measured with ``execute --measure-host`` with that process's host costs.
 ``--profile`` defaults to each run's own calibrated profile (``RUN_DIR/*_calibrated.yaml``); give a profile
 name (``h200x2``, ``h200``) or path to replay every case with it. Goals (issue 8): makespan error median
@@ -433,6 +436,34 @@ def with_memset_rows(runs: list[Path], profile: str, out: Path) -> str:
     return str(out)
 
 
+def fresh_host_fields(calib: dict[str, Any]) -> dict[str, Any]:
+    """The ``launch:`` fields this checkout's calibrate computes from a calibration JSON's fresh host processes
+    (``host_fresh_processes``: each process's loops, :func:`executor.calibrate_host.settle_costs`, then the median
+    over processes, :func:`~executor.calibrate_host.median_costs`, as :func:`~executor.calibrate_host.launch_fields`
+    rounds them); empty without fresh processes."""
+    from executor.calibrate_host import launch_fields, median_costs, settle_costs
+
+    fresh = [settle_costs(dict(p)) for p in calib.get("host_fresh_processes") or []]
+    return launch_fields(median_costs(fresh)) if fresh else {}
+
+
+def with_fresh_host(profile: str, out: Path) -> str:
+    """Write ``profile`` (a calibrated profile's path, its calibration JSON next to it: the same name with
+    ``.json``) with the ``launch:`` fields it leaves unset (None) filled from :func:`fresh_host_fields` to ``out``:
+    an older calibration's profile with the host figures its own loops give under this checkout's calibrate (e.g.
+    ``collective_after_kernel_us`` from ``mixed_pair_us``); print them; return ``out`` as a path string."""
+    import yaml
+
+    prof = load_profile(profile)
+    got = fresh_host_fields(json.loads(Path(profile).with_suffix(".json").read_text()))
+    add = {k: v for k, v in got.items() if k in type(prof.launch).model_fields and getattr(prof.launch, k) is None}
+    print("launch fields filled from the fresh host processes: "
+          + (", ".join(f"{k} {v}" for k, v in add.items()) or "none"))
+    prof = prof.model_copy(update={"launch": prof.launch.model_copy(update=add)})
+    atomic_write_text(out, yaml.safe_dump(prof.model_dump(mode="json"), sort_keys=False, width=200))
+    return str(out)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("runs", nargs="+", type=Path,
@@ -452,7 +483,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--memset-rows", type=Path, default=None, metavar="OUT.yaml", help="write --profile with "
                     "gemm.memset taken from the runs' Kineto kernel lists (profiler_ops.json: GEMMs whose first kernel "
                     "is a memset; the gap where the GPU was idle) to OUT.yaml, and replay with it")
+    ap.add_argument("--fresh-host", type=Path, default=None, metavar="OUT.yaml", help="write --profile (a "
+                    "calibrated profile, its .json next to it) with the launch fields it leaves unset filled from its "
+                    "calibration's fresh host processes as this checkout's calibrate computes them, to OUT.yaml, and "
+                    "replay with it (before --memset-rows)")
     a = ap.parse_args(argv)
+    if a.fresh_host is not None:
+        if not a.profile:
+            ap.error("--fresh-host needs --profile (a calibrated profile with its .json next to it)")
+        a.profile = with_fresh_host(a.profile, a.fresh_host)
     if a.memset_rows is not None:
         if not a.profile:
             ap.error("--memset-rows needs --profile (the profile to add the rows to)")

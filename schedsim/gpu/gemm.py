@@ -275,7 +275,8 @@ class GemmCost:
     def memset_gap(self, op: Op) -> float | None:
         """Seconds from GEMM ``op``'s memset to its main kernel on an idle GPU: its ``gemm.memset`` row (the call
         launches a memset, cuBLAS's split-K workspace, then the main kernel that much later; rule host-issue), else
-        None (no memset). Measured by ``schedsim calibrate`` from a Kineto trace of one call; one H100: fp16
+        None (no memset). Measured by ``schedsim calibrate`` from a Kineto trace of calls on an idle GPU, the
+        session's first left out (:func:`executor.calibrate_gemm.memset_gap_us`); one H100: fp16
         4096×4096×512 9.4-13.0 µs, bf16 4096³ 7.8-10.5 µs, behind another GEMM 1.5 µs (docs/validation.md, "a
         split-K GEMM's memset on an idle GPU")."""
         if not self._memset:

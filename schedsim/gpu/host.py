@@ -17,7 +17,7 @@ from schedsim.lower.program import required as _required
 
 __all__ = ["H_KERNEL", "H_ELEMENTWISE", "H_MEMCPY", "H_P2P", "H_BATCH_P2P", "H_COLL", "H_GRAPH", "HOST_CALL_META_MAX",
            "host_class", "host_issue_columns", "kernel_release", "end_event_bound",
-           "host_end_per_rank", "host_waited", "cold_wait_s"]
+           "host_end_per_rank", "host_waited", "cold_wait_s", "collective_after_call_extra"]
 
 #: Host-call classes of rule host-issue (:func:`host_class`): what one op's call costs on the host.
 H_KERNEL, H_ELEMENTWISE, H_MEMCPY, H_P2P, H_BATCH_P2P, H_COLL = range(6)
@@ -120,6 +120,48 @@ def host_issue_columns(rank: np.ndarray, stream: np.ndarray, hclass: np.ndarray,
     if order is not None:
         issue[order], call0[order] = issue.copy(), call0.copy()
     return issue, call0
+
+
+def collective_after_call_extra(rank: np.ndarray, hclass: np.ndarray, graph: np.ndarray | None,
+                                profile: HardwareProfile, mode: str) -> np.ndarray | None:
+    """Per op (seconds, shape (n,)) the extra host time of a collective call (class :data:`H_COLL`) whose previous
+    call on its rank was of another kind (a kernel launch, a copy, a send/recv, a graph launch):
+    ``launch.collective_after_kernel_us − launch.eager_per_collective_us`` (rule host-issue; 0 for every other op,
+    a rank's first op and an op captured in a graph launch, ``graph`` ≥ 0, which calls nothing). None where it is 0
+    for every op: the field unset, or ``cuda_graph`` mode. Ops in program order per rank, ranks in any order.
+
+    Why: ``eager_per_collective_us`` times the all_reduce call in a loop of back-to-back calls; in a schedule it
+    mostly follows a matmul (tensor parallelism), and the two calls alternating cost more per pair than their
+    loops' sum. One H100 (docs/validation.md, "the misses of the H100 table of 10:52, by kind"): a loop
+    alternating the 64×64 matmul and the all_reduce ran 28.1-29.1 µs a pair against 10.4-10.6 + 14.9-15.3 µs
+    alone; ``schedsim execute`` ran tp_allreduce_graph's layers (an fp32 GEMV, then an all_reduce) at 24.8-27.3 µs
+    where the loops' sum predicted 23.0.
+
+    >>> from schedsim.hardware.profile import load_profile
+    >>> p = load_profile("h200")
+    >>> p = p.model_copy(update={"launch": p.launch.model_copy(update={
+    ...     "eager_per_collective_us": 15.0, "collective_after_kernel_us": 18.5})})
+    >>> ex = collective_after_call_extra(np.array([0, 0, 0, 0, 1]), np.array([H_KERNEL, H_COLL, H_COLL, H_KERNEL,
+    ...                                  H_COLL]), None, p, "eager")
+    >>> (ex * 1e6).round(6).tolist()  # after the kernel only; the second collective and rank 1's first: none
+    [0.0, 3.5, 0.0, 0.0, 0.0]
+    """
+    lp = profile.launch
+    if lp.collective_after_kernel_us is None or mode == "cuda_graph" or not len(rank):
+        return None
+    d = (lp.collective_after_kernel_us - lp.eager_per_collective_us) * 1e-6
+    if d == 0.0:
+        return None
+    rank = np.asarray(rank)
+    order = np.argsort(rank, kind="stable")  # each rank's ops, in program order, one run per rank
+    r, h = rank[order], np.asarray(hclass)[order]
+    g = np.full(len(r), -1, np.int64) if graph is None else np.asarray(graph, np.int64)[order]
+    coll_call = (h == H_COLL) & (g < 0)  # a collective's own call (one captured in a graph calls nothing)
+    prev_other = np.zeros(len(r), bool)
+    prev_other[1:] = (r[1:] == r[:-1]) & ~coll_call[:-1]
+    out = np.zeros(len(r))
+    out[order] = np.where(coll_call & prev_other, d, 0.0)
+    return out
 
 
 def _with_graphs(rank: np.ndarray, stream: np.ndarray, hclass: np.ndarray, repeat: np.ndarray, host_s: np.ndarray,

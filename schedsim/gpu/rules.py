@@ -30,7 +30,10 @@ Each rule has a name, used in code, notes and errors (the numbers they once had:
    measures on that call; formerly it was charged the 4 KiB pinned
    ``copy_`` of ``memcpy_call_us``, which the add exceeds 1.48× (6 fresh
    processes, one H200, [evidence: elementwise-host])),
-   a collective ``eager_per_collective_us``, a lone isend/irecv ``p2p_call_us``,
+   a collective ``eager_per_collective_us`` (calls back to back; right after a call
+   of another kind on the rank, a kernel's, a copy's or a graph launch's,
+   ``collective_after_kernel_us`` where the profile has it:
+   :func:`collective_after_call_extra`), a lone isend/irecv ``p2p_call_us``,
    one ``batch_isend_irecv`` call ``batch_p2p_call_us`` for its whole batch, a
    copy ``memcpy_call_us``, plus ``event_wait_us`` per dependency on another
    stream (event record + wait), ``stream_switch_us`` when the op's stream differs

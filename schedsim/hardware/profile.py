@@ -199,8 +199,7 @@ class Launch(_B):
                                               "torch.add(a, b, out=c), µs: what a bytes-only compute op costs the "
                                               "host (execute and the references run it so); default: "
                                               "0.5 x eager_per_op_us (the add / 64x64 matmul ratio, 0.49-0.53 in 6 "
-                                              "fresh processes, one H200, "
-                                              "[evidence: elementwise-host]).")
+                                              "fresh processes, one H200, [evidence: elementwise-host]).")
     stream_switch_us: float = Field(default=0.0, ge=0, description="Extra host time of switching the "
                                     "current stream (torch.cuda.set_stream, as the executor and the references do), "
                                     "charged to an op whose stream differs from the previous op's on its rank, µs "
@@ -212,6 +211,8 @@ class Launch(_B):
                                      "measured (executor/calibrate_host.py measures it).")
     first_collective_extra_us: float = Field(default=0.0, ge=0, description="Extra host time of a rank's first "
                                              "collective or send/recv call of an iteration, µs; default 0.")
+    collective_after_kernel_us: float | None = Field(default=None, ge=0, description="Host µs of a collective call "
+        "right after another kind's call on its rank (rule host-issue); default: eager_per_collective_us.")
     cold_first_call_us: dict[Literal["kernel", "collective", "elementwise"], NonNegativeFloat] = Field(
         default_factory=lambda: {},
         description="More host time, µs, of a rank's first kernel launch, collective call and elementwise call "
@@ -766,8 +767,7 @@ class HardwareProfile(_B):
         default="waves", description="GPU execution model of the simulator: 'waves' (CTAs in waves, FIFO block "
         "dispatch, hardware queues; :mod:`schedsim.gpu.rules`) or 'replay' "
         "(recorded durations, no contention: replaying an imported trace; :mod:`schedsim.sim.engine`).")
-    power: Power | None = Field(default=None, description="Sustained-load GEMM slowdown (waves model); "
-                                "omit for none.")
+    power: Power | None = Field(default=None, description="Sustained-load GEMM slowdown (waves model); omit for none.")
 
     def with_gemm_slowdown(self, factor: float) -> HardwareProfile:
         """This profile with every GEMM ``factor`` times slower: table times × factor, dense peaks / factor

@@ -510,6 +510,10 @@ def _order_and_issue(prog: Program, tps: list[Op], tmpl: np.ndarray, rank: np.nd
     from schedsim.lower.graphs import graph_segments
 
     graph = graph_segments(prog) if mode != "cuda_graph" else None  # ops captured in CUDA graphs (their `graph:`)
+    # rule host-issue: a collective call after a call of another kind (launch.collective_after_kernel_us)
+    ca = gh.collective_after_call_extra(rank, hcls, graph, profile, mode)
+    if ca is not None:
+        extra = ca if extra is None else extra + ca
     memset = None  # rule host-issue: a GEMM shape whose call launches a memset first (gemm.memset), per template
     if profile.gemm.memset and mode != "cuda_graph":
         tms = np.array([cost.gemm_memset_gap(t) for t in tps], np.float64)

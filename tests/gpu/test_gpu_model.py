@@ -344,6 +344,26 @@ def test_first_launch_and_first_collective_call_cost_extra_host_time(sim_text):
     assert (spans["A@r0"], spans["B@r0"]) == ((5.0, 7.0), (20.0, 22.0))
 
 
+def test_a_collective_call_right_after_a_kernel_call_costs_collective_after_kernel_us(sim_text):
+    # 5 µs per launch, 10 µs per collective call back to back, 14 µs for one right after a call of another kind.
+    # A: call 0-5, kernel 5-7. ar1 after A: call 5-19. ar2 after ar1: 19-29 (back to back). B: call 29-34,
+    # kernel 34-36. ar3 after B: 34-48. C: 48-53, kernel 53-55. Without the field: B 25-30 -> kernel 30-32,
+    # C 40-45 -> 45-47. A graph replay calls nothing per op: unchanged.
+    body = (f"  - {{name: A, {TINY}}}\n  - {{name: ar1, kind: all_reduce, bytes: 1000, stream: c}}\n"
+            f"  - {{name: ar2, kind: all_reduce, bytes: 1000, stream: c}}\n  - {{name: B, {TINY}}}\n"
+            f"  - {{name: ar3, kind: all_reduce, bytes: 1000, stream: c}}\n  - {{name: C, {TINY}}}\n")
+    base = {"eager_per_op_us": 5.0, "eager_per_collective_us": 10.0}
+    after = waves_profile(launch={**base, "collective_after_kernel_us": 14.0})
+    spans, tl = sim_text(HEAD % 1 + body, after)
+    assert (spans["A@r0"], spans["B@r0"], spans["C@r0"]) == ((5.0, 7.0), (34.0, 36.0), (53.0, 55.0))
+    calls = {k: round(v * 1e6, 6) for k, v in tl.meta["host_call_end_s"].items()}
+    assert calls == {"A@r0": 5.0, "ar1@r0": 19.0, "ar2@r0": 29.0, "B@r0": 34.0, "ar3@r0": 48.0, "C@r0": 53.0}
+    spans, _ = sim_text(HEAD % 1 + body, waves_profile(launch=base))
+    assert (spans["B@r0"], spans["C@r0"]) == ((30.0, 32.0), (45.0, 47.0))
+    assert sim_text(HEAD % 1 + body, after, launch="cuda_graph")[0] == \
+        sim_text(HEAD % 1 + body, waves_profile(launch=base), launch="cuda_graph")[0]
+
+
 def test_nccl_beside_a_gemm_queue_waits_for_sms_then_runs_near_solo(sim_text):
     # The 2xH200 probe of 2026-11-30 ([evidence: 2xh200-concurrency]): a collective issued beside a queue of
     # wave-filling GEMMs on another stream waits for the running GEMM, then runs ahead of the next one at

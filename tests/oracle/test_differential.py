@@ -87,6 +87,24 @@ def test_graph_launches_beside_eager_ops_predict_as_the_oracle():
         assert road == ref, (prof, kw)
 
 
+def _with_collective_after_kernel(name: str, us: float) -> HardwareProfile:
+    """Shipped profile ``name`` with ``launch.collective_after_kernel_us`` set to ``us``."""
+    p = load_profile(name)
+    return p.model_copy(update={"launch": p.launch.model_copy(update={"collective_after_kernel_us": us})})
+
+
+def test_a_collective_after_a_call_of_another_kind_predicts_as_the_oracle(tmp_path):
+    # graph launches, eager kernels and collectives on one rank (LAUNCHES), and GEMMs each followed by an
+    # all_reduce on 3 ranks: the columns' extra per collective call and the oracle's loop over the ops agree
+    for spec in (load_text(LAUNCHES, "launches.yaml"), _gemm_all_reduce(tmp_path, 3, 4, 2048, "2**20")):
+        for prof, kw in (("h200", {}), ("pcie2", {"model_executor": True})):
+            p = _with_collective_after_kernel(prof, p_us := 31.5)
+            road, ref = road_and_oracle(spec, p, **kw)
+            assert isinstance(ref, tuple) and ref[0], (prof, kw, ref)
+            assert road == ref, (prof, kw, p_us)
+            assert road != road_and_oracle(spec, load_profile(prof), **kw)[0], prof  # the extra moved something
+
+
 def test_a_large_pipeline_predicts_as_the_oracle():
     # interleaved 1F1B (lone send/recv, serialized per communicator) and 1F1B (batched exchanges), 16 stages
     for sched in ("interleaved_1f1b", "1f1b"):
