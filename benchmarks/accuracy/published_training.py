@@ -93,6 +93,65 @@ _K1T = dict(num_layers=128, hidden_size=25600, num_attention_heads=160, seq_leng
 _G3 = dict(num_layers=96, hidden_size=12288, num_attention_heads=96, seq_length=2048, fp16=True, micro_batch_size=1,
            global_batch_size=1536, tp=8, pp=16, async_tensor_model_parallel_allreduce=False, **_FULL)
 
+#: Qi, Wan, Huang, Lin, "Zero Bubble Pipeline Parallelism" (ICLR 2024, arXiv 2401.10241), §5.1 Table 3 (model
+#: and fixed settings) and §5.2 Table 4 (samples per GPU per second), as printed there: model -> (layers, heads,
+#: hidden, pipelines = GPUs, micro batch, {schedule: {microbatches: samples/GPU/s}}). Sequence length 1024 for all.
+ZB_TABLE3: dict[str, tuple[int, int, int, int, int]] = {
+    "1.5B": (22, 24, 2304, 8, 6),
+    "6.2B": (30, 32, 4096, 8, 3),
+    "14.6B": (46, 40, 5120, 16, 1),
+    "28.3B": (62, 48, 6144, 32, 1),
+}
+ZB_MICROBATCHES: dict[str, tuple[int, int, int]] = {"1.5B": (24, 32, 64), "6.2B": (24, 32, 64),
+                                                    "14.6B": (48, 64, 128), "28.3B": (96, 128, 256)}
+ZB_TABLE4: dict[str, dict[str, tuple[float, float, float]]] = {
+    "ZB-2p": {"1.5B": (14.5, 14.8, 14.9), "6.2B": (4.32, 4.35, 4.39), "14.6B": (1.81, 1.83, 1.85),
+              "28.3B": (0.99, 1.00, 1.00)},
+    "ZB-1p": {"1.5B": (12.9, 13.4, 14.2), "6.2B": (3.88, 4.00, 4.20), "14.6B": (1.61, 1.67, 1.76),
+              "28.3B": (0.87, 0.90, 0.96)},
+    "1F1B": {"1.5B": (11.8, 12.5, 13.6), "6.2B": (3.50, 3.70, 4.03), "14.6B": (1.40, 1.49, 1.64),
+             "28.3B": (0.76, 0.80, 0.88)},
+    "1F1B-I": {"1.5B": (13.1, 13.4, 13.9), "6.2B": (4.01, 4.08, 4.19), "14.6B": (1.54, 1.59, 1.66),
+               "28.3B": (0.82, 0.85, 0.90)},
+}
+ZB_SRC = "Qi 2024 Tab. 4"
+#: The vocabulary is not in the paper: the fork's script of the time (``examples/pretrain_zero_bubble.sh``, commit
+#: 425b42e, 2023-11-17) uses a SentencePiece ``tokenizer.model`` with 32,000 pieces (LLaMA's), and the paper's
+#: model sizes agree with 32,000 and tied embeddings (12·L·h² + V·h: 1.47, 6.17, 14.63, 28.28 B) and with no
+#: other common vocabulary (module docstring).
+ZB_VOCAB = 32000
+
+
+def _zb_block(model: str, m: int, interleaved: bool) -> dict:
+    """The ``training:`` block of one Zero Bubble row (module docstring): Table 3's sizes, ``--fp16``, tp = dp = 1,
+    no recomputation, no FlashAttention, Megatron's default dropouts. 1F1B: the first and last stages hold one layer
+    fewer (§5.1). 1F1B-I: one layer a chunk (§5.1); the fork pads the layers to a multiple of pp
+    (``--allow-padding-num-layers``) and leaves the first chunk of the first stage and the last chunk of the last
+    one without a layer, which the block cannot say (uneven stages with virtual stages): it is written as L + 2
+    layers, one a chunk, an upper bound of that pipeline."""
+    L, a, h, p, b = ZB_TABLE3[model]
+    block = dict(num_layers=L, hidden_size=h, num_attention_heads=a, seq_length=1024, vocab_size=ZB_VOCAB, fp16=True,
+                 micro_batch_size=b, global_batch_size=m * b, tp=1, pp=p)
+    if interleaved:
+        block.update(num_layers=L + 2, num_layers_per_virtual_pipeline_stage=1)
+    else:
+        edge = (L + 2) // p - 1
+        block.update(decoder_first_pipeline_num_layers=edge, decoder_last_pipeline_num_layers=edge)
+    return block
+
+
+def _zb_rows() -> list[tuple[str, str, int, dict, float, str]]:
+    """The Zero Bubble rows the training block expresses (1F1B and 1F1B-I; module docstring), all held out: the
+    published iteration time is m·b / (samples per GPU per second · p)."""
+    out = []
+    for sched, inter in (("1F1B", False), ("1F1B-I", True)):
+        for model, (L, a, h, p, b) in ZB_TABLE3.items():
+            for m, thr in zip(ZB_MICROBATCHES[model], ZB_TABLE4[sched][model], strict=True):
+                out.append((f"ZB {model} m{m} {sched} h.o.", ZB_SRC, p, _zb_block(model, m, inter),
+                            m * b / (thr * p), "from samples/GPU/s"))
+    return out
+
+
 ROWS: list[tuple[str, str, int, dict, float, str]] = [
     ("22B full", K_SRC, 8, {**_K22, **_FULL}, 1.42, "measured"),
     ("22B seq+sel", K_SRC, 8, {**_K22, **_SEQSEL}, 1.10, "measured"),
@@ -107,6 +166,7 @@ ROWS: list[tuple[str, str, int, dict, float, str]] = [
     ("1T full h.o.", K_SRC, 512, {**_K1T, **_FULL}, 94.42, "measured"),
     ("1T s+s h.o.", K_SRC, 512, {**_K1T, **_SEQSEL}, 71.49, "measured"),
     ("175B 1024 h.o.", "Megatron-LM README 2021", 1024, _G3, 32.0, "measured"),
+    *_zb_rows(),
 ]
 
 
@@ -182,7 +242,8 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--profile", default=None, help="hardware profile (default dgx_a100 if shipped, else h200)")
-    ap.add_argument("--rows", default="", help="comma-separated row names (default all)")
+    ap.add_argument("--rows", default="", help="comma-separated row names or their leading words, e.g. ZB or "
+                    "'ZB 1.5B' (default all)")
     ap.add_argument("--max-ops", type=int, default=20_000_000, help="the lowering's op limit (SCHEDSIM_MAX_OPS)")
     ap.add_argument("--layers", action="store_true", help="the per-layer check against Korthikanti 2022 Table 4")
     args = ap.parse_args(argv)
@@ -199,13 +260,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.layers:
         print_layers(prof)
         return 0
-    head = (f"{'row':<14} {'source':<24} {'GPUs':>5} {'published s':>12} {'predicted s':>12} {'error':>8} "
+    head = (f"{'row':<24} {'source':<24} {'GPUs':>5} {'published s':>12} {'predicted s':>12} {'error':>8} "
             f"{'TFLOP/s/GPU':>11} {'exp. TP s':>9} {'exp. DP s':>9} {'bubble s':>9} {'ops':>9} {'wall s':>7}")
     print(head)
     errs: list[float] = []
     held: list[bool] = []
+    zb: list[bool] = []
     for row, src, gpus, block, pub, how in ROWS:
-        if want and row not in want:
+        if want and not any(row == w or row.startswith(w + " ") for w in want):
             continue
         t0 = time.perf_counter()
         it, rep, n = predict_row(_yaml(row, gpus, block), prof)
@@ -213,17 +275,22 @@ def main(argv: list[str] | None = None) -> int:
         err = (it - pub) / pub
         errs.append(abs(err))
         held.append(row.endswith("h.o."))
+        zb.append(row.startswith("ZB "))
         ex = rep["exposed_s"]
-        print(f"{row:<14} {src + ('*' if how != 'measured' else ''):<24} {gpus:>5} {pub:>12.3f} {it:>12.3f} "
+        print(f"{row:<24} {src + ('*' if how != 'measured' else ''):<24} {gpus:>5} {pub:>12.3f} {it:>12.3f} "
               f"{100 * err:>+7.1f}% {rep['tflops_per_gpu']:>11.1f} {ex['tp']:>9.3f} {ex['dp']:>9.3f} "
               f"{rep['bubble_s']:>9.3f} {n:>9,} {wall:>7.1f}", flush=True)
     built = [e for e, h in zip(errs, held, strict=True) if not h]
     out = [e for e, h in zip(errs, held, strict=True) if h]
-    for label, part in (("rows", errs), ("rows the model was built on", built), ("held-out rows (h.o.)", out)):
+    zbe = [e for e, z in zip(errs, zb, strict=True) if z]
+    groups = (("rows", errs), ("rows the model was built on", built), ("held-out rows (h.o.)", out),
+              ("Zero Bubble rows (held out)", zbe))
+    for label, part in groups:
         if part:
             print(f"mean |error| {100 * sum(part) / len(part):.1f} %, worst {100 * max(part):.1f} % over {len(part)} "
                   f"{label}")
-    print("* published as TFLOP/s per GPU; the time is eq. 3's FLOPs over it (module docstring)")
+    print("* published as TFLOP/s per GPU (the time is eq. 3's FLOPs over it) or as samples per GPU per second "
+          "(the time is m·b over it and the GPUs); module docstring")
     return 0
 
 
