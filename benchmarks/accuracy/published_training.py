@@ -1,6 +1,7 @@
 """Published Megatron-LM iteration times against schedsim's prediction of the same ``training:`` block.
 
     python benchmarks/accuracy/published_training.py [--profile NAME] [--rows 22B,175B] [--max-ops N] [--layers]
+        [--zb-stages]
 
 Rows (every number is the paper's; nothing here is fitted to them):
 
@@ -37,6 +38,24 @@ Rows (every number is the paper's; nothing here is fitted to them):
   the GPT-2 vocabulary, the default local DDP) "takes around 32 seconds" an iteration (138 TFLOP/s per GPU, which
   eq. 3 turns into the same 32 s). That Megatron-LM had neither scatter-gather p2p (commit 27fc468, 2021-01-20)
   nor the asynchronous TP all-reduce.
+
+* Qi, Wan, Huang, Lin 2024, "Zero Bubble Pipeline Parallelism" (ICLR 2024, arXiv 2401.10241), all held out
+  (added after the model was built; nothing fitted to them): §5.2 Table 4, throughput in samples per GPU per
+  second of GPT-like models on up to 32 A100 SXM 80 GB (4 nodes, RoCE RDMA), with §5.1 Table 3's settings
+  (:data:`ZB_TABLE3`: 1.5B, 6.2B, 14.6B, 28.3B; seq 1024; pp = GPUs, so tp = dp = 1; microbatch size 6, 3, 1,
+  1; 24/32/64, 24/32/64, 48/64/128, 96/128/256 microbatches). The published time is m·b / (throughput · GPUs).
+  From the fork's script of the time (sail-sg/zero-bubble-pipeline-parallelism ``examples/pretrain_zero_bubble.sh``,
+  commit 425b42e, 2023-11-17): ``--fp16``, no recomputation, no FlashAttention flag, tied embeddings (no
+  ``--untie``), Megatron's default dropouts, ``--allow-padding-num-layers`` (the first and last stage hold one layer
+  fewer, as §5.1 says). Not in the paper: the vocabulary, taken as 32,000 (:data:`ZB_VOCAB` says why). The
+  schedules: 1F1B (Megatron's), 1F1B-I (one layer a chunk, §5.1; the fork's padding leaves the end chunks
+  empty), ZB-1p lowered as ZB-H1 (``enable_zero_bubble``; the paper's Table 5 gives both the same bubble rate in
+  every setting). ZB-2p (an automatic schedule of limit 2p, found by the paper's ILP from profiled times) has no
+  generator here: its 12 published figures are left out.
+
+``--zb-stages`` prints the Zero Bubble rows' per-stage check instead: the paper's Appendix D Table 6 (T_F, T_B, T_W
+of a middle stage and microbatch, profiled in its ZB-2p runs) against the predicted compute of the middle rank of
+the 1F1B row (:func:`zb_stage_times`). Not a fit either.
 
 ``--layers`` prints a per-part check instead: Korthikanti et al. 2022 Table 4, the time of one transformer layer
 of the 22B model (TP 8, micro batch 4, 8 A100 80 GB) forward and backward, for five settings (no recompute,
@@ -230,6 +249,46 @@ def layer_times(block: dict, profile: Any) -> tuple[float, float]:
     return first("F", 2) - first("F", 1), b1 - b0 + outside
 
 
+#: Qi et al. 2024 Appendix D, Table 6: T_F, T_B (input gradient), T_W (weight gradient), T_comm, ms, profiled in the
+#: ZB-2p runs, of a middle stage (its layers: (L + 2) / p) and one microbatch, at each model's first microbatch count
+ZB_TABLE6: dict[str, tuple[int, float, float, float, float]] = {
+    "1.5B": (24, 18.522, 18.086, 9.337, 0.601),
+    "6.2B": (24, 29.718, 29.444, 19.927, 0.527),
+    "14.6B": (48, 11.347, 11.248, 8.132, 0.377),
+    "28.3B": (96, 10.419, 10.207, 7.715, 0.408),
+}
+
+
+def zb_stage_times(model: str, profile: Any) -> tuple[float, float, float]:
+    """(F, I, W) seconds per microbatch of the middle pipeline rank p/2 - 1 in the 1F1B row of ``model`` at Table 6's
+    microbatch count: the compute-stream time of its ops of each phase over the step, divided by m."""
+    from schedsim.api import lower_spec
+    from schedsim.sim.engine import simulate
+    from schedsim.spec.loader import load_text
+
+    m = ZB_TABLE6[model][0]
+    p = ZB_TABLE3[model][3]
+    tl = simulate(lower_spec(load_text(_yaml("zb", p, _zb_block(model, m, "1F1B")))), profile)
+    got = {"F": 0.0, "I": 0.0, "W": 0.0}
+    for sp in tl.spans:
+        parts = sp.name.split(".")
+        if sp.rank == p // 2 - 1 and sp.stream == "compute" and len(parts) > 2:
+            phase = "F" if parts[0].startswith("F") else parts[2]
+            if phase in got:
+                got[phase] += sp.end_s - sp.start_s
+    return got["F"] / m, got["I"] / m, got["W"] / m
+
+
+def print_zb_stages(profile: Any) -> None:
+    """The per-stage check of the Zero Bubble rows: Qi et al. 2024 Table 6 against :func:`zb_stage_times`."""
+    print(f"{'Table 6 model':<14} {'m':>4} " + " ".join(f"{x + ' ms':>8} {'pred.':>7} {'error':>7}" for x in "FBW"))
+    for model, (m, tf, tb, tw, _) in ZB_TABLE6.items():
+        got = zb_stage_times(model, profile)
+        cells = " ".join(f"{pub:>8.2f} {1e3 * x:>7.2f} {100 * (1e3 * x - pub) / pub:>+6.1f}%"
+                         for pub, x in zip((tf, tb, tw), got, strict=True))
+        print(f"{model:<14} {m:>4} {cells}", flush=True)
+
+
 def print_layers(profile: Any) -> None:
     """The per-part check: Korthikanti et al. 2022 Table 4 against :func:`layer_times` on ``profile``."""
     print(f"{'Table 4 setting':<20} {'fwd ms':>7} {'pred.':>7} {'error':>7} {'bwd ms':>7} {'pred.':>7} {'error':>7}")
@@ -248,6 +307,7 @@ def main(argv: list[str] | None = None) -> int:
                     "'ZB 1.5B' (default all)")
     ap.add_argument("--max-ops", type=int, default=20_000_000, help="the lowering's op limit (SCHEDSIM_MAX_OPS)")
     ap.add_argument("--layers", action="store_true", help="the per-layer check against Korthikanti 2022 Table 4")
+    ap.add_argument("--zb-stages", action="store_true", help="the per-stage check against Qi et al. 2024 Table 6")
     args = ap.parse_args(argv)
     import os
 
@@ -261,6 +321,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"profile {name}")
     if args.layers:
         print_layers(prof)
+        return 0
+    if args.zb_stages:
+        print_zb_stages(prof)
         return 0
     head = (f"{'row':<24} {'source':<24} {'GPUs':>5} {'published s':>12} {'predicted s':>12} {'error':>8} "
             f"{'TFLOP/s/GPU':>11} {'exp. TP s':>9} {'exp. DP s':>9} {'bubble s':>9} {'ops':>9} {'wall s':>7}")
