@@ -55,7 +55,9 @@ Rows (every number is the paper's; nothing here is fitted to them):
 
 ``--zb-stages`` prints the Zero Bubble rows' per-stage check instead: the paper's Appendix D Table 6 (T_F, T_B, T_W
 of a middle stage and microbatch, profiled in its ZB-2p runs) against the predicted compute of the middle rank of
-the 1F1B row (:func:`zb_stage_times`). Not a fit either.
+the 1F1B row (:func:`zb_stage_times`); and the paper's own model of each row, its profiled stage times over one
+minus its computed bubble rate (Tables 6 and 5, :func:`zb_paper_time`), against the measured time. Not a fit
+either.
 
 ``--layers`` prints a per-part check instead: Korthikanti et al. 2022 Table 4, the time of one transformer layer
 of the 22B model (TP 8, micro batch 4, 8 A100 80 GB) forward and backward, for five settings (no recompute,
@@ -249,14 +251,31 @@ def layer_times(block: dict, profile: Any) -> tuple[float, float]:
     return first("F", 2) - first("F", 1), b1 - b0 + outside
 
 
-#: Qi et al. 2024 Appendix D, Table 6: T_F, T_B (input gradient), T_W (weight gradient), T_comm, ms, profiled in the
-#: ZB-2p runs, of a middle stage (its layers: (L + 2) / p) and one microbatch, at each model's first microbatch count
-ZB_TABLE6: dict[str, tuple[int, float, float, float, float]] = {
-    "1.5B": (24, 18.522, 18.086, 9.337, 0.601),
-    "6.2B": (24, 29.718, 29.444, 19.927, 0.527),
-    "14.6B": (48, 11.347, 11.248, 8.132, 0.377),
-    "28.3B": (96, 10.419, 10.207, 7.715, 0.408),
+#: Qi et al. 2024 Appendix D, Table 6: (model, m) -> T_F, T_B (input gradient), T_W (weight gradient), T_comm, ms,
+#: profiled in the ZB-2p runs, of a middle stage (its layers: (L + 2) / p) and one microbatch
+ZB_TABLE6: dict[tuple[str, int], tuple[float, float, float, float]] = {
+    ("1.5B", 24): (18.522, 18.086, 9.337, 0.601), ("1.5B", 32): (18.513, 18.086, 9.331, 0.626),
+    ("1.5B", 64): (18.546, 18.097, 9.321, 0.762), ("6.2B", 24): (29.718, 29.444, 19.927, 0.527),
+    ("6.2B", 32): (29.802, 29.428, 19.530, 0.577), ("6.2B", 64): (29.935, 29.621, 19.388, 0.535),
+    ("14.6B", 48): (11.347, 11.248, 8.132, 0.377), ("14.6B", 64): (11.307, 11.254, 8.101, 0.379),
+    ("14.6B", 128): (11.325, 11.308, 8.109, 0.378), ("28.3B", 96): (10.419, 10.207, 7.715, 0.408),
+    ("28.3B", 128): (10.408, 10.204, 7.703, 0.408), ("28.3B", 256): (10.402, 10.248, 7.698, 0.460),
 }
+#: Qi et al. 2024 §5.3 Table 5: bubble rates, computed by the paper from Table 6's times (not measured), in
+#: :data:`ZB_TABLE6`'s order of (model, m)
+ZB_TABLE5: dict[str, tuple[float, ...]] = {
+    "1F1B": (0.2431, 0.1985, 0.1240, 0.2347, 0.1898, 0.1091, 0.2552, 0.2082, 0.1251, 0.2646, 0.2168, 0.1352),
+    "1F1B-I": (0.1055, 0.0818, 0.0443, 0.0808, 0.0628, 0.0320, 0.1104, 0.0852, 0.0445, 0.1493, 0.1164, 0.0624),
+    "ZB-H1": (0.1585, 0.1242, 0.0674, 0.1323, 0.1045, 0.0554, 0.1397, 0.1088, 0.0576, 0.1421, 0.1106, 0.0594),
+    "ZB-1p": (0.1585, 0.1242, 0.0674, 0.1323, 0.1045, 0.0554, 0.1397, 0.1088, 0.0576, 0.1421, 0.1106, 0.0594),
+}
+
+
+def zb_paper_time(model: str, m: int, sched: str) -> float:
+    """The paper's own model of an iteration, seconds: ``m·(T_F + T_B + T_W) / (1 - bubble rate)`` (§5.3: bubble
+    rate = (cost - m·(T_F + T_B + T_W)) / cost) from Tables 6 and 5, for comparison with Table 4's measured time."""
+    f, b, w, _ = ZB_TABLE6[(model, m)]
+    return m * (f + b + w) / 1e3 / (1 - ZB_TABLE5[sched][list(ZB_TABLE6).index((model, m))])
 
 
 def zb_stage_times(model: str, profile: Any) -> tuple[float, float, float]:
@@ -266,7 +285,7 @@ def zb_stage_times(model: str, profile: Any) -> tuple[float, float, float]:
     from schedsim.sim.engine import simulate
     from schedsim.spec.loader import load_text
 
-    m = ZB_TABLE6[model][0]
+    m = ZB_MICROBATCHES[model][0]
     p = ZB_TABLE3[model][3]
     tl = simulate(lower_spec(load_text(_yaml("zb", p, _zb_block(model, m, "1F1B")))), profile)
     got = {"F": 0.0, "I": 0.0, "W": 0.0}
@@ -280,13 +299,20 @@ def zb_stage_times(model: str, profile: Any) -> tuple[float, float, float]:
 
 
 def print_zb_stages(profile: Any) -> None:
-    """The per-stage check of the Zero Bubble rows: Qi et al. 2024 Table 6 against :func:`zb_stage_times`."""
+    """The per-stage check of the Zero Bubble rows: Qi et al. 2024 Table 6 against :func:`zb_stage_times`; then
+    the paper's own model of each row (:func:`zb_paper_time`) against its measured time."""
     print(f"{'Table 6 model':<14} {'m':>4} " + " ".join(f"{x + ' ms':>8} {'pred.':>7} {'error':>7}" for x in "FBW"))
-    for model, (m, tf, tb, tw, _) in ZB_TABLE6.items():
+    for model, m in ((k, ms[0]) for k, ms in ZB_MICROBATCHES.items()):
         got = zb_stage_times(model, profile)
         cells = " ".join(f"{pub:>8.2f} {1e3 * x:>7.2f} {100 * (1e3 * x - pub) / pub:>+6.1f}%"
-                         for pub, x in zip((tf, tb, tw), got, strict=True))
+                         for pub, x in zip(ZB_TABLE6[(model, m)][:3], got, strict=True))
         print(f"{model:<14} {m:>4} {cells}", flush=True)
+    print("the paper's model (Tables 6 and 5) against its measured time (Table 4), error:")
+    for sched in ZB_LOWERED:
+        errs = [100 * (zb_paper_time(model, m, sched) - m * b / (thr * p)) / (m * b / (thr * p))
+                for model, (*_, p, b) in ZB_TABLE3.items()
+                for m, thr in zip(ZB_MICROBATCHES[model], ZB_TABLE4[sched][model], strict=True)]
+        print(f"{sched:<7} " + " ".join(f"{e:+.1f}%" for e in errs))
 
 
 def print_layers(profile: Any) -> None:

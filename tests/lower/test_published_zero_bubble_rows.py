@@ -71,3 +71,14 @@ def test_a_scaled_copy_of_each_schedule_lowers_and_runs(sched: str) -> None:
             "F0": 2, "F1": 3, "F2": 3, "F3": 3, "F4": 3, "F5": 3, "F6": 3, "F7": 2}
     assert {s.rank for s in tl.spans if s.stream == "compute"} == set(range(8))
     assert tl.makespan_s > 0
+
+
+def test_the_papers_own_model_of_a_row() -> None:
+    """Table 5 gives ZB-1p and ZB-H1 the same bubble rate in every setting (why ZB-1p is lowered as ZB-H1); the
+    paper's model of the 1.5B, m = 24, 1F1B row: 24 x (18.522 + 18.086 + 9.337) ms / (1 - 0.2431) = 1.4569 s."""
+    pt = _pt()
+    assert pt.ZB_TABLE5["ZB-1p"] == pt.ZB_TABLE5["ZB-H1"]
+    assert len(pt.ZB_TABLE6) == 12 and all(len(v) == 12 for v in pt.ZB_TABLE5.values())
+    assert pt.ZB_TABLE6[("28.3B", 256)] == (10.402, 10.248, 7.698, 0.460)
+    assert pt.zb_paper_time("1.5B", 24, "1F1B") == pytest.approx(24 * (18.522 + 18.086 + 9.337) / 1e3 / (1 - 0.2431))
+    assert pt.zb_paper_time("28.3B", 256, "1F1B-I") == pytest.approx(256 * 28.348 / 1e3 / (1 - 0.0624))
