@@ -12,7 +12,8 @@ Derived sizes (Megatron-LM ``megatron/training/arguments.py`` ``validate_args``)
 * microbatches per step ``m = global_batch_size / (micro_batch_size · dp)``
   (``megatron/core/num_microbatches_calculator.py``);
 * virtual stages per rank ``v = num_layers / pp / num_layers_per_virtual_pipeline_stage`` (interleaved 1F1B
-  when v > 1, else 1F1B);
+  when v > 1, else 1F1B; ZB-H1 with the Zero Bubble fork's ``enable_zero_bubble``), num_layers padded to a
+  multiple of pp with the fork's ``allow_padding_num_layers`` (:func:`padded_layers`);
 * padded vocabulary: ``vocab_size`` rounded up to a multiple of ``make_vocab_size_divisible_by · tp``
   (``megatron/training/tokenizer/tokenizer.py`` ``_vocab_size_with_padding``);
 * gradients are reduced in fp32 under bf16 (``arguments.py``: "bfloat16 requires gradient accumulation and
