@@ -1,6 +1,7 @@
 """Published Megatron-LM iteration times against schedsim's prediction of the same ``training:`` block.
 
     python benchmarks/accuracy/published_training.py [--profile NAME] [--rows 22B,175B] [--max-ops N] [--layers]
+        [--zb-stages]
 
 Rows (every number is the paper's; nothing here is fitted to them):
 
@@ -37,6 +38,26 @@ Rows (every number is the paper's; nothing here is fitted to them):
   the GPT-2 vocabulary, the default local DDP) "takes around 32 seconds" an iteration (138 TFLOP/s per GPU, which
   eq. 3 turns into the same 32 s). That Megatron-LM had neither scatter-gather p2p (commit 27fc468, 2021-01-20)
   nor the asynchronous TP all-reduce.
+
+* Qi, Wan, Huang, Lin 2024, "Zero Bubble Pipeline Parallelism" (ICLR 2024, arXiv 2401.10241), all held out
+  (added after the model was built; nothing fitted to them): §5.2 Table 4, throughput in samples per GPU per
+  second of GPT-like models on up to 32 A100 SXM 80 GB (4 nodes, RoCE RDMA), with §5.1 Table 3's settings
+  (:data:`ZB_TABLE3`: 1.5B, 6.2B, 14.6B, 28.3B; seq 1024; pp = GPUs, so tp = dp = 1; microbatch size 6, 3, 1,
+  1; 24/32/64, 24/32/64, 48/64/128, 96/128/256 microbatches). The published time is m·b / (throughput · GPUs).
+  From the fork's script of the time (sail-sg/zero-bubble-pipeline-parallelism ``examples/pretrain_zero_bubble.sh``,
+  commit 425b42e, 2023-11-17): ``--fp16``, no recomputation, no FlashAttention flag, tied embeddings (no
+  ``--untie``), Megatron's default dropouts, ``--allow-padding-num-layers`` (the first and last stage hold one layer
+  fewer, as §5.1 says). Not in the paper: the vocabulary, taken as 32,000 (:data:`ZB_VOCAB` says why). The
+  schedules: 1F1B (Megatron's), 1F1B-I (one layer a chunk, §5.1; the fork's padding leaves the end chunks
+  empty), ZB-1p lowered as ZB-H1 (``enable_zero_bubble``; the paper's Table 5 gives both the same bubble rate in
+  every setting). ZB-2p (an automatic schedule of limit 2p, found by the paper's ILP from profiled times) has no
+  generator here: its 12 published figures are left out.
+
+``--zb-stages`` prints the Zero Bubble rows' per-stage check instead: the paper's Appendix D Table 6 (T_F, T_B, T_W
+of a middle stage and microbatch, profiled in its ZB-2p runs) against the predicted compute of the middle rank of
+the 1F1B row (:func:`zb_stage_times`); and the paper's own model of each row, its profiled stage times over one
+minus its computed bubble rate (Tables 6 and 5, :func:`zb_paper_time`), against the measured time. Not a fit
+either.
 
 ``--layers`` prints a per-part check instead: Korthikanti et al. 2022 Table 4, the time of one transformer layer
 of the 22B model (TP 8, micro batch 4, 8 A100 80 GB) forward and backward, for five settings (no recompute,
@@ -93,6 +114,67 @@ _K1T = dict(num_layers=128, hidden_size=25600, num_attention_heads=160, seq_leng
 _G3 = dict(num_layers=96, hidden_size=12288, num_attention_heads=96, seq_length=2048, fp16=True, micro_batch_size=1,
            global_batch_size=1536, tp=8, pp=16, async_tensor_model_parallel_allreduce=False, **_FULL)
 
+#: Qi, Wan, Huang, Lin, "Zero Bubble Pipeline Parallelism" (ICLR 2024, arXiv 2401.10241), §5.1 Table 3 (model
+#: and fixed settings) and §5.2 Table 4 (samples per GPU per second), as printed there: model -> (layers, heads,
+#: hidden, pipelines = GPUs, micro batch, {schedule: {microbatches: samples/GPU/s}}). Sequence length 1024 for all.
+ZB_TABLE3: dict[str, tuple[int, int, int, int, int]] = {
+    "1.5B": (22, 24, 2304, 8, 6),
+    "6.2B": (30, 32, 4096, 8, 3),
+    "14.6B": (46, 40, 5120, 16, 1),
+    "28.3B": (62, 48, 6144, 32, 1),
+}
+ZB_MICROBATCHES: dict[str, tuple[int, int, int]] = {"1.5B": (24, 32, 64), "6.2B": (24, 32, 64),
+                                                    "14.6B": (48, 64, 128), "28.3B": (96, 128, 256)}
+ZB_TABLE4: dict[str, dict[str, tuple[float, float, float]]] = {
+    "ZB-2p": {"1.5B": (14.5, 14.8, 14.9), "6.2B": (4.32, 4.35, 4.39), "14.6B": (1.81, 1.83, 1.85),
+              "28.3B": (0.99, 1.00, 1.00)},
+    "ZB-1p": {"1.5B": (12.9, 13.4, 14.2), "6.2B": (3.88, 4.00, 4.20), "14.6B": (1.61, 1.67, 1.76),
+              "28.3B": (0.87, 0.90, 0.96)},
+    "1F1B": {"1.5B": (11.8, 12.5, 13.6), "6.2B": (3.50, 3.70, 4.03), "14.6B": (1.40, 1.49, 1.64),
+             "28.3B": (0.76, 0.80, 0.88)},
+    "1F1B-I": {"1.5B": (13.1, 13.4, 13.9), "6.2B": (4.01, 4.08, 4.19), "14.6B": (1.54, 1.59, 1.66),
+               "28.3B": (0.82, 0.85, 0.90)},
+}
+ZB_SRC = "Qi 2024 Tab. 4"
+#: The vocabulary is not in the paper: the fork's script of the time (``examples/pretrain_zero_bubble.sh``, commit
+#: 425b42e, 2023-11-17) uses a SentencePiece ``tokenizer.model`` with 32,000 pieces (LLaMA's), and the paper's
+#: model sizes agree with 32,000 and tied embeddings (12·L·h² + V·h: 1.47, 6.17, 14.63, 28.28 B) and with no
+#: other common vocabulary (module docstring).
+ZB_VOCAB = 32000
+#: Table 4's schedules the training block lowers (ZB-2p, an automatic schedule of limit 2p, is not one: no rows)
+ZB_LOWERED = ("1F1B", "1F1B-I", "ZB-1p")
+
+
+def _zb_block(model: str, m: int, sched: str) -> dict:
+    """The ``training:`` block of one Zero Bubble row (module docstring): Table 3's sizes, ``--fp16``, tp = dp = 1,
+    no recomputation, no FlashAttention, Megatron's default dropouts, and the fork's ``--allow-padding-num-layers``
+    (its script of the time, ``examples/pretrain_zero_bubble.sh``): the layers are padded to a multiple of pp and
+    the first and last stage chunks hold one layer fewer (§5.1: "both the initial and final pipeline stages possess
+    one fewer transformer layer"). 1F1B-I: one layer a chunk (§5.1), so those two chunks hold none. ZB-1p:
+    ``enable_zero_bubble`` with the fork's limit for it, ``zero_bubble_max_pending_backward`` = pp (lowered as
+    ZB-H1: the key's description)."""
+    L, a, h, p, b = ZB_TABLE3[model]
+    block = dict(num_layers=L, hidden_size=h, num_attention_heads=a, seq_length=1024, vocab_size=ZB_VOCAB, fp16=True,
+                 micro_batch_size=b, global_batch_size=m * b, tp=1, pp=p, allow_padding_num_layers=True)
+    if sched == "1F1B-I":
+        block.update(num_layers_per_virtual_pipeline_stage=1)
+    elif sched == "ZB-1p":
+        block.update(enable_zero_bubble=True, zero_bubble_max_pending_backward=p)
+    return block
+
+
+def _zb_rows() -> list[tuple[str, str, int, dict, float, str]]:
+    """The Zero Bubble rows the training block expresses (1F1B, 1F1B-I and ZB-1p; not ZB-2p: module docstring),
+    all held out: the published iteration time is m·b / (samples per GPU per second · p)."""
+    out = []
+    for sched in ZB_LOWERED:
+        for model, (*_, p, b) in ZB_TABLE3.items():
+            for m, thr in zip(ZB_MICROBATCHES[model], ZB_TABLE4[sched][model], strict=True):
+                out.append((f"ZB {model} m{m} {sched} h.o.", ZB_SRC, p, _zb_block(model, m, sched),
+                            m * b / (thr * p), "from samples/GPU/s"))
+    return out
+
+
 ROWS: list[tuple[str, str, int, dict, float, str]] = [
     ("22B full", K_SRC, 8, {**_K22, **_FULL}, 1.42, "measured"),
     ("22B seq+sel", K_SRC, 8, {**_K22, **_SEQSEL}, 1.10, "measured"),
@@ -107,6 +189,7 @@ ROWS: list[tuple[str, str, int, dict, float, str]] = [
     ("1T full h.o.", K_SRC, 512, {**_K1T, **_FULL}, 94.42, "measured"),
     ("1T s+s h.o.", K_SRC, 512, {**_K1T, **_SEQSEL}, 71.49, "measured"),
     ("175B 1024 h.o.", "Megatron-LM README 2021", 1024, _G3, 32.0, "measured"),
+    *_zb_rows(),
 ]
 
 
@@ -168,6 +251,70 @@ def layer_times(block: dict, profile: Any) -> tuple[float, float]:
     return first("F", 2) - first("F", 1), b1 - b0 + outside
 
 
+#: Qi et al. 2024 Appendix D, Table 6: (model, m) -> T_F, T_B (input gradient), T_W (weight gradient), T_comm, ms,
+#: profiled in the ZB-2p runs, of a middle stage (its layers: (L + 2) / p) and one microbatch
+ZB_TABLE6: dict[tuple[str, int], tuple[float, float, float, float]] = {
+    ("1.5B", 24): (18.522, 18.086, 9.337, 0.601), ("1.5B", 32): (18.513, 18.086, 9.331, 0.626),
+    ("1.5B", 64): (18.546, 18.097, 9.321, 0.762), ("6.2B", 24): (29.718, 29.444, 19.927, 0.527),
+    ("6.2B", 32): (29.802, 29.428, 19.530, 0.577), ("6.2B", 64): (29.935, 29.621, 19.388, 0.535),
+    ("14.6B", 48): (11.347, 11.248, 8.132, 0.377), ("14.6B", 64): (11.307, 11.254, 8.101, 0.379),
+    ("14.6B", 128): (11.325, 11.308, 8.109, 0.378), ("28.3B", 96): (10.419, 10.207, 7.715, 0.408),
+    ("28.3B", 128): (10.408, 10.204, 7.703, 0.408), ("28.3B", 256): (10.402, 10.248, 7.698, 0.460),
+}
+#: Qi et al. 2024 §5.3 Table 5: bubble rates, computed by the paper from Table 6's times (not measured), in
+#: :data:`ZB_TABLE6`'s order of (model, m)
+ZB_TABLE5: dict[str, tuple[float, ...]] = {
+    "1F1B": (0.2431, 0.1985, 0.1240, 0.2347, 0.1898, 0.1091, 0.2552, 0.2082, 0.1251, 0.2646, 0.2168, 0.1352),
+    "1F1B-I": (0.1055, 0.0818, 0.0443, 0.0808, 0.0628, 0.0320, 0.1104, 0.0852, 0.0445, 0.1493, 0.1164, 0.0624),
+    "ZB-H1": (0.1585, 0.1242, 0.0674, 0.1323, 0.1045, 0.0554, 0.1397, 0.1088, 0.0576, 0.1421, 0.1106, 0.0594),
+    "ZB-1p": (0.1585, 0.1242, 0.0674, 0.1323, 0.1045, 0.0554, 0.1397, 0.1088, 0.0576, 0.1421, 0.1106, 0.0594),
+}
+
+
+def zb_paper_time(model: str, m: int, sched: str) -> float:
+    """The paper's own model of an iteration, seconds: ``m·(T_F + T_B + T_W) / (1 - bubble rate)`` (§5.3: bubble
+    rate = (cost - m·(T_F + T_B + T_W)) / cost) from Tables 6 and 5, for comparison with Table 4's measured time."""
+    f, b, w, _ = ZB_TABLE6[(model, m)]
+    return m * (f + b + w) / 1e3 / (1 - ZB_TABLE5[sched][list(ZB_TABLE6).index((model, m))])
+
+
+def zb_stage_times(model: str, profile: Any) -> tuple[float, float, float]:
+    """(F, I, W) seconds per microbatch of the middle pipeline rank p/2 - 1 in the 1F1B row of ``model`` at Table 6's
+    microbatch count: the compute-stream time of its ops of each phase over the step, divided by m."""
+    from schedsim.api import lower_spec
+    from schedsim.sim.engine import simulate
+    from schedsim.spec.loader import load_text
+
+    m = ZB_MICROBATCHES[model][0]
+    p = ZB_TABLE3[model][3]
+    tl = simulate(lower_spec(load_text(_yaml("zb", p, _zb_block(model, m, "1F1B")))), profile)
+    got = {"F": 0.0, "I": 0.0, "W": 0.0}
+    for sp in tl.spans:
+        parts = sp.name.split(".")
+        if sp.rank == p // 2 - 1 and sp.stream == "compute" and len(parts) > 2:
+            phase = "F" if parts[0].startswith("F") else parts[2]
+            if phase in got:
+                got[phase] += sp.end_s - sp.start_s
+    return got["F"] / m, got["I"] / m, got["W"] / m
+
+
+def print_zb_stages(profile: Any) -> None:
+    """The per-stage check of the Zero Bubble rows: Qi et al. 2024 Table 6 against :func:`zb_stage_times`; then
+    the paper's own model of each row (:func:`zb_paper_time`) against its measured time."""
+    print(f"{'Table 6 model':<14} {'m':>4} " + " ".join(f"{x + ' ms':>8} {'pred.':>7} {'error':>7}" for x in "FBW"))
+    for model, m in ((k, ms[0]) for k, ms in ZB_MICROBATCHES.items()):
+        got = zb_stage_times(model, profile)
+        cells = " ".join(f"{pub:>8.2f} {1e3 * x:>7.2f} {100 * (1e3 * x - pub) / pub:>+6.1f}%"
+                         for pub, x in zip(ZB_TABLE6[(model, m)][:3], got, strict=True))
+        print(f"{model:<14} {m:>4} {cells}", flush=True)
+    print("the paper's model (Tables 6 and 5) against its measured time (Table 4), error:")
+    for sched in ZB_LOWERED:
+        errs = [100 * (zb_paper_time(model, m, sched) - m * b / (thr * p)) / (m * b / (thr * p))
+                for model, (*_, p, b) in ZB_TABLE3.items()
+                for m, thr in zip(ZB_MICROBATCHES[model], ZB_TABLE4[sched][model], strict=True)]
+        print(f"{sched:<7} " + " ".join(f"{e:+.1f}%" for e in errs))
+
+
 def print_layers(profile: Any) -> None:
     """The per-part check: Korthikanti et al. 2022 Table 4 against :func:`layer_times` on ``profile``."""
     print(f"{'Table 4 setting':<20} {'fwd ms':>7} {'pred.':>7} {'error':>7} {'bwd ms':>7} {'pred.':>7} {'error':>7}")
@@ -182,9 +329,11 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--profile", default=None, help="hardware profile (default dgx_a100 if shipped, else h200)")
-    ap.add_argument("--rows", default="", help="comma-separated row names (default all)")
+    ap.add_argument("--rows", default="", help="comma-separated row names or their leading words, e.g. ZB or "
+                    "'ZB 1.5B' (default all)")
     ap.add_argument("--max-ops", type=int, default=20_000_000, help="the lowering's op limit (SCHEDSIM_MAX_OPS)")
     ap.add_argument("--layers", action="store_true", help="the per-layer check against Korthikanti 2022 Table 4")
+    ap.add_argument("--zb-stages", action="store_true", help="the per-stage check against Qi et al. 2024 Table 6")
     args = ap.parse_args(argv)
     import os
 
@@ -199,13 +348,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.layers:
         print_layers(prof)
         return 0
-    head = (f"{'row':<14} {'source':<24} {'GPUs':>5} {'published s':>12} {'predicted s':>12} {'error':>8} "
+    if args.zb_stages:
+        print_zb_stages(prof)
+        return 0
+    head = (f"{'row':<24} {'source':<24} {'GPUs':>5} {'published s':>12} {'predicted s':>12} {'error':>8} "
             f"{'TFLOP/s/GPU':>11} {'exp. TP s':>9} {'exp. DP s':>9} {'bubble s':>9} {'ops':>9} {'wall s':>7}")
     print(head)
     errs: list[float] = []
     held: list[bool] = []
+    zb: list[bool] = []
     for row, src, gpus, block, pub, how in ROWS:
-        if want and row not in want:
+        if want and not any(row == w or row.startswith(w + " ") for w in want):
             continue
         t0 = time.perf_counter()
         it, rep, n = predict_row(_yaml(row, gpus, block), prof)
@@ -213,17 +366,22 @@ def main(argv: list[str] | None = None) -> int:
         err = (it - pub) / pub
         errs.append(abs(err))
         held.append(row.endswith("h.o."))
+        zb.append(row.startswith("ZB "))
         ex = rep["exposed_s"]
-        print(f"{row:<14} {src + ('*' if how != 'measured' else ''):<24} {gpus:>5} {pub:>12.3f} {it:>12.3f} "
+        print(f"{row:<24} {src + ('*' if how != 'measured' else ''):<24} {gpus:>5} {pub:>12.3f} {it:>12.3f} "
               f"{100 * err:>+7.1f}% {rep['tflops_per_gpu']:>11.1f} {ex['tp']:>9.3f} {ex['dp']:>9.3f} "
               f"{rep['bubble_s']:>9.3f} {n:>9,} {wall:>7.1f}", flush=True)
     built = [e for e, h in zip(errs, held, strict=True) if not h]
     out = [e for e, h in zip(errs, held, strict=True) if h]
-    for label, part in (("rows", errs), ("rows the model was built on", built), ("held-out rows (h.o.)", out)):
+    zbe = [e for e, z in zip(errs, zb, strict=True) if z]
+    groups = (("rows", errs), ("rows the model was built on", built), ("held-out rows (h.o.)", out),
+              ("Zero Bubble rows (held out)", zbe))
+    for label, part in groups:
         if part:
             print(f"mean |error| {100 * sum(part) / len(part):.1f} %, worst {100 * max(part):.1f} % over {len(part)} "
                   f"{label}")
-    print("* published as TFLOP/s per GPU; the time is eq. 3's FLOPs over it (module docstring)")
+    print("* published as TFLOP/s per GPU (the time is eq. 3's FLOPs over it) or as samples per GPU per second "
+          "(the time is m·b over it and the GPUs); module docstring")
     return 0
 
 

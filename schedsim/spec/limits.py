@@ -279,7 +279,8 @@ def _training_ops(tb: Mapping[str, Any], world: int, represented: bool = False) 
     layers = num("num_layers")
     dp = max(1, world // (tp * pp * cp))
     m = max(1, num("global_batch_size", default=mbs * dp) // (mbs * dp))
-    v = max(1, layers // pp // num("num_layers_per_virtual_pipeline_stage", default=layers))
+    padded = layers - layers % pp + pp if on("allow_padding_num_layers") and layers % pp else layers
+    v = max(1, padded // pp // num("num_layers_per_virtual_pipeline_stage", default=padded))
     sp = on("sequence_parallel") and tp > 1
     f, i, w = 15, 22, 5
     regather = sp and not on("tp_comm_overlap")  # the weight gradients' all-gathers of QKV's and fc1's input

@@ -673,7 +673,7 @@ TRAINING_NUMERIC_KEYS = frozenset({
     "hidden_dropout", "hidden_size", "make_vocab_size_divisible_by", "micro_batch_size", "moe_expert_capacity_factor",
     "moe_router_topk", "num_attention_heads", "num_experts", "num_layers", "num_layers_per_virtual_pipeline_stage",
     "num_query_groups", "pipeline_model_parallel_size", "recompute_num_layers", "seq_length",
-    "tensor_model_parallel_size", "vocab_size", "tp", "pp", "dp", "cp", "ep"})
+    "tensor_model_parallel_size", "vocab_size", "zero_bubble_max_pending_backward", "tp", "pp", "dp", "cp", "ep"})
 
 
 #: Fields whose string values are arithmetic expressions (``m: M/chunks``).

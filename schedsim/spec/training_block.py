@@ -12,7 +12,8 @@ Derived sizes (Megatron-LM ``megatron/training/arguments.py`` ``validate_args``)
 * microbatches per step ``m = global_batch_size / (micro_batch_size · dp)``
   (``megatron/core/num_microbatches_calculator.py``);
 * virtual stages per rank ``v = num_layers / pp / num_layers_per_virtual_pipeline_stage`` (interleaved 1F1B
-  when v > 1, else 1F1B);
+  when v > 1, else 1F1B; ZB-H1 with the Zero Bubble fork's ``enable_zero_bubble``), num_layers padded to a
+  multiple of pp with the fork's ``allow_padding_num_layers`` (:func:`padded_layers`);
 * padded vocabulary: ``vocab_size`` rounded up to a multiple of ``make_vocab_size_divisible_by · tp``
   (``megatron/training/tokenizer/tokenizer.py`` ``_vocab_size_with_padding``);
 * gradients are reduced in fp32 under bf16 (``arguments.py``: "bfloat16 requires gradient accumulation and
@@ -53,7 +54,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 from schedsim.errors import SpecError
 from schedsim.units import DTYPE_BYTES, MAX_BYTES, MAX_DIM
 
-__all__ = ["TrainingSpec", "TrainingPlan", "check_training", "refusal", "training_plan", "model_flops",
+__all__ = ["TrainingSpec", "TrainingPlan", "check_training", "refusal", "training_plan", "padded_layers", "model_flops",
            "memory_per_rank", "fsdp_units", "fsdp_memory", "act_bytes_per_layer", "expert_params_per_layer", "ALIASES"]
 
 #: Short alias -> Megatron argument.
@@ -104,6 +105,21 @@ class TrainingSpec(BaseModel):
                                                           "pipeline stage (uneven pipeline parallelism).")
     decoder_last_pipeline_num_layers: int | None = Field(default=None, gt=0, description="Layers of the last "
                                                          "pipeline stage (uneven pipeline parallelism).")
+    allow_padding_num_layers: bool = Field(default=False, description="--allow-padding-num-layers of the Zero "
+                                           "Bubble fork of Megatron-LM (sail-sg/zero-bubble-pipeline-parallelism, "
+                                           "megatron/arguments.py, megatron/model/transformer.py get_offset): "
+                                           "num_layers not a multiple of pp is padded up to one, and each padding "
+                                           "layer is taken from one stage chunk, the last, then the first, the "
+                                           "second, ... in virtual-stage order (a chunk left with none runs none).")
+    enable_zero_bubble: bool = Field(default=False, description="--enable-zero-bubble of the Zero Bubble fork "
+                                     "(megatron/arguments.py): the backward split into input- and weight-gradient "
+                                     "passes, the pipeline run as ZB-1p (Qi et al., ICLR 2024, arXiv 2401.10241). "
+                                     "Lowered as ZB-H1, the handcrafted schedule of the same activation limit "
+                                     "p·M_B: the paper's Table 5 gives ZB-1p and ZB-H1 the same bubble rate in all "
+                                     "12 of its settings.")
+    zero_bubble_max_pending_backward: int | None = Field(default=None, gt=0, description="--zero-bubble-max-"
+                                                         "pending-backward: the fork's activation limit in "
+                                                         "microbatches; only pp (ZB-1p) is lowered.")
     context_parallel_size: int = Field(default=1, gt=0, validation_alias=_alias("context_parallel_size"))
     expert_model_parallel_size: int = Field(default=1, gt=0, validation_alias=_alias("expert_model_parallel_size"))
     num_experts: int | None = Field(default=None, gt=0)
@@ -169,6 +185,7 @@ class TrainingPlan:
     stage_layers: tuple[int, ...] = ()  # layers of each of the p·v stages (uneven first/last stages)
     ep: int = 1
     experts: int = 0  # num_experts, 0 for a dense model
+    zero_bubble: bool = False  # enable_zero_bubble: ZB-1p, lowered as ZB-H1
 
     def expert_tokens(self, t: TrainingSpec, hot: bool) -> tuple[int, ...]:
         """Tokens each local expert of an EP rank runs per microbatch (after the TP all-gather with tp > 1):
@@ -187,8 +204,9 @@ class TrainingPlan:
 
     @property
     def schedule(self) -> str:
-        """``interleaved_1f1b`` with virtual stages, else ``1f1b`` (Megatron's ``get_forward_backward_func``)."""
-        return "interleaved_1f1b" if self.v > 1 else "1f1b"
+        """``interleaved_1f1b`` with virtual stages, else ``1f1b`` (Megatron's ``get_forward_backward_func``);
+        ``zb_h1`` with ``enable_zero_bubble`` (the field's description says why ZB-H1 stands for ZB-1p)."""
+        return "zb_h1" if self.zero_bubble else "interleaved_1f1b" if self.v > 1 else "1f1b"
 
     def rank(self, t: int, c: int, d: int, p: int) -> int:
         """Global rank of (tp, cp, dp, pp) coordinates in Megatron's default order ``tp-cp-ep-dp-pp``, tp
@@ -201,14 +219,22 @@ def _dtype(t: TrainingSpec) -> str:
     return "bf16" if t.bf16 else "fp16" if t.fp16 else t.params_dtype
 
 
+def padded_layers(t: TrainingSpec) -> int:
+    """``num_layers`` as the stages are cut from it: with ``allow_padding_num_layers`` the next multiple of pp (the
+    Zero Bubble fork's ``megatron/arguments.py``: ``num_layers - remainder + pp``), else ``num_layers``."""
+    L, pp = t.num_layers, t.pipeline_model_parallel_size
+    return L - L % pp + pp if t.allow_padding_num_layers and L % pp else L
+
+
 def training_plan(t: TrainingSpec, world_size: int) -> TrainingPlan:
     """The derived sizes; call after :func:`check_training` (no checks here)."""
     tp, pp, cp = t.tensor_model_parallel_size, t.pipeline_model_parallel_size, t.context_parallel_size
     dp = max(1, world_size // (tp * pp * cp))
     gbs = t.global_batch_size or t.micro_batch_size * dp
     v = 1
+    padded = padded_layers(t)
     if t.num_layers_per_virtual_pipeline_stage:
-        v = max(1, t.num_layers // pp // t.num_layers_per_virtual_pipeline_stage)
+        v = max(1, padded // pp // t.num_layers_per_virtual_pipeline_stage)
     unit = t.make_vocab_size_divisible_by * tp
     dtype = _dtype(t)
     first, last = t.decoder_first_pipeline_num_layers, t.decoder_last_pipeline_num_layers
@@ -218,13 +244,17 @@ def training_plan(t: TrainingSpec, world_size: int) -> TrainingPlan:
         each = rest // middle if middle else 0
         layers = tuple([first or each] + [each] * (pp - 2) + [last or each])
     else:
-        layers = (t.num_layers // (pp * v),) * (pp * v)
+        sizes = [padded // (pp * v)] * (pp * v)
+        for i in range(-1, padded - t.num_layers - 1):  # the fork's get_offset: the last chunk, then 0, 1, ...
+            sizes[i] -= 1
+        layers = tuple(sizes)
     return TrainingPlan(tp=tp, pp=pp, cp=cp, dp=dp, v=v, m=max(1, gbs // (t.micro_batch_size * dp)),
                         global_batch=gbs, sp=t.sequence_parallel and tp > 1, dtype=dtype,
                         grad_dtype="fp32" if dtype in ("bf16", "fp32") else "fp16",
                         vocab=-(-t.vocab_size // unit) * unit, ffn=t.ffn_hidden_size or 4 * t.hidden_size,
                         groups=t.num_query_groups or t.num_attention_heads, stage_layers=layers,
-                        ep=t.expert_model_parallel_size, experts=t.num_experts or 0)
+                        ep=t.expert_model_parallel_size, experts=t.num_experts or 0,
+                        zero_bubble=t.enable_zero_bubble)
 
 
 # ---------------------------------------------------------------- Megatron's validation
@@ -246,7 +276,7 @@ def _rules(t: TrainingSpec, world_size: int) -> list[tuple[str, str, str]]:
                 "Megatron-LM parallel_state.initialize_model_parallel): the experts' data-parallel size "
                 f"dp·cp / ep = {dp * cp} / {ep} must be whole", f"use an ep dividing dp·cp = {dp * cp}")]
     return [*_limit_rules(t), *_size_rules(t, world_size, dp), *_model_rules(t), *_layer_rules(t), *_feature_rules(t),
-            *_recompute_rules(t)]
+            *_recompute_rules(t), *_zero_bubble_rules(t, world_size)]
 
 
 def _limit_rules(t: TrainingSpec) -> list[tuple[str, str, str]]:
@@ -293,7 +323,7 @@ def _size_rules(t: TrainingSpec, world_size: int, dp: int) -> list[tuple[str, st
         out.append(("global_batch_size", f"global batch size ({gbs}) is not divisible by micro batch size ({mbs}) "
                     f"times data parallel size ({dp}) (Megatron-LM num_microbatches_calculator.py)",
                     f"use a multiple of {mbs * dp}, e.g. {(gbs // (mbs * dp) or 1) * mbs * dp}"))
-    pp, vl, L = t.pipeline_model_parallel_size, t.num_layers_per_virtual_pipeline_stage, t.num_layers
+    pp, vl, L = t.pipeline_model_parallel_size, t.num_layers_per_virtual_pipeline_stage, padded_layers(t)
     m = (gbs or mbs * dp) // (mbs * dp)
     if not out and vl is not None and pp > 1 and not L % pp and L // pp // vl > 1 and m % pp:
         out.append(("global_batch_size", f"number of microbatches ({m} = global_batch_size / (micro_batch_size · "
@@ -338,9 +368,14 @@ def _model_rules(t: TrainingSpec) -> list[tuple[str, str, str]]:
 def _layer_rules(t: TrainingSpec) -> list[tuple[str, str, str]]:
     """Layers over pp and virtual stages (Megatron's ``arguments.py``)."""
     out = []
-    L, pp = t.num_layers, t.pipeline_model_parallel_size
+    L, pp = padded_layers(t), t.pipeline_model_parallel_size
     first, last = t.decoder_first_pipeline_num_layers, t.decoder_last_pipeline_num_layers
     if first is not None or last is not None:
+        if t.allow_padding_num_layers:
+            key = "decoder_first_pipeline_num_layers" if first is not None else "decoder_last_pipeline_num_layers"
+            return [(key, "allow_padding_num_layers (the Zero Bubble fork) and uneven first/last stages (Megatron "
+                     "Core) are two ways to shorten the end stages; the fork has no uneven stages",
+                     f"remove {key}, or allow_padding_num_layers")]
         return _uneven_rules(t, first, last)
     if L % pp:
         out.append(("num_layers", f"Number of layers should be divisible by the pipeline-model-parallel size: "
@@ -460,6 +495,35 @@ def _moe_rules(t: TrainingSpec) -> list[tuple[str, str, str]]:
     if tp > 1 and not t.sequence_parallel:
         return [("sequence_parallel", "When using MoE and tensor parallelism, sequence parallelism must be used "
                  "(Megatron-LM arguments.py)", "set sequence_parallel: true")]
+    return []
+
+
+def _zero_bubble_rules(t: TrainingSpec, world_size: int) -> list[tuple[str, str, str]]:
+    """What the Zero Bubble keys lower (``enable_zero_bubble``: ZB-1p as ZB-H1, one chunk a rank, m >= pp)."""
+    pp, pend = t.pipeline_model_parallel_size, t.zero_bubble_max_pending_backward
+    if not t.enable_zero_bubble:
+        if pend is not None:
+            return [("zero_bubble_max_pending_backward", "zero_bubble_max_pending_backward is read only with "
+                     "enable_zero_bubble (the Zero Bubble fork's arguments.py)", "set enable_zero_bubble: true, "
+                     "or remove zero_bubble_max_pending_backward")]
+        return []
+    if pp == 1:
+        return [("enable_zero_bubble", "zero bubble schedules need pipeline parallelism (pp > 1)",
+                 "set pp > 1, or remove enable_zero_bubble")]
+    if t.num_layers_per_virtual_pipeline_stage is not None:
+        return [("num_layers_per_virtual_pipeline_stage", "enable_zero_bubble is lowered as ZB-H1, one chunk a "
+                 "rank (ZB-V, the fork's two-chunk schedule, is not a training-block schedule yet)",
+                 "remove num_layers_per_virtual_pipeline_stage")]
+    if pend is not None and pend != pp:
+        return [("zero_bubble_max_pending_backward", f"only ZB-1p (max pending backward = pp = {pp}) is lowered: "
+                 "other limits are the fork's automatic (ILP) schedules, which schedsim has no generator for",
+                 f"set zero_bubble_max_pending_backward: {pp}, or remove it")]
+    dp = max(1, world_size // (t.tensor_model_parallel_size * pp * t.context_parallel_size))
+    mbs = t.micro_batch_size
+    m = (t.global_batch_size or mbs * dp) // (mbs * dp)
+    if m < pp:
+        return [("global_batch_size", f"ZB-H1 needs at least pp = {pp} microbatches, got {m} (global_batch_size / "
+                 "(micro_batch_size · dp))", f"use global_batch_size: {pp * mbs * dp} or more")]
     return []
 
 

@@ -1,0 +1,92 @@
+"""The Zero Bubble fork's keys of the ``training:`` block: ``allow_padding_num_layers`` (the fork's
+``get_offset``: the padding layers come off the last stage chunk, then the first, the second, ...) and
+``enable_zero_bubble`` (ZB-1p, lowered as ZB-H1), with their refusals."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from schedsim.cli import app
+from schedsim.spec.loader import load_text
+from schedsim.spec.training_block import padded_layers, training_plan
+
+BASE = """\
+schema_version: 1
+name: zb
+world_size: 8
+training:
+  num_layers: 22
+  hidden_size: 64
+  num_attention_heads: 4
+  seq_length: 32
+  vocab_size: 1000
+  micro_batch_size: 1
+  global_batch_size: 24
+  pp: 8
+  fp16: true
+  allow_padding_num_layers: true
+"""
+
+
+def _plan(extra: str = "", layers: int = 22):  # type: ignore[no-untyped-def]
+    spec = load_text(BASE.replace("num_layers: 22", f"num_layers: {layers}") + extra)
+    assert spec.training is not None
+    return spec.training, training_plan(spec.training, spec.world_size)
+
+
+def test_padding_takes_a_layer_off_the_last_then_the_first_stage() -> None:
+    # 22 over pp 8: padded to 24 (22 - 22 % 8 + 8), 2 padding layers: the last stage, then the first
+    t, plan = _plan()
+    assert padded_layers(t) == 24
+    assert plan.stage_layers == (2, 3, 3, 3, 3, 3, 3, 2)
+    assert plan.schedule == "1f1b"
+    # 23 layers: one padding layer, off the last stage only
+    t, plan = _plan(layers=23)
+    assert plan.stage_layers == (3, 3, 3, 3, 3, 3, 3, 2)
+    # a multiple of pp is not padded
+    t, plan = _plan(layers=16)
+    assert (padded_layers(t), plan.stage_layers) == (16, (2,) * 8)
+
+
+def test_padding_with_one_layer_a_chunk_leaves_the_end_chunks_empty() -> None:
+    # 24 chunks of one layer (v = 24 / 8 / 1 = 3) in virtual-stage order: chunk 0 (rank 0's first) and chunk 23
+    # (rank 7's last) hold none
+    _, plan = _plan("  num_layers_per_virtual_pipeline_stage: 1\n")
+    assert (plan.v, plan.schedule) == (3, "interleaved_1f1b")
+    assert plan.stage_layers == (0,) + (1,) * 22 + (0,)
+
+
+def test_zero_bubble_is_lowered_as_zb_h1() -> None:
+    _, plan = _plan("  enable_zero_bubble: true\n  zero_bubble_max_pending_backward: 8\n")
+    assert (plan.schedule, plan.stage_layers) == ("zb_h1", (2, 3, 3, 3, 3, 3, 3, 2))
+
+
+@pytest.mark.parametrize(("extra", "field", "words"), [
+    ("  enable_zero_bubble: true\n  zero_bubble_max_pending_backward: 16\n", "zero_bubble_max_pending_backward",
+     "only ZB-1p (max pending backward = pp = 8) is lowered"),
+    ("  zero_bubble_max_pending_backward: 8\n", "zero_bubble_max_pending_backward",
+     "is read only with enable_zero_bubble"),
+    ("  enable_zero_bubble: true\n  num_layers_per_virtual_pipeline_stage: 1\n",
+     "num_layers_per_virtual_pipeline_stage", "lowered as ZB-H1, one chunk a rank"),
+    ("  decoder_first_pipeline_num_layers: 2\n", "decoder_first_pipeline_num_layers",
+     "the fork has no uneven stages"),
+])
+def test_refusals_name_the_key(tmp_path: Path, extra: str, field: str, words: str) -> None:
+    p = tmp_path / "s.yaml"
+    p.write_text(BASE + extra)
+    r = CliRunner().invoke(app, ["check", str(p)])
+    assert r.exit_code == 2, r.stdout
+    first = r.stderr.splitlines()[0]
+    assert words in first and f": training.{field}" in first, first
+    assert r.stderr.splitlines()[1].startswith("  fix: ")
+
+
+def test_zero_bubble_needs_pp_microbatches(tmp_path: Path) -> None:
+    p = tmp_path / "s.yaml"
+    p.write_text(BASE.replace("global_batch_size: 24", "global_batch_size: 4") + "  enable_zero_bubble: true\n")
+    r = CliRunner().invoke(app, ["check", str(p)])
+    assert r.exit_code == 2
+    assert "ZB-H1 needs at least pp = 8 microbatches, got 4" in r.stderr
