@@ -37,7 +37,7 @@ from schedsim.spec.model import COLLECTIVE_KINDS
 
 __all__ = ["CollectiveKeys", "build_fault", "link"]
 
-I64 = np.int64
+I32, I64 = np.int32, np.int64
 
 UNIFORM = True
 """Link a table whose rows all run on every rank once, for rank 0 (:func:`_link_uniform`); False: always
@@ -473,7 +473,12 @@ def _link_uniform(table: Table, W: int) -> tuple[_Cols, dict[str, Any]] | None:
     crow = np.flatnonzero(one.is_coll)
     if any(tuple(tp[t].group) != every for t in unique(one.c["tmpl"][crow])[0].tolist()):
         return None
-    off = np.arange(W, dtype=I64) * R
+    se1 = _stream_edges(one)
+    # the edges and dependency offsets as the Program holds them: int32 where it narrows them (every op index and
+    # offset below 2**31, lower.program.NARROW), made so here without int64 copies to narrow (at 1M ops 36 MiB of
+    # int64 edges set the lowering's high-water mark, and their holes were left for the preparation's arrays)
+    it = I32 if max(R * W + 1, 2 * W * max(len(se1), len(tgt1))) < 2**31 else I64
+    off = np.arange(W, dtype=it) * R
     cols = object.__new__(_Cols)
     cols.table, cols.N = table, R * W
     # rank k's copy of each column; a column of one value whose Program field is shared (Program.SHARED: no tags,
@@ -483,20 +488,20 @@ def _link_uniform(table: Table, W: int) -> tuple[_Cols, dict[str, Any]] | None:
               np.broadcast_to(v[:1], (R * W,)) if k in shared and R and bool((v == v[0]).all()) else np.tile(v, W)
               for k, v in one.c.items()}
     cols.is_p2p, cols.is_coll = np.tile(one.is_p2p, W), np.tile(one.is_coll, W)
-    cols.dep_op = (one.dep_op[None, :] + off[:, None]).reshape(-1)
+    cols.dep_op = (one.dep_op.astype(it)[None, :] + off[:, None]).reshape(-1)
     cols.dep_name = np.tile(one.dep_name, W)
-    tgt = (tgt1[None, :] + off[:, None]).reshape(-1)
-    se1 = _stream_edges(one)
-    se = (se1[None, :, :] + off[:, None, None]).reshape(-1, 2)
-    de = np.stack([tgt, cols.dep_op], axis=1).astype(I64, copy=False) if len(tgt) else np.zeros((0, 2), I64)
-    suffix = "#" + ",".join(map(str, every))
-    keys = [n + suffix for n in table.names.take(one.c["name"][crow].tolist())]
-    cidx = (crow[:, None].astype(I64) + off[None, :]).reshape(-1)
+    tgt = (tgt1.astype(it)[None, :] + off[:, None]).reshape(-1)
+    se = (se1.astype(it)[None, :, :] + off[:, None, None]).reshape(-1, 2)
+    de = np.stack([tgt, cols.dep_op], axis=1) if len(tgt) else np.zeros((0, 2), it)
+    # the keys (``name#0,1,...``) made on first read: a run that reads none (predict) makes no string per collective
+    keys = CollectiveKeys(table.names, one.c["name"][crow], np.zeros(len(crow), I64),
+                          ["#" + ",".join(map(str, every))])
+    cidx = (crow[:, None].astype(I64) + off[None, :].astype(I64)).reshape(-1)
     cptr = np.arange(len(crow) + 1, dtype=I64) * W
-    dep_ptr = np.zeros(cols.N + 1, I64)
-    np.cumsum(np.tile(np.bincount(one.dep_op, minlength=R), W), out=dep_ptr[1:])
-    return cols, {"dep_ptr": dep_ptr, "dep_idx": tgt.astype(I64), "stream_edges": se, "dep_edges": de,
-                  "coll_keys": tuple(keys), "coll_ptr": cptr, "coll_idx": cidx, "p2p": np.zeros((0, 2), I64),
+    dep_ptr = np.zeros(cols.N + 1, it)
+    np.cumsum(np.tile(np.bincount(one.dep_op, minlength=R).astype(it), W), out=dep_ptr[1:])
+    return cols, {"dep_ptr": dep_ptr, "dep_idx": tgt, "stream_edges": se, "dep_edges": de,
+                  "coll_keys": keys, "coll_ptr": cptr, "coll_idx": cidx, "p2p": np.zeros((0, 2), I64),
                   "warnings": (), "uniform": True}
 
 

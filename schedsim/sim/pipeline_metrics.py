@@ -212,7 +212,11 @@ def _compute(tl: Timeline, classes: Sequence[int] | np.ndarray | None = None,
     o = np.lexsort((ev_d, ev_t, ev_rank))  # per rank by (time, delta): frees before allocations at a tie
     ev_rank, ev_t, cur = ev_rank[o], ev_t[o], np.cumsum(ev_d[o])
     bounds = np.searchsorted(ev_rank, np.arange(nr + 1))
-    ranks = set(rank.tolist())
+    if len(rank) < 2 or bool((rank[1:] >= rank[:-1]).all()):  # rows by rank (a simulated timeline's): no list of
+        # every row's rank; the distinct ranks ascending, their order of first row, make the set that one makes
+        ranks = set(np.flatnonzero(np.bincount(rank, minlength=nr)).tolist())
+    else:
+        ranks = set(rank.tolist())
     peak_units: dict[int, float] = {}
     mem_tl: dict[int, list[tuple[float, float]]] = {}
     for r in sorted(ranks):

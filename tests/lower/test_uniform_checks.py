@@ -107,3 +107,28 @@ def test_without_hang_warnings_the_verdict_is_every_rules_but_the_unworded_cases
     for path in SHIPPED:
         p = lower(load_schedule(path), check=False)
         assert check_arrays(p, hangs=False) == check_arrays(p)._replace(cross=False, eager=False), path
+
+
+@pytest.mark.parametrize("w", [1, 3, 8])
+def test_uniform_collective_keys_are_made_on_first_read_as_the_general_links(monkeypatch, w):
+    """A uniformly linked Program's collective keys (``name#0,1,...`` of each collective, in program order) are not
+    made until read; read, they equal the keys the general link builds for the same schedule (``UNIFORM`` off), compare
+    equal to that tuple, and pickle as it."""
+    import pickle
+
+    from schedsim.lower.link import CollectiveKeys
+
+    text = BODY.format(w=w, init="lazy", dep="a")
+    prog, u = _lowered(lambda: load_text(text, "u.yaml"), monkeypatch)
+    assert u
+    keys = prog.coll_keys
+    assert isinstance(keys, CollectiveKeys) and keys._keys is None and len(keys) == 3 and keys._keys is None
+    monkeypatch.setattr(link_module, "UNIFORM", False)
+    general, u = _lowered(lambda: load_text(text, "u.yaml"), monkeypatch)
+    assert not u
+    every = ",".join(map(str, range(w)))
+    want = (f"r#{every}", f"g#{every}", f"s#{every}")
+    assert tuple(general.coll_keys) == want
+    assert keys == want and tuple(keys) == want and keys[1] == want[1]
+    assert pickle.loads(pickle.dumps(keys)) == want and type(pickle.loads(pickle.dumps(keys))) is tuple
+    assert list(prog.collectives()) == list(want)
