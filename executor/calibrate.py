@@ -181,6 +181,8 @@ def run_calibrate(o: CalibrateOptions) -> dict[str, Any]:
     prof = None
     if ctx.rank == 0:
         prof = _assemble(o, raw, ctx, dev_name)
+        if raw.get("collectives"):
+            _fit_scale_up(prof, raw, f"{dev_name}, {raw['date']}, torch {raw['torch']}")
         name = prof["name"]
         write_profile(prof, o.out, f"# {name}: measured by `schedsim calibrate` on {raw['date']} ({dev_name}, torch "
                       f"{raw['torch']}, {world} rank(s)); base profile {o.base!r} for what was not measured.")
@@ -430,8 +432,6 @@ def _assemble(o: CalibrateOptions, raw: dict[str, Any], ctx: Any, dev_name: str)
 
     assemble_wave_tail(d, raw, where)
     _set_sm_stream(d, raw.get("sm_stream"), where)
-    if coll:
-        _fit_scale_up(d, raw, where)
     return d
 
 

@@ -33,10 +33,10 @@ their measured tables and ``links.pcie`` time them, which this module does not t
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from schedsim.hardware.profile import HardwareProfile, ScaleUp, Topology
+# the profile's own types are not imported: schedsim.hardware.profile calls this module (no import cycle);
+# ``up`` is a ScaleUp, ``topo`` a Topology, ``profile`` a HardwareProfile
 
 __all__ = ["INTEL_P2P_OVERHEAD", "P2P_DISABLE", "check_p2p", "path_bandwidth", "with_p2p_env"]
 
@@ -47,7 +47,7 @@ INTEL_P2P_OVERHEAD = 6.0 / 5.0
 P2P_DISABLE = "NCCL_P2P_DISABLE"
 
 
-def check_p2p(up: ScaleUp) -> ScaleUp:
+def check_p2p(up: Any) -> Any:
     """``up`` itself where its ``p2p`` fits its ``kind``.
 
     Raises
@@ -62,26 +62,25 @@ def check_p2p(up: ScaleUp) -> ScaleUp:
     return up
 
 
-def path_bandwidth(topo: Topology) -> float:
+def path_bandwidth(topo: Any) -> float:
     """GB/s of one GPU's scale-up path that NCCL's channel search can fill (``topo.scale_up``, which is set):
     ``bandwidth_GBps``, over :data:`INTEL_P2P_OVERHEAD` on an Intel host without peer-to-peer (module doc).
 
     >>> from schedsim.hardware.profile import Topology
     >>> up = {"kind": "pcie", "bandwidth_GBps": 24.0, "source": "PCIe Gen4 x16"}
-    >>> path_bandwidth(Topology(gpus_per_node=4, scale_up={**up, "p2p": False}))
+    >>> path_bandwidth(Topology(gpus_per_node=4, arch="ampere", scale_up={**up, "p2p": False}))
     20.0
-    >>> path_bandwidth(Topology(gpus_per_node=4, cpu_vendor="amd", scale_up={**up, "p2p": False}))
+    >>> path_bandwidth(Topology(gpus_per_node=4, arch="ampere", cpu_vendor="amd", scale_up={**up, "p2p": False}))
     24.0
     """
     up = topo.scale_up
     assert up is not None
     if not up.p2p and topo.cpu_vendor == "intel":
-        return up.bandwidth_GBps / INTEL_P2P_OVERHEAD
-    return up.bandwidth_GBps
+        return float(up.bandwidth_GBps) / INTEL_P2P_OVERHEAD
+    return float(up.bandwidth_GBps)
 
 
-def with_p2p_env(profile: HardwareProfile, env: Mapping[Any, Any], where: Mapping[str, str] | None = None
-                 ) -> HardwareProfile:
+def with_p2p_env(profile: Any, env: Mapping[Any, Any], where: Mapping[str, str] | None = None) -> Any:
     """``profile`` with ``topology.scale_up.p2p`` false where the schedule's ``env`` sets ``NCCL_P2P_DISABLE`` to 1
     (its ``scale_up.source`` then names the setting, ``where[NCCL_P2P_DISABLE]``: ``file:line: env.KEY``);
     ``profile`` itself otherwise, and on a profile without ``topology.scale_up`` (its tables and links were
