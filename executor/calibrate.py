@@ -170,6 +170,9 @@ def run_calibrate(o: CalibrateOptions) -> dict[str, Any]:
         raw["host"].update(fresh_comm_fields(comm_host, median_costs(raw.get("host_fresh_processes") or []), world))
     if world >= 2:
         raw["collectives"] = _sweep_collectives(b, o, log)
+        raw["nodes"] = max(1, world // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", world))))
+        if ctx.cuda:
+            raw["nccl_version"] = ".".join(str(x) for x in torch.cuda.nccl.version())
         if ctx.cuda:
             raw["nccl"] = nccl_beside_gemm(b, o.quick, log)
     else:
@@ -178,6 +181,8 @@ def run_calibrate(o: CalibrateOptions) -> dict[str, Any]:
     prof = None
     if ctx.rank == 0:
         prof = _assemble(o, raw, ctx, dev_name)
+        if raw.get("collectives"):
+            _fit_scale_up(prof, raw, f"{dev_name}, {raw['date']}, torch {raw['torch']}")
         name = prof["name"]
         write_profile(prof, o.out, f"# {name}: measured by `schedsim calibrate` on {raw['date']} ({dev_name}, torch "
                       f"{raw['torch']}, {world} rank(s)); base profile {o.base!r} for what was not measured.")
@@ -431,6 +436,26 @@ def _assemble(o: CalibrateOptions, raw: dict[str, Any], ctx: Any, dev_name: str)
     assemble_wave_tail(d, raw, where)
     _set_sm_stream(d, raw.get("sm_stream"), where)
     return d
+
+
+def _fit_scale_up(d: dict[str, Any], raw: dict[str, Any], where: str) -> None:
+    """The sweep's tier figures, in place: on a base profile with ``topology.scale_up``, the collective sweep
+    (``raw["collectives"]`` over ``raw["world_size"]`` ranks on ``raw["nodes"]`` nodes) fitted as
+    ``calibrate --from-nccl-tests`` fits nccl-tests logs (:func:`schedsim.network.fit.logs_from_sweep`, then
+    :func:`executor.calibrate_logs.fit_tiers`): ``topology.scale_up.timing`` from a sweep in one node,
+    ``topology.nics.timing`` from one across nodes, each figure ``provenance: fitted`` and its ``source`` naming
+    the sweep; the NCCL release that ran in ``nccl.version`` where the base states none. The fit's table and notes
+    go to stderr (the profile may go to stdout)."""
+    import contextlib
+
+    from executor.calibrate_logs import fit_tiers
+    from schedsim.network.fit import logs_from_sweep
+
+    n, nodes = int(raw["world_size"]), int(raw.get("nodes") or 1)
+    name = f"its collective sweep over {n} ranks on {nodes} node(s) ({raw['backend']}; {where})"
+    logs = logs_from_sweep(raw["collectives"], n, name, nodes=nodes, nccl_version=raw.get("nccl_version"))
+    with contextlib.redirect_stdout(sys.stderr):
+        fit_tiers(d, logs, [name], how="(its collective sweep)")
 
 
 def _set_sm_stream(d: dict[str, Any], rec: dict[str, Any] | None, where: str) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-__all__ = ["profile_from_nccl_tests", "write_profile", "base_profile_dict", "check_profile_name"]
+__all__ = ["profile_from_nccl_tests", "write_profile", "base_profile_dict", "check_profile_name", "fit_tiers"]
 
 
 def check_profile_name(name: str) -> str:
@@ -99,7 +99,8 @@ def write_profile(d: dict[str, Any], out: Path, header: str = "") -> None:
     atomic_write_text(out, comment + text)
 
 
-def _fit_tiers(d: dict[str, Any], logs: list[Any], srcs: list[str], transport: bool = False) -> None:
+def fit_tiers(d: dict[str, Any], logs: list[Any], srcs: list[str], transport: bool = False,
+              how: str = "--from-nccl-tests") -> None:
     """On a base profile with a cluster topology (``topology.scale_up``): fit each tier's per-(algorithm,
     protocol) figures to ``logs`` (:mod:`schedsim.network.fit`), write them into ``d``'s
     ``topology.scale_up.timing`` / ``topology.nics.timing`` (provenance ``fitted``) and print them. With
@@ -108,7 +109,8 @@ def _fit_tiers(d: dict[str, Any], logs: list[Any], srcs: list[str], transport: b
 
     Logs the fit cannot use (send/recv-based collectives, groups that do not fit the profile's nodes, a base
     without ``topology.nics`` for logs across nodes) are named in ``note:`` lines on stderr, and so is a base
-    without ``topology.scale_up`` (nothing fitted).
+    without ``topology.scale_up`` (nothing fitted). ``how``: what measured the logs, in each figure's ``source``
+    (``calibrate`` on several GPUs passes its own sweep, :func:`schedsim.network.fit.logs_from_sweep`).
     """
     import sys
 
@@ -124,8 +126,8 @@ def _fit_tiers(d: dict[str, Any], logs: list[Any], srcs: list[str], transport: b
               "not time its collectives); only the busbw tables are written. Pass --base with a cluster topology "
               "(e.g. dgx_h100) to fit them", file=sys.stderr)
         return
-    fitted, figs, notes = fit_profile(base, logs, "fitted by schedsim calibrate --from-nccl-tests to "
-                                      + "; ".join(srcs), transport=transport)
+    fitted, figs, notes = fit_profile(base, logs, f"fitted by schedsim calibrate {how} to " + "; ".join(srcs),
+                                      transport=transport)
     for note in notes:
         print(f"note: {printable(note)}", file=sys.stderr)
     if fitted.nccl.version != base.nccl.version:  # the logs' NCCL release (schedsim.network.fit)
@@ -151,7 +153,7 @@ def _fit_tiers(d: dict[str, Any], logs: list[Any], srcs: list[str], transport: b
 def profile_from_nccl_tests(logs: list[Path], *, out: Path, name: str | None, base: str, collective: str | None,
                             nranks: int | None, transport: bool = False) -> dict[str, Any]:
     """Parse ``logs``, print each as an nccl-tests-style table, write the profile; returns the profile dict.
-    ``transport``: fit ``topology.nics.transport_latency_us`` too (:func:`_fit_tiers`).
+    ``transport``: fit ``topology.nics.transport_latency_us`` too (:func:`fit_tiers`).
 
     Raises
     ------
@@ -200,7 +202,7 @@ def profile_from_nccl_tests(logs: list[Path], *, out: Path, name: str | None, ba
                 nodes_of.pop(key[1], None)
             on_nodes = f", {k} nodes" if k > 1 else ""
             srcs.append(f"{p.name} ({log.collective}, {log.nranks} ranks{on_nodes}, {len(tab)} sizes)")
-    _fit_tiers(d, parsed, srcs, transport)
+    fit_tiers(d, parsed, srcs, transport)
     d["collectives"]["nodes"] = {k: v for k, v in d["collectives"].get("nodes", {}).items() if v}
     d["collectives"]["tables"] = tables
     d["collectives"]["source"] = "nccl-tests logs (out-of-place busbw): " + "; ".join(srcs)

@@ -118,11 +118,12 @@ def cpu_profile_note(prof: Any, profile: str, cuda: bool) -> str | None:
 
 def _nccl_env(env: Any) -> None:
     """Export the schedule's ``NCCL_ALGO`` / ``NCCL_PROTO`` / ``NCCL_MIN_CTAS`` and the other NCCL settings of
-    :data:`schedsim.hardware.profile.NCCL_ENV_FIELDS` (its ``env``, as the prediction takes it) before NCCL
-    initialises, unless the environment already sets them (NCCL reads the process environment at init)."""
+    :data:`schedsim.hardware.profile.NCCL_ENV_FIELDS`, and ``NCCL_P2P_DISABLE`` (its ``env``, as the prediction
+    takes it) before NCCL initialises, unless the environment already sets them (NCCL reads the process environment
+    at init)."""
     from schedsim.hardware.profile import NCCL_ENV_FIELDS
 
-    for key, _field in NCCL_ENV_FIELDS:
+    for key in (*(k for k, _f in NCCL_ENV_FIELDS), "NCCL_P2P_DISABLE"):
         if key in env and key not in os.environ:
             os.environ[key] = str(env[key])
 

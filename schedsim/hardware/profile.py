@@ -333,6 +333,9 @@ def _timing_keys(v: dict[str, TierTiming]) -> dict[str, TierTiming]:
     return v
 
 
+TimingMap = Annotated[dict[str, TierTiming], AfterValidator(_timing_keys)]
+
+
 class ScaleUp(_B):
     """The scale-up domain of a node: NVLink through NVSwitch, direct NVLink, or PCIe (:mod:`schedsim.network`)."""
 
@@ -342,33 +345,32 @@ class ScaleUp(_B):
                                   "units: NVLink links x NCCL's per-link figure (src/graph/topo.h: SM80_NVLINK_BW 20, "
                                   "SM90_NVLINK_BW 20.6, SM100_NVLINK_BW 40.1; H100 SXM 18 x 20.6 = 370.8), or the "
                                   "PCIe path's (PCI_BW 12 for Gen3 x16, 24 Gen4, 48 Gen5; without peer-to-peer the "
-                                  "path through host memory, which NCCL's SHM transport takes).")
+                                  "GPU's path to host memory, which NCCL's SHM transport takes).")
+    p2p: bool = Field(default=True, description="CUDA peer-to-peer between the GPUs (NCCL's P2P transport); false "
+                      "(kind pcie only): consumer GPUs, NCCL_P2P_DISABLE=1: NCCL's SHM transport through host memory "
+                      "(schedsim.network.pcie). A schedule's env NCCL_P2P_DISABLE overrides it.")
     nvls: bool = Field(default=False, description="NVLink SHARP (NVLS) available: an NVSwitch of Hopper or later "
                        "with multicast (NCCL_NVLS_ENABLE).")
     latency_us: float = Field(default=0.0, ge=0, le=NET_LATENCY_MAX_US, description="Latency added per intra-node "
                               "step, µs, beyond NCCL's hwLat (default 0: NCCL's own figures). At most 1e6 "
                               "(NET_LATENCY_MAX_US: more is a unit slip).")
-    timing: dict[str, TierTiming] = Field(default_factory=lambda: {}, description="algo/proto -> figures that time "
+    timing: TimingMap = Field(default_factory=lambda: {}, description="algo/proto -> figures that time "
                                           "NCCL's choice on this tier (TierTiming); not listed: NCCL's constants.")
     provenance: Provenance = Field(default="assumed", description="Where bandwidth_GBps and latency_us come from.")
     source: str
 
-    @field_validator("timing")
-    @classmethod
-    def _timing(cls, v: dict[str, TierTiming]) -> dict[str, TierTiming]:
-        return _timing_keys(v)
-
     @model_validator(mode="after")
     def _nvls_needs_nvswitch(self) -> ScaleUp:
         """NVLS is NVSwitch multicast: NCCL enables it only where the GPU reports multicast support
-        (``ncclNvlsInit``, src/transport/nvls.cc: ``CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED``, which needs an
-        NVSwitch fabric) and its topology search finds NVLS channels through an NVSwitch node
-        (``ncclTopoSearchTryNvls``, src/graph/search.cc; none found: "disabling NVLS"). PCIe or direct NVLink
-        has neither."""
+        (``ncclNvlsInit``, src/transport/nvls.cc) and its search finds NVLS channels through an NVSwitch node
+        (``ncclTopoSearchTryNvls``, src/graph/search.cc). PCIe or direct NVLink has neither. ``p2p: false`` on
+        NVLink is :func:`schedsim.network.pcie.check_p2p`'s error."""
         if self.nvls and self.kind != "nvswitch":
             raise ValueError(f"nvls: true needs kind: nvswitch, not {self.kind} (NVLink SHARP is NVSwitch "
                              "multicast; NCCL enables NVLS only on an NVSwitch)")
-        return self
+        from schedsim.network.pcie import check_p2p
+
+        return check_p2p(self)
 
 
 class Nics(_B):
@@ -401,17 +403,12 @@ class Nics(_B):
                                         "(NCCL's figures hold InfiniBand: NVIDIA/nccl-tests#309). Stated, it overrides "
                                         "the transport's (measured: calibrate --from-nccl-tests --transport-latency). "
                                         "At most 1e6 (NET_LATENCY_MAX_US: more is a unit slip).")
-    timing: dict[str, TierTiming] = Field(default_factory=lambda: {}, description="algo/proto -> figures that time "
+    timing: TimingMap = Field(default_factory=lambda: {}, description="algo/proto -> figures that time "
                                           "NCCL's choice across nodes (network hwLat per hop, bus bandwidth of a group "
                                           "across nodes); not listed: NCCL's constants.")
     provenance: Provenance = Field(default="assumed", description="Where bandwidth_Gbps, latency_us and "
                                    "transport_latency_us come from.")
     source: str
-
-    @field_validator("timing")
-    @classmethod
-    def _timing(cls, v: dict[str, TierTiming]) -> dict[str, TierTiming]:
-        return _timing_keys(v)
 
     @model_validator(mode="before")
     @classmethod
@@ -467,8 +464,9 @@ class Topology(_B):
                               "schedule's world needs).")
     arch: GpuArch | None = Field(default=None, description="GPU generation for NCCL's tuning constants.")
     cpu_vendor: Literal["intel", "amd", "arm"] = Field(default="intel", description="Host CPU vendor (NCCL's "
-                                                       "llMaxBws row and network post overhead for groups across "
-                                                       "nodes; only AMD differs there, so arm counts as intel).")
+                                                       "llMaxBws row and network post overhead across nodes, where "
+                                                       "arm counts as intel; scale_up.p2p false: intel's 6/5 PCIe "
+                                                       "overhead, schedsim.network.pcie).")
     scale_up: ScaleUp | None = None
     nics: Nics | None = None
     fabric: Fabric | None = None
@@ -832,12 +830,14 @@ class HardwareProfile(_B):
         fields, as NCCL reads the environment over its defaults; ``self`` when ``env`` sets none.
         ``where``: each key's place in the schedule (``file:line: env.NCCL_ALGO``), kept in ``nccl.source`` after
         :data:`SCHEDULE_ENV_SOURCE` so errors about these settings name the schedule, not the profile."""
-        upd: dict[str, Any] = {f: env[k] for k, f in NCCL_ENV_FIELDS if k in env}
+        from schedsim.network.pcie import with_p2p_env  # NCCL_P2P_DISABLE: topology.scale_up.p2p
+
+        me, upd = with_p2p_env(self, env, where), {f: env[k] for k, f in NCCL_ENV_FIELDS if k in env}
         if not upd:
-            return self
+            return me
         places = [(where or {}).get(k, f"env.{k}") for k, _f in NCCL_ENV_FIELDS if k in env]
         upd["source"] = SCHEDULE_ENV_SOURCE + " and ".join(places)
-        return self.model_copy(update={"nccl": self.nccl.model_copy(update=upd)})
+        return me.model_copy(update={"nccl": me.nccl.model_copy(update=upd)})
 
     @property
     def is_timed_graph(self) -> bool:

@@ -34,6 +34,7 @@ import numpy as np
 from schedsim.arrays import unique
 from schedsim.errors import ProfileError
 from schedsim.kinds import KINDS
+from schedsim.network.pcie import path_bandwidth
 from schedsim.network.tuning import (
     NO_CHANNEL_ENV,
     ChannelEnv,
@@ -308,6 +309,8 @@ class NcclNetwork:
         self.profile = profile
         self.topo = topo
         self.up = topo.scale_up
+        #: GB/s of a GPU's scale-up path NCCL's channels can fill (:func:`schedsim.network.pcie.path_bandwidth`)
+        self.up_bw = path_bandwidth(topo)
         self.arch: str = topo.arch
         self.gpn = topo.gpus_per_node
         self.algos = parse_nccl_list(profile.nccl.algo, "algo") if profile.nccl.algo else None
@@ -507,7 +510,7 @@ class NcclNetwork:
         if multi and self.topo.nics is None:
             raise ProfileError(f"profile {self.profile.name!r}: a group spans {shape.nodes} nodes but the profile "
                                "has no topology.nics", fix="add topology.nics (per_node, bandwidth_Gbps, source)")
-        nic_bw, up = self._nic_bw(shape), self.up.bandwidth_GBps
+        nic_bw, up = self._nic_bw(shape), self.up_bw
         # each kind of node's own search, with its own GPUs and NICs (uneven groups: a node's GPU count paired with
         # another node's NICs is no node's search, e.g. 8 GPUs on 8 NICs beside 2 on 2: NVLS bwIntra 40, not 48)
         kinds = shape.node_kinds or tuple(sorted({(shape.local, shape.nics), (shape.min_local, shape.nics)}))
@@ -719,7 +722,7 @@ class NcclNetwork:
         else:
             lat, ll_cap = p2p_step("pci" if self.up.kind == "pcie" else "nvlink", proto, self.arch, self.consts)
             lat += self.up.latency_us
-            g = ring_graph(self.arch, self.up.bandwidth_GBps, 2, 1, 0.0, False)
+            g = ring_graph(self.arch, self.up_bw, 2, 1, 0.0, False)
             bw = g.channels * g.bw_intra
         if proto == "LL":
             bw = min(bw * .5, ll_cap)

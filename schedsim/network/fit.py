@@ -31,12 +31,13 @@ from typing import TYPE_CHECKING, Any
 from schedsim.kinds import KINDS
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
     from schedsim.hardware.profile import HardwareProfile
     from schedsim.network.nccl_tests import NcclTestsLog
 
-__all__ = ["FittedFigure", "fit_tier_timing", "fit_profile", "fit_transport_latency", "fit_relative"]
+__all__ = ["FittedFigure", "fit_tier_timing", "fit_profile", "fit_transport_latency", "fit_relative",
+           "logs_from_sweep"]
 
 #: Rows up to this size (B) fit a transport's latency (:func:`fit_transport_latency`): NCCL runs them on LL with
 #: one channel, so their time is latency (published 2 x 8 H100 logs: a few µs of bandwidth term at 4 KiB).
@@ -66,6 +67,35 @@ class _Obs:
     ch: float
     cu: float
     cb: float
+
+
+def logs_from_sweep(sweep: Mapping[str, Sequence[Mapping[str, Any]]], nranks: int, source: str, *, nodes: int = 1,
+                    nccl_version: str | None = None) -> list[NcclTestsLog]:
+    """``schedsim calibrate``'s collective sweep as the nccl-tests logs this module fits (one input for both
+    ``calibrate --from-nccl-tests`` and ``calibrate`` on several GPUs): one log per collective of ``sweep``
+    (:func:`executor.calibrate_comm._sweep_collectives`: kind -> rows of ``size`` B, ``count``, ``type``,
+    ``redop``, ``root``, ``time_us`` (the slowest rank's), ``algbw`` and ``busbw`` GB/s, ``wrong``), over
+    ``nranks`` ranks on ``nodes`` nodes, out-of-place only; ``source`` names it in notes. ``p2p_unbatched`` (a lone
+    isend / irecv, no nccl-tests test) is left out, and so are rows of no positive time.
+
+    >>> logs = logs_from_sweep({"all_reduce": [{"size": 1024, "count": 256, "type": "float", "redop": "sum",
+    ...     "root": -1, "time_us": 10.0, "algbw": 0.1024, "busbw": 0.1024, "wrong": 0}]}, 2, "sweep")
+    >>> (logs[0].collective, logs[0].nranks, logs[0].nodes, logs[0].rows[0].oop_time_us)
+    ('all_reduce', 2, 1, 10.0)
+    """
+    from schedsim.network.nccl_tests import NcclTestsLog, NcclTestsRow
+
+    out = []
+    for kind, rows in sweep.items():
+        if kind == "p2p_unbatched":
+            continue
+        got = [NcclTestsRow(int(r["size"]), int(r["count"]), str(r.get("type", "float")), r.get("redop"),
+                            r.get("root"), float(r["time_us"]), float(r["algbw"]), float(r["busbw"]), r.get("wrong"))
+               for r in rows if float(r["time_us"]) > 0]
+        if got:
+            out.append(NcclTestsLog(kind, nranks, got, source=f"{source} ({kind})", nodes=nodes,
+                                    nccl_version=nccl_version))
+    return out
 
 
 def _row_time(r: Any) -> float:

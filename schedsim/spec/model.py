@@ -408,7 +408,7 @@ class ScheduleSpec(_Base):
         "(init_process_group(device_id=...)): created at init.",
     )
     env: dict[Literal["CUDA_DEVICE_MAX_CONNECTIONS", "NCCL_ALGO", "NCCL_PROTO", "NCCL_MIN_CTAS", "NCCL_MAX_CTAS",
-                      "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS"], int | str] = Field(
+                      "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_P2P_DISABLE"], int | str] = Field(
         default_factory=lambda: {},
         description="Environment the program runs with. CUDA_DEVICE_MAX_CONNECTIONS (1-32, CUDA default 8): "
         "hardware work queues; with 1 (Megatron-LM sets it) kernels start in host issue order whatever their "
@@ -416,7 +416,8 @@ class ScheduleSpec(_Base):
         "NCCL_ALGO, NCCL_PROTO (NCCL's syntax, e.g. 'ring', '^LL128'): the algorithms and protocols NCCL may "
         "choose; override the profile's nccl.algo / nccl.proto (profiles with topology.scale_up). "
         "NCCL_MIN_CTAS, NCCL_MAX_CTAS, NCCL_MIN_NCHANNELS, NCCL_MAX_NCHANNELS (integers >= 1): the channels NCCL "
-        "runs a collective on; override nccl.min_ctas and the like.",
+        "runs a collective on; override nccl.min_ctas and the like. NCCL_P2P_DISABLE (0 or 1): 1 turns CUDA "
+        "peer-to-peer off, NCCL's SHM transport through host memory (topology.scale_up.p2p; kind pcie).",
     )
     streams: list[str] | None = Field(
         default=None,
@@ -452,6 +453,9 @@ class ScheduleSpec(_Base):
             n = v.get(key)
             if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 1):
                 raise ValueError(f"{key} must be an integer >= 1, a channel count (got {n!r})")
+        off = v.get("NCCL_P2P_DISABLE")
+        if off is not None and (isinstance(off, str) or off not in (0, 1)):
+            raise ValueError(f"NCCL_P2P_DISABLE must be 0 or 1 (got {off!r}); NCCL reads only 1, P2P off")
         return v
     params: dict[str, Any] = Field(
         default_factory=lambda: {},

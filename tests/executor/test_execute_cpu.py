@@ -115,6 +115,13 @@ def test_calibrate_quick_2_ranks_writes_a_profile_predict_accepts(gloo2, tmp_pat
 
     p = load_profile(str(prof))
     assert p.name == "cpu_cal" and 2 in p.collectives.tables["all_reduce"]
+    # the sweep feeds the tier fitter of --from-nccl-tests (base h200 has topology.scale_up): fitted figures, the
+    # sweep named; on stderr the fit's table (stdout may hold the profile)
+    up = p.topology.scale_up
+    assert up is not None and up.timing and all(t.provenance == "fitted" for t in up.timing.values())
+    assert all(t.source.startswith("fitted by schedsim calibrate (its collective sweep) to its collective sweep over "
+                                   "2 ranks on 1 node(s) (gloo; CPU, ") for t in up.timing.values())
+    assert "fitted tier figures" in r.stderr and "fitted tier figures" not in r.stdout
     # plain PyTorch's host costs by kind (issue 15 §3); unbatched p2p measured beside the batched ring
     assert "# p2p_unbatched over 2 ranks" in r.stdout
     assert p.launch.p2p_call_us > 0 and p.launch.batch_p2p_call_us > 0 and p.launch.memcpy_call_us > 0

@@ -228,3 +228,50 @@ def test_calibrate_transport_latency_writes_it_and_needs_logs(tmp_path: Path):
     res = CliRunner().invoke(app, ["calibrate", "--transport-latency", "--out", str(tmp_path / "x.yaml")])
     assert res.exit_code == 2
     assert "--transport-latency fits a figure to nccl-tests logs" in res.output
+
+
+def sweep_rows(profile: HardwareProfile, kind: str, ranks: tuple[int, ...], sizes: list[int]) -> list[dict[str, Any]]:
+    """``schedsim calibrate``'s sweep rows (executor/calibrate_comm.py) of ``kind`` over ``ranks``, timed by
+    ``profile``'s NCCL model (the time of NCCL's choice, ``floor=False``), unrounded."""
+    net = NcclNetwork(profile)
+    rows = []
+    for s in sizes:
+        got = net.collective(kind, s, ranks, floor=False)
+        assert got is not None
+        t = got.seconds * 1e6
+        rows.append({"size": s, "count": s // 4, "type": "float", "redop": "sum", "root": -1, "time_us": t,
+                     "algbw": s / t / 1e3, "busbw": s / t / 1e3 * bus_factor(kind, len(ranks)), "wrong": 0})
+    return rows
+
+
+def test_a_calibrate_sweep_from_known_figures_fits_back_to_them():
+    # calibrate's own sweep on one 8-GPU node, converted (logs_from_sweep) to the fitter's input, gives back the
+    # scale-up figures it was generated from
+    from schedsim.network.fit import logs_from_sweep
+
+    base = load_profile("dgx_h100")
+    d = base.model_dump()
+    d["topology"]["scale_up"]["timing"] = {"ring/LL": fig(0.9, 0.95), "nvls/Simple": fig(7.5, 1.05),
+                                           "ring/LL128": fig(2.5, 0.85), "ring/Simple": fig(4.0, 0.9)}
+    truth = HardwareProfile.model_validate(d)
+    ranks = tuple(range(8))
+    sizes = [2 ** k for k in range(10, 34)]
+    sweep = {k: sweep_rows(truth, k, ranks, sizes) for k in ("all_reduce", "all_gather", "reduce_scatter")}
+    sweep["p2p_unbatched"] = sweep["all_reduce"]  # a lone isend / irecv: no nccl-tests test, left out
+    logs = logs_from_sweep(sweep, 8, "calibrate sweep", nccl_version="2.27.3")
+    assert [(x.collective, x.nranks, x.nodes, x.nccl_version) for x in logs] == [
+        (k, 8, 1, "2.27.3") for k in ("all_reduce", "all_gather", "reduce_scatter")]
+    fitted, figs, notes = fit_profile(base.model_copy(update={"nccl": base.nccl.model_copy(
+        update={"version": "2.30.7"})}), logs, "sweep")
+    got = {f.key: (f.hw_latency_us, f.bw_factor) for f in figs}
+    assert {f.tier for f in figs} == {"scale_up"}
+    for k, v in d["topology"]["scale_up"]["timing"].items():
+        if k in got:
+            assert got[k][0] == pytest.approx(v["hw_latency_us"], abs=1e-6), k
+            assert got[k][1] == pytest.approx(v["bw_factor"], rel=1e-6), k
+    assert {"ring/LL", "nvls/Simple"} <= set(got)
+    up = fitted.topology.scale_up
+    assert up is not None and all(up.timing[k].provenance == "fitted" and up.timing[k].source.startswith("sweep")
+                                  for k in got)
+    assert notes == ["the logs ran NCCL 2.27.3, the base profile states nccl.version 2.30.7: fitted with NCCL "
+                     "2.30.7's tuning constants; remove nccl.version from the base to fit with the logs' release"]
