@@ -262,7 +262,8 @@ def simulate_spec(spec: ScheduleSpec, profile: HardwareProfile, *, file: str | P
                         "written by `schedsim import kineto|nsys FILES --out DIR`")
     # the schedule's NCCL_ALGO / NCCL_PROTO over the profile's
     profile = profile.with_nccl_env(spec.env, spec.env_sources())
-    unread = _unread_nccl_settings(profile)
+    p2p = spec.env.get("NCCL_P2P_DISABLE")
+    unread = _unread_nccl_settings(profile, p2p, spec.env_sources().get("NCCL_P2P_DISABLE"))
     with shared_cost_models():  # one CostModel of the profile for the simulation and the guesses
         with status(f"simulating {prog.N:,} ops", enabled=progress and prog.N > 20_000):
             options: SimOptions = sim  # durations and full_ranks taken out above
@@ -273,20 +274,30 @@ def simulate_spec(spec: ScheduleSpec, profile: HardwareProfile, *, file: str | P
     return run
 
 
-def _unread_nccl_settings(profile: HardwareProfile) -> str | None:
+def _unread_nccl_settings(profile: HardwareProfile, p2p: int | str | None = None,
+                          p2p_where: str | None = None) -> str | None:
     """A warning naming the NCCL settings of ``profile.nccl`` (``NCCL_ALGO``, ``NCCL_MIN_CTAS`` and the others of
-    :data:`schedsim.hardware.profile.NCCL_ENV_FIELDS`, from the profile or a schedule's ``env``) that no model
-    reads: without ``topology.scale_up`` collectives are timed by the profile's busbw tables or alpha-beta
+    :data:`schedsim.hardware.profile.NCCL_ENV_FIELDS`, from the profile or a schedule's ``env``) and a schedule's
+    ``NCCL_P2P_DISABLE`` (``p2p``; its place in the schedule ``p2p_where``) that no model reads: without
+    ``topology.scale_up`` collectives are timed by the profile's busbw tables or alpha-beta
     (:class:`schedsim.network.model.NetworkModel`), not NCCL's tuning model; None when there are none."""
     from schedsim.hardware.profile import NCCL_ENV_FIELDS, SCHEDULE_ENV_SOURCE
+    from schedsim.network.pcie import P2P_DISABLE
 
     if profile.topology.scale_up is not None:
         return None
     names = [f"{key}={getattr(profile.nccl, f)}" for key, f in NCCL_ENV_FIELDS if getattr(profile.nccl, f) is not None]
+    if p2p is not None:
+        names.append(f"{P2P_DISABLE}={p2p}")
     if not names:
         return None
     src = profile.nccl.source
-    where = src[len(SCHEDULE_ENV_SOURCE):] if src.startswith(SCHEDULE_ENV_SOURCE) else f"profile {profile.name!r}: nccl"
+    if src.startswith(SCHEDULE_ENV_SOURCE):
+        where = src[len(SCHEDULE_ENV_SOURCE):]
+    elif p2p is not None:
+        where = p2p_where or f"env.{P2P_DISABLE}"
+    else:
+        where = f"profile {profile.name!r}: nccl"
     return (f"{where}: {', '.join(names)} change nothing: profile {profile.name!r} has no topology.scale_up, so its "
             "collectives are timed by its busbw tables or alpha-beta, not NCCL's tuning model that reads these "
             "settings; use a profile with topology.scale_up (dgx_h100, h200) to time them")

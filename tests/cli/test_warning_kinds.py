@@ -178,6 +178,12 @@ def test_nccl_settings_a_profile_without_the_nccl_model_cannot_read_are_named() 
     (w,) = [w for w in said if "NCCL_" in w]  # ... and the output says so, naming the schedule's lines
     assert w.startswith("e.yaml:4: env.NCCL_ALGO and e.yaml:4: env.NCCL_MAX_CTAS: NCCL_ALGO=tree, NCCL_MAX_CTAS=1 "
                         "change nothing: profile 'pcie2' has no topology.scale_up")
+    # NCCL_P2P_DISABLE (topology.scale_up.p2p) alike: pcie2's measured links are read, not NCCL's P2P/SHM choice
+    got, said = ar_and_warnings("env: {NCCL_P2P_DISABLE: 1}", "pcie2")
+    assert got == base
+    (w,) = [w for w in said if "NCCL_" in w]
+    assert w.startswith("e.yaml:4: env.NCCL_P2P_DISABLE: NCCL_P2P_DISABLE=1 change nothing: profile 'pcie2' has no "
+                        "topology.scale_up")
     # a profile's own nccl: fields, named as the profile's
     d = load_profile("pcie2").model_dump()
     d["nccl"]["min_ctas"] = 4
