@@ -478,13 +478,11 @@ def _batch_inputs_ok(prog: Program, comm: np.ndarray, head: np.ndarray) -> bool:
         return True  # no batch of two or more
     h = np.arange(prog.N)
     h[comm] = head
-    size = np.bincount(h, minlength=prog.N)
-    if not bool((size >= 2).any()):
-        return True  # no batch of two or more
     src, dst = _dag_edges(prog)
     hv = h[dst]
-    bad = (size[hv] >= 2) & (dst != hv) & (h[src] != hv) & (prog.seq[src] > prog.seq[hv])
-    return not bool(bad.any())
+    m = np.flatnonzero(dst != hv)  # edges into a member that is not its batch's head (a batch of two or more)
+    src, hv = src[m], hv[m]
+    return not bool(((h[src] != hv) & (prog.seq[src] > prog.seq[hv])).any())
 
 
 def batch_input_witness(prog: Program) -> tuple[int, int, int, bool] | None:
