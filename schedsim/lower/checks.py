@@ -685,8 +685,7 @@ def _split_batch_warning(prog: Program, comm: np.ndarray, head: np.ndarray, tc: 
     pc, ph = comm[is_p2p], head[is_p2p]
     if len(pc) <= NCCL_SPLIT_OPS:
         return None
-    uh, cnt = np.unique(ph, return_counts=True)
-    big = uh[cnt > NCCL_SPLIT_OPS]
+    big = np.flatnonzero(np.bincount(ph) > NCCL_SPLIT_OPS)  # (heads are op indices: a table of them, no sort)
     if not len(big):
         return None
     head_of = dict(zip(pc.tolist(), ph.tolist(), strict=True))
