@@ -89,9 +89,12 @@ class Codes:
 
     @classmethod
     def cat(cls, parts: Sequence[Codes]) -> Codes:
-        """The rows of ``parts`` one after the other (their tables joined)."""
+        """The rows of ``parts`` one after the other (their tables joined; one table, once, where every part holds
+        that same table: a field two entries of a block evaluate alike, a `rank` ring's batch names ``b{i}``)."""
         if len(parts) == 1:
             return parts[0]
+        if parts and all(p.values is parts[0].values for p in parts):
+            return cls(np.concatenate([p.codes for p in parts]), parts[0].values)
         off = np.cumsum([0] + [len(p.values) for p in parts[:-1]])
         codes = np.concatenate([p.codes + o for p, o in zip(parts, off.tolist(), strict=True)]) if parts else \
             np.zeros(0, np.int64)

@@ -271,17 +271,10 @@ def _lazy_init_ok(prog: Program, comm: np.ndarray, head: np.ndarray, tc: _Templa
     return all(int(have[c]) in (0, size[c]) for c in range(len(groups)))
 
 
-def _multi_peer_heads(prog: Program, comm: np.ndarray, head: np.ndarray, tc: _Templates) -> np.ndarray:
-    """The head ops (ascending) of the p2p batches with two or more peers (rule 7 of the module docstring):
-    those with a member whose peer is not the head's."""
-    h = _multi_peer_members(prog, comm, head)
-    return unique(h)[0] if len(h) else h
-
-
 def _multi_peer_members(prog: Program, comm: np.ndarray, head: np.ndarray) -> np.ndarray:
     """The batch head of every p2p batch member whose peer is not its head's (int64 op indices, program order, a
-    head once per such member): a batch has two or more peers where it has one. :func:`_multi_peer_heads` without
-    the sort of those heads, for the verdict, which asks only whether there is one."""
+    head once per such member): a batch has two or more peers (rule 7 of the module docstring) where it has one.
+    Not sorted nor made distinct: the verdict asks only whether there is one, and the wait-for graph marks them."""
     inb = comm != head  # members after the first of a batch of two or more (a batch's head is a p2p op)
     if not inb.any():
         return comm[:0]
@@ -344,7 +337,7 @@ def _wait_for_edges(prog: Program, comm: np.ndarray, head: np.ndarray, eager: bo
             np.maximum.at(lazy, hub_of, useq[fu])
     if grouped and len(prog.p2p):  # rule 7: one hub per rendezvous of multi-peer batches, after the lazy ones
         multi = np.zeros(n, bool)
-        multi[u[_multi_peer_heads(prog, comm, head, tc)]] = True
+        multi[u[_multi_peer_members(prog, comm, head)]] = True  # (a head's repeats mark it again)
         if multi.any():
             mu, mh = multi_peer_hubs(u[prog.p2p[:, 0]].astype(I64), u[prog.p2p[:, 1]].astype(I64), multi)
             hub = (2 * n + max(nc, 0) + len(lazy) + mh).astype(u.dtype)
@@ -485,13 +478,11 @@ def _batch_inputs_ok(prog: Program, comm: np.ndarray, head: np.ndarray) -> bool:
         return True  # no batch of two or more
     h = np.arange(prog.N)
     h[comm] = head
-    size = np.bincount(h, minlength=prog.N)
-    if not bool((size >= 2).any()):
-        return True  # no batch of two or more
     src, dst = _dag_edges(prog)
     hv = h[dst]
-    bad = (size[hv] >= 2) & (dst != hv) & (h[src] != hv) & (prog.seq[src] > prog.seq[hv])
-    return not bool(bad.any())
+    m = np.flatnonzero(dst != hv)  # edges into a member that is not its batch's head (a batch of two or more)
+    src, hv = src[m], hv[m]
+    return not bool(((h[src] != hv) & (prog.seq[src] > prog.seq[hv])).any())
 
 
 def batch_input_witness(prog: Program) -> tuple[int, int, int, bool] | None:
@@ -694,8 +685,7 @@ def _split_batch_warning(prog: Program, comm: np.ndarray, head: np.ndarray, tc: 
     pc, ph = comm[is_p2p], head[is_p2p]
     if len(pc) <= NCCL_SPLIT_OPS:
         return None
-    uh, cnt = np.unique(ph, return_counts=True)
-    big = uh[cnt > NCCL_SPLIT_OPS]
+    big = np.flatnonzero(np.bincount(ph) > NCCL_SPLIT_OPS)  # (heads are op indices: a table of them, no sort)
     if not len(big):
         return None
     head_of = dict(zip(pc.tolist(), ph.tolist(), strict=True))
@@ -764,7 +754,9 @@ def multi_peer_hubs(us: np.ndarray, ur: np.ndarray, multi: np.ndarray) -> tuple[
     # none moves, until both units of every pair hold one label. A label only ever falls, and is always a unit
     # of its own component no larger than the unit: at the end each component holds its smallest unit.
     del keep
-    label = _hooked_labels(us, ur, am & bm)
+    both = am & bm
+    every = bool(both.all())  # (a multi-peer batch joins one hub: its component's, whatever pair it is in)
+    label = _hooked_labels(us, ur, both)
     root = label[np.where(am, us, ur)]
     del label, am, bm  # each temporary goes once used: the `rank` ring's static checks peak here (1M ops)
     hub = unique(root)[2]
@@ -772,6 +764,11 @@ def multi_peer_hubs(us: np.ndarray, ur: np.ndarray, multi: np.ndarray) -> tuple[
     unit = np.concatenate([us, ur]).astype(np.int64)
     del us, ur
     hubs = np.concatenate([hub, hub])
+    if every:  # each unit a multi-peer batch, in its component's hub alone: the pairs by unit, no sort
+        hub_of, seen = np.empty(len(multi), np.int64), np.zeros(len(multi), bool)
+        hub_of[unit], seen[unit] = hubs, True
+        units = np.flatnonzero(seen)
+        return units, hub_of[units]
     key = unit * (int(hub.max()) + 1) + hubs  # each (unit, hub) pair once, sorted by unit then hub
     del hub
     first = unique(key)[1]

@@ -38,12 +38,14 @@ _P2P_PARTS = re.compile(r"send|recv|snd|rcv|tx|rx")
 def message_names(names: list[str]) -> list[str]:
     """:func:`message_name` of each of ``names``, the regex run only on the names that hold a send/recv word's
     letters (found in one pass over the names joined); the others' message is the name in lower case without
-    its leading and trailing ``_``."""
+    its leading and trailing ``_`` (stripped only where some name has one)."""
     low = "\0".join(names).lower()
     parts = low.split("\0")
     if len(parts) != len(names):  # a name holds the separator
         return [message_name(n) for n in names]
-    out = [x.strip("_") for x in parts]
+    # no name begins or ends with `_` (a ring's `s{i}`): each is its message as it is, no strip per name
+    edge = low[:1] == "_" or low[-1:] == "_" or "\0_" in low or "_\0" in low
+    out = [x.strip("_") for x in parts] if edge else parts
     hits = [m.start() for m in _P2P_PARTS.finditer(low)]
     if hits:
         ends = np.cumsum([len(x) + 1 for x in parts])  # one past each name's separator
@@ -60,14 +62,19 @@ def _msg_values(cols: Any, s: np.ndarray, r: np.ndarray) -> tuple[np.ndarray, np
     op's message column (:meth:`~schedsim.lower.table.Table.mark_msg_tags`: the pipeline's), which the
     caller has compared already. Only the tag sets of these ops are read."""
     t = cols.table
-    tg = cols.c["tags"]
     both = np.concatenate([s, r])
-    col = t.msg_in_column(tg[both])
+    tb = cols.c["tags"][both]
+    if len(tb) and int(tb.min()) == int(tb.max()):  # one tag set for them all (most often none): read once
+        if bool(t.msg_in_column(tb[:1])[0]):
+            return None
+        one = 0 if any(key == "msg" for key, _v in t.tags.take([int(tb[0])])[0]) else -1
+        return np.full(len(s), one, I64), np.full(len(r), one, I64)
+    col = t.msg_in_column(tb)
     if bool(col.all()):
         return None
     vals: dict[Any, int] = {}
     out = np.full(len(both), -1, I64)
-    u, _first, inv = unique(tg[both].astype(I64))
+    u, _first, inv = unique(tb.astype(I64))
     per_tag = np.full(len(u), -1, I64)
     for k, ts in enumerate(t.tags.take(u.tolist())):
         for key, v in ts:
@@ -116,8 +123,8 @@ def match_p2p(cols: Any, warn: bool = True) -> tuple[np.ndarray | None, list[str
         ms, mr = mv
         if bool(((ms >= 0) & (mr >= 0) & (ms != mr)).any()):
             return None, []
-    nbytes = np.array([t.nbytes for t in tp], np.float64)[c["tmpl"]]
-    if bool((nbytes[s] != nbytes[r]).any()):
+    nbytes, tm = np.array([t.nbytes for t in tp], np.float64), c["tmpl"]
+    if bool((nbytes[tm[s]] != nbytes[tm[r]]).any()):
         return None, []
     return np.stack([s, r], axis=1).astype(I64, copy=False), _name_warnings(cols, s, r, ss, sd, ms) if warn else []
 

@@ -231,7 +231,7 @@ def _curves(tl: Timeline, ev: list[np.ndarray], static: dict[int, dict[str, floa
     # sorted as the (t, order, delta, id) tuples of the definition: by (t, order, delta) here; events equal in
     # all three give the same curve in any order, and only the op a peak is charged to reads their id order
     # (peak_op below), so ids are made for that tie alone, not for every op
-    order = np.lexsort((dd, od, tt, rk))
+    order = _event_order(rk, tt, od, dd)
     rk = rk[order]
     tt = tt[order]
     od = od[order]
@@ -267,6 +267,20 @@ def _curves(tl: Timeline, ev: list[np.ndarray], static: dict[int, dict[str, floa
         out[r] = {"static": static.get(r, {}), "steps": np.stack([ts[keep], vals[keep]], axis=1),
                   "peak_bytes": peak, "peak_s": peak_s, "peak_op": peak_op}
     return out
+
+
+def _event_order(rk: np.ndarray, tt: np.ndarray, od: np.ndarray, dd: np.ndarray) -> np.ndarray:
+    """``np.lexsort((dd, od, tt, rk))`` (int64 indices): where every allocation (order 1) has a positive delta and
+    every free (order 0) a negative one, the deltas alone order them as (order, delta) do, and the ranks (below
+    2**15) go last by numpy's stable radix sort of int16 (a `rank` ring's 1M buffer events: 62 → 36 ms)."""
+    import numpy as np
+
+    if not len(rk) or not bool((((od == 1) & (dd > 0)) | ((od == 0) & (dd < 0))).all()):  # (a NaN or zero: neither)
+        return np.lexsort((dd, od, tt, rk))
+    o = np.lexsort((dd, tt))
+    r = rk[o]
+    small = int(r.min()) >= 0 and int(r.max()) < 2**15
+    return o[np.argsort(r.astype(np.int16) if small else r, kind="stable")]
 
 
 def steps_array(steps: np.ndarray | Sequence[Sequence[float]]) -> np.ndarray:

@@ -406,7 +406,8 @@ class _Entry:
     tags: list[tuple[tuple[str, Any], ...]]
     chars: int
     strs: dict[str, Codes]  # field of _ROW_STRS -> each row's value
-    rank: Any  # object[nk]: each row's rank (an entry instanced per rank), else None
+    rank: Any  # object array: each row's rank (an entry instanced per rank) at ``at["ranks"]``, else None
+    at: dict[str, Any]  # field -> int64[nk]: each row's index into the field's arrays in vals (absent: the row's own)
 
 
 def _block_rows(body: list[tuple[Any, ...]], names: list[str], loop: dict[str, Any], n: int,
@@ -513,24 +514,30 @@ def _entry_rows(e: int, b: tuple[Any, ...], loop: Mapping[str, Any], n: int, env
     # those with `rank` but no loop variable: (values per rank of the entry, each row's rank position)
     spread: dict[str, tuple[Any, Any]] = {}
     codes: dict[int, Any] = {}  # id of a column of vals -> its int codes where known (see _combos)
+    # fields held as their values per iteration (per rank) and each row's index into them (``at``), not as a
+    # column of nk Python objects (a `rank` ring's names, batch names, peers and ranks: 500,000 rows an entry),
+    # where the rows are read through ``spread`` and ``codes`` alone (names, batch names, ints with codes)
+    at: dict[str, Any] = {}
     at_rank = None if it is None else keep % len(rl)  # each row's position among the entry's ranks
+    rows_it = None if it is None else it[keep]  # each row's iteration
     for k, f, fm in fields:
         if ranks_of is not None and k == "ranks":
             assert at_rank is not None
-            vals[k] = [rl_col[at_rank]]
-            codes[id(vals[k][0])] = at_rank  # distinct ints: their positions are codes
+            vals[k] = [rl_col]
+            at[k] = at_rank
+            codes[id(rl_col)] = at_rank  # distinct ints: their positions are codes
             continue
         raw = item[k]
         if it is not None and not _uses_rank(raw, k):  # the same on every rank: once per iteration, then spread
             per_it = _field_values(k, f, fm, raw, vec, env, base_loop, base_n, base_n, np.arange(base_n),
                                    lambda keep_: _envs(env, base_loop, keep_), base_done)
-            vals[k] = _spread(per_it, it[keep])
-            if isinstance(per_it, np.ndarray):
-                spread[k] = (per_it, it[keep])
+            _per_iteration(k, per_it, rows_it, vals, at, spread)
             continue
         if it is not None and isinstance(raw, str) and not _names_any(raw, base_loop.keys()):
             # `rank` but no loop variable (`peer: (rank + 1) % world_size`): once per rank a row takes, then spread
             vals[k] = _per_rank(k, f, fm, raw, vec, env, rl, at_rank, spread, codes)
+            if k in spread and vals[k] is spread[k][0]:
+                at[k] = at_rank  # its values per rank, the rows' codes known (_per_rank)
             continue
         vals[k] = _field_values(k, f, fm, raw, vec, env, sub, nk, n, keep, envs_of, done)
     names = _row_names(vals.get("name"), nk, spread.get("name"))
@@ -541,9 +548,25 @@ def _entry_rows(e: int, b: tuple[Any, ...], loop: Mapping[str, Any], n: int, env
         raise _Abandon
     strs = {k: _row_strs(k, vals.get(k), nk, spread.get(k)) for k in _ROW_STRS}
     combo, firsts = _combos(vals, nk, codes)
-    return _Entry(e=e, keep=keep if it is None else it[keep], names=names, deps=deps, combo=combo, firsts=firsts,
+    return _Entry(e=e, keep=keep if it is None else rows_it, names=names, deps=deps, combo=combo, firsts=firsts,
                   has_deps="deps" in vals, vals=vals, tags=tags, chars=_chars(vals, nk, spread), strs=strs,
-                  rank=None if it is None else vals["ranks"][0])
+                  rank=None if it is None else vals["ranks"][0], at=at)
+
+
+def _per_iteration(k: str, per_it: Any, rows: Any, vals: dict[str, Any], at: dict[str, Any],
+                   spread: dict[str, tuple[Any, Any]]) -> None:
+    """Field ``k`` of an entry instanced per rank, the same on every rank: its values per iteration ``per_it``
+    (:func:`_values`' forms) taken by the rows at their iterations ``rows``. An array goes to ``spread``; a name or
+    a field of :data:`_ROW_STRS`, which the rows read through ``spread`` alone (:func:`_row_names`,
+    :func:`_row_strs`, :func:`_chars`), stays in ``vals`` as it is, each row's iteration in ``at``; any other
+    field gets a value per row (:func:`_spread`)."""
+    import numpy as np
+    if isinstance(per_it, np.ndarray):
+        spread[k] = (per_it, rows)
+        if k in ("name", *_ROW_STRS):
+            vals[k], at[k] = per_it, rows
+            return
+    vals[k] = _spread(per_it, rows)
 
 
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -557,11 +580,12 @@ def _names_any(text: str, names: Any) -> bool:
 
 def _per_rank(k: str, f: Any, fm: Mark | None, raw: str, vec: dict[str, Any], env: dict[str, Any], rl: list[int],
               at_rank: Any, spread: dict[str, tuple[Any, Any]], codes: dict[int, Any]) -> Any:
-    """Field ``k`` of an entry instanced per rank that uses ``rank`` and no loop variable: the rows' values
-    (:func:`_spread`), from its values at the entry's ranks ``rl`` (a plain value, an object array of
-    ``len(rl)``, or a list of those) evaluated (:func:`_values`) only at the positions ``at_rank`` (each row's
-    position in ``rl``) holds. An array of values per rank goes to ``spread`` (``(per rank, at_rank)``) and,
-    when they are ints, the rows' codes to ``codes`` (by the column's id; see :func:`_combos`)."""
+    """Field ``k`` of an entry instanced per rank that uses ``rank`` and no loop variable: its values at the
+    entry's ranks ``rl`` (a plain value, an object array of ``len(rl)``, or a list of those) evaluated
+    (:func:`_values`) only at the positions ``at_rank`` (each row's position in ``rl``) holds. An array of values
+    per rank goes to ``spread`` (``(per rank, at_rank)``) and, when they are ints, the rows' codes to ``codes``
+    (by the array's id; see :func:`_combos`) and that array is returned as it is, the rows reading it at
+    ``at_rank``; otherwise the rows' values (:func:`_spread`)."""
     import numpy as np
 
     from schedsim.expr import _Vec
@@ -581,15 +605,15 @@ def _per_rank(k: str, f: Any, fm: Mark | None, raw: str, vec: dict[str, Any], en
             out[took] = v
             return out
         got = [full(x) for x in got] if isinstance(got, list) else full(got)
-    col = _spread(got, at_rank)
     if isinstance(got, np.ndarray):
         spread[k] = (got, at_rank)
         c = _int_codes(got[took])
-        if c is not None:
+        if c is not None:  # the values per rank stand for the rows (the caller reads them at at_rank)
             num = np.zeros(L, np.int64)
             num[took] = c
-            codes[id(col)] = num[at_rank]
-    return col
+            codes[id(got)] = num[at_rank]
+            return got
+    return _spread(got, at_rank)
 
 
 def _used(sp: tuple[Any, Any] | None) -> Any:
@@ -792,7 +816,8 @@ def _chars(vals: dict[str, Any], nk: int, spread: dict[str, tuple[Any, Any]] | N
 def _combos(vals: dict[str, Any], nk: int, known: dict[int, Any] | None = None) -> tuple[Any, Any]:
     """``(combo, firsts)``: per row, the id of its values of the fields other than name, deps and
     :data:`_ROW_STRS` (first-seen order), and the first row of each id. ``known``: ``id(column) -> codes`` of
-    columns of ints whose codes (equal values, equal codes; any such numbering gives the same ids) are given."""
+    columns of ints whose codes (equal values, equal codes; any such numbering gives the same ids) are given,
+    per row: such a column may hold its values once per rank (:func:`_per_rank`), which only its codes spread."""
     import numpy as np
     vary = [v for k, v in vals.items() if k not in ("name", "deps", *_ROW_STRS)
             and (isinstance(v, np.ndarray) or (isinstance(v, list) and any(isinstance(x, np.ndarray) for x in v)))]
@@ -811,8 +836,10 @@ def _combos(vals: dict[str, Any], nk: int, known: dict[int, Any] | None = None) 
             key, span = key * r + c, span * r  # distinct values stay distinct
         combo = first_codes(key)  # numbered by first row: a new id is the running maximum's step up by one
         return combo, np.flatnonzero(np.diff(np.maximum.accumulate(combo), prepend=-1))
-    cols = [v.tolist() if isinstance(v, np.ndarray) else
-            list(zip(*[x.tolist() if isinstance(x, np.ndarray) else [x] * nk for x in v], strict=True))
+    def rows(c: Any) -> list[Any]:  # a column's rows: its values, or its known codes (equal values, equal codes)
+        return known[id(c)].tolist() if known and id(c) in known else c.tolist()
+    cols = [rows(v) if isinstance(v, np.ndarray) else
+            list(zip(*[rows(x) if isinstance(x, np.ndarray) else [x] * nk for x in v], strict=True))
             for v in vary]
     try:
         keys = [tuple(map(_keyable, k)) for k in zip(*cols, strict=True)]
@@ -858,15 +885,16 @@ def _representatives(entries: list[_Entry], body: list[tuple[Any, ...]], loop: d
         t = int(x.keep[pos])
         it_env = {**env, **{k: v.a[t] for k, v in loop.items()}}
         if x.rank is not None:
-            it_env["rank"] = x.rank[pos]
+            it_env["rank"] = x.rank[x.at["ranks"][pos]]
         try:
             op = _plain_op(fields, key_marks, mark, it_env)
         except ExprError:
             raise _Abandon from None
         for k, v in x.vals.items():  # the bulk values must be what the general path computes
             want = op[k]
-            got = ([y[pos] if isinstance(y, np.ndarray) else y for y in v] if isinstance(v, list)
-                   else v[pos] if isinstance(v, np.ndarray) else v)
+            a = x.at[k][pos] if k in x.at else pos
+            got = ([y[a] if isinstance(y, np.ndarray) else y for y in v] if isinstance(v, list)
+                   else v[a] if isinstance(v, np.ndarray) else v)
             if _keyable(list(want) if isinstance(want, list) else want) != _keyable(got):
                 raise _Abandon
         if _keyable(tuple(sorted(op.get("tags", {}).items()))) != _keyable(x.tags[pos]):

@@ -50,6 +50,9 @@ def test_codes_first_used_cat_take_where() -> None:
     d = Codes.cat([c, Codes.of("z", 2), Codes.of(_obj(["x", None]), 2)])
     assert d.tolist() == ["d", "b", "d", "a", "b", "z", "z", "x", None]
     assert d.take(np.array([8, 0, 5])).tolist() == [None, "d", "z"]
+    g = Codes.cat([c, Codes(np.array([4, 2]), c.values)])  # one table in both: held once, the same rows
+    assert g.values is c.values and g.tolist() == ["d", "b", "d", "a", "b", "e", "c"]
+    assert _intern_codes(_Interner(), g).tolist() == _intern_all(_Interner(), g.tolist()).tolist()
     e = Codes.of(_obj([None, "p", None]), 3)
     f = Codes.of("q", 3)
     assert e.where(f, np.array([False, True, False])).tolist() == ["q", "p", "q"]

@@ -62,3 +62,22 @@ def test_hubs_match_a_union_find(seed):
     us, ur = np.array([p[0] for p in pairs], np.int64), np.array([p[1] for p in pairs], np.int64)
     units, hubs = multi_peer_hubs(us, ur, multi)
     assert (units.tolist(), hubs.tolist()) == union_find_hubs(us, ur, multi)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_hubs_of_multi_peer_batches_only(seed):
+    # every paired unit a multi-peer batch, as in a `rank` ring's send+recv batches (each batch's send to rank + 1
+    # and recv from rank - 1, one ring per iteration): each unit sits in its ring's hub alone; pairs repeat and
+    # come in any order, and some units pair with none
+    rng = random.Random(seed)
+    world, iters = rng.randint(2, 9), rng.randint(1, 7)
+    n = world * iters + rng.randint(0, 5)
+    multi = np.zeros(n, bool)
+    multi[:world * iters] = True
+    pairs = [(i * world + r, i * world + (r + 1) % world) for i in range(iters) for r in range(world)]
+    pairs += rng.sample(pairs, rng.randint(0, len(pairs)))
+    rng.shuffle(pairs)
+    us, ur = np.array([p[0] for p in pairs], np.int64), np.array([p[1] for p in pairs], np.int64)
+    units, hubs = multi_peer_hubs(us, ur, multi)
+    assert (units.tolist(), hubs.tolist()) == union_find_hubs(us, ur, multi)
+    assert units.tolist() == list(range(world * iters)) and hubs.tolist() == [u // world for u in range(world * iters)]

@@ -130,6 +130,8 @@ def test_message_names_in_bulk_are_message_name_of_each():
              "xsnd", "rcv", "tx", "fwd_act", "recv_send", "a\0send", "ß_RECV"]
     assert message_names(names) == [message_name(n) for n in names]
     assert message_names([n for n in names if "\0" not in n]) == [message_name(n) for n in names if "\0" not in n]
+    inner = ["s1", "R2", "fwd_act", "a_send_b", "Sendx", "x_rx", "ß"]  # no name begins or ends with `_`: none stripped
+    assert message_names(inner) == [message_name(n) for n in inner] == ["s1", "r2", "fwd_act", "a_b", "x", "x", "ß"]
 
 
 def test_message_names_in_bulk_as_one_by_one():

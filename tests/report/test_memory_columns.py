@@ -137,3 +137,25 @@ def test_memory_chart_draws_array_steps_as_it_draws_pairs():
 
     got, want = drawn(arrays), drawn(pairs)
     assert got == want and len(got[1]) == 4  # four ranks drawn (legend), the same lines
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_event_order_is_lexsorts(seed):
+    # the curve's event order against np.lexsort of (rank, time, order, delta): allocations positive and frees
+    # negative (the deltas alone order them), and not (a zero, a NaN, an allocation of a negative delta), ranks
+    # below 2**15 and past it, times and deltas that tie
+    import numpy as np
+
+    from schedsim.report.memory import _event_order
+
+    rng = np.random.default_rng(seed)
+    n = 400
+    rk = rng.integers(0, 5, n) + (2**16 if seed % 4 == 3 else 0)
+    tt = rng.integers(0, 6, n) / 4
+    od = rng.integers(0, 2, n)
+    dd = np.where(od == 1, 1.0, -1.0) * rng.integers(1, 4, n)
+    if seed % 4 == 1:
+        dd[rng.integers(0, n, 3)] = [0.0, -0.0, np.nan]
+    if seed % 4 == 2:
+        dd[5] = -dd[5]
+    assert _event_order(rk, tt, od, dd).tolist() == np.lexsort((dd, od, tt, rk)).tolist()

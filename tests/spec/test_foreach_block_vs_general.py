@@ -268,3 +268,30 @@ def test_combos_number_rows_by_first_seen_values(seed: int) -> None:
     combo, firsts = block._combos({"name": "x", **cols}, nk)
     assert combo.tolist() == want
     assert firsts.tolist() == [want.index(c) for c in range(len(first))]
+
+
+#: an entry instanced per rank whose `peer` (ints per rank) and ranks the block holds once per rank, beside a
+#: field that varies by iteration as a string (`stream`: the combinations by values, not by int codes), one that
+#: varies by rank as a string (`tag`), and a `when` that keeps as many rows as there are ranks (4)
+PER_RANK_HELD = """\
+{schema_version: 1, name: t, world_size: 4, params: {n: 3}, ops: [{foreach: {i: range(n)}, ops: [
+  {name: "x{i}", kind: send, peer: "(rank + 1) % world_size", bytes: 64, stream: "q{i % 2}",
+   p2p_batch: "b{i}", tag: "t{rank % 2}", when: "(rank + i) % 3 == 0 or i == 1"},
+  {name: "y{i}", kind: recv, peer: "(rank - 1) % world_size", bytes: 64, stream: "q{i % 2}",
+   p2p_batch: "b{i}", tag: "t{(rank - 1) % world_size % 2}",
+   when: "((rank - 1) % world_size + i) % 3 == 0 or i == 1"}]}]}
+"""
+
+
+def test_per_rank_values_held_once_per_rank_give_the_general_paths_program(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the block keeps `peer` and the ranks as their values per rank and each row's position (no column per row);
+    # the representatives, the combinations (by string values here) and the rows must be the general path's
+    spec = load_text(PER_RANK_HELD, "t.yaml")
+    assert spec.__pydantic_private__["_layout"] is not None  # kept as a block
+    fast = lower(spec)
+    monkeypatch.setattr(foreach, "TEMPLATES", False)
+    slow = lower(load_text(PER_RANK_HELD, "t.yaml"))
+    assert fast.ops() == slow.ops()
+    got = sorted(f"{o.name}@r{o.rank}>{o.peer}:{o.stream}" for o in fast.ops() if o.name.startswith("x"))
+    assert got == sorted(f"x{i}@r{r}>{(r + 1) % 4}:q{i % 2}" for i in range(3) for r in range(4)
+                         if (r + i) % 3 == 0 or i == 1)
