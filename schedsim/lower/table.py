@@ -117,6 +117,32 @@ class _Interner:
             u.append((base, len(seq), may_hold, _SPAN))
         return base
 
+    def reserve_new(self, n: int, make: Callable[[], list[Any]] | list[Any], may_hold: Callable[[Any], bool]) -> int:
+        """:meth:`append_new` of the ``n`` items ``make()`` returns (or the list ``make``), made only when one is
+        first read (:attr:`items`, :meth:`item`, :meth:`take`) or registered: the same ids, the same guarantees
+        asked of the caller, the same span (a lookup of an item ``x`` with ``may_hold(x)``, or reading
+        :attr:`ids`, registers it, making its items first). The items of consecutive calls form one lazy run
+        (:class:`_Pieces`), so a lookup scans one run, not one per call. The training block's op names and
+        placed-op strings, which no pass of ``schedsim search`` reads."""
+        items = self._items
+        base = len(items)
+        if not n:
+            return base
+        items.extend(repeat(None, n))
+        lz = self._lazy
+        last = lz[-1] if lz else None
+        if last is not None and type(last[2]) is _Pieces and last[0] + last[1] == base:
+            last[2].parts.append(make)
+            lz[-1] = (last[0], last[1] + n, last[2])
+        else:
+            lz.append((base, n, _Pieces([make])))
+        u = self._unreg
+        if u and u[-1][3] is _SPAN and u[-1][2] is may_hold:
+            u[-1] = (u[-1][0], len(items) - u[-1][0], may_hold, _SPAN)
+        else:
+            u.append((base, n, may_hold, _SPAN))
+        return base
+
     def may_hold_any(self, pred: Callable[[Any], bool]) -> bool:
         """Whether ``pred`` may hold for an item interned so far: true for any lazy or unregistered run, else
         whether it holds for one."""
@@ -252,6 +278,22 @@ class _Interner:
         for at, vals in got:
             for k, v in zip(at.tolist(), vals, strict=True):
                 out[k] = v
+        return out
+
+
+class _Pieces:
+    """The maker of a lazy run of :meth:`_Interner.reserve_new`: its calls' item lists (or their makers), in
+    order, concatenated when the run is made."""
+
+    __slots__ = ("parts",)
+
+    def __init__(self, parts: list[Any]) -> None:
+        self.parts = parts
+
+    def __call__(self) -> list[Any]:
+        out: list[Any] = []
+        for p in self.parts:
+            out.extend(p if isinstance(p, list) else p())
         return out
 
 

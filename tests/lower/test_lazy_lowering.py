@@ -104,6 +104,41 @@ def test_appended_span_found_only_by_a_lookup_that_may_hit_it() -> None:
     assert it.items == ref.items and it.ids == ref.ids
 
 
+def test_reserved_span_made_only_when_read_or_registered() -> None:
+    """``_Interner.reserve_new``: append_new's ids and span, the items made on first read. Consecutive calls are one
+    lazy run (made as a whole, the lists and makers in order); a lookup that ``may_hold`` rejects makes and registers
+    nothing, one it accepts makes and registers the span; reading the items makes them without registering."""
+    def is_f(x: Any) -> bool:
+        return x.startswith("F")
+
+    made: list[str] = []
+
+    def make(*xs: str) -> Any:
+        def go() -> list[str]:
+            made.extend(xs)
+            return list(xs)
+        return go
+
+    it, ref = _Interner(), _Interner()
+    assert it("x") == 0
+    assert it.reserve_new(2, make("F0.a", "F0.b"), is_f) == 1
+    assert it.reserve_new(1, ["F0.c"], is_f) == 3
+    assert it.reserve_new(0, make(), is_f) == 4
+    assert len(it._lazy) == 1 and it._lazy[0][:2] == (1, 3)  # one run over both calls
+    assert it("sendF0") == 4 and not made  # rejected by is_f: interned after the span, nothing made
+    assert it.reserve_new(1, make("F1.a"), is_f) == 5
+    assert len(it._lazy) == 2 and it._unreg == [(1, 5, is_f, it._unreg[0][3])]  # a second run, one span
+    assert it("F0.b") == 2 and not it._unreg and not it._lazy  # accepted: made and registered
+    assert made == ["F0.a", "F0.b", "F1.a"] and it.get("F1.a") == 5 and it.get("F0.c") == 3
+    for x in ["x", "F0.a", "F0.b", "F0.c", "sendF0", "F1.a"]:
+        ref(x)
+    assert it.items == ref.items and it.ids == ref.ids
+    lone = _Interner()
+    lone.reserve_new(2, make("F2.a", "F2.b"), is_f)
+    assert lone.items == ["F2.a", "F2.b"] and lone._unreg and not lone._ids  # read: made, not registered
+    assert lone.item(1) == "F2.b" and lone("F2.b") == 1
+
+
 def test_an_unfindable_item_or_a_lazy_run_closes_the_span() -> None:
     """An item appended for no lookup (``append``) or a reserved lazy run after a span registers the span first,
     so that registering it later never makes that item findable; with a lazy run pending, appended items are
