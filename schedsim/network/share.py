@@ -42,8 +42,8 @@ share, as flow-level simulators use, needs no chunking and keeps the cost per ev
 Cost: the links of every flow are built once, vectorised (O(ranks) per collective, O(1) per send/recv). An event
 counts the flow on its links (O(its links), in numpy; a Python set only per link it shares with another flow) and
 refills only the flows connected to it through links that two or more running flows share: O(k × e) for k
-freezing rounds over the e link entries of those flows (k ≤ their number), nothing for a flow that shares no
-link. A 100,000-rank all_reduce running alone touches its 100,000 NIC links per event in numpy and never refills.
+freezing rounds over the e link entries of those flows (k ≤ their number; up to :data:`SMALL_REFILL` entries over
+Python scalars, :func:`maxmin_small`, the same rates bit for bit), nothing for a flow that shares no link. A 100,000-rank all_reduce running alone touches its 100,000 NIC links per event in numpy and never refills.
 The compiled loop counts a flow that is alone on every link it crosses, at its start or end, on and off its links
 itself (:meth:`LinkShare.loop_args`: no share changes) and calls :meth:`LinkShare.event` for the others only.
 """
@@ -67,7 +67,7 @@ if TYPE_CHECKING:
     from schedsim.lower.program import Program
 
 __all__ = ["LinkShare", "LinkMap", "LinkUse", "LinkUtilisation", "link_share", "link_utilisation", "maxmin",
-           "program_share", "shares_links"]
+           "maxmin_small", "program_share", "shares_links"]
 
 I64 = np.int64
 
@@ -102,6 +102,52 @@ def maxmin(demand: np.ndarray, cap: np.ndarray, flow: np.ndarray, link: np.ndarr
         frozen |= new
         e = new[flow]
         res -= np.bincount(link[e], weights=weight[e] * rate[flow[e]], minlength=L)
+    return rate
+
+
+#: At most this many link entries (flows × their links) in an event's refill for :func:`maxmin_small`; larger ones
+#: go to :func:`maxmin` (numpy), whose per-call cost is far above a scalar pass over a few dozen entries
+SMALL_REFILL = 256
+
+
+def maxmin_small(demand: list[float], cap: dict[int, float], entries: list[tuple[int, int, float]]) -> list[float]:
+    """:func:`maxmin` over Python scalars, the same floating-point operations in the same order, so the same rates
+    bit for bit (``tests/network/test_shared_links.py`` compares them): ``entries`` ``(flow, link, weight)`` in
+    :func:`maxmin`'s entry order, ``cap`` the capacity of each link they name. Each round's link sums add the
+    live entries' weights in entry order from 0.0 (``np.bincount``'s loop), a link's level is
+    ``max(residual, 0) / sum``, and the frozen flows' load leaves each link as one sum, subtracted once.
+    For the refills of :meth:`LinkShare._event` (a few flows, dozens of links)."""
+    F = len(demand)
+    rate = [0.0] * F
+    frozen = [False] * F
+    res = dict(cap)
+    left = F
+    inf = float("inf")
+    while left:
+        wsum: dict[int, float] = {}
+        for f, k, w in entries:
+            if not frozen[f]:
+                wsum[k] = wsum.get(k, 0.0) + w
+        level = {k: (r if (r := res[k]) > 0.0 else 0.0) / w for k, w in wsum.items() if w > 0}
+        lam = min(min(level.values(), default=inf), min(d for d, fr in zip(demand, frozen, strict=True) if not fr))
+        if lam == inf:  # every link's level is inf <= lam (maxmin's lam_link <= lam): every live flow is hit
+            full = None
+        else:
+            full = {k for k, v in level.items() if v <= lam}
+        hit = {f for f, k, _w in entries if not frozen[f] and (full is None or k in full)}
+        new = [not frozen[f] and (demand[f] <= lam or f in hit) for f in range(F)]
+        load: dict[int, float] = {}
+        for f in range(F):
+            if new[f]:
+                d = demand[f]
+                rate[f] = d if d <= lam else lam
+                frozen[f] = True
+                left -= 1
+        for f, k, w in entries:
+            if new[f]:
+                load[k] = load.get(k, 0.0) + w * rate[f]
+        for k, x in load.items():
+            res[k] = res[k] - x
     return rate
 
 
@@ -256,8 +302,17 @@ class LinkShare:
             self.share[g] = 1.0
         comp, busy = self._component(seeds) if seeds else ([], [])
         new = dict.fromkeys(comp, 1.0)
-        if busy:
-            lm = self.map
+        lm = self.map
+        if busy and int(sum(lm.ptr[h + 1] - lm.ptr[h] for h in busy)) <= SMALL_REFILL:  # scalars: no numpy per round
+            ptr, link, weight, cap = lm.ptr, lm.link, lm.weight, lm.cap
+            entries = [(i, k, w) for i, h in enumerate(busy)
+                       for k, w in zip(link[ptr[h]:ptr[h + 1]].tolist(), weight[ptr[h]:ptr[h + 1]].tolist(),
+                                       strict=True)]
+            dem = lm.demand[busy].tolist()
+            caps = {k: float(cap[k]) for _i, k, _w in entries}
+            rate = maxmin_small(dem, caps, entries)
+            new.update(zip(busy, [1.0 if r >= d else r / d for r, d in zip(rate, dem, strict=True)], strict=True))
+        elif busy:
             sizes = np.array([lm.ptr[h + 1] - lm.ptr[h] for h in busy], I64)
             idx = np.concatenate([np.arange(lm.ptr[h], lm.ptr[h + 1]) for h in busy])
             uniq, local = np.unique(lm.link[idx], return_inverse=True)
