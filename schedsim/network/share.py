@@ -199,6 +199,7 @@ class LinkShare:
         self.count = np.zeros(len(lm.cap), I64)  # running flows per link
         self.first = np.full(len(lm.cap), -1, I64)  # the flow on a link that carries one
         self.on: dict[int, set[int]] = {}  # the flows on a link that carries two or more
+        self._lists: dict[int, list[int]] = {}  # a flow's links as a list, made at its first refill
 
     def loop_args(self) -> tuple[object, ...]:
         """The compiled loop's ``share`` argument: :meth:`event`, :attr:`share`, :attr:`flag`, and where no flow
@@ -219,9 +220,14 @@ class LinkShare:
         return self.map.link[self.map.ptr[g]:self.map.ptr[g + 1]]
 
     def _shared_links(self, h: int) -> list[int]:
-        """The links of flow ``h`` that two or more running flows share."""
-        lk = self.links_of(h)
-        return lk[self.count[lk] > 1].tolist()
+        """The links of flow ``h`` that two or more running flows share: those :attr:`on` holds (a link carrying two
+        or more flows is there, and only such a link: :meth:`_start`, :meth:`_end`; the compiled loop counts alone
+        only flows that are alone on every link they cross), in the order of the flow's links."""
+        got = self._lists.get(h)
+        if got is None:
+            got = self._lists[h] = self.links_of(h).tolist()
+        on = self.on
+        return [k for k in got if k in on]
 
     def _component(self, seeds: set[int]) -> tuple[list[int], list[int]]:
         """The running flows reachable from ``seeds`` through links two or more running flows share, ascending,
