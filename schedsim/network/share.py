@@ -43,7 +43,8 @@ Cost: the links of every flow are built once, vectorised (O(ranks) per collectiv
 counts the flow on its links (O(its links), in numpy; a Python set only per link it shares with another flow) and
 refills only the flows connected to it through links that two or more running flows share: O(k × e) for k
 freezing rounds over the e link entries of those flows (k ≤ their number; up to :data:`SMALL_REFILL` entries over
-Python scalars, :func:`maxmin_small`, the same rates bit for bit), nothing for a flow that shares no link. A 100,000-rank all_reduce running alone touches its 100,000 NIC links per event in numpy and never refills.
+Python scalars, :func:`maxmin_small`, the same rates bit for bit), nothing for a flow that shares no link. A
+100,000-rank all_reduce running alone touches its 100,000 NIC links per event in numpy and never refills.
 The compiled loop counts a flow that is alone on every link it crosses, at its start or end, on and off its links
 itself (:meth:`LinkShare.loop_args`: no share changes) and calls :meth:`LinkShare.event` for the others only.
 """
@@ -314,10 +315,10 @@ class LinkShare:
             entries = [(i, k, w) for i, h in enumerate(busy)
                        for k, w in zip(link[ptr[h]:ptr[h + 1]].tolist(), weight[ptr[h]:ptr[h + 1]].tolist(),
                                        strict=True)]
-            dem = lm.demand[busy].tolist()
+            want: list[float] = lm.demand[busy].tolist()
             caps = {k: float(cap[k]) for _i, k, _w in entries}
-            rate = maxmin_small(dem, caps, entries)
-            new.update(zip(busy, [1.0 if r >= d else r / d for r, d in zip(rate, dem, strict=True)], strict=True))
+            got = maxmin_small(want, caps, entries)
+            new.update(zip(busy, [1.0 if r >= d else r / d for r, d in zip(got, want, strict=True)], strict=True))
         elif busy:
             sizes = np.array([lm.ptr[h + 1] - lm.ptr[h] for h in busy], I64)
             idx = np.concatenate([np.arange(lm.ptr[h], lm.ptr[h + 1]) for h in busy])
