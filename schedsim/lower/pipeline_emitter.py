@@ -81,7 +81,7 @@ def _id_range(base: int, n: int) -> array:
 
 def emitted_name(x: Any) -> bool:
     """Whether op name ``x`` may be one the training block's emitter appends without a lookup
-    (:attr:`_Emitter.fresh`, :meth:`~schedsim.lower.table._Interner.append_new`): a compute phase's (``F``, ``I``,
+    (:attr:`_Emitter.fresh`, :meth:`~schedsim.lower.table._Interner.reserve_new`): a compute phase's (``F``, ``I``,
     ``W`` or ``B``, then the stage's number: :meth:`_Emitter.compute`) or a pipeline send's or recv's (``sendF``,
     ``recvB`` and so on, then the stage's number: :meth:`_Emitter.p2p`). A lookup of such a name registers them."""
     return (x[:1] in _LABELS and x[1:2].isdigit()) or (x[:4] in _P2P and x[4:5] in _FB and x[5:6].isdigit())
@@ -207,7 +207,7 @@ class _Emitter:
     # (``F<s>.<mb>.``) of the phases written so far (value -1) and the sends' and recvs' names with their ids:
     # a phase under a prefix not in it, its names distinct, has only new names (each is its prefix, which the
     # stage and microbatch numbers end, then a name of the stage's list), and so has a send or recv not in it (no
-    # other op's name starts as emitted_name's): they are appended without a lookup (_Interner.append_new).
+    # other op's name starts as emitted_name's): they are appended without a lookup (_Interner.reserve_new).
     # Shared like name_ids.
     fresh: dict[str, int] | None = None
     # with ``fresh``: the table held no NCCL group or message string emitted_str accepts before the block's, so a

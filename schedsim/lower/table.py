@@ -31,7 +31,7 @@ I32 = np.int32
 I32_C = array("i").itemsize == 4  # a C int is int32: array("i") converts a list of ints in a C loop
 
 
-_SPAN: Any = np.zeros(0, np.int64)  # the ``register`` of a span of :meth:`_Interner.append_new`: every item of it
+_SPAN: Any = np.zeros(0, np.int64)  # the ``register`` of a span of :meth:`_Interner.reserve_new`: every item of it
 
 
 class _Interner:
@@ -95,35 +95,18 @@ class _Interner:
         self._items.append(x)
         return len(self._items) - 1
 
-    def append_new(self, seq: list[Any], may_hold: Callable[[Any], bool]) -> int:
-        """Give the items of ``seq`` the next ids, in order, without a lookup each; returns the first. The caller
-        guarantees that they differ from each other and from every item interned so far, and that ``may_hold``
-        is true for each of them. They join the lookup table only when an item ``x`` with ``may_hold(x)`` is
-        looked up or :attr:`ids` is read, so the ids are those that interning each item in turn gives, without
-        a dictionary insertion per item where nothing looks them up (the training block's op names,
-        :class:`schedsim.lower.pipeline_emitter._Emitter`). The items of consecutive calls form one *span*,
-        registered as a whole; the items interned between them by a lookup are in it too, with the ids they
-        have."""
-        items = self._items
-        base = len(items)
-        items.extend(seq)
-        if self._lazy:  # placeholders of lazy runs: these items registered now (no span over a reserved run)
-            self._ids.update(zip(seq, count(base)))
-            return base
-        u = self._unreg
-        if u and u[-1][3] is _SPAN and u[-1][2] is may_hold:
-            u[-1] = (u[-1][0], len(items) - u[-1][0], may_hold, _SPAN)
-        else:
-            u.append((base, len(seq), may_hold, _SPAN))
-        return base
-
     def reserve_new(self, n: int, make: Callable[[], list[Any]] | list[Any], may_hold: Callable[[Any], bool]) -> int:
-        """:meth:`append_new` of the ``n`` items ``make()`` returns (or the list ``make``), made only when one is
-        first read (:attr:`items`, :meth:`item`, :meth:`take`) or registered: the same ids, the same guarantees
-        asked of the caller, the same span (a lookup of an item ``x`` with ``may_hold(x)``, or reading
-        :attr:`ids`, registers it, making its items first). The items of consecutive calls form one lazy run
-        (:class:`_Pieces`), so a lookup scans one run, not one per call. The training block's op names and
-        placed-op strings, which no pass of ``schedsim search`` reads."""
+        """Give the ``n`` items ``make()`` returns (or the list ``make``) the next ids, in order, without a lookup
+        each; returns the first. The caller guarantees that they differ from each other and from every item
+        interned so far, and that ``may_hold`` is true for each of them. They are made only when one is first read
+        (:attr:`items`, :meth:`item`, :meth:`take`) or registered, and join the lookup table only when an item
+        ``x`` with ``may_hold(x)`` is looked up or :attr:`ids` is read, so the ids are those that interning each
+        item in turn gives, without a string made or a dictionary insertion per item where nothing reads them
+        (the training block's op names and placed-op strings, :class:`schedsim.lower.pipeline_emitter._Emitter`,
+        which no pass of ``schedsim search`` reads). The items of consecutive calls form one *span*, registered
+        as a whole (the items interned between them by a lookup are in it too, with the ids they have), and one
+        lazy run where no lookup came between them (:class:`_Pieces`), so a lookup scans one span, not one per
+        call. The eager form, every item made at once: ``tests/oracle/eager_names.py``."""
         items = self._items
         base = len(items)
         if not n:
@@ -149,7 +132,7 @@ class _Interner:
         return bool(self._lazy or self._unreg) or any(map(pred, self._items))
 
     def _close_span(self) -> None:
-        """Register the open span of :meth:`append_new`, if any, before an item that no lookup may find (or a
+        """Register the open span of :meth:`reserve_new`, if any, before an item that no lookup may find (or a
         lazy run) is appended after it."""
         if self._unreg and self._unreg[-1][3] is _SPAN:
             self._register(self._unreg[-1])

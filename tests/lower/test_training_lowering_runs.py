@@ -103,7 +103,7 @@ def test_names_appended_without_lookup_make_the_same_program(case: str, monkeypa
     assert lazy.name_table._unreg
     it = lazy.name_table
     items = it.items  # made on first read (_Interner.reserve_new), not registered by it
-    for base, n, pred, _span in it._unreg:  # append_new's condition: a lookup of any unregistered one registers
+    for base, n, pred, _span in it._unreg:  # reserve_new's condition: a lookup of any unregistered one registers
         assert all(pred(x) for x in items[base:base + n] if x not in it._ids)
     fast = _state(text)
     _patch_ranks(monkeypatch, "fresh", lambda: None)
