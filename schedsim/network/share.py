@@ -114,14 +114,15 @@ SMALL_REFILL = 256
 def maxmin_small(demand: list[float], cap: dict[int, float], entries: list[tuple[int, int, float]]) -> list[float]:
     """:func:`maxmin` over Python scalars, the same floating-point operations in the same order, so the same rates
     bit for bit (``tests/network/test_shared_links.py`` compares them): ``entries`` ``(flow, link, weight)`` in
-    :func:`maxmin`'s entry order, ``cap`` the capacity of each link they name. Each round's link sums add the
-    live entries' weights in entry order from 0.0 (``np.bincount``'s loop), a link's level is
-    ``max(residual, 0) / sum``, and the frozen flows' load leaves each link as one sum, subtracted once.
-    For the refills of :meth:`LinkShare._event` (a few flows, dozens of links)."""
+    :func:`maxmin`'s entry order, ``cap`` the capacity of each link they name (others may be there too). Each
+    round's link sums add the live entries' weights in entry order from 0.0 (``np.bincount``'s loop), a link's
+    level is ``max(residual, 0) / sum``, and the frozen flows' load leaves each link as one sum, subtracted once
+    (not after the last round, whose residuals are read no more). For the refills of :meth:`LinkShare._event` (a
+    few flows, dozens of links)."""
     F = len(demand)
     rate = [0.0] * F
     frozen = [False] * F
-    res = dict(cap)
+    res = {k: cap[k] for _f, k, _w in entries}
     left = F
     inf = float("inf")
     while left:
@@ -144,6 +145,8 @@ def maxmin_small(demand: list[float], cap: dict[int, float], entries: list[tuple
                 rate[f] = d if d <= lam else lam
                 frozen[f] = True
                 left -= 1
+        if not left:  # the last round: the residuals are read no more
+            break
         for f, k, w in entries:
             if new[f]:
                 load[k] = load.get(k, 0.0) + w * rate[f]
@@ -200,7 +203,8 @@ class LinkShare:
         self.count = np.zeros(len(lm.cap), I64)  # running flows per link
         self.first = np.full(len(lm.cap), -1, I64)  # the flow on a link that carries one
         self.on: dict[int, set[int]] = {}  # the flows on a link that carries two or more
-        self._lists: dict[int, list[int]] = {}  # a flow's links as a list, made at its first refill
+        self._lists: dict[int, list[tuple[int, float]]] = {}  # a flow's (link, weight) pairs (_entries)
+        self._caps: dict[int, float] = {}  # the capacity of each link of those flows
 
     def loop_args(self) -> tuple[object, ...]:
         """The compiled loop's ``share`` argument: :meth:`event`, :attr:`share`, :attr:`flag`, and where no flow
@@ -224,11 +228,20 @@ class LinkShare:
         """The links of flow ``h`` that two or more running flows share: those :attr:`on` holds (a link carrying two
         or more flows is there, and only such a link: :meth:`_start`, :meth:`_end`; the compiled loop counts alone
         only flows that are alone on every link they cross), in the order of the flow's links."""
+        on = self.on
+        return [k for k, _w in self._entries(h) if k in on]
+
+    def _entries(self, h: int) -> list[tuple[int, float]]:
+        """Flow ``h``'s (link, weight) pairs as Python scalars, made at its first refill; the capacities of its
+        links join :attr:`_caps`."""
         got = self._lists.get(h)
         if got is None:
-            got = self._lists[h] = self.links_of(h).tolist()
-        on = self.on
-        return [k for k in got if k in on]
+            lm = self.map
+            a, b = lm.ptr[h], lm.ptr[h + 1]
+            links = lm.link[a:b].tolist()
+            got = self._lists[h] = list(zip(links, lm.weight[a:b].tolist(), strict=True))
+            self._caps.update(zip(links, lm.cap[lm.link[a:b]].tolist(), strict=True))
+        return got
 
     def _component(self, seeds: set[int]) -> tuple[list[int], list[int]]:
         """The running flows reachable from ``seeds`` through links two or more running flows share, ascending,
@@ -311,12 +324,9 @@ class LinkShare:
         new = dict.fromkeys(comp, 1.0)
         lm = self.map
         if busy and int(sum(lm.ptr[h + 1] - lm.ptr[h] for h in busy)) <= SMALL_REFILL:  # scalars: no numpy per round
-            ptr, link, weight, cap = lm.ptr, lm.link, lm.weight, lm.cap
-            entries = [(i, k, w) for i, h in enumerate(busy)
-                       for k, w in zip(link[ptr[h]:ptr[h + 1]].tolist(), weight[ptr[h]:ptr[h + 1]].tolist(),
-                                       strict=True)]
+            entries = [(i, k, w) for i, h in enumerate(busy) for k, w in self._entries(h)]
             want: list[float] = lm.demand[busy].tolist()
-            caps = {k: float(cap[k]) for _i, k, _w in entries}
+            caps = self._caps
             got = maxmin_small(want, caps, entries)
             new.update(zip(busy, [1.0 if r >= d else r / d for r, d in zip(got, want, strict=True)], strict=True))
         elif busy:
