@@ -13,6 +13,7 @@ from array import array
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from itertools import count
 from typing import Any
 
@@ -80,7 +81,7 @@ def _id_range(base: int, n: int) -> array:
 
 def emitted_name(x: Any) -> bool:
     """Whether op name ``x`` may be one the training block's emitter appends without a lookup
-    (:attr:`_Emitter.fresh`, :meth:`~schedsim.lower.table._Interner.append_new`): a compute phase's (``F``, ``I``,
+    (:attr:`_Emitter.fresh`, :meth:`~schedsim.lower.table._Interner.reserve_new`): a compute phase's (``F``, ``I``,
     ``W`` or ``B``, then the stage's number: :meth:`_Emitter.compute`) or a pipeline send's or recv's (``sendF``,
     ``recvB`` and so on, then the stage's number: :meth:`_Emitter.p2p`). A lookup of such a name registers them."""
     return (x[:1] in _LABELS and x[1:2].isdigit()) or (x[:4] in _P2P and x[4:5] in _FB and x[5:6].isdigit())
@@ -206,7 +207,7 @@ class _Emitter:
     # (``F<s>.<mb>.``) of the phases written so far (value -1) and the sends' and recvs' names with their ids:
     # a phase under a prefix not in it, its names distinct, has only new names (each is its prefix, which the
     # stage and microbatch numbers end, then a name of the stage's list), and so has a send or recv not in it (no
-    # other op's name starts as emitted_name's): they are appended without a lookup (_Interner.append_new).
+    # other op's name starts as emitted_name's): they are appended without a lookup (_Interner.reserve_new).
     # Shared like name_ids.
     fresh: dict[str, int] | None = None
     # with ``fresh``: the table held no NCCL group or message string emitted_str accepts before the block's, so a
@@ -215,7 +216,7 @@ class _Emitter:
     fresh_strs: bool = False
     # (sorted op names' suffix_id) -> (nid, names, per op its (group, message) suffixes) of the first run with
     # those ops: a later run with them in another order is its alias (_Run.alias). Shared like name_ids.
-    orders: dict[int, tuple[int, tuple[str, ...], tuple[tuple[str, str], ...]]] = field(default_factory=dict)
+    orders: dict[int, tuple[int, tuple[str, ...], dict[int, tuple[str, str]]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.compute_stream = self.table.streams("compute")
@@ -288,7 +289,7 @@ class _Emitter:
             else:  # the name of a send or recv not written yet is new (fresh's rule); the other ranks' find it there
                 opname = fresh.get(name_pre + sj, -1)
                 if opname < 0:
-                    opname = fresh[name_pre + sj] = table.names.append_new([name_pre + sj], emitted_name)
+                    opname = fresh[name_pre + sj] = table.names.reserve_new(1, [name_pre + sj], emitted_name)
             msg = msg_pre + sj  # the message: who produced it, which mb
             tset = (("chunk", chunk), ("mb", j), ("msg", msg), ("pp_op", value), ("stage", s))
             tags = table.tag_id(tset) if self.shared_p2p_tags else table.new_tag_id(tset)
@@ -338,48 +339,61 @@ class _Emitter:
             rows = self.protos[key]
             run = None
             if rows:
-                cs = self.compute_stream
-                at: list[ProtoPlace | None] = [r[2] if len(r) > 2 else None for r in rows]  # type: ignore[misc]
-                placed = [k for k, a in enumerate(at) if a is not None and a.after]
-                sfx = [(k, x) for k, a in enumerate(at) if a is not None for x in (a.batch, a.msg)]
-                names = tuple(r[0] for r in rows)
-                tmpls = tuple(r[1] for r in rows)
-                streams = tuple(cs if a is None or a.stream < 0 else a.stream for a in at)
-                peers = tuple(-1 if a is None else a.peer for a in at)
-                after = tuple((k, at[k].after) for k in placed)  # type: ignore[union-attr]
+                cs, n = self.compute_stream, len(rows)
+                names = tuple([r[0] for r in rows])
+                tmpls = tuple([r[1] for r in rows])
+                # the rows placed by a ProtoPlace (few: a ring's send/recv, an asynchronous collective), by index;
+                # every other row is the next kernel of stream compute
+                at: dict[int, ProtoPlace] = {k: r[2] for k, r in enumerate(rows) if len(r) > 2}  # type: ignore[misc]
+                stream_l, peer_l = [cs] * n, [-1] * n
+                for k, a in at.items():
+                    if a.stream >= 0:
+                        stream_l[k] = a.stream
+                    peer_l[k] = a.peer
+                streams, peers = tuple(stream_l), tuple(peer_l)
+                after = tuple((k, a.after) for k, a in at.items() if a.after)
+                sfx = [(k, x) for k, a in at.items() for x in (a.batch, a.msg)]
                 strs = tuple((k, 2 * k + (i % 2), x) for i, (k, x) in enumerate(sfx) if x)
                 uniq = tuple(dict.fromkeys(x[2] for x in strs))
                 where = {x: i for i, x in enumerate(uniq)}
                 cols = [tuple(x for x in strs if x[1] % 2 == c) for c in (0, 1)]
-                run = _Run(tmpls, names, all(a is None for a in at), streams, peers, after, strs,
-                           len(set(names)) == len(names), (array("i", tmpls), array("i", streams), array("i", peers)),
+                end = n - 1  # the last row that is not side (the last row where every one is)
+                while end >= 0 and end in at and at[end].side:
+                    end -= 1
+                on_compute = n - 1  # the last row on stream compute (-1: none)
+                while on_compute >= 0 and stream_l[on_compute] != cs:
+                    on_compute -= 1
+                distinct = len(set(names)) == n
+                run = _Run(tmpls, names, not at, streams, peers, after, strs, distinct,
+                           (array("i", tmpls), array("i", streams), array("i", peers)),
                            (tuple(k for k, _a in after), tuple(len(a) for _k, a in after),
                             tuple(i for _k, a in after for i in a), tuple(x[1] for x in strs),
                             tuple(x[2] for x in strs)),
-                           end=max([k for k, a in enumerate(at) if a is None or not a.side], default=len(rows) - 1),
-                           on_compute=max([k for k, st in enumerate(streams) if st == cs], default=-1),
+                           end=end if end >= 0 else n - 1, on_compute=on_compute,
                            nid=suffix_id(names), sid=suffix_id(tuple(x[2] for x in strs)), uniq=uniq,
                            uid=suffix_id(uniq),
                            batch_at=(tuple(x[0] for x in cols[0]), tuple(where[x[2]] for x in cols[0])),
                            msg_at=(tuple(x[0] for x in cols[1]), tuple(where[x[2]] for x in cols[1])),
-                           none=array("i", (-1,)) * len(rows),
-                           lead_after_compute=at[0] is not None and at[0].after_compute,
-                           alias=self._alias(names, tuple(("", "") if a is None else (a.batch, a.msg) for a in at)))
+                           none=array("i", (-1,)) * n,
+                           lead_after_compute=0 in at and at[0].after_compute,
+                           alias=self._alias(names, {k: (a.batch, a.msg) for k, a in at.items()}) if distinct
+                           else None)
             self.runs[key] = run
         return self.runs[key]  # type: ignore[no-any-return]
 
-    def _alias(self, names: tuple[str, ...], pairs: tuple[tuple[str, str], ...]) -> tuple[int, tuple[int, ...]] | None:
-        """:attr:`_Run.alias` of a run of ops ``names`` (distinct) with NCCL group and message suffixes ``pairs``,
-        registering it in :attr:`orders` when it is the first with these ops."""
-        if len(set(names)) != len(names):
-            return None
+    def _alias(self, names: tuple[str, ...], pairs: dict[int, tuple[str, str]]) -> tuple[int, tuple[int, ...]] | None:
+        """:attr:`_Run.alias` of a run of ops ``names`` (distinct) with NCCL group and message suffixes ``pairs``
+        (by op index; ``("", "")`` where absent), registering it in :attr:`orders` when it is the first with these
+        ops."""
         nid = suffix_id(names)
         first = self.orders.setdefault(suffix_id(tuple(sorted(names))), (nid, names, pairs))
         if first[0] == nid:
             return None
         at = {x: k for k, x in enumerate(first[1])}
         perm = tuple(at[x] for x in names)
-        if any(first[2][i] != pr for i, pr in zip(perm, pairs, strict=True)):
+        none = ("", "")
+        theirs = first[2]
+        if any(theirs.get(i, none) != pairs.get(k, none) for k, i in enumerate(perm)):
             return None
         return first[0], perm
 
@@ -399,8 +413,8 @@ class _Emitter:
                 perm = run.alias[1]
                 batch, msg = array("i", map(alias[3].__getitem__, perm)), array("i", map(alias[4].__getitem__, perm))
             elif new:
-                base = self.table.strs.append_new(_full_names(pre, run.uid, run.uniq), emitted_str) if run.uniq \
-                    else 0
+                base = self.table.strs.reserve_new(len(run.uniq), partial(_full_names, pre, run.uid, run.uniq),
+                                                   emitted_str) if run.uniq else 0
                 cols = []
                 for at, which in (run.batch_at, run.msg_at):
                     col = array("i", run.none)
@@ -456,7 +470,8 @@ class _Emitter:
         if alias is not None and run.alias is not None:  # the other order's names, interned (_Run.alias)
             ids = array("i", map(alias.__getitem__, run.alias[1]))
         elif fresh is not None and run.distinct and pre not in fresh:  # every name new (fresh's rule)
-            base = table.names.append_new(_full_names(pre, run.nid, run.names), emitted_name)
+            base = table.names.reserve_new(len(run.names), partial(_full_names, pre, run.nid, run.names),
+                                           emitted_name)
             ids = _id_range(base, len(run.names))
             new = self.fresh_strs
         else:
@@ -515,7 +530,7 @@ class _Emitter:
         oname = end = -1
         for k, row in enumerate(self.protos[(s, phase)]):
             tname, tid = row[0], row[1]
-            oname = known[k] if known is not None else names.append_new([pre + tname], emitted_name) if new \
+            oname = known[k] if known is not None else names.reserve_new(1, [pre + tname], emitted_name) if new \
                 else names(pre + tname)
             if len(row) > 2:  # an op placed by its row (training's context-parallel ring): ProtoPlace
                 at: ProtoPlace = row[2]  # type: ignore[misc]

@@ -31,7 +31,7 @@ I32 = np.int32
 I32_C = array("i").itemsize == 4  # a C int is int32: array("i") converts a list of ints in a C loop
 
 
-_SPAN: Any = np.zeros(0, np.int64)  # the ``register`` of a span of :meth:`_Interner.append_new`: every item of it
+_SPAN: Any = np.zeros(0, np.int64)  # the ``register`` of a span of :meth:`_Interner.reserve_new`: every item of it
 
 
 class _Interner:
@@ -95,26 +95,35 @@ class _Interner:
         self._items.append(x)
         return len(self._items) - 1
 
-    def append_new(self, seq: list[Any], may_hold: Callable[[Any], bool]) -> int:
-        """Give the items of ``seq`` the next ids, in order, without a lookup each; returns the first. The caller
-        guarantees that they differ from each other and from every item interned so far, and that ``may_hold``
-        is true for each of them. They join the lookup table only when an item ``x`` with ``may_hold(x)`` is
-        looked up or :attr:`ids` is read, so the ids are those that interning each item in turn gives, without
-        a dictionary insertion per item where nothing looks them up (the training block's op names,
-        :class:`schedsim.lower.pipeline_emitter._Emitter`). The items of consecutive calls form one *span*,
-        registered as a whole; the items interned between them by a lookup are in it too, with the ids they
-        have."""
+    def reserve_new(self, n: int, make: Callable[[], list[Any]] | list[Any], may_hold: Callable[[Any], bool]) -> int:
+        """Give the ``n`` items ``make()`` returns (or the list ``make``) the next ids, in order, without a lookup
+        each; returns the first. The caller guarantees that they differ from each other and from every item
+        interned so far, and that ``may_hold`` is true for each of them. They are made only when one is first read
+        (:attr:`items`, :meth:`item`, :meth:`take`) or registered, and join the lookup table only when an item
+        ``x`` with ``may_hold(x)`` is looked up or :attr:`ids` is read, so the ids are those that interning each
+        item in turn gives, without a string made or a dictionary insertion per item where nothing reads them
+        (the training block's op names and placed-op strings, :class:`schedsim.lower.pipeline_emitter._Emitter`,
+        which no pass of ``schedsim search`` reads). The items of consecutive calls form one *span*, registered
+        as a whole (the items interned between them by a lookup are in it too, with the ids they have), and one
+        lazy run where no lookup came between them (:class:`_Pieces`), so a lookup scans one span, not one per
+        call. The eager form, every item made at once: ``tests/oracle/eager_names.py``."""
         items = self._items
         base = len(items)
-        items.extend(seq)
-        if self._lazy:  # placeholders of lazy runs: these items registered now (no span over a reserved run)
-            self._ids.update(zip(seq, count(base)))
+        if not n:
             return base
+        items.extend(repeat(None, n))
+        lz = self._lazy
+        last = lz[-1] if lz else None
+        if last is not None and type(last[2]) is _Pieces and last[0] + last[1] == base:
+            last[2].parts.append(make)
+            lz[-1] = (last[0], last[1] + n, last[2])
+        else:
+            lz.append((base, n, _Pieces([make])))
         u = self._unreg
         if u and u[-1][3] is _SPAN and u[-1][2] is may_hold:
             u[-1] = (u[-1][0], len(items) - u[-1][0], may_hold, _SPAN)
         else:
-            u.append((base, len(seq), may_hold, _SPAN))
+            u.append((base, n, may_hold, _SPAN))
         return base
 
     def may_hold_any(self, pred: Callable[[Any], bool]) -> bool:
@@ -123,7 +132,7 @@ class _Interner:
         return bool(self._lazy or self._unreg) or any(map(pred, self._items))
 
     def _close_span(self) -> None:
-        """Register the open span of :meth:`append_new`, if any, before an item that no lookup may find (or a
+        """Register the open span of :meth:`reserve_new`, if any, before an item that no lookup may find (or a
         lazy run) is appended after it."""
         if self._unreg and self._unreg[-1][3] is _SPAN:
             self._register(self._unreg[-1])
@@ -252,6 +261,22 @@ class _Interner:
         for at, vals in got:
             for k, v in zip(at.tolist(), vals, strict=True):
                 out[k] = v
+        return out
+
+
+class _Pieces:
+    """The maker of a lazy run of :meth:`_Interner.reserve_new`: its calls' item lists (or their makers), in
+    order, concatenated when the run is made."""
+
+    __slots__ = ("parts",)
+
+    def __init__(self, parts: list[Any]) -> None:
+        self.parts = parts
+
+    def __call__(self) -> list[Any]:
+        out: list[Any] = []
+        for p in self.parts:
+            out.extend(p if isinstance(p, list) else p())
         return out
 
 

@@ -554,6 +554,7 @@ class _Ranks:
         #: lazy creation of that communicator, which the CP group of a real run never shares with the pipeline.
         self.lone = plan.v > 1
         self.protos: dict[tuple[int, ...], dict[tuple[int, str], list[tuple[str, int]]]] = {}
+        self.places: dict[tuple[Any, ...], ProtoPlace] = {}  # _placed's, by their fields
         #: Per stage, the microbatch of its last backward (:func:`~schedsim.lower.pipeline_emitter.last_backward`),
         #: found once for every rank's ``overlap_grad_reduce``.
         self.last_bwd: dict[int, int] | None = None
@@ -620,13 +621,15 @@ class _Ranks:
                 own = self.templates.own
                 row = []
                 lst = self._ring_order(lst, odd)
-                index = {str(o["name"]): k for k, o in enumerate(lst)}
+                index: dict[str, int] = {}  # entry name -> its index, made for the first placed entry
                 for k, o in enumerate(lst or [{"name": "noop", "kind": "compute", "duration_us": 0}]):
                     coll = -1
                     if o.get("tp"):
                         grp = ep_group if o.get("group") == "ep" else dp_group if o.get("group") == "dp" else group
                         coll = self.templates.comm(o, grp)
                     if "after" in o:
+                        if not index:
+                            index = {str(x["name"]): i for i, x in enumerate(lst)}
                         row.append(self._placed(o, index, ring, tp_ring, s, phase, k, coll))
                         continue
                     if coll >= 0:
@@ -677,9 +680,11 @@ class _Ranks:
         if self.lone and peer >= 0:  # lone isend / irecv: each on the stream of its direction
             name = f"{o['ring']}_{o['kind']}"
         stream = self.table.streams(name) if name else -1
-        place = ProtoPlace(stream, tuple(index[n] for n in o["after"]), peer,
-                           "" if self.lone else o.get("nccl_group", ""), o.get("msg", ""),
-                           after_compute=bool(o.get("after_compute")))
+        key = (stream, tuple([index[n] for n in o["after"]]), peer, "" if self.lone else o.get("nccl_group", ""),
+               o.get("msg", ""), bool(o.get("after_compute")))
+        place = self.places.get(key)
+        if place is None:  # one object per distinct place (the ranks' and layers' rows repeat them)
+            place = self.places[key] = ProtoPlace(*key[:5], after_compute=key[5])
         return str(o["name"]), tid, place
 
     def one(self, kind: str, name: str, rank: int, group: tuple[int, ...], nbytes: float, dtype: str,

@@ -70,6 +70,9 @@ _Table = dict[tuple[str, str], tuple[float, float]]
 #: nChannels x this, else Simple. addP2pToPlan gives a send at most one channel per minPartSize = 64 KiB
 #: (p2pChunkSize / 2 across nodes, / 8 inside a node), so LL holds exactly up to this many bytes
 P2P_LL_THRESHOLD = 16384
+#: At most this many answers kept by each :class:`NcclNetwork`'s :meth:`~NcclNetwork.collective` (then forgotten
+#: all at once)
+COSTS_KEPT = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -322,6 +325,10 @@ class NcclNetwork:
         self._tune: dict[tuple[GroupShape, str], tuple[_Table, _Table, TuneInput]] = {}
         self._scales: dict[tuple[GroupShape, str, str, str, int], float] = {}
         self._later: dict[tuple[GroupShape, str], tuple[list[float], list[float]]] = {}
+        #: :meth:`collective`'s answers by (kind, bytes and their type, shape, has_table, floor): the cost model
+        #: and the shared links' choice of algorithm (:func:`schedsim.network.share.link_share`) ask for the same
+        #: collectives, and the points of a search share this object; emptied at :data:`COSTS_KEPT` entries
+        self._costs: dict[tuple[Any, ...], CollectiveCost | None] = {}
 
     # -- placement -------------------------------------------------------------------------------------------
     def gpu_of(self, rank: int) -> int:
@@ -606,6 +613,18 @@ class NcclNetwork:
         two differ only just below a switch whose choice the figures time slower than NCCL's constants do).
         """
         shape = self.shape(ranks)
+        key = (kind, nbytes, type(nbytes), shape, has_table, floor)
+        if key in self._costs:
+            return self._costs[key]
+        got = self._collective(kind, nbytes, shape, has_table, floor)
+        if len(self._costs) >= COSTS_KEPT:
+            self._costs.clear()
+        self._costs[key] = got
+        return got
+
+    def _collective(self, kind: str, nbytes: float, shape: GroupShape, has_table: bool,
+                    floor: bool) -> CollectiveCost | None:
+        """:meth:`collective` on the group's shape, worked out."""
         if has_table or (shape.nodes == 1 and not self.topo.nccl_within_node):
             return None
         func = KINDS[kind].nccl  # NCCL's function name; "" for the kinds NCCL builds from send/recv

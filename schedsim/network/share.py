@@ -42,8 +42,9 @@ share, as flow-level simulators use, needs no chunking and keeps the cost per ev
 Cost: the links of every flow are built once, vectorised (O(ranks) per collective, O(1) per send/recv). An event
 counts the flow on its links (O(its links), in numpy; a Python set only per link it shares with another flow) and
 refills only the flows connected to it through links that two or more running flows share: O(k × e) for k
-freezing rounds over the e link entries of those flows (k ≤ their number), nothing for a flow that shares no
-link. A 100,000-rank all_reduce running alone touches its 100,000 NIC links per event in numpy and never refills.
+freezing rounds over the e link entries of those flows (k ≤ their number; up to :data:`SMALL_REFILL` entries over
+Python scalars, :func:`maxmin_small`, the same rates bit for bit), nothing for a flow that shares no link. A
+100,000-rank all_reduce running alone touches its 100,000 NIC links per event in numpy and never refills.
 The compiled loop counts a flow that is alone on every link it crosses, at its start or end, on and off its links
 itself (:meth:`LinkShare.loop_args`: no share changes) and calls :meth:`LinkShare.event` for the others only.
 """
@@ -67,7 +68,7 @@ if TYPE_CHECKING:
     from schedsim.lower.program import Program
 
 __all__ = ["LinkShare", "LinkMap", "LinkUse", "LinkUtilisation", "link_share", "link_utilisation", "maxmin",
-           "program_share", "shares_links"]
+           "maxmin_small", "program_share", "shares_links"]
 
 I64 = np.int64
 
@@ -102,6 +103,55 @@ def maxmin(demand: np.ndarray, cap: np.ndarray, flow: np.ndarray, link: np.ndarr
         frozen |= new
         e = new[flow]
         res -= np.bincount(link[e], weights=weight[e] * rate[flow[e]], minlength=L)
+    return rate
+
+
+#: At most this many link entries (flows × their links) in an event's refill for :func:`maxmin_small`; larger ones
+#: go to :func:`maxmin` (numpy), whose per-call cost is far above a scalar pass over a few dozen entries
+SMALL_REFILL = 256
+
+
+def maxmin_small(demand: list[float], cap: dict[int, float], entries: list[tuple[int, int, float]]) -> list[float]:
+    """:func:`maxmin` over Python scalars, the same floating-point operations in the same order, so the same rates
+    bit for bit (``tests/network/test_shared_links.py`` compares them): ``entries`` ``(flow, link, weight)`` in
+    :func:`maxmin`'s entry order, ``cap`` the capacity of each link they name (others may be there too). Each
+    round's link sums add the live entries' weights in entry order from 0.0 (``np.bincount``'s loop), a link's
+    level is ``max(residual, 0) / sum``, and the frozen flows' load leaves each link as one sum, subtracted once
+    (not after the last round, whose residuals are read no more). For the refills of :meth:`LinkShare._event` (a
+    few flows, dozens of links)."""
+    F = len(demand)
+    rate = [0.0] * F
+    frozen = [False] * F
+    res = {k: cap[k] for _f, k, _w in entries}
+    left = F
+    inf = float("inf")
+    while left:
+        wsum: dict[int, float] = {}
+        for f, k, w in entries:
+            if not frozen[f]:
+                wsum[k] = wsum.get(k, 0.0) + w
+        level = {k: (r if (r := res[k]) > 0.0 else 0.0) / w for k, w in wsum.items() if w > 0}
+        lam = min(min(level.values(), default=inf), min(d for d, fr in zip(demand, frozen, strict=True) if not fr))
+        if lam == inf:  # every link's level is inf <= lam (maxmin's lam_link <= lam): every live flow is hit
+            full = None
+        else:
+            full = {k for k, v in level.items() if v <= lam}
+        hit = {f for f, k, _w in entries if not frozen[f] and (full is None or k in full)}
+        new = [not frozen[f] and (demand[f] <= lam or f in hit) for f in range(F)]
+        load: dict[int, float] = {}
+        for f in range(F):
+            if new[f]:
+                d = demand[f]
+                rate[f] = d if d <= lam else lam
+                frozen[f] = True
+                left -= 1
+        if not left:  # the last round: the residuals are read no more
+            break
+        for f, k, w in entries:
+            if new[f]:
+                load[k] = load.get(k, 0.0) + w * rate[f]
+        for k, x in load.items():
+            res[k] = res[k] - x
     return rate
 
 
@@ -153,6 +203,8 @@ class LinkShare:
         self.count = np.zeros(len(lm.cap), I64)  # running flows per link
         self.first = np.full(len(lm.cap), -1, I64)  # the flow on a link that carries one
         self.on: dict[int, set[int]] = {}  # the flows on a link that carries two or more
+        self._lists: dict[int, list[tuple[int, float]]] = {}  # a flow's (link, weight) pairs (_entries)
+        self._caps: dict[int, float] = {}  # the capacity of each link of those flows
 
     def loop_args(self) -> tuple[object, ...]:
         """The compiled loop's ``share`` argument: :meth:`event`, :attr:`share`, :attr:`flag`, and where no flow
@@ -173,9 +225,23 @@ class LinkShare:
         return self.map.link[self.map.ptr[g]:self.map.ptr[g + 1]]
 
     def _shared_links(self, h: int) -> list[int]:
-        """The links of flow ``h`` that two or more running flows share."""
-        lk = self.links_of(h)
-        return lk[self.count[lk] > 1].tolist()
+        """The links of flow ``h`` that two or more running flows share: those :attr:`on` holds (a link carrying two
+        or more flows is there, and only such a link: :meth:`_start`, :meth:`_end`; the compiled loop counts alone
+        only flows that are alone on every link they cross), in the order of the flow's links."""
+        on = self.on
+        return [k for k, _w in self._entries(h) if k in on]
+
+    def _entries(self, h: int) -> list[tuple[int, float]]:
+        """Flow ``h``'s (link, weight) pairs as Python scalars, made at its first refill; the capacities of its
+        links join :attr:`_caps`."""
+        got = self._lists.get(h)
+        if got is None:
+            lm = self.map
+            a, b = lm.ptr[h], lm.ptr[h + 1]
+            links = lm.link[a:b].tolist()
+            got = self._lists[h] = list(zip(links, lm.weight[a:b].tolist(), strict=True))
+            self._caps.update(zip(links, lm.cap[lm.link[a:b]].tolist(), strict=True))
+        return got
 
     def _component(self, seeds: set[int]) -> tuple[list[int], list[int]]:
         """The running flows reachable from ``seeds`` through links two or more running flows share, ascending,
@@ -256,8 +322,14 @@ class LinkShare:
             self.share[g] = 1.0
         comp, busy = self._component(seeds) if seeds else ([], [])
         new = dict.fromkeys(comp, 1.0)
-        if busy:
-            lm = self.map
+        lm = self.map
+        if busy and int(sum(lm.ptr[h + 1] - lm.ptr[h] for h in busy)) <= SMALL_REFILL:  # scalars: no numpy per round
+            entries = [(i, k, w) for i, h in enumerate(busy) for k, w in self._entries(h)]
+            want: list[float] = lm.demand[busy].tolist()
+            caps = self._caps
+            got = maxmin_small(want, caps, entries)
+            new.update(zip(busy, [1.0 if r >= d else r / d for r, d in zip(got, want, strict=True)], strict=True))
+        elif busy:
             sizes = np.array([lm.ptr[h + 1] - lm.ptr[h] for h in busy], I64)
             idx = np.concatenate([np.arange(lm.ptr[h], lm.ptr[h + 1]) for h in busy])
             uniq, local = np.unique(lm.link[idx], return_inverse=True)

@@ -85,17 +85,17 @@ def test_interner_equality_and_bad_make() -> None:
 
 
 def test_appended_span_found_only_by_a_lookup_that_may_hit_it() -> None:
-    """``_Interner.append_new``: the items take the next ids without a lookup; a lookup whose item ``may_hold``
-    rejects registers nothing, one it accepts registers the whole span (the items interned inside it keep their
-    ids), and the ids are those of interning each item in turn."""
+    """``_Interner.reserve_new`` given lists: the items take the next ids without a lookup; a lookup whose item
+    ``may_hold`` rejects registers nothing, one it accepts registers the whole span (the items interned inside it
+    keep their ids), and the ids are those of interning each item in turn."""
     def is_f(x: Any) -> bool:
         return x.startswith("F")
 
     it, ref = _Interner(), _Interner()
     assert it("x") == 0
-    assert it.append_new(["F0.a", "F0.b"], is_f) == 1
+    assert it.reserve_new(2, ["F0.a", "F0.b"], is_f) == 1
     assert it("sendF0") == 3  # rejected by is_f: interned after the span, which stays unregistered
-    assert it.append_new(["F1.a"], is_f) == 4
+    assert it.reserve_new(1, ["F1.a"], is_f) == 4
     assert it._unreg == [(1, 4, is_f, it._unreg[0][3])] and "F0.b" not in it._ids  # one span, over "sendF0"
     assert it("F0.b") == 2 and not it._unreg  # accepted: the span registered, found at its id
     assert it("sendF0") == 3 and it.get("F1.a") == 4
@@ -104,22 +104,77 @@ def test_appended_span_found_only_by_a_lookup_that_may_hit_it() -> None:
     assert it.items == ref.items and it.ids == ref.ids
 
 
+def test_reserved_span_made_only_when_read_or_registered() -> None:
+    """``_Interner.reserve_new``: the ids and span of the eager form (``tests/oracle/eager_names.py``), the items
+    made on first read. Consecutive calls are one
+    lazy run (made as a whole, the lists and makers in order); a lookup that ``may_hold`` rejects makes and registers
+    nothing, one it accepts makes and registers the span; reading the items makes them without registering."""
+    def is_f(x: Any) -> bool:
+        return x.startswith("F")
+
+    made: list[str] = []
+
+    def make(*xs: str) -> Any:
+        def go() -> list[str]:
+            made.extend(xs)
+            return list(xs)
+        return go
+
+    it, ref = _Interner(), _Interner()
+    assert it("x") == 0
+    assert it.reserve_new(2, make("F0.a", "F0.b"), is_f) == 1
+    assert it.reserve_new(1, ["F0.c"], is_f) == 3
+    assert it.reserve_new(0, make(), is_f) == 4
+    assert len(it._lazy) == 1 and it._lazy[0][:2] == (1, 3)  # one run over both calls
+    assert it("sendF0") == 4 and not made  # rejected by is_f: interned after the span, nothing made
+    assert it.reserve_new(1, make("F1.a"), is_f) == 5
+    assert len(it._lazy) == 2 and it._unreg == [(1, 5, is_f, it._unreg[0][3])]  # a second run, one span
+    assert it("F0.b") == 2 and not it._unreg and not it._lazy  # accepted: made and registered
+    assert made == ["F0.a", "F0.b", "F1.a"] and it.get("F1.a") == 5 and it.get("F0.c") == 3
+    for x in ["x", "F0.a", "F0.b", "F0.c", "sendF0", "F1.a"]:
+        ref(x)
+    assert it.items == ref.items and it.ids == ref.ids
+    lone = _Interner()
+    lone.reserve_new(2, make("F2.a", "F2.b"), is_f)
+    assert lone.items == ["F2.a", "F2.b"] and lone._unreg and not lone._ids  # read: made, not registered
+    assert lone.item(1) == "F2.b" and lone("F2.b") == 1
+
+
+def test_reserved_names_are_the_eager_forms_ids_and_items() -> None:
+    """``reserve_new`` against the eager form it replaced (``tests/oracle/eager_names.py``) over one sequence of
+    calls, lookups accepted and rejected between them: the same ids returned, the same items, the same lookups."""
+    from tests.oracle.eager_names import append_new
+
+    def is_f(x: Any) -> bool:
+        return x.startswith("F")
+
+    lazy, eager = _Interner(), _Interner()
+    steps: list[tuple[str, Any]] = [("look", "x"), ("add", ["F0.a", "F0.b"]), ("add", ["F0.c"]), ("look", "dp"),
+                                    ("add", ["F1.a"]), ("look", "F0.b"), ("add", ["F2.a", "F2.b"]), ("look", "y")]
+    for what, arg in steps:
+        if what == "add":
+            assert lazy.reserve_new(len(arg), list(arg), is_f) == append_new(eager, list(arg), is_f)
+        else:
+            assert lazy(arg) == eager(arg)
+    assert lazy.items == eager.items and lazy.ids == eager.ids
+
+
 def test_an_unfindable_item_or_a_lazy_run_closes_the_span() -> None:
     """An item appended for no lookup (``append``) or a reserved lazy run after a span registers the span first,
-    so that registering it later never makes that item findable; with a lazy run pending, appended items are
-    registered at once."""
+    so that registering it later never makes that item findable; a span after a reserved run is one of its own."""
     def is_f(x: Any) -> bool:
         return x.startswith("F")
 
     it = _Interner()
-    it.append_new(["F0.a"], is_f)
+    it.reserve_new(1, ["F0.a"], is_f)
     assert it.append("F0.a") == 1 and not it._unreg  # a second, unfindable item equal to the first
     assert it("F0.a") == 0
-    it.append_new(["F1.a"], is_f)
+    it.reserve_new(1, ["F1.a"], is_f)
     it.reserve(1, lambda: ["F2.a"], is_f)
     assert it.get("F1.a") == 2 and it.ids["F2.a"] == 3
     it.reserve(1, lambda: ["G"])
-    assert it.append_new(["F3.a"], is_f) == 5 and it._ids["F3.a"] == 5  # a lazy run pending: registered now
+    assert it.reserve_new(1, ["F3.a"], is_f) == 5 and "F3.a" not in it._ids  # a span of its own after the run
+    assert it.get("F3.a") == 5
     assert it.may_hold_any(is_f) and not _Interner().may_hold_any(is_f)
 
 

@@ -92,7 +92,7 @@ def test_runs_write_the_program_the_op_by_op_emitter_writes(case: str, monkeypat
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_names_appended_without_lookup_make_the_same_program(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A phase under a name prefix not written before appends its names without a lookup each
-    (``_Emitter.fresh``, ``_Interner.append_new``): the Program is the one every name interned gives, array for
+    (``_Emitter.fresh``, ``_Interner.reserve_new``): the Program is the one every name interned gives, array for
     array and name for name, and a lookup of any op name afterwards finds its id."""
 
     world, extra = CASES[case]
@@ -102,8 +102,9 @@ def test_names_appended_without_lookup_make_the_same_program(case: str, monkeypa
     # too, and a later rank's take the first's ids)
     assert lazy.name_table._unreg
     it = lazy.name_table
-    for base, n, pred, _span in it._unreg:  # append_new's condition: a lookup of any unregistered one registers
-        assert all(pred(x) for x in it._items[base:base + n] if x not in it._ids)
+    items = it.items  # made on first read (_Interner.reserve_new), not registered by it
+    for base, n, pred, _span in it._unreg:  # reserve_new's condition: a lookup of any unregistered one registers
+        assert all(pred(x) for x in items[base:base + n] if x not in it._ids)
     fast = _state(text)
     _patch_ranks(monkeypatch, "fresh", lambda: None)
     slow = _state(text)

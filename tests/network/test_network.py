@@ -98,6 +98,22 @@ TOPO22 = hopper(2, 2)
 R4 = (0, 1, 2, 3)
 
 
+def test_collective_answers_kept_per_shape_and_size():
+    """NcclNetwork.collective keeps its answers by (kind, bytes and their type, group shape, has_table, floor): a
+    second group of the same shape (other ranks, the same nodes and GPUs per node) gets the first's answer, the
+    same as a fresh model gives it; other sizes, kinds, flags are worked out anew."""
+    net = forced(TOPO22, "ring", "Simple")
+    got = net.collective("all_reduce", 16 * MiB, R4)
+    assert net.collective("all_reduce", 16 * MiB, R4) is got
+    assert us(got) == pytest.approx(70.0 + 16 * MiB / (1000 * 64.0), rel=1e-9)
+    fresh = forced(TOPO22, "ring", "Simple")
+    for kind, nb, flags in [("all_reduce", 8 * MiB, {}), ("all_gather", 16 * MiB, {}),
+                            ("all_reduce", 16 * MiB, {"floor": False}), ("all_reduce", 16 * MiB, {"has_table": True})]:
+        assert net.collective(kind, nb, R4, **flags) == fresh.collective(kind, nb, R4, **flags)
+    assert net.collective("all_reduce", 16 * MiB, R4, has_table=True) is None
+    assert len(net._costs) == 5
+
+
 def test_ring_simple_all_reduce_2x2():
     # bus = 4 ch x 24 = 96, x n/nsteps = 4/6 -> 64 GB/s. lat = 8.4 + (6 - 2 inter steps) x max(3.4, 3 x 1.0 net
     # overhead) + 2 x 14.0 = 50.0; ring plateau (16 MiB / (4 ch x 4 ranks) >= 64): x 1.4 = 70.0

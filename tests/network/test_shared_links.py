@@ -18,7 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from schedsim.hardware.profile import HardwareProfile
-from schedsim.network.share import LinkMap, LinkShare, link_share, maxmin
+from schedsim.network import share
+from schedsim.network.share import LinkMap, LinkShare, link_share, maxmin, maxmin_small
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = yaml.safe_load((ROOT / "schedsim/hardware/profiles/dgx_a100.yaml").read_text())
@@ -297,11 +298,41 @@ def test_maxmin_is_feasible_and_every_flow_has_a_bottleneck(data: st.DataObject)
         assert any(load[k] >= cap[k] - tol and rate[fl[lk == k]].max() <= rate[f] * (1 + 1e-9) for k in mine), f
 
 
+@settings(max_examples=300, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(st.data())
+def test_maxmin_small_is_maxmin_bit_for_bit(data: st.DataObject):
+    # the scalar form the events refill with: the same rates to the last bit, weights and capacities alike or not,
+    # demands above every link (frozen by a full link) or below (frozen at the demand), ties between the two
+    F = data.draw(st.integers(1, 6))
+    L = data.draw(st.integers(1, 6))
+    same = data.draw(st.booleans())
+    cap = np.array(data.draw(st.lists(st.floats(1.0, 100.0), min_size=L, max_size=L)))
+    if same:
+        cap[:] = cap[0]
+    demand = np.array(data.draw(st.lists(st.sampled_from([10.0, 1e9]) | st.floats(0.5, 120.0), min_size=F,
+                                         max_size=F)))
+    flow, link, weight = [], [], []
+    for f in range(F):
+        for k in data.draw(st.permutations(range(L)))[:data.draw(st.integers(1, L))]:
+            flow.append(f)
+            link.append(k)
+            weight.append(data.draw(st.sampled_from([1.0, 0.5, 2.0]) | st.floats(0.1, 3.0)))
+    want = maxmin(demand, cap, np.array(flow), np.array(link), np.array(weight))
+    got = maxmin_small(demand.tolist(), {k: float(cap[k]) for k in link}, list(zip(flow, link, weight, strict=True)))
+    assert np.array(got).tobytes() == want.tobytes()
+
+
+def test_maxmin_small_by_hand():
+    # three flows on one 50-unit link, demands 10, 30 and 60: 10 is met; the other two split 40 (maxmin's example)
+    assert maxmin_small([10.0, 30.0, 60.0], {4: 50.0}, [(0, 4, 1.0), (1, 4, 1.0), (2, 4, 1.0)]) == [10.0, 20.0, 20.0]
+
+
 @settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(st.data())
 def test_link_share_events_match_a_refill_of_every_running_flow(data: st.DataObject):
     # after any sequence of starts and ends, each running flow's share equals a max-min refill of all running flows
-    # from scratch (the event refills only the flows connected to the one that changed)
+    # from scratch (the event refills only the flows connected to the one that changed); an event's refill over
+    # scalars (maxmin_small, up to SMALL_REFILL link entries) gives the shares of one over numpy (maxmin), bit for bit
     G = data.draw(st.integers(1, 6))
     L = data.draw(st.integers(1, 4))
     links = [sorted(data.draw(st.sets(st.integers(0, L - 1), min_size=1, max_size=L))) for _ in range(G)]
@@ -312,6 +343,7 @@ def test_link_share_events_match_a_refill_of_every_running_flow(data: st.DataObj
     lm = LinkMap(ptr, np.concatenate(links).astype(np.int64), np.ones(int(ptr[-1])), demand, cap, 1, 2 * L,
                  np.zeros(G))
     ls, ref = LinkShare(lm), LinkShare(lm)  # ref: every event by the general refill (no alone-flow shortcut)
+    big = LinkShare(lm)  # every refill over numpy
     running: list[int] = []
     for _ in range(data.draw(st.integers(1, 12))):
         idle = [g for g in range(G) if g not in running]
@@ -319,6 +351,12 @@ def test_link_share_events_match_a_refill_of_every_running_flow(data: st.DataObj
         g = data.draw(st.sampled_from(idle if started else running))
         assert ls.event(g, started) == ref._event(g, started)
         assert ls.share.tolist() == ref.share.tolist() and ls.on == ref.on
+        small, share.SMALL_REFILL = share.SMALL_REFILL, -1
+        try:
+            big._event(g, started)
+        finally:
+            share.SMALL_REFILL = small
+        assert big.share.tobytes() == ref.share.tobytes()
         assert ls.count.tolist() == ref.count.tolist() and ls.first.tolist() == ref.first.tolist()
         if started:
             running.append(g)
