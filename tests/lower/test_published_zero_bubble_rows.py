@@ -82,3 +82,16 @@ def test_the_papers_own_model_of_a_row() -> None:
     assert pt.ZB_TABLE6[("28.3B", 256)] == (10.402, 10.248, 7.698, 0.460)
     assert pt.zb_paper_time("1.5B", 24, "1F1B") == pytest.approx(24 * (18.522 + 18.086 + 9.337) / 1e3 / (1 - 0.2431))
     assert pt.zb_paper_time("28.3B", 256, "1F1B-I") == pytest.approx(256 * 28.348 / 1e3 / (1 - 0.0624))
+
+
+def test_the_hop_beside_table6s_t_comm_is_the_network_models_send() -> None:
+    # 1.5B fits one node (p = 8): every hop is one NVLink send of the activation, s·b·h fp16 = 1024·6·2304·2 bytes,
+    # whose cost is the network model's p2p (NCCL's SM80 NVLink on dgx_a100), the same for every boundary
+    from schedsim.network import NcclNetwork
+
+    pt, prof = _pt(), load_profile("dgx_a100")
+    want = NcclNetwork(prof).p2p(0, 1, 1024 * 6 * 2304 * 2).seconds
+    med, mean = pt.zb_hops("1.5B", prof)
+    assert med == pytest.approx(want, rel=1e-9) and mean == pytest.approx(want, rel=1e-9)
+    assert 1.2e-4 < want < 1.4e-4  # 28.3 MB at 240 GB/s (+ latency): 0.130 ms against Table 6's 0.601
+    assert pt.ZB_TABLE6[("1.5B", 24)][3] == 0.601
