@@ -105,8 +105,12 @@ def test_p2p_false_needs_pcie(tmp_path: Path):
     d["topology"]["scale_up"]["p2p"] = False
     f = tmp_path / "bad.yaml"
     f.write_text(yaml.safe_dump(d))
-    with pytest.raises(ProfileError, match=r"topology\.scale_up.*p2p: false needs kind: pcie, not nvswitch"):
+    with pytest.raises(ProfileError, match=r"topology\.scale_up.*p2p: false needs kind: pcie, not nvswitch") as e:
         load_profile(str(f))
+    # the value at fault and the fix, not the whole scale_up mapping and the profile format's pointer
+    msg = str(e.value)
+    assert "(got False)" in msg and "'bandwidth_GBps'" not in msg, msg
+    assert "fix: set topology.scale_up.p2p: true, or kind: pcie" in msg, msg
 
 
 SCHED = """schema_version: 1
