@@ -150,8 +150,10 @@ def test_a_bad_nccl_p2p_disable_is_a_spec_error(value: str):
     from schedsim.errors import SpecError
     from schedsim.spec.loader import load_text
 
-    with pytest.raises(SpecError, match="NCCL_P2P_DISABLE must be 0 or 1"):
+    with pytest.raises(SpecError, match="NCCL_P2P_DISABLE must be 0 or 1") as e:
         load_text(SCHED.format(env=f"env: {{NCCL_P2P_DISABLE: {value}}}"), "env.yaml")
+    # a quoted 0 or 1 (as a shell writes it) is told how to write it
+    assert ("write 1 unquoted" in str(e.value)) == (value == "'1'"), str(e.value)
 
 
 def test_p2p_disable_on_nvlink_exits_2_naming_the_schedule_line(tmp_path: Path):
