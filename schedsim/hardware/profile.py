@@ -34,6 +34,7 @@ from pydantic_core import PydanticCustomError
 from schedsim._pydantic import bool_for_number, holds_bool, plugins_off, signature_once
 from schedsim.errors import ProfileError, printable
 from schedsim.hardware.transports import Transport, over_base, with_transport_latency
+from schedsim.io import work_limit
 from schedsim.kinds import TABLE_KINDS, DType, TableKind
 
 __all__ = ["HardwareProfile", "load_profile", "list_profiles", "LinkClass", "GPU_MODELS", "check_gpu_model"]
@@ -497,6 +498,11 @@ class Topology(_B):
                 raise ValueError(f"{len(v)} ranks placed but nodes x gpus_per_node = {nodes} x {g} = {world} GPUs")
             if bad := [x for x in v if x >= world]:
                 raise ValueError(f"GPU {bad[0]} is beyond the {world} GPUs of nodes x gpus_per_node")
+        elif g is not None and v and max(v) >= (most := work_limit("SCHEDSIM_MAX_RANKS") * g):
+            # no nodes: the GPUs imply the nodes (GPU // gpus_per_node), whose NICs' links are modelled
+            raise ValueError(f"GPU {max(v)} is beyond the {most} GPUs of SCHEDSIM_MAX_RANKS nodes x gpus_per_node "
+                             "(each rank on a node of its own at most); place the ranks on GPUs below that, or "
+                             "raise SCHEDSIM_MAX_RANKS")
         if len(set(v)) != len(v):  # the first GPU placed twice, in one pass (a count per GPU: minutes at 100k ranks)
             dup = next(x for x, n in Counter(v).items() if n > 1)
             raise ValueError(f"GPU {dup} is placed twice: each rank needs a GPU of its own")
