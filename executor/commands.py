@@ -137,7 +137,14 @@ def register(app: Any) -> None:
         default_profile_name(name, out)  # before any measurement: the name ends up in the profile's header
         from schedsim.io import output_target, refuse_input
 
-        output_target(out, "--out")  # a device or folder is refused before anything is measured
+        target = output_target(out, "--out")  # a device or folder is refused before anything is measured
+        if not from_nccl_tests and isinstance(target, Path) and out.suffix == ".json":
+            from schedsim.errors import SchedsimError
+
+            # run_calibrate writes the raw measurements to --out with the suffix .json: here the profile itself
+            raise SchedsimError(f"{out}: --out is the profile YAML, and calibrate writes its raw measurements beside "
+                                "it under the same name with the suffix .json: the profile would be replaced",
+                                fix=f"name it {out.with_suffix('.yaml')}")
         based = [base] if Path(base).suffix else []  # a profile file, not a shipped profile's name
         refuse_input(out, [*(from_nccl_tests or []), *(schedules or []), *based], "--out")
         if from_nccl_tests:

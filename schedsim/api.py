@@ -287,17 +287,16 @@ def _unread_nccl_settings(profile: HardwareProfile, p2p: int | str | None = None
     if profile.topology.scale_up is not None:
         return None
     names = [f"{key}={getattr(profile.nccl, f)}" for key, f in NCCL_ENV_FIELDS if getattr(profile.nccl, f) is not None]
-    if p2p is not None:
+    src, places = profile.nccl.source, []
+    if names:  # the nccl: fields' place: the schedule's env lines that set them, else the profile
+        places.append(src[len(SCHEDULE_ENV_SOURCE):] if src.startswith(SCHEDULE_ENV_SOURCE)
+                      else f"profile {profile.name!r}: nccl")
+    if p2p is not None:  # the schedule's own line: never in nccl.source (it sets topology.scale_up.p2p)
         names.append(f"{P2P_DISABLE}={p2p}")
+        places.append(p2p_where or f"env.{P2P_DISABLE}")
     if not names:
         return None
-    src = profile.nccl.source
-    if src.startswith(SCHEDULE_ENV_SOURCE):
-        where = src[len(SCHEDULE_ENV_SOURCE):]
-    elif p2p is not None:
-        where = p2p_where or f"env.{P2P_DISABLE}"
-    else:
-        where = f"profile {profile.name!r}: nccl"
+    where = " and ".join(places)
     return (f"{where}: {', '.join(names)} change nothing: profile {profile.name!r} has no topology.scale_up, so its "
             "collectives are timed by its busbw tables or alpha-beta, not NCCL's tuning model that reads these "
             "settings; use a profile with topology.scale_up (dgx_h100, h200) to time them")

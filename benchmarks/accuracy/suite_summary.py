@@ -34,11 +34,14 @@ of those processes changed speed while they ran (their timed iterations' quarter
 from __future__ import annotations
 
 import csv
+import io
 import json
 import statistics
 import sys
 from pathlib import Path
 from typing import Any
+
+from schedsim.io import atomic_write_text
 
 FIELDS = ["case", "status", "world_size", "launch", "max_connections", "predicted_ms", "measured_ms",
           "measured_per_op_timed_ms", "makespan_error_pct", "per_op_median_error_pct", "handwritten_ms",
@@ -192,7 +195,7 @@ def case_summary(d: Path, name: str, note: str = "") -> dict[str, Any]:
         if row["measured_ms"]:
             row["executor_overhead_pct"] = _r((row["measured_ms"] / row["handwritten_ms"] - 1) * 100, 2)
     d.mkdir(parents=True, exist_ok=True)
-    (d / "summary.json").write_text(json.dumps(row, indent=1))
+    atomic_write_text(d / "summary.json", json.dumps(row, indent=1))
     _write_csv(d / "summary.csv", [row])
     return row
 
@@ -223,10 +226,13 @@ def spread_line(row: dict[str, Any]) -> str:
 
 
 def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=FIELDS)
-        w.writeheader()
-        w.writerows(rows)
+    """``rows`` as CSV of :data:`FIELDS`, written beside ``path`` and renamed into place (a row that fails leaves
+    ``path`` as it was)."""
+    f = io.StringIO(newline="")
+    w = csv.DictWriter(f, fieldnames=FIELDS)
+    w.writeheader()
+    w.writerows(rows)
+    atomic_write_text(path, f.getvalue())
 
 
 def collect(work: Path, out: Path) -> None:
@@ -234,14 +240,14 @@ def collect(work: Path, out: Path) -> None:
     rows = [r for r in rows if r]
     out.mkdir(parents=True, exist_ok=True)
     _write_csv(out / "summary.csv", rows)
-    (out / "summary.json").write_text(json.dumps(rows, indent=1))
+    atomic_write_text(out / "summary.json", json.dumps(rows, indent=1))
 
     def fmt(x: Any) -> str:
         return "" if x is None else str(x)
 
     lines = ["| " + " | ".join(FIELDS) + " |", "|" + "---|" * len(FIELDS)]
     lines += ["| " + " | ".join(fmt(r.get(k)) for k in FIELDS) + " |" for r in rows]
-    (out / "summary.md").write_text("\n".join(lines) + "\n")
+    atomic_write_text(out / "summary.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 
@@ -271,12 +277,12 @@ def ab_table(work: Path, out: Path) -> list[dict[str, Any]]:
                 "blocks_max_pct": max(r["blocks_max_pct"] for r in got)})
         rows += got
     out.mkdir(parents=True, exist_ok=True)
-    (out / "ab.json").write_text(json.dumps(rows, indent=1))
+    atomic_write_text(out / "ab.json", json.dumps(rows, indent=1))
     keys = ["case", "process", "executor_ms", "handwritten_ms", "executor_vs_handwritten_pct", "blocks_min_pct",
             "blocks_max_pct"]
     lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
     lines += ["| " + " | ".join("" if r.get(k) is None else str(r[k]) for k in keys) + " |" for r in rows]
-    (out / "ab.md").write_text("\n".join(lines) + "\n")
+    atomic_write_text(out / "ab.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
     return rows
 

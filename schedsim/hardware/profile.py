@@ -8,7 +8,6 @@ in ``schedsim/hardware/profiles/*.yaml`` and are chosen with
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping
 from functools import lru_cache
 from importlib import resources
@@ -33,6 +32,7 @@ from pydantic_core import PydanticCustomError
 
 from schedsim._pydantic import bool_for_number, holds_bool, plugins_off, signature_once
 from schedsim.errors import ProfileError, printable
+from schedsim.hardware.placement import check_placement
 from schedsim.hardware.transports import Transport, over_base, with_transport_latency
 from schedsim.kinds import TABLE_KINDS, DType, TableKind
 
@@ -490,17 +490,7 @@ class Topology(_B):
     def _placement(cls, v: list[int] | None, info: ValidationInfo) -> list[int] | None:
         if v is None:
             return v
-        g, nodes = info.data.get("gpus_per_node"), info.data.get("nodes")
-        if g is not None and nodes is not None:
-            world = g * nodes
-            if len(v) > world:
-                raise ValueError(f"{len(v)} ranks placed but nodes x gpus_per_node = {nodes} x {g} = {world} GPUs")
-            if bad := [x for x in v if x >= world]:
-                raise ValueError(f"GPU {bad[0]} is beyond the {world} GPUs of nodes x gpus_per_node")
-        if len(set(v)) != len(v):  # the first GPU placed twice, in one pass (a count per GPU: minutes at 100k ranks)
-            dup = next(x for x, n in Counter(v).items() if n > 1)
-            raise ValueError(f"GPU {dup} is placed twice: each rank needs a GPU of its own")
-        return v
+        return check_placement(v, info.data.get("gpus_per_node"), info.data.get("nodes"))
 
     @model_validator(mode="after")
     def _cluster(self) -> Topology:

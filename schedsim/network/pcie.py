@@ -57,8 +57,13 @@ def check_p2p(up: Any) -> Any:
         bandwidth the tier (an NVLink figure) does not hold.
     """
     if not up.p2p and up.kind != "pcie":
-        raise ValueError(f"p2p: false needs kind: pcie, not {up.kind} (without peer-to-peer NCCL's SHM transport "
-                         "goes through host memory over PCIe; state kind: pcie and that path's bandwidth_GBps)")
+        from pydantic_core import PydanticCustomError  # a ValueError whose ctx names the value and the fix
+
+        raise PydanticCustomError(
+            "p2p_kind", "p2p: false needs kind: pcie, not {kind} (without peer-to-peer NCCL's SHM transport goes "
+            "through host memory over PCIe, whose bandwidth an NVLink tier does not hold)",
+            {"kind": up.kind, "got": False, "fix": "set topology.scale_up.p2p: true, or kind: pcie with that PCIe "
+             "path's bandwidth_GBps"})
     return up
 
 

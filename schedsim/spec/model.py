@@ -455,7 +455,8 @@ class ScheduleSpec(_Base):
                 raise ValueError(f"{key} must be an integer >= 1, a channel count (got {n!r})")
         off = v.get("NCCL_P2P_DISABLE")
         if off is not None and (isinstance(off, str) or off not in (0, 1)):
-            raise ValueError(f"NCCL_P2P_DISABLE must be 0 or 1 (got {off!r}); NCCL reads only 1, P2P off")
+            quoted = f": write {off.strip()} unquoted" if isinstance(off, str) and off.strip() in ("0", "1") else ""
+            raise ValueError(f"NCCL_P2P_DISABLE must be 0 or 1 (got {off!r}{quoted}); NCCL reads only 1, P2P off")
         return v
     params: dict[str, Any] = Field(
         default_factory=lambda: {},

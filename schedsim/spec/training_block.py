@@ -665,7 +665,9 @@ def memory_per_rank(t: TrainingSpec, plan: TrainingPlan) -> dict[str, float]:
     With pp = 1 the one stage also holds the untied output layer (``V·h/t`` more parameters, Megatron-LM
     ``gpt_model.py`` ``output_layer`` when ``untie_embeddings_and_output_weights``). With ``use_torch_fsdp2`` the
     static bytes are :func:`fsdp_memory`'s (keys ``params``, ``grads``, ``optimizer``, ``gathered``)."""
-    lps = plan.stage_layers[0] * plan.v  # the first pipeline rank's layers
+    # the first pipeline rank's layers: its chunks 0, pp, 2·pp, ... (virtual-stage order), which padding
+    # (allow_padding_num_layers) leaves uneven
+    lps = sum(plan.stage_layers[0::plan.pp])
     n = (lps * _params_per_layer(t, plan) + plan.vocab * t.hidden_size + t.seq_length * t.hidden_size) / plan.tp
     if plan.pp == 1 and t.untie_embeddings_and_output_weights:  # the one stage also holds the output layer
         n += plan.vocab * t.hidden_size / plan.tp

@@ -194,6 +194,17 @@ def test_nccl_settings_a_profile_without_the_nccl_model_cannot_read_are_named() 
         "profile 'pcie2': nccl: NCCL_MIN_CTAS=4 change nothing: profile 'pcie2' has no topology.scale_up, so its "
         "collectives are timed by its busbw tables or alpha-beta, not NCCL's tuning model that reads these settings; "
         "use a profile with topology.scale_up (dgx_h100, h200) to time them"]
+    # the profile's field beside the schedule's NCCL_P2P_DISABLE: each named at its own place (the profile's
+    # min_ctas is no line of the schedule), and the schedule's NCCL_ALGO beside it names both lines
+    run_ = api.simulate_spec(load_text(NCCL_ENV.format(env="env: {NCCL_P2P_DISABLE: 1}"), "e.yaml"),
+                             HardwareProfile.model_validate(d))
+    (w,) = [str(w) for w in run_.timeline.meta["warnings"] if "NCCL_" in str(w)]
+    assert w.startswith("profile 'pcie2': nccl and e.yaml:4: env.NCCL_P2P_DISABLE: NCCL_MIN_CTAS=4, "
+                        "NCCL_P2P_DISABLE=1 change nothing"), w
+    got, said = ar_and_warnings("env: {NCCL_ALGO: tree, NCCL_P2P_DISABLE: 1}", "pcie2")
+    (w,) = [w for w in said if "NCCL_" in w]
+    assert w.startswith("e.yaml:4: env.NCCL_ALGO and e.yaml:4: env.NCCL_P2P_DISABLE: NCCL_ALGO=tree, "
+                        "NCCL_P2P_DISABLE=1 change nothing"), w
     # the NCCL model reads them: no such warning, and the one channel times the all_reduce longer
     many, said = ar_and_warnings("", "dgx_h100")
     few, said = ar_and_warnings("env: {NCCL_MAX_CTAS: 1}", "dgx_h100")

@@ -90,6 +90,17 @@ def test_world_size_mismatch_fails_before_any_collective(tmp_path) -> None:
     assert not (tmp_path / "x" / "timeline.json").exists()
 
 
+def test_calibrate_refuses_a_json_out_before_measuring(tmp_path) -> None:
+    # the raw measurements go to --out with the suffix .json: an --out of .json would be the profile, then the raw
+    # measurements over it (the profile lost); refused before any measurement, the file untouched
+    out = tmp_path / "p.json"
+    out.write_text("the user's own file")
+    r = schedsim(["calibrate", "--quick", "--device", "cpu", "--out", str(out)], timeout=120)
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert f"{out}: --out is the profile YAML" in r.stderr and "fix: name it" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and out.read_text() == "the user's own file"
+
+
 def test_timeout_names_the_op_and_the_missing_rank(tmp_path) -> None:
     out = tmp_path / "to"
     # the 2 s op timeout must surface well within the subprocess's own 60 s limit

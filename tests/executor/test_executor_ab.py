@@ -16,6 +16,7 @@ AB = ROOT / "benchmarks" / "accuracy" / "handwritten" / "harness.py"
 @pytest.mark.parametrize("nproc", [1, 2])
 def test_both_loops_in_one_process_alternate_blocks_and_their_ratio_is_the_medians(tmp_path, nproc):
     out = tmp_path / "ab.json"
+    (tmp_path / "ab.tmp").write_text("the user's own file")  # beside --out: not schedsim's to write or move
     sets = [] if nproc == 2 else ["--set", "world_size=1"]
     r = torchrun(nproc, ["ab", "schedules/tp_allreduce_graph.yaml", "tp_allreduce.py", *sets,
                          "--set", "layers=3", "--eager", "--blocks", "3", "--iters", "4", "--warmup", "1",
@@ -32,6 +33,8 @@ def test_both_loops_in_one_process_alternate_blocks_and_their_ratio_is_the_media
     assert d["executor_vs_ref"] == pytest.approx(statistics.median(ex) / statistics.median(ref) - 1)
     assert d["pairs"] == pytest.approx([e / f - 1 for e, f in zip(ex, ref, strict=True)])
     assert "executor vs hand-written" in r.stdout
+    assert (tmp_path / "ab.tmp").read_text() == "the user's own file"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ab.json", "ab.tmp"]  # no temporary file left
 
 
 def test_a_graph_schedule_on_cpu_ranks_is_refused_with_the_fix(tmp_path):

@@ -600,6 +600,9 @@ def test_schedule_env_that_leaves_nothing_names_the_schedule_line(tmp_path: Path
     ({"nodes": 2, "placement": [0, 1, 2, 3, 4]}, "topology.placement", "5 ranks placed but"),
     ({"nodes": 2, "placement": [0, 9]}, "topology.placement", "GPU 9 is beyond the 4 GPUs"),
     ({"placement": [0, 0]}, "topology.placement", "GPU 0 is placed twice"),
+    # no nodes: a GPU index past SCHEDSIM_MAX_RANKS nodes of gpus_per_node (100,000 x 2) implies that many nodes,
+    # whose NIC links the shared-link model allocated (1.5 TiB for GPU 10^11: an internal error)
+    ({"placement": [0, 10**11]}, "topology.placement", "GPU 100000000000 is beyond the 200000 GPUs"),
     ({"nics": {"per_node": 2, "bandwidth_Gbps": 400, "gpu_to_nic": [0, 2], "source": "t"}},
      "topology.nics.gpu_to_nic", "rail to a missing NIC: NIC 2"),
     ({"nics": {"per_node": 2, "bandwidth_Gbps": 400, "gpu_to_nic": [0], "source": "t"}},

@@ -105,8 +105,12 @@ def test_p2p_false_needs_pcie(tmp_path: Path):
     d["topology"]["scale_up"]["p2p"] = False
     f = tmp_path / "bad.yaml"
     f.write_text(yaml.safe_dump(d))
-    with pytest.raises(ProfileError, match=r"topology\.scale_up.*p2p: false needs kind: pcie, not nvswitch"):
+    with pytest.raises(ProfileError, match=r"topology\.scale_up.*p2p: false needs kind: pcie, not nvswitch") as e:
         load_profile(str(f))
+    # the value at fault and the fix, not the whole scale_up mapping and the profile format's pointer
+    msg = str(e.value)
+    assert "(got False)" in msg and "'bandwidth_GBps'" not in msg, msg
+    assert "fix: set topology.scale_up.p2p: true, or kind: pcie" in msg, msg
 
 
 SCHED = """schema_version: 1
@@ -146,8 +150,10 @@ def test_a_bad_nccl_p2p_disable_is_a_spec_error(value: str):
     from schedsim.errors import SpecError
     from schedsim.spec.loader import load_text
 
-    with pytest.raises(SpecError, match="NCCL_P2P_DISABLE must be 0 or 1"):
+    with pytest.raises(SpecError, match="NCCL_P2P_DISABLE must be 0 or 1") as e:
         load_text(SCHED.format(env=f"env: {{NCCL_P2P_DISABLE: {value}}}"), "env.yaml")
+    # a quoted 0 or 1 (as a shell writes it) is told how to write it
+    assert ("write 1 unquoted" in str(e.value)) == (value == "'1'"), str(e.value)
 
 
 def test_p2p_disable_on_nvlink_exits_2_naming_the_schedule_line(tmp_path: Path):

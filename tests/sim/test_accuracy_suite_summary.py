@@ -147,3 +147,18 @@ def test_the_ab_table_gives_each_process_and_the_median_over_a_cases_processes(t
         (0.33, 0.315, -1.0, 9.0)
     assert json.loads((tmp_path / "out" / "ab.json").read_text()) == rows
     assert (tmp_path / "out" / "ab.md").read_text().splitlines()[2] == "| chain2 | 1 | 0.36 | 0.36 | 0.0 | 0.0 | 0.1 |"
+
+
+def test_collect_that_fails_leaves_the_previous_table(tmp_path):
+    # a summary.json of an older suite holds a column the table no longer has: csv.DictWriter refuses the row after
+    # the header was written; the previous OUT/summary.csv stays whole (written beside it, then renamed)
+    m = _summary_module()
+    work, out = tmp_path / "work", tmp_path / "out"
+    (work / "a").mkdir(parents=True)
+    (work / "a" / "summary.json").write_text(json.dumps({"case": "a", "retired_column": 1}))
+    out.mkdir()
+    (out / "summary.csv").write_text("the previous table\n")
+    with pytest.raises(ValueError, match="retired_column"):
+        m.collect(work, out)
+    assert (out / "summary.csv").read_text() == "the previous table\n"
+    assert sorted(p.name for p in out.iterdir()) == ["summary.csv"]  # no temporary file left

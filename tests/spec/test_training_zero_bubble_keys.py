@@ -90,3 +90,16 @@ def test_zero_bubble_needs_pp_microbatches(tmp_path: Path) -> None:
     r = CliRunner().invoke(app, ["check", str(p)])
     assert r.exit_code == 2
     assert "ZB-H1 needs at least pp = 8 microbatches, got 4" in r.stderr
+
+
+def test_memory_of_the_first_rank_counts_its_chunks_layers_with_padding() -> None:
+    # 24 chunks of one layer, chunks 0 and 23 padded away; rank 0 runs chunks 0, 8 and 16 (virtual-stage order:
+    # chunk i on rank i % pp), 0 + 1 + 1 = 2 layers, not 3 x chunk 0's 0 layers
+    from schedsim.spec.training_block import _params_per_layer, memory_per_rank
+
+    t, plan = _plan("  num_layers_per_virtual_pipeline_stage: 1\n")
+    assert plan.stage_layers[0::plan.pp] == (0, 1, 1)
+    n = 2 * _params_per_layer(t, plan) + plan.vocab * 64 + 32 * 64  # layers, word and position embeddings (tp 1)
+    mem = memory_per_rank(t, plan)
+    assert mem["params"] == pytest.approx(2 * n)  # fp16: 2 bytes a parameter
+    assert mem["activations"] > 0

@@ -63,6 +63,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repo root, f
 from executor.clock import IterationClock, host_columns, thread_run_times, threads_between, threads_snapshot_at
 from executor.dist import cuda_pci_bus_id, issuer_alone, pin_process
 from executor.timing import lean_makespans
+from schedsim.io import atomic_write_text
 
 DT = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -309,9 +310,7 @@ class Proc:
                    "host_thread": [r[2] for r in allr], "threads": [r[3] for r in allr],
                    "gc_collections": [r[4] for r in allr], **extra}
             Path(out).parent.mkdir(parents=True, exist_ok=True)
-            tmp = Path(out).with_suffix(".tmp")
-            tmp.write_text(json.dumps(res, indent=1))
-            os.replace(tmp, out)
+            atomic_write_text(out, json.dumps(res, indent=1))  # a temporary of its own (not OUT.tmp: the user's)
             print(f"{family} {prm}: median {res['makespan_median_s'] * 1e3:.4f} ms over {len(ms)} iterations",
                   flush=True)
         self.barrier()
@@ -496,9 +495,7 @@ def ab_main(argv: list[str] | None = None) -> None:
                "device": str(ctx.device), "blocks": blocks, "iters": a.iters, "warmup": a.warmup,
                **summarize(blocks)}
         a.out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = a.out.with_suffix(".tmp")
-        tmp.write_text(json.dumps(res, indent=1))
-        os.replace(tmp, a.out)
+        atomic_write_text(a.out, json.dumps(res, indent=1))
         pr = res["pairs"]
         print(f"{spec.name} {' '.join(a.set)}: executor {res['executor_s'] * 1e3:.4f} ms, hand-written "
               f"{res['reference_s'] * 1e3:.4f} ms, executor vs hand-written {res['executor_vs_ref'] * 100:+.2f} % "
