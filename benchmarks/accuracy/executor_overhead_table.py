@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import csv
 import datetime
-import os
 import sys
 from pathlib import Path
 
@@ -163,9 +162,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: no cases in {', '.join(map(str, a.csv))}", file=sys.stderr)
         return 2
     text = rewrite(a.md, table(rows, a.goal_pct, a.date, a.hardware, a.iters, a.warmup))
-    tmp = a.md.with_suffix(a.md.suffix + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, a.md)
+    from schedsim.io import atomic_write_text  # a temporary of its own: no user file named MD.tmp is replaced
+
+    atomic_write_text(a.md, text)
     print(f"wrote the table of {len(rows)} case(s) into {a.md}")
     return 0
 

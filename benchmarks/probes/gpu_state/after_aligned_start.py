@@ -170,10 +170,9 @@ def main() -> None:
         meta = {"device": torch.cuda.get_device_name(dev) if cuda else "cpu", "torch": torch.__version__,
                 "world": world, "layers": a.layers, "k": a.k, "ar_bytes": a.ar_bytes, "iters": a.iters,
                 "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime())}
-        tmp = a.out + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump({"meta": meta, "median_span_us": result}, f, indent=1)
-        os.replace(tmp, a.out)
+        from schedsim.io import atomic_write_text  # a temporary of its own: no user file named OUT.tmp is replaced
+
+        atomic_write_text(a.out, json.dumps({"meta": meta, "median_span_us": result}, indent=1))
     dist.destroy_process_group()
 
 
