@@ -31,8 +31,9 @@
 #             tpw_eager (tp_allreduce world 1 eager, 96 layers of 2048x2048, ref, --measure-host, procs),
 #             ms_bf16_c16 (matmul_streams bf16 chunks 16), ag_bf16_c4 (allgather_mm world 1 bf16 chunks 4, ref),
 #             so_seg (schedules/small_ops_segment.yaml: half its layers one CUDA graph segment on two streams beside
-#             eager ops), gbn_w1 (graph_beside_nccl world 1: a one-stream graph relaunched per layer beside eager
-#             all_reduce calls); both run the executor's CudaSegmentRunner
+#             eager ops; ref: small_ops.py --segment), gbn_w1 (graph_beside_nccl world 1: a one-stream graph
+#             relaunched per layer beside eager all_reduce calls; ref: tp_allreduce.py --beside-nccl); both run the
+#             executor's CudaSegmentRunner
 # WAIT_AB=1 (default) also runs chain2 with SCHEDSIM_WAIT=sleep (the executor's former wait) as chain2_sleep; 2 also
 # ag_c8 as ag_c8_sleep.
 # PIN (default numa:4): every process of the suite (calibrate and its host processes, execute, the references) runs
@@ -187,8 +188,8 @@ case_ chain2 benchmarks/data/gemm_chain.yaml "" "$P" gemm_chain.py ""
 [ "${WAIT_AB:-1}" = 1 ] && case_ chain2_sleep benchmarks/data/gemm_chain.yaml "" "" "" "" "" SCHEDSIM_WAIT=sleep
 case_ so_eager $S/small_ops_graph.yaml "" "--eager $P" small_ops.py "" mh
 case_ so_graph $S/small_ops_graph.yaml "" "--cuda-graph" small_ops.py "--graph"
-case_ so_seg schedules/small_ops_segment.yaml "" "" "" ""
-case_ gbn_w1 $S/graph_beside_nccl.yaml "$ONE" "" "" ""
+case_ so_seg schedules/small_ops_segment.yaml "" "" small_ops.py "--segment"
+case_ gbn_w1 $S/graph_beside_nccl.yaml "$ONE" "" tp_allreduce.py "--beside-nccl"
 case_ tpa_eager $S/tp_allreduce_graph.yaml "$ONE" "--eager $P" tp_allreduce.py "" mh
 case_ tpa_graph $S/tp_allreduce_graph.yaml "$ONE" "--cuda-graph" tp_allreduce.py "--graph"
 case_ offload $S/offload.yaml "" "--eager $P" offload.py ""

@@ -66,13 +66,15 @@ def test_a_case_with_procs_but_no_measure_host_runs_procs_of_each(tmp_path):
 @pytest.mark.skipif(shutil.which("bash") is None or shutil.which("timeout") is None, reason="needs bash, timeout")
 def test_ab_mode_runs_the_in_process_ab_per_case_with_a_reference_and_nothing_else(tmp_path):
     """AB=2: per case with a reference two `harness.py ab` processes, with the case's sets, its launch flag (not
-    --profiler) and the reference's flags as --ref-arg; a case without a reference none; no execute, reference or
-    calibrate process; the collective binding probe once; then the A/B table (suite_summary.py ab)."""
-    calls = _run(tmp_path, 4, "tpa_eager tpa_graph so_seg", AB="2")
+    --profiler) and the reference's flags as --ref-arg; a case without a reference (ms_c4) none; no execute,
+    reference or calibrate process; the collective binding probe once; then the A/B table (suite_summary.py ab)."""
+    calls = _run(tmp_path, 4, "tpa_eager tpa_graph so_seg ms_c4", AB="2")
     ab = [c for c in calls if "harness.py ab " in c]
-    assert len(ab) == 4
-    assert all("schedules/tp_allreduce_graph.yaml tp_allreduce.py --set world_size=1" in c for c in ab)
+    assert len(ab) == 6
+    assert sum("schedules/tp_allreduce_graph.yaml tp_allreduce.py --set world_size=1" in c for c in ab) == 4
     assert sum(" --eager " in c for c in ab) == 2 and sum("--cuda-graph --ref-arg=--graph " in c for c in ab) == 2
+    # so_seg: its schedule's own launch (no flag: eager with the captured segment), the reference's --segment
+    assert sum("schedules/small_ops_segment.yaml small_ops.py --ref-arg=--segment " in c for c in ab) == 2
     assert not any("--profiler" in c for c in ab)
     assert _count(calls, "-m schedsim") == 0 and _count(calls, "handwritten/") == len(ab)  # the A/B processes only
     assert _count(calls, "collective_call.py") == 1 and _count(calls, "suite_summary.py ab") == 1
