@@ -753,7 +753,8 @@ def expand_training(spec: ScheduleSpec, table: Table, symmetric: bool = False) -
     ``symmetric``, only the ranks of :func:`represented_ranks` (all where it is empty).
 
     Returns the :class:`~schedsim.graph.info.PipelineInfo` of its pipeline (``p`` = pp, ``dp`` = the pipeline
-    replicas tp·cp·dp, ``activation_memory_bytes`` per Korthikanti et al. for one stage chunk).
+    replicas tp·cp·dp, ``activation_memory_bytes`` per Korthikanti et al. for one stage chunk; with stages of unequal
+    layer counts each stage's own in ``stage_activation_memory_bytes`` and the largest in ``activation_memory_bytes``).
 
     Raises
     ------
@@ -799,7 +800,11 @@ def expand_training(spec: ScheduleSpec, table: Table, symmetric: bool = False) -
         _emit_rank(ranks, g, pplan, steps, p2p_tmpl, chunk_of, rank_stages, params)
     from schedsim.spec.training_block import act_bytes_per_layer
 
-    cost = StageCost({}, act_bytes, int(act_bytes_per_layer(t, plan) * plan.stage_layers[0]), dtype=plan.dtype)
+    per_layer = act_bytes_per_layer(t, plan)
+    stage_mem = [int(per_layer * n) for n in plan.stage_layers]  # each stage chunk's own layers (uneven stages)
+    uneven = len(set(stage_mem)) > 1
+    cost = StageCost({}, act_bytes, max(stage_mem) if uneven else stage_mem[0], dtype=plan.dtype,
+                     stage_mem_bytes=dict(enumerate(stage_mem)) if uneven else {})
     info = block_info(pb.model_copy(update={"transformer": None, "stage": None}), pplan, cost)
     from dataclasses import replace
 
