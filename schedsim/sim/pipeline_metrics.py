@@ -93,6 +93,8 @@ class PipelineMetrics:
         d: dict[str, Any] = to_dict(self)
         if not memory_timeline:
             del d["memory_timeline"]
+        if not self.info.stage_activation_memory_bytes:  # even stages: the info as before the field
+            d["info"].pop("stage_activation_memory_bytes", None)
         return d
 
     @classmethod
