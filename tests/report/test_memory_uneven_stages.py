@@ -12,9 +12,13 @@ before its first backward)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from schedsim.api import load_text, predict
-from schedsim.report.memory import memory_over_time
+from schedsim.report.memory import _reference, memory_over_time
+from schedsim.sim.pipeline_metrics import PipelineMetrics
 from schedsim.sim.timeline import Timeline
+from schedsim.sim.timeline_json import meta_equal
 from schedsim.spec.training_block import act_bytes_per_layer, training_plan
 
 LAYER = 90_112  # bytes of one layer and microbatch, the module docstring's sum
@@ -37,7 +41,7 @@ training:
 {extra}"""
 
 
-def _peaks(p: int, m: int, layers: int, extra: str) -> tuple[dict[int, float], dict[int, float]]:
+def _peaks(p: int, m: int, layers: int, extra: str, tmp_path: Path) -> tuple[dict[int, float], dict[int, float]]:
     """Per pipeline rank: the memory curve's peak with the receive buffers left out (activations only), and the
     pipeline metrics' peak activation bytes."""
     spec = load_text(BLOCK.format(p=p, m=m, layers=layers, extra=extra))
@@ -50,25 +54,42 @@ def _peaks(p: int, m: int, layers: int, extra: str) -> tuple[dict[int, float], d
     spans = [s._replace(bytes=0.0) if s.kind == "recv" else s for s in tl.spans]
     acts = Timeline(tl.schedule, tl.source, tl.world_size, spans=spans, meta=dict(tl.meta))
     mem = memory_over_time(acts)
+    assert meta_equal(mem, _reference(acts))  # the columns as the span-by-span definition
     curve = {r: 0.0 for r in range(p)} if mem is None else {r: d["peak_bytes"] for r, d in mem["ranks"].items()}
     pm = run.metrics.pipeline
     assert pm is not None
+    # timeline.json keeps the stages' figures: read back, the metrics and the curve are the same
+    tl.write_json(tmp_path / "timeline.json")
+    back = Timeline.read_json(tmp_path / "timeline.json")
+    assert back.pipeline == tl.pipeline and PipelineMetrics.of(back, memory_timeline=False) == pm
     return curve, pm.peak_memory_bytes
 
 
-def test_uneven_last_stage_counts_its_own_layers() -> None:
+def test_uneven_last_stage_counts_its_own_layers(tmp_path: Path) -> None:
     # 4 layers over pp 2, the last stage 3 of them: stages (1, 3); m = 4. Rank 0: min(4, 2) = 2 microbatches of
     # 1 layer; rank 1: 1 microbatch of 3 layers (the first stage's figure would give it 1 layer).
-    curve, peak = _peaks(2, 4, 4, "  decoder_last_pipeline_num_layers: 3\n")
+    curve, peak = _peaks(2, 4, 4, "  decoder_last_pipeline_num_layers: 3\n", tmp_path)
     want = {0: 2 * 1 * LAYER, 1: 1 * 3 * LAYER}
     assert curve == want
     assert peak == want
 
 
-def test_padded_layers_count_on_the_stage_that_holds_them() -> None:
+def test_padded_layers_count_on_the_stage_that_holds_them(tmp_path: Path) -> None:
     # 1 layer over pp 8, padded to 8: the fork's get_offset takes the padding off the last chunk, then 0, 1, ...,
     # 5, which leaves the one layer on stage 6 (stage 0 holds none). Rank 6: min(8, 8 - 6) = 2 microbatches.
-    curve, peak = _peaks(8, 8, 1, "  allow_padding_num_layers: true\n")
+    curve, peak = _peaks(8, 8, 1, "  allow_padding_num_layers: true\n", tmp_path)
     want = {r: 2 * LAYER if r == 6 else 0 for r in range(8)}
     assert curve == want
     assert peak == want
+
+
+def test_even_stages_keep_the_json_form() -> None:
+    """Even stages: no per-stage figures, in the info or its JSON form (timeline.json as before); uneven ones: each
+    stage's, and the largest as ``activation_memory_bytes`` (an old reader's upper bound, not an under-count)."""
+    even = predict(load_text(BLOCK.format(p=2, m=4, layers=4, extra="")), "h200").timeline.pipeline
+    assert even is not None and even.activation_memory_bytes == 2 * LAYER
+    assert even.stage_activation_memory_bytes == {} and "stage_activation_memory_bytes" not in even.to_dict()
+    padded = predict(load_text(BLOCK.format(p=8, m=8, layers=1, extra="  allow_padding_num_layers: true\n")),
+                     "h200").timeline.pipeline
+    assert padded is not None and padded.activation_memory_bytes == LAYER
+    assert padded.stage_activation_memory_bytes == {s: LAYER if s == 6 else 0 for s in range(8)}
