@@ -14,10 +14,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from schedsim.made import MadeOnRead
 from schedsim.results import from_dict, to_dict
+
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import ArrayLike, NDArray
 
 __all__ = ["ActionTexts", "GraphInfo", "PipelineInfo", "StaticMemory"]
 
@@ -158,7 +162,7 @@ class PipelineInfo:
     rank_stride: int = 1
     stage_activation_memory_bytes: dict[int, int] = field(default_factory=dict)
 
-    def activation_memory_of(self, stages: Any) -> Any:
+    def activation_memory_of(self, stages: ArrayLike) -> NDArray[np.float64]:
         """Bytes a chunk of each of ``stages`` (an int array of shape (n,)) stores per microbatch: its
         ``stage_activation_memory_bytes`` figure, else ``activation_memory_bytes`` (float64 array, shape (n,))."""
         import numpy as np
@@ -171,6 +175,10 @@ class PipelineInfo:
         table = np.array([float(per.get(k, unit)) for k in range(max(per) + 1)])
         inside = (st >= 0) & (st < len(table))
         return np.where(inside, table[np.clip(st, 0, len(table) - 1)], unit)
+
+    def first_replica(self, rank: int) -> bool:
+        """Whether global ``rank`` runs a pipeline rank of the first replica (see ``rank_stride``)."""
+        return rank % self.rank_stride == 0 and rank // self.rank_stride < self.p
 
     def to_dict(self, *, lazy_order: bool = False) -> dict[str, Any]:
         """The JSON form (keys in field order; ``static_memory`` null without a transformer). ``order`` is a

@@ -116,7 +116,7 @@ from schedsim.spec.pipeline_block import (
     _layer_ops,
     attn_step_flops,
 )
-from schedsim.spec.training_block import TrainingPlan, TrainingSpec, training_plan
+from schedsim.spec.training_block import TrainingPlan, TrainingSpec, stage_activation_memory, training_plan
 from schedsim.units import DTYPE_BYTES
 
 __all__ = ["expand_training", "rank_classes", "rank_groups", "represented_ranks", "stage_lists", "TP_TAG", "DP_TAG"]
@@ -753,8 +753,7 @@ def expand_training(spec: ScheduleSpec, table: Table, symmetric: bool = False) -
     ``symmetric``, only the ranks of :func:`represented_ranks` (all where it is empty).
 
     Returns the :class:`~schedsim.graph.info.PipelineInfo` of its pipeline (``p`` = pp, ``dp`` = the pipeline
-    replicas tp·cp·dp, ``activation_memory_bytes`` per Korthikanti et al. for one stage chunk; with stages of unequal
-    layer counts each stage's own in ``stage_activation_memory_bytes`` and the largest in ``activation_memory_bytes``).
+    replicas tp·cp·dp, per stage chunk its activations by Korthikanti et al.: :func:`stage_activation_memory`).
 
     Raises
     ------
@@ -798,13 +797,8 @@ def expand_training(spec: ScheduleSpec, table: Table, symmetric: bool = False) -
     params = _stage_params(t, plan, ns)
     for g in reps or range(spec.world_size):
         _emit_rank(ranks, g, pplan, steps, p2p_tmpl, chunk_of, rank_stages, params)
-    from schedsim.spec.training_block import act_bytes_per_layer
-
-    per_layer = act_bytes_per_layer(t, plan)
-    stage_mem = [int(per_layer * n) for n in plan.stage_layers]  # each stage chunk's own layers (uneven stages)
-    uneven = len(set(stage_mem)) > 1
-    cost = StageCost({}, act_bytes, max(stage_mem) if uneven else stage_mem[0], dtype=plan.dtype,
-                     stage_mem_bytes=dict(enumerate(stage_mem)) if uneven else {})
+    mem, per_stage = stage_activation_memory(t, plan)  # each stage chunk's own layers (uneven stages)
+    cost = StageCost({}, act_bytes, mem, dtype=plan.dtype, stage_mem_bytes=per_stage)
     info = block_info(pb.model_copy(update={"transformer": None, "stage": None}), pplan, cost)
     from dataclasses import replace
 
