@@ -14,10 +14,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from schedsim.made import MadeOnRead
 from schedsim.results import from_dict, to_dict
+
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import ArrayLike, NDArray
 
 __all__ = ["ActionTexts", "GraphInfo", "PipelineInfo", "StaticMemory"]
 
@@ -121,7 +125,13 @@ class PipelineInfo:
     activation_bytes : int
         Bytes of one p2p message (activation or its gradient).
     activation_memory_bytes : int
-        Bytes one stage chunk stores per microbatch until its backward ends.
+        Bytes one stage chunk stores per microbatch until its backward ends; where the stages differ
+        (``stage_activation_memory_bytes``), the largest stage's (an old reader's upper bound).
+    stage_activation_memory_bytes : dict[int, int]
+        Stage → the bytes that stage's chunk stores per microbatch, where stages hold unequal layer counts (a
+        ``training:`` block's uneven first/last stages, ``allow_padding_num_layers``); empty when every stage
+        stores ``activation_memory_bytes``, and then left out of the JSON form. Read through
+        :meth:`activation_memory_of`.
     order : dict[int, list[str]]
         Per pipeline rank, its compute actions as text (``0F0``, ``1B2``, ...); the lowering gives an
         :class:`ActionTexts` (made on first read, equal to the dict).
@@ -150,6 +160,21 @@ class PipelineInfo:
     activation_memory_bytes: int = 0
     order: dict[int, list[str]] = field(default_factory=dict)
     rank_stride: int = 1
+    stage_activation_memory_bytes: dict[int, int] = field(default_factory=dict)
+
+    def activation_memory_of(self, stages: ArrayLike) -> NDArray[np.float64]:
+        """Bytes a chunk of each of ``stages`` (an int array of shape (n,)) stores per microbatch: its
+        ``stage_activation_memory_bytes`` figure, else ``activation_memory_bytes`` (float64 array, shape (n,))."""
+        import numpy as np
+
+        unit = float(self.activation_memory_bytes)
+        per = self.stage_activation_memory_bytes
+        st = np.asarray(stages, np.int64)
+        if not per:
+            return np.full(st.shape, unit)
+        table = np.array([float(per.get(k, unit)) for k in range(max(per) + 1)])
+        inside = (st >= 0) & (st < len(table))
+        return np.where(inside, table[np.clip(st, 0, len(table) - 1)], unit)
 
     def first_replica(self, rank: int) -> bool:
         """Whether global ``rank`` runs a pipeline rank of the first replica (see ``rank_stride``)."""
@@ -162,6 +187,8 @@ class PipelineInfo:
         d: dict[str, Any] = to_dict(self)
         if self.rank_stride == 1:
             d.pop("rank_stride", None)
+        if not self.stage_activation_memory_bytes:  # even stages: the JSON form as before the field
+            d.pop("stage_activation_memory_bytes", None)
         if isinstance(self.order, ActionTexts) and not lazy_order:
             d["order"] = {r: list(x) for r, x in self.order.items()}
         return d

@@ -460,7 +460,9 @@ class StageCost:
     ``params_stage``: parameters of one stage's transformer layers; ``params``: per stage, every parameter it
     holds (its layers, the word and position embedding on the first stage, the final LayerNorm and the output
     layer on the last: :func:`schedsim.pipeline.memory.stage_params`), empty without a ``transformer``;
-    ``emb_bytes``: the word embedding's bytes (V·h·element size), what the tied-embedding all-reduce moves.
+    ``emb_bytes``: the word embedding's bytes (V·h·element size), what the tied-embedding all-reduce moves;
+    ``stage_mem_bytes``: per stage, the activations its chunk stores per microbatch where the stages differ
+    (empty: every stage stores ``mem_bytes``; :attr:`PipelineInfo.stage_activation_memory_bytes`).
     """
 
     templates: dict[int, dict[str, list[dict[str, Any]]]]
@@ -470,6 +472,7 @@ class StageCost:
     emb_bytes: int = 0
     dtype: str = "fp16"
     params: dict[int, int] = field(default_factory=dict)
+    stage_mem_bytes: dict[int, int] = field(default_factory=dict)
 
     def rank_params(self, s2r: Mapping[int, int], rank: int) -> int:
         """Parameters held by the stages ``s2r`` places on ``rank`` (0 without a ``transformer``)."""
@@ -523,5 +526,6 @@ def block_info(pb: PipelineSpec, plan: PipelinePlan, cost: StageCost) -> Pipelin
                         dp=pb.data_parallel, static_memory=memory,
                         stage_to_rank={int(k): int(val) for k, val in plan.s2r.items()}, p2p=plan.mode,
                         activation_bytes=cost.act_bytes, activation_memory_bytes=cost.mem_bytes,
-                        order=texts)  # type: ignore[arg-type]  # an ActionTexts: a Mapping equal to the dict
+                        order=texts,  # type: ignore[arg-type]  # an ActionTexts: a Mapping equal to the dict
+                        stage_activation_memory_bytes=dict(cost.stage_mem_bytes))
 

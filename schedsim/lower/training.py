@@ -116,7 +116,7 @@ from schedsim.spec.pipeline_block import (
     _layer_ops,
     attn_step_flops,
 )
-from schedsim.spec.training_block import TrainingPlan, TrainingSpec, training_plan
+from schedsim.spec.training_block import TrainingPlan, TrainingSpec, stage_activation_memory, training_plan
 from schedsim.units import DTYPE_BYTES
 
 __all__ = ["expand_training", "rank_classes", "rank_groups", "represented_ranks", "stage_lists", "TP_TAG", "DP_TAG"]
@@ -753,7 +753,7 @@ def expand_training(spec: ScheduleSpec, table: Table, symmetric: bool = False) -
     ``symmetric``, only the ranks of :func:`represented_ranks` (all where it is empty).
 
     Returns the :class:`~schedsim.graph.info.PipelineInfo` of its pipeline (``p`` = pp, ``dp`` = the pipeline
-    replicas tp·cp·dp, ``activation_memory_bytes`` per Korthikanti et al. for one stage chunk).
+    replicas tp·cp·dp, per stage chunk its activations by Korthikanti et al.: :func:`stage_activation_memory`).
 
     Raises
     ------
@@ -797,9 +797,8 @@ def expand_training(spec: ScheduleSpec, table: Table, symmetric: bool = False) -
     params = _stage_params(t, plan, ns)
     for g in reps or range(spec.world_size):
         _emit_rank(ranks, g, pplan, steps, p2p_tmpl, chunk_of, rank_stages, params)
-    from schedsim.spec.training_block import act_bytes_per_layer
-
-    cost = StageCost({}, act_bytes, int(act_bytes_per_layer(t, plan) * plan.stage_layers[0]), dtype=plan.dtype)
+    mem, per_stage = stage_activation_memory(t, plan)  # each stage chunk's own layers (uneven stages)
+    cost = StageCost({}, act_bytes, mem, dtype=plan.dtype, stage_mem_bytes=per_stage)
     info = block_info(pb.model_copy(update={"transformer": None, "stage": None}), pplan, cost)
     from dataclasses import replace
 

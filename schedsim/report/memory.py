@@ -3,7 +3,8 @@
 What is counted, in bytes, per rank:
 
 * **activations** of pipeline actions: a forward of (stage, microbatch) stores
-  ``activation_memory_bytes`` (the pipeline block's, per stage chunk) from its start until the end
+  ``activation_memory_bytes`` (the pipeline block's, per stage chunk; a stage's own
+  ``stage_activation_memory_bytes`` where the stages hold unequal layer counts) from its start until the end
   of that chunk's weight-gradient work (phase W, or the full backward B), the ZB paper's accounting
   (arXiv 2401.10241 §3);
 * **receive and gather buffers**: a recv, all_gather or gather op holds its ``bytes`` from its start
@@ -137,8 +138,7 @@ def memory_over_time(tl: Timeline, graph: DagLike | None = None,
     import numpy as np
 
     info = tl.pipeline
-    unit = float(info.activation_memory_bytes) if info is not None else 0.0
-    parts = [e for e in (_activation_events(tl, unit), _buffer_events(tl, graph)) if e is not None]
+    parts = [e for e in (_activation_events(tl, info), _buffer_events(tl, graph)) if e is not None]
     static = static or {}
     if not parts and not any(sum(v.values()) for v in static.values()):
         return None
@@ -152,8 +152,10 @@ def memory_over_time(tl: Timeline, graph: DagLike | None = None,
     return {"unit": "bytes", "ranks": _curves(tl, ev, static)}
 
 
-def _activation_events(tl: Timeline, unit: float) -> _Events | None:
-    """A forward's activations from its start until its chunk's W (or full B) ends, per (rank, stage, mb, chunk).
+def _activation_events(tl: Timeline, info: PipelineInfo | None) -> _Events | None:
+    """A forward's activations from its start until its chunk's W (or full B) ends, per (rank, stage, mb, chunk):
+    the bytes ``info`` gives the stage (:meth:`~schedsim.graph.info.PipelineInfo.activation_memory_of`; a stage
+    that stores none gives no event).
 
     On the columns: a row's phase is its ``phase`` tag, or its ``pp_op`` when it has no (or an empty) phase;
     of the compute rows tagged with a stage, the forwards (phase F) give each key its earliest start (the
@@ -164,7 +166,8 @@ def _activation_events(tl: Timeline, unit: float) -> _Events | None:
     from schedsim.sim.pipeline_metrics import code_is, group_of, tag_ints
 
     c = tl.columns
-    if not unit or not len(c):
+    if info is None or not (info.activation_memory_bytes or any(info.stage_activation_memory_bytes.values())) \
+            or not len(c):
         return None
     phase_vals, phase = c.tag_column("phase")
     op_vals, op = c.tag_column("pp_op")
@@ -189,7 +192,8 @@ def _activation_events(tl: Timeline, unit: float) -> _Events | None:
     order = np.lexsort((rows, c.start_s[rows], ~is_f, *key[::-1]))
     rows, is_f = rows[order], is_f[order]
     _same, starts = group_of(*(k[order] for k in key))  # already sorted: group_of's order is the identity
-    has_f = is_f[starts]
+    unit = info.activation_memory_of(key[1][order][starts])  # each key's bytes, by its stage
+    has_f = is_f[starts] & (unit != 0)
     w_end = np.maximum.reduceat(np.where(is_f, -np.inf, c.end_s[rows]), starts)  # -inf: the key has no W
     freed = has_f & (w_end > -np.inf)
     first, gone = rows[starts[has_f]], rows[starts[freed]]
@@ -197,7 +201,7 @@ def _activation_events(tl: Timeline, unit: float) -> _Events | None:
     return (np.concatenate([rank[first], rank[gone]]),
             np.concatenate([c.start_s[first], w_end[freed]]),
             np.concatenate([np.ones(n, np.int64), np.zeros(m, np.int64)]),
-            np.concatenate([np.full(n, unit), np.full(m, -unit)]),
+            np.concatenate([unit[has_f], -unit[freed]]),
             np.concatenate([first, gone]))
 
 
@@ -337,13 +341,14 @@ def _reference(tl: Timeline, graph: DagLike | None = None,
     """The definition of :func:`memory_over_time`, span by span (kept for the equality tests)."""
     info = tl.pipeline
     unit = float(info.activation_memory_bytes) if info is not None else 0.0
+    per_stage = info.stage_activation_memory_bytes if info is not None else {}
     events: dict[int, list[tuple[float, int, float, str]]] = defaultdict(list)  # (t, order, delta, op)
     fwd: dict[tuple[int, int, int, int], tuple[float, str]] = {}
     bwd_end: dict[tuple[int, int, int, int], float] = {}
     byid = tl.by_id() if graph is not None else None
     for s in tl.spans:
         t = s.tags
-        if unit and t and "stage" in t and s.resource == "compute":
+        if (unit or per_stage) and t and "stage" in t and s.resource == "compute":
             key = (s.rank, int(t["stage"]), int(t["mb"]), int(t.get("chunk", 0) or 0))
             ph = t.get("phase") or t.get("pp_op")
             if ph == "F":
@@ -360,9 +365,12 @@ def _reference(tl: Timeline, graph: DagLike | None = None,
             events[s.rank].append((s.start_s, 1, s.bytes, s.id))
             events[s.rank].append((end, 0, -s.bytes, s.id))
     for key, (t0, op) in fwd.items():
-        events[key[0]].append((t0, 1, unit, op))
+        b = float(per_stage.get(key[1], unit))  # the stage's own bytes where the stages differ
+        if not b:
+            continue
+        events[key[0]].append((t0, 1, b, op))
         if key in bwd_end:
-            events[key[0]].append((bwd_end[key], 0, -unit, op))
+            events[key[0]].append((bwd_end[key], 0, -b, op))
     static = static or {}
     if not events and not any(sum(v.values()) for v in static.values()):
         return None

@@ -16,8 +16,11 @@
 * **Peak activation memory** per rank: a forward of a chunk stores one unit from
   its start; the unit is freed when that chunk's backward finishes (B, or W when
   split), as in the ZB paper's accounting (arXiv 2401.10241). Reported in bytes
-  (unit = ``activation_memory_bytes`` of the pipeline block) and in microbatch
-  units (chunks / v), with the memory-over-time steps.
+  (unit = ``activation_memory_bytes`` of the pipeline block; where the stages hold
+  unequal layer counts each chunk weighs its own stage's
+  ``stage_activation_memory_bytes`` and the peak is that of the bytes) and in
+  microbatch units (chunks in flight / v, whatever their bytes), with the
+  memory-over-time steps.
 * **p2p volume** per rank: bytes sent and received.
 
 The result is a :class:`PipelineMetrics`; :func:`pipeline_metrics` returns its JSON form.
@@ -90,6 +93,8 @@ class PipelineMetrics:
         d: dict[str, Any] = to_dict(self)
         if not memory_timeline:
             del d["memory_timeline"]
+        if not self.info.stage_activation_memory_bytes:  # even stages: the info as before the field
+            d["info"].pop("stage_activation_memory_bytes", None)
         return d
 
     @classmethod
@@ -210,6 +215,10 @@ def _compute(tl: Timeline, classes: Sequence[int] | np.ndarray | None = None,
     ev_t = np.concatenate([first_f[has_f], last_w[has_w]])
     ev_d = np.concatenate([np.ones(int(has_f.sum()), np.int64), -np.ones(int(has_w.sum()), np.int64)])
     o = np.lexsort((ev_d, ev_t, ev_rank))  # per rank by (time, delta): frees before allocations at a tie
+    cur_b = None
+    if info.stage_activation_memory_bytes:  # stages of unequal bytes: each key weighs its own stage's
+        w = info.activation_memory_of(stage[rows[starts]])
+        cur_b = np.cumsum(np.concatenate([w[has_f], -w[has_w]])[o])
     ev_rank, ev_t, cur = ev_rank[o], ev_t[o], np.cumsum(ev_d[o])
     bounds = np.searchsorted(ev_rank, np.arange(nr + 1))
     if len(rank) < 2 or bool((rank[1:] >= rank[:-1]).all()):  # rows by rank (a simulated timeline's): no list of
@@ -218,11 +227,17 @@ def _compute(tl: Timeline, classes: Sequence[int] | np.ndarray | None = None,
     else:
         ranks = set(rank.tolist())
     peak_units: dict[int, float] = {}
+    peak_bytes: dict[int, float] = {}
     mem_tl: dict[int, list[tuple[float, float]]] = {}
     for r in sorted(ranks):
         lo, hi = int(bounds[r]), int(bounds[r + 1])
         level = cur[lo:hi] - (cur[lo - 1] if lo else 0)
         peak_units[r] = max(0, int(level.max()) if hi > lo else 0) / v
+        if cur_b is None:  # every stage's chunk stores unit_bytes
+            peak_bytes[r] = peak_units[r] * v * unit_bytes
+        else:
+            level_b = cur_b[lo:hi] - (cur_b[lo - 1] if lo else 0.0)
+            peak_bytes[r] = max(0.0, float(level_b.max()) if hi > lo else 0.0)
         if memory_timeline:
             mem_tl[r] = [(0.0, 0.0), *zip(ev_t[lo:hi].tolist(), (level / v).tolist(), strict=True)]
     b, s_l, g_l = busy.tolist(), sent.tolist(), got.tolist()
@@ -231,6 +246,7 @@ def _compute(tl: Timeline, classes: Sequence[int] | np.ndarray | None = None,
         ranks = set(range(len(rep)))
         b, s_l, g_l = ([x[k] for k in rep] for x in (b, s_l, g_l))
         peak_units = {r: peak_units[k] for r, k in enumerate(rep)}
+        peak_bytes = {r: peak_bytes[k] for r, k in enumerate(rep)}
         mem_tl = {r: mem_tl[k] for r, k in enumerate(rep)} if memory_timeline else {}
     per_ideal = {r: ((makespan - b[r]) / b[r] if b[r] > 0 else 0.0) for r in sorted(ranks)}
     per_mk = {r: (1 - b[r] / makespan if makespan > 0 else 0.0) for r in sorted(ranks)}
@@ -241,7 +257,7 @@ def _compute(tl: Timeline, classes: Sequence[int] | np.ndarray | None = None,
         bubble_of_ideal=Bubble(per_ideal, (n * makespan - tot_busy) / tot_busy if tot_busy > 0 else 0.0),
         bubble_of_makespan=Bubble(per_mk, 1 - tot_busy / (n * makespan) if makespan > 0 else 0.0),
         peak_memory_units=peak_units,
-        peak_memory_bytes={r: u * v * unit_bytes for r, u in peak_units.items()},
+        peak_memory_bytes=peak_bytes,
         memory_timeline=mem_tl,
         p2p_bytes={r: P2PBytes(s_l[r], g_l[r]) for r in sorted(ranks)},
     )

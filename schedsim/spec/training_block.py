@@ -594,6 +594,17 @@ def model_flops(t: TrainingSpec, plan: TrainingPlan) -> float:
         (1 + plan.groups / a + s / h) + (plan.ffn / h) * k * gate + plan.vocab / (2 * L * h))
 
 
+def stage_activation_memory(t: TrainingSpec, plan: TrainingPlan) -> tuple[int, dict[int, int]]:
+    """Stored activations of one stage chunk and microbatch, bytes: :func:`act_bytes_per_layer` times the stage's
+    layers (``plan.stage_layers``, truncated to an int), as ``(largest, per stage)``; the per-stage dict (stage →
+    bytes) is empty when every stage holds as many layers (then ``largest`` is every stage's). What the pipeline
+    info's ``activation_memory_bytes`` and ``stage_activation_memory_bytes`` hold
+    (:class:`~schedsim.graph.info.PipelineInfo`)."""
+    per_layer = act_bytes_per_layer(t, plan)
+    stage = [int(per_layer * n) for n in plan.stage_layers]
+    return max(stage), (dict(enumerate(stage)) if len(set(stage)) > 1 else {})
+
+
 def act_bytes_per_layer(t: TrainingSpec, plan: TrainingPlan, granularity: str | None = "as set") -> float:
     """Stored activations of one layer and microbatch, bytes, for the block's ``recompute_granularity`` or the one
     given (``None``: no recomputation).

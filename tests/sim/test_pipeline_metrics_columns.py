@@ -69,21 +69,28 @@ def _definition(tl: Timeline) -> PipelineMetrics | None:
             fwd_start[key] = min(fwd_start.get(key, start_s), start_s)
         elif phase == "W":
             bwd_end[key] = max(bwd_end.get(key, end_s), end_s)
-    events: dict[int, list[tuple[float, int]]] = defaultdict(list)
+    per_stage = info.stage_activation_memory_bytes  # a stage's own bytes where the stages differ
+    events: dict[int, list[tuple[float, int, float]]] = defaultdict(list)  # (t, ±1, ± the stage's bytes)
     for key, t0 in fwd_start.items():
-        events[key[0]].append((t0, 1))
+        b = float(per_stage.get(key[1], unit_bytes))
+        events[key[0]].append((t0, 1, b))
         if key in bwd_end:
-            events[key[0]].append((bwd_end[key], -1))
+            events[key[0]].append((bwd_end[key], -1, -b))
     peak_units: dict[int, float] = {}
+    peak_bytes: dict[int, float] = {}
     mem_tl: dict[int, list[tuple[float, float]]] = {}
     for r in sorted(ranks):
         cur = peak = 0
+        cur_b = peak_b = 0.0
         steps: list[tuple[float, float]] = [(0.0, 0.0)]
-        for t0, d in sorted(events.get(r, []), key=lambda e: (e[0], e[1])):  # frees before allocations at a tie
+        for t0, d, b in sorted(events.get(r, []), key=lambda e: (e[0], e[1])):  # frees before allocations at a tie
             cur += d
+            cur_b += b
             peak = max(peak, cur)
+            peak_b = max(peak_b, cur_b)
             steps.append((t0, cur / v))
         peak_units[r] = peak / v
+        peak_bytes[r] = peak_b if per_stage else peak_units[r] * v * unit_bytes
         mem_tl[r] = steps
     busy = {r: length(merge(busy_iv[r])) for r in ranks}
     per_ideal = {r: ((makespan - busy[r]) / busy[r] if busy[r] > 0 else 0.0) for r in sorted(ranks)}
@@ -95,7 +102,7 @@ def _definition(tl: Timeline) -> PipelineMetrics | None:
         bubble_of_ideal=Bubble(per_ideal, (n * makespan - tot_busy) / tot_busy if tot_busy > 0 else 0.0),
         bubble_of_makespan=Bubble(per_mk, 1 - tot_busy / (n * makespan) if makespan > 0 else 0.0),
         peak_memory_units=peak_units,
-        peak_memory_bytes={r: u * v * unit_bytes for r, u in peak_units.items()},
+        peak_memory_bytes=peak_bytes,
         memory_timeline=mem_tl,
         p2p_bytes={r: P2PBytes(sent[r], recv[r]) for r in sorted(ranks)},
     )
@@ -126,6 +133,26 @@ def test_columns_equal_the_definition(path, sets):
         assert any(len(s) > 3 for s in got.memory_timeline.values())
     # predict's form: the memory steps not made (timeline.meta["memory"] holds the curve), the rest the same
     assert PipelineMetrics.of(tl, memory_timeline=False) == replace(got, memory_timeline={})
+
+
+def test_uneven_stages_equal_the_definition():
+    """A training block padded to uneven stages (6 layers over pp 4: 8 with padding, stages (1, 2, 2, 1)), under
+    ZB-H1 (W frees): each chunk weighs its own stage's bytes, in the columns as in the definition."""
+    from schedsim.api import load_text
+
+    spec = load_text("schema_version: 1\nname: padded\nworld_size: 4\ntraining:\n  num_layers: 6\n"
+                     "  hidden_size: 64\n  num_attention_heads: 4\n  seq_length: 32\n  vocab_size: 1000\n"
+                     "  micro_batch_size: 1\n  global_batch_size: 8\n  pp: 4\n  fp16: true\n"
+                     "  allow_padding_num_layers: true\n  enable_zero_bubble: true\n")
+    tl = simulate(lower(spec), load_profile("h200x2"))
+    info = tl.pipeline
+    assert info is not None and set(info.stage_activation_memory_bytes.values()) == {
+        info.activation_memory_bytes, info.activation_memory_bytes // 2}
+    got, ref = PipelineMetrics.of(tl), _definition(tl)
+    assert got is not None and ref is not None and _same(got, ref)
+    # rank 0 holds 1-layer chunks, rank 1 2-layer ones: bytes per unit differ by the stage's layers
+    assert got.peak_memory_bytes[0] == got.peak_memory_units[0] * info.activation_memory_bytes / 2
+    assert got.peak_memory_bytes[1] == got.peak_memory_units[1] * info.activation_memory_bytes
 
 
 def test_tags_as_dicts(tmp_path):
