@@ -599,9 +599,21 @@ def stage_activation_memory(t: TrainingSpec, plan: TrainingPlan) -> tuple[int, d
     layers (``plan.stage_layers``, truncated to an int), as ``(largest, per stage)``; the per-stage dict (stage →
     bytes) is empty when every stage holds as many layers (then ``largest`` is every stage's). What the pipeline
     info's ``activation_memory_bytes`` and ``stage_activation_memory_bytes`` hold
-    (:class:`~schedsim.graph.info.PipelineInfo`)."""
+    (:class:`~schedsim.graph.info.PipelineInfo`).
+
+    Full recomputation by ``recompute_method``, as the lowering reruns the layers (Megatron-LM
+    ``transformer_block.py`` ``_checkpointed_forward``): ``block`` stores the input of the chunk's first
+    ``recompute_num_layers`` layers and every activation of the others (:func:`act_bytes_per_layer` with ``None``);
+    ``uniform`` one input per group of ``recompute_num_layers`` layers, ``ceil(n / k)`` (as :func:`memory_per_rank`)."""
     per_layer = act_bytes_per_layer(t, plan)
-    stage = [int(per_layer * n) for n in plan.stage_layers]
+    k = t.recompute_num_layers or 0
+    if t.recompute_granularity == "full" and t.recompute_method == "block":
+        whole = act_bytes_per_layer(t, plan, None)
+        stage = [int(per_layer * min(k, n) + whole * (n - min(k, n))) for n in plan.stage_layers]
+    elif t.recompute_granularity == "full" and t.recompute_method == "uniform" and k > 1:
+        stage = [int(per_layer * -(-n // k)) for n in plan.stage_layers]
+    else:
+        stage = [int(per_layer * n) for n in plan.stage_layers]
     return max(stage), (dict(enumerate(stage)) if len(set(stage)) > 1 else {})
 
 

@@ -93,3 +93,38 @@ def test_even_stages_keep_the_json_form() -> None:
                      "h200").timeline.pipeline
     assert padded is not None and padded.activation_memory_bytes == LAYER
     assert padded.stage_activation_memory_bytes == {s: LAYER if s == 6 else 0 for s in range(8)}
+
+
+def _recompute_peaks(extra: str) -> tuple[dict[int, float], dict[int, float]]:
+    """Per rank of a 4-layer pp 2 block (m = 4, stages of 2 layers) under ``extra``: the memory curve's peak with the
+    receive buffers left out, and the pipeline metrics' peak activation bytes."""
+    run = predict(load_text(BLOCK.format(p=2, m=4, layers=4, extra=extra)), "h200", full_ranks=True)
+    tl = run.timeline
+    spans = [s._replace(bytes=0.0) if s.kind == "recv" else s for s in tl.spans]
+    mem = memory_over_time(Timeline(tl.schedule, tl.source, tl.world_size, spans=spans, meta=dict(tl.meta)))
+    assert mem is not None and run.metrics.pipeline is not None
+    return {r: d["peak_bytes"] for r, d in mem["ranks"].items()}, run.metrics.pipeline.peak_memory_bytes
+
+
+CKPT = 2 * 2048  # full recomputation stores a layer's input only: 2·r·sbh = 2 · 1 · 2048 bytes (Korthikanti §5)
+
+
+def test_block_recompute_stores_the_other_layers_whole() -> None:
+    # recompute_method block, recompute_num_layers 1: of each chunk's 2 layers the first reruns its forward (its
+    # input stored) and the second keeps all its activations (Megatron-LM transformer_block.py
+    # _checkpointed_forward, 'block'): one chunk stores CKPT + LAYER. Rank 0 holds 2 microbatches, rank 1 one.
+    curve, peak = _recompute_peaks("  recompute_granularity: full\n  recompute_method: block\n"
+                                   "  recompute_num_layers: 1\n")
+    want = {0: 2 * (CKPT + LAYER), 1: CKPT + LAYER}
+    assert curve == want
+    assert peak == want
+
+
+def test_uniform_recompute_stores_one_input_per_group() -> None:
+    # recompute_method uniform, recompute_num_layers 2: the chunk's 2 layers are one checkpointed group, one
+    # stored input (Megatron-LM 'uniform'; memory_per_rank's ceil(layers / k) inputs)
+    curve, peak = _recompute_peaks("  recompute_granularity: full\n  recompute_method: uniform\n"
+                                   "  recompute_num_layers: 2\n")
+    want = {0: 2 * CKPT, 1: CKPT}
+    assert curve == want
+    assert peak == want
