@@ -83,6 +83,18 @@ def test_padded_layers_count_on_the_stage_that_holds_them(tmp_path: Path) -> Non
     assert peak == want
 
 
+def test_padded_virtual_stages_count_each_chunk_on_its_own(tmp_path: Path) -> None:
+    # 7 layers over pp 2 with 2 layers a virtual stage, padded to 8: v = 2, the padding off the last chunk (stage 3,
+    # rank 1's second chunk): stages (2, 2, 2, 1). m = 4, Megatron's interleaved order: rank 0 runs
+    # 0F0 0F1 2F0 2F1 0F2 before its first backward, 5 chunks of 2 layers; rank 1 runs 1F0 1F1 3F0 3B0 3F1 3B1 1F2
+    # 1B0 ..., at most 1F0 1F1 1F2 in flight: 3 chunks of 2 layers (3F0 with 1F0 1F1 is 2 + 2 + 1 = 5 layers).
+    curve, peak = _peaks(2, 4, 7, "  num_layers_per_virtual_pipeline_stage: 2\n  allow_padding_num_layers: true\n",
+                         tmp_path)
+    want = {0: 10 * LAYER, 1: 6 * LAYER}
+    assert curve == want
+    assert peak == want
+
+
 def test_even_stages_keep_the_json_form() -> None:
     """Even stages: no per-stage figures, in the info or its JSON form (timeline.json as before); uneven ones: each
     stage's, and the largest as ``activation_memory_bytes`` (an old reader's upper bound, not an under-count)."""
