@@ -12,7 +12,7 @@ off where tp = 1 (as Megatron turns it off). A candidate is
   loader's own estimate :func:`schedsim.spec.limits.check_expansion`): a limit of this tool, not a refusal of
   Megatron's, so counted apart;
 * *over memory* when :func:`schedsim.spec.training_block.memory_per_rank`'s total (parameters, gradients,
-  optimizer states, activations of the first pipeline stage) passes the limit;
+  optimizer states, activations of the most loaded pipeline stage) passes the limit;
 * otherwise *simulated* (:func:`run_point`, in ``jobs`` local processes) on the profile.
 
 A simulated point is on the Pareto front when no other simulated point is both faster and lighter

@@ -13,7 +13,8 @@
   its compute does, each kind counting only what the kinds before it (tp, cp, ep, pp, dp) and compute do not
   already cover;
 * **bubble**: mean over ranks of the time nothing runs on a rank (no compute, no communication);
-* **memory per GPU** of the first pipeline stage, :func:`schedsim.spec.training_block.memory_per_rank`.
+* **memory per GPU** of the most loaded pipeline stage (the first where the stages are even),
+  :func:`schedsim.spec.training_block.memory_per_rank`.
 """
 
 from __future__ import annotations

@@ -682,16 +682,29 @@ def expert_params_per_layer(t: TrainingSpec, plan: TrainingPlan) -> int:
 
 
 def memory_per_rank(t: TrainingSpec, plan: TrainingPlan) -> dict[str, float]:
-    """Bytes per GPU of the first pipeline stage (the most loaded: embedding and the most microbatches in
-    flight): ``params``, ``grads``, ``optimizer`` (Megatron's distributed-optimizer table) and ``activations``
-    (Korthikanti et al. 2022), keys in that order, plus ``total``; see the module docstring for the sources.
+    """Bytes per GPU of the first pipeline stage (the most loaded where the stages are even: embedding and the
+    most microbatches in flight): ``params``, ``grads``, ``optimizer`` (Megatron's distributed-optimizer table) and
+    ``activations`` (Korthikanti et al. 2022), keys in that order, plus ``total``; see the module docstring for
+    the sources.
     With pp = 1 the one stage also holds the untied output layer (``V·h/t`` more parameters, Megatron-LM
     ``gpt_model.py`` ``output_layer`` when ``untie_embeddings_and_output_weights``). With ``use_torch_fsdp2`` the
-    static bytes are :func:`fsdp_memory`'s (keys ``params``, ``grads``, ``optimizer``, ``gathered``)."""
-    # the first pipeline rank's layers: its chunks 0, pp, 2·pp, ... (virtual-stage order), which padding
+    static bytes are :func:`fsdp_memory`'s (keys ``params``, ``grads``, ``optimizer``, ``gathered``).
+
+    With uneven first/last stages (``decoder_first_pipeline_num_layers``, ``..._last_...``; no virtual stages) the
+    first stage need not be the most loaded: each pipeline rank r is counted with its own layers and
+    ``min(m, pp − r)`` microbatches in flight (1F1B), and the rank of the largest ``total`` is returned."""
+    ranks = range(plan.pp) if plan.v == 1 and len(set(plan.stage_layers)) > 1 else range(1)
+    return max((_memory_of_rank(t, plan, r) for r in ranks), key=lambda d: d["total"])
+
+
+def _memory_of_rank(t: TrainingSpec, plan: TrainingPlan, rank: int) -> dict[str, float]:
+    """:func:`memory_per_rank` of pipeline rank ``rank`` (the word and position embeddings on rank 0 only; the
+    in-flight count of interleaving, v > 1, is rank 0's)."""
+    # the rank's layers: its chunks rank, rank + pp, ... (virtual-stage order), which padding
     # (allow_padding_num_layers) leaves uneven
-    lps = sum(plan.stage_layers[0::plan.pp])
-    n = (lps * _params_per_layer(t, plan) + plan.vocab * t.hidden_size + t.seq_length * t.hidden_size) / plan.tp
+    lps = sum(plan.stage_layers[rank::plan.pp])
+    emb = plan.vocab * t.hidden_size + t.seq_length * t.hidden_size if rank == 0 else 0
+    n = (lps * _params_per_layer(t, plan) + emb) / plan.tp
     if plan.pp == 1 and t.untie_embeddings_and_output_weights:  # the one stage also holds the output layer
         n += plan.vocab * t.hidden_size / plan.tp
     pb, gb, opt = {"bf16": (2, 4, 12), "fp16": (2, 2, 16), "fp32": (4, 4, 8)}[plan.dtype]
@@ -701,14 +714,14 @@ def memory_per_rank(t: TrainingSpec, plan: TrainingPlan) -> dict[str, float]:
     n_exp = lps * expert_params_per_layer(t, plan) / plan.tp
     ob_exp = opt / (plan.dp * plan.cp // plan.ep) if t.use_distributed_optimizer else float(opt)
     p, v, m = plan.pp, plan.v, plan.m
-    inflight = min(m, p) * lps if v == 1 else min(lps * (p + (p - 1) / v), lps * m)
+    inflight = min(m, p - rank) * lps if v == 1 else min(lps * (p + (p - 1) / v), lps * m)
     per_layer = act_bytes_per_layer(t, plan)
     lpc = lps // v  # layers per chunk; recompute_method block recomputes the first recompute_num_layers of each
     k = t.recompute_num_layers or 0
     peak = 0.0
     if t.recompute_granularity == "full" and t.recompute_method == "block" and k < lpc:
         per_layer = (k * per_layer + (lpc - k) * act_bytes_per_layer(t, plan, None)) / lpc
-    elif t.recompute_granularity == "full" and t.recompute_method == "uniform" and k > 1:
+    elif t.recompute_granularity == "full" and t.recompute_method == "uniform" and k > 1 and lpc:
         per_layer *= -(-lpc // k) / lpc  # one stored input per group of k layers
     if t.recompute_granularity == "full":  # backward re-runs one checkpointed group's forward: its activations live
         peak = (min(k, lpc) if t.recompute_method == "uniform" else 1) * act_bytes_per_layer(t, plan, None)

@@ -480,3 +480,19 @@ def test_uneven_first_and_last_stages(tmp_path: Path) -> None:
     code, err = _check(tmp_path, _edit("num_layers: 2", "num_layers: 4\n  decoder_last_pipeline_num_layers: 1\n"
                                        "  num_layers_per_virtual_pipeline_stage: 1"))
     assert code == 2 and "please use --num-virtual-stages-per-pipeline-rank" in err
+
+
+def test_memory_per_rank_is_the_most_loaded_rank_with_a_small_first_stage() -> None:
+    """decoder_first_pipeline_num_layers 1 of 25 over pp 4: stages (1, 8, 8, 8). 1F1B rank r holds min(m, p − r)
+    microbatches (Narayanan et al. SC'21 §2.2): rank 0 4 × 1 layer, rank 1 3 × 8 = 24 layers, and rank 1's 8
+    layers' parameters outweigh rank 0's one layer and the embedding (V·h = 65,536): rank 1 is the figure."""
+    from schedsim.spec.training_block import _params_per_layer
+
+    t = TrainingSpec(num_layers=25, hidden_size=64, num_attention_heads=4, seq_length=32, vocab_size=1024,
+                     micro_batch_size=1, global_batch_size=8, bf16=True, pipeline_model_parallel_size=4,
+                     decoder_first_pipeline_num_layers=1)
+    plan = training_plan(t, 4)
+    assert plan.stage_layers == (1, 8, 8, 8)
+    m = memory_per_rank(t, plan)
+    assert m["activations"] == pytest.approx(24 * act_bytes_per_layer(t, plan), rel=1e-12)
+    assert m["params"] == 8 * _params_per_layer(t, plan) * 2
