@@ -271,10 +271,8 @@ def threads_snapshot_at(warmup: int) -> int:
     ``benchmarks/accuracy/handwritten/harness.py``), so each thread's run time covers that one untimed iteration too.
 
     Not just before the first timed iteration: the snapshot opens three procfs files per thread (~670 µs of CPU for 15
-    threads on a 2-core VM), and the first timed iteration that followed it ran slow on both sides in the H100 runs
-    of 2026-12-07 (median over processes of the first iteration over the process's median: tp_allreduce world 1
-    eager +19 % executor, +28 % hand-written; tp_ffn tp=1 +36 % and +77 %; docs/validation.md, "CPU analysis of the
-    recorded runs").
+    threads on a 2-core VM), and the first timed iteration that followed it ran slow on both sides in recorded H100
+    runs (docs/validation.md, "the executor against hand-written PyTorch, CPU analysis of the recorded runs").
 
     >>> threads_snapshot_at(5), threads_snapshot_at(1), threads_snapshot_at(0)
     (4, 0, 0)

@@ -153,7 +153,7 @@ class Proc:
 
     def copy_op(self, nbytes: float) -> Callable[[], Any]:
         """The executor's ``compute`` op with ``bytes``: ``torch.add(a, b, out=c)`` on three uint8 tensors of
-        N/3 (an elementwise kernel; until 2026-12-02 a device copy, half read and half written)."""
+        N/3 (an elementwise kernel, as the executor runs it)."""
         third = max(1, int(nbytes // 3))
         a = torch.randint(0, 4, (third,), dtype=torch.uint8, generator=self.gen).to(self.dev)
         b = torch.randint(0, 4, (third,), dtype=torch.uint8, generator=self.gen).to(self.dev)
@@ -329,7 +329,7 @@ AB_DOC = """Executor against hand-written PyTorch in one process: both loops tim
         --out ab.json
 
 Why one process. The suite compares ``schedsim execute`` with its hand-written twin
-(``benchmarks/accuracy/handwritten/``) across processes; on the H100 machines of 2026-12-07 a host-bound process ran
+(``benchmarks/accuracy/handwritten/``) across processes; on some H100 machines a host-bound process ran
 in a fast or a slow mode, 1.5-2x apart and fixed for the process's life, in both programs alike (docs/validation.md,
 "the host-bound process spread"), so two processes' medians differ by the draw before they differ by the program.
 Here one process holds both programs and times them in alternating blocks (executor first in even blocks, the

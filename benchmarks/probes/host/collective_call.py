@@ -9,14 +9,14 @@ In one process (``torchrun --nproc-per-node N``, NCCL on CUDA, gloo on CPU) this
 * ``hand_mm_only``: the same loop without the all_reduce.
 * ``lean_keywords`` and ``lean_script_call``: the same layer from a step list, as ``execute``'s lean loop issues it
   (``partial(torch.matmul, x, w, out=y)``, then the all_reduce bound as ``partial(dist.all_reduce, y, group=None,
-  async_op=False)``, the executor's binding until 2026-12-07, or by :func:`executor.kernels.script_call`, its
+  async_op=False)``, the executor's former binding, or by :func:`executor.kernels.script_call`, its
   binding since: ``partial(dist.all_reduce, y)``, the call ``hand`` makes). The ways alternate, round by round.
 * ``probe``: :func:`executor.calibrate_host.comm_host_costs` and :func:`executor.calibrate_host.host_costs` in the
   same process (busy-GPU loops of calls).
 
 A layer's all_reduce share is ``hand.total_us_per_layer − hand_mm_only.total_us_per_layer``; calibrate's
 ``eager_per_collective_us`` (the loop of back-to-back calls, ``collective_loop_us``) estimates it, and the loop
-alternating the call with a 64×64 matmul (``mixed_pair_us − matmul_loop_us``), its source until 2026-12-02, is
+alternating the call with a 64×64 matmul (``mixed_pair_us − matmul_loop_us``), its former source, is
 printed for comparison. Results: [evidence: collective-host].
 
 Usage: torchrun --standalone --nproc-per-node 1 benchmarks/probes/host/collective_call.py [--layers 64 --reps 20]
