@@ -276,7 +276,7 @@ def _rules(t: TrainingSpec, world_size: int) -> list[tuple[str, str, str]]:
                 "Megatron-LM parallel_state.initialize_model_parallel): the experts' data-parallel size "
                 f"dp·cp / ep = {dp * cp} / {ep} must be whole", f"use an ep dividing dp·cp = {dp * cp}")]
     return [*_limit_rules(t), *_size_rules(t, world_size, dp), *_model_rules(t), *_layer_rules(t), *_feature_rules(t),
-            *_recompute_rules(t), *_zero_bubble_rules(t, world_size)]
+            *_recompute_rules(t), *_zero_bubble_rules(t, dp)]
 
 
 def _limit_rules(t: TrainingSpec) -> list[tuple[str, str, str]]:
@@ -498,8 +498,9 @@ def _moe_rules(t: TrainingSpec) -> list[tuple[str, str, str]]:
     return []
 
 
-def _zero_bubble_rules(t: TrainingSpec, world_size: int) -> list[tuple[str, str, str]]:
-    """What the Zero Bubble keys lower (``enable_zero_bubble``: ZB-1p as ZB-H1, one chunk a rank, m >= pp)."""
+def _zero_bubble_rules(t: TrainingSpec, dp: int) -> list[tuple[str, str, str]]:
+    """What the Zero Bubble keys lower (``enable_zero_bubble``: ZB-1p as ZB-H1, one chunk a rank, m >= pp);
+    ``dp`` as :func:`_rules` derives it."""
     pp, pend = t.pipeline_model_parallel_size, t.zero_bubble_max_pending_backward
     if not t.enable_zero_bubble:
         if pend is not None:
@@ -518,7 +519,6 @@ def _zero_bubble_rules(t: TrainingSpec, world_size: int) -> list[tuple[str, str,
         return [("zero_bubble_max_pending_backward", f"only ZB-1p (max pending backward = pp = {pp}) is lowered: "
                  "other limits are the fork's automatic (ILP) schedules, which schedsim has no generator for",
                  f"set zero_bubble_max_pending_backward: {pp}, or remove it")]
-    dp = max(1, world_size // (t.tensor_model_parallel_size * pp * t.context_parallel_size))
     mbs = t.micro_batch_size
     m = (t.global_batch_size or mbs * dp) // (mbs * dp)
     if m < pp:
