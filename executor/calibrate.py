@@ -173,7 +173,6 @@ def run_calibrate(o: CalibrateOptions) -> dict[str, Any]:
         raw["nodes"] = max(1, world // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", world))))
         if ctx.cuda:
             raw["nccl_version"] = ".".join(str(x) for x in torch.cuda.nccl.version())
-        if ctx.cuda:
             raw["nccl"] = nccl_beside_gemm(b, o.quick, log)
     else:
         log("[collectives] world size 1: no collective sweep (it needs 2 or more ranks); collective tables, links "

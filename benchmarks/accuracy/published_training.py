@@ -278,16 +278,23 @@ def zb_paper_time(model: str, m: int, sched: str) -> float:
     return m * (f + b + w) / 1e3 / (1 - ZB_TABLE5[sched][list(ZB_TABLE6).index((model, m))])
 
 
-def zb_stage_times(model: str, profile: Any) -> tuple[float, float, float]:
-    """(F, I, W) seconds per microbatch of the middle pipeline rank p/2 - 1 in the 1F1B row of ``model`` at Table 6's
-    microbatch count: the compute-stream time of its ops of each phase over the step, divided by m."""
+def zb_timeline(model: str, profile: Any) -> Any:
+    """The predicted timeline of the 1F1B row of ``model`` at Table 6's microbatch count (the first of the row's)."""
     from schedsim.api import lower_spec
     from schedsim.sim.engine import simulate
     from schedsim.spec.loader import load_text
 
     m = ZB_MICROBATCHES[model][0]
+    return simulate(lower_spec(load_text(_yaml("zb", ZB_TABLE3[model][3], _zb_block(model, m, "1F1B")))), profile)
+
+
+def zb_stage_times(model: str, profile: Any, tl: Any = None) -> tuple[float, float, float]:
+    """(F, I, W) seconds per microbatch of the middle pipeline rank p/2 - 1 in the 1F1B row of ``model`` at Table 6's
+    microbatch count: the compute-stream time of its ops of each phase over the step, divided by m. ``tl``: that
+    row's :func:`zb_timeline`, when already simulated."""
+    m = ZB_MICROBATCHES[model][0]
     p = ZB_TABLE3[model][3]
-    tl = simulate(lower_spec(load_text(_yaml("zb", p, _zb_block(model, m, "1F1B")))), profile)
+    tl = tl if tl is not None else zb_timeline(model, profile)
     got = {"F": 0.0, "I": 0.0, "W": 0.0}
     for sp in tl.spans:
         parts = sp.name.split(".")
@@ -298,23 +305,17 @@ def zb_stage_times(model: str, profile: Any) -> tuple[float, float, float]:
     return got["F"] / m, got["I"] / m, got["W"] / m
 
 
-def zb_hops(model: str, profile: Any) -> tuple[float, float]:
+def zb_hops(model: str, profile: Any, tl: Any = None) -> tuple[float, float]:
     """(median, mean) seconds of one pipeline p2p hop in the 1F1B row of ``model`` at Table 6's microbatch count:
     the sends of every rank (stream ``pp_send``, Megatron's batched p2p, each a hop of ``s·b·h`` fp16), to set
     beside Table 6's T_comm, which the fork measures as one hop: ``zb_schedules.py``
     ``bootstrap_and_profile_p2p_communication`` (sail-sg/zero-bubble-pipeline-parallelism at 425b42e) times 10
     forward-and-backward chains of Megatron's ``recv_forward``/``send_forward``/``recv_backward``/``send_backward``
     (each a ``batch_isend_irecv`` followed by ``torch.cuda.synchronize()``), divides by 2·(p - 1)·10 and takes the
-    maximum over the ranks."""
+    maximum over the ranks. ``tl``: that row's :func:`zb_timeline`, when already simulated."""
     import statistics
 
-    from schedsim.api import lower_spec
-    from schedsim.sim.engine import simulate
-    from schedsim.spec.loader import load_text
-
-    m = ZB_MICROBATCHES[model][0]
-    p = ZB_TABLE3[model][3]
-    tl = simulate(lower_spec(load_text(_yaml("zb", p, _zb_block(model, m, "1F1B")))), profile)
+    tl = tl if tl is not None else zb_timeline(model, profile)
     # a send's time alone (``solo_s``: without the wait for its receiver), over every rank's sends, so that the
     # mean weighs the p - 1 boundaries (inter-node ones included) about as the fork's chain does
     hops = [sp.solo_s if sp.solo_s is not None else sp.end_s - sp.start_s for sp in tl.spans if sp.stream == "pp_send"]
@@ -325,14 +326,15 @@ def print_zb_stages(profile: Any) -> None:
     """The per-stage check of the Zero Bubble rows: Qi et al. 2024 Table 6 against :func:`zb_stage_times`; then
     the paper's own model of each row (:func:`zb_paper_time`) against its measured time."""
     print(f"{'Table 6 model':<14} {'m':>4} " + " ".join(f"{x + ' ms':>8} {'pred.':>7} {'error':>7}" for x in "FBW"))
+    tls = {model: zb_timeline(model, profile) for model in ZB_MICROBATCHES}  # each row simulated once, for both tables
     for model, m in ((k, ms[0]) for k, ms in ZB_MICROBATCHES.items()):
-        got = zb_stage_times(model, profile)
+        got = zb_stage_times(model, profile, tls[model])
         cells = " ".join(f"{pub:>8.2f} {1e3 * x:>7.2f} {100 * (1e3 * x - pub) / pub:>+6.1f}%"
                          for pub, x in zip(ZB_TABLE6[(model, m)][:3], got, strict=True))
         print(f"{model:<14} {m:>4} {cells}", flush=True)
     print("one pipeline p2p hop: Table 6's T_comm (measured by the fork) against schedsim's (median / mean, ms):")
     for model, m in ((k, ms[0]) for k, ms in ZB_MICROBATCHES.items()):
-        med, mean = zb_hops(model, profile)
+        med, mean = zb_hops(model, profile, tls[model])
         print(f"{model:<14} {m:>4} {ZB_TABLE6[(model, m)][3]:>8.3f} {1e3 * med:>7.3f} {1e3 * mean:>7.3f}", flush=True)
     print("the paper's model (Tables 6 and 5) against its measured time (Table 4), error:")
     for sched in ZB_LOWERED:
