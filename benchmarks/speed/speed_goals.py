@@ -23,6 +23,10 @@ in place compiles every module at every start, ~0.1-0.3 s that no installed copy
   (tables, timeline.json, Gantt PNG/SVG, pipeline view and memory plot). Goal: <= 5 s.
 * ``scaling``: ``overlap_gen.yaml`` on 8 ranks from 10k ops up to ``--max-ops`` (default 1M; 10M takes
   ~2.7 GiB and ~25 CPU s), ``--no-trace`` so every size writes the same outputs.
+* ``tenm`` (not run by default; issue 38): ``predict --no-gantt --no-trace`` of ``overlap_gen.yaml`` on 8 ranks at
+  1M and 10M ops (``--max-ops 10000000``), whole processes, with user and system CPU s, minor page faults and peak
+  RSS apart, and CPU µs per op at each size: whether the time per op stays flat to 10M ops. Goal: 10M ops
+  <= 10 s. With ``--base``, before and after run by run (~2.3 GiB and ~15-20 CPU s a 10M-op process).
 * ``throughput`` (not run by default): simulator throughput, ``simulate()`` alone (preparation + event loop +
   timeline) in ops per second, of ``overlap_gen.yaml`` on 8 ranks lowered to a Program, at the sizes of
   ``scaling``, for each GPU model of ``--gpu-model`` (default ``waves replay``), with the time to lower it; one
@@ -46,11 +50,12 @@ in place compiles every module at every start, ~0.1-0.3 s that no installed copy
   <= 60 s on 2 cores.
 
 ``--base DIR`` (a checkout of another commit, its extension built: ``python setup.py build_ext --inplace``): the
-``million``, ``cold``, ``shapes``, ``pp32``, ``trace`` and ``search`` cases run from a copy of it and from this tree
-in turn, run by run (so the load of a shared machine falls on both alike), a row for each (``before`` and ``after``).
+``million``, ``cold``, ``shapes``, ``pp32``, ``trace``, ``tenm`` and ``search`` cases run from a copy of it and from
+this tree in turn, run by run (so the load of a shared machine falls on both alike), a row for each (``before``
+and ``after``).
 
 Usage: python benchmarks/speed/speed_goals.py [--repeat 3] [--cases million pipeline cold pp8dp128 scaling shapes
-       pp32 trace search] [--base DIR] [--max-ops N]
+       pp32 trace tenm search] [--base DIR] [--max-ops N]
        python benchmarks/speed/speed_goals.py --cases throughput [--max-ops 1000000] [--gpu-model waves replay]
 """
 
@@ -68,6 +73,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 GEN = str(ROOT / "benchmarks/data/overlap_gen.yaml")
@@ -78,6 +84,13 @@ def run(args: list[str], root: Path = ROOT, **env_set: str) -> tuple[float, floa
     """Run ``args`` in a fresh process, in ``root`` (a package copy, or the checkout: ``python -m`` imports from
     the working directory) with it on PYTHONPATH and ``env_set`` added to the environment; (wall s, CPU s, peak
     RSS MiB, stdout). File arguments must be absolute. Raises on a non-zero exit."""
+    wall, ru, out = run_usage(args, root, **env_set)
+    return wall, ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024, out
+
+
+def run_usage(args: list[str], root: Path = ROOT, **env_set: str) -> tuple[float, Any, str]:
+    """:func:`run`'s process, with its whole ``os.wait4`` resource usage (user and system CPU s, minor page
+    faults, peak RSS KiB): (wall s, rusage, stdout)."""
     env = {**os.environ, "PYTHONPATH": str(root), **env_set}
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
@@ -89,7 +102,7 @@ def run(args: list[str], root: Path = ROOT, **env_set: str) -> tuple[float, floa
         err.seek(0)
         if p.returncode:
             raise RuntimeError(f"{' '.join(args)} exited {p.returncode}:\n{err.read().decode()[-3000:]}")
-        return wall, ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024, out.read().decode()
+        return wall, ru, out.read().decode()
 
 
 def median_run(args: list[str], repeat: int, root: Path = ROOT, **env_set: str) -> tuple[float, float, float, str]:
@@ -294,8 +307,36 @@ def _before_after_cases(cases: list[str], tmp: str, roots: list[tuple[str, Path]
         print("| case | ops | wall s | CPU s | CPU µs/op | peak RSS MiB | peak B/op | goal |")
         print("|---|---:|---:|---:|---:|---:|---:|---|")
         _trace_rows(tmp, roots, repeat)
+    if "tenm" in cases:
+        tenm(tmp, roots, repeat)
     if "search" in cases:
         search_case(tmp, roots, repeat)
+
+
+def tenm(tmp: str, roots: list[tuple[str, Path]], repeat: int) -> None:
+    """The ``tenm`` case (module docstring): a table, a row per size and package copy of ``roots``, run by run
+    alternated; medians of ``repeat``."""
+    print("\n`predict --no-gantt --no-trace` of `overlap_gen.yaml` on 8 ranks, whole processes (user + system CPU s; "
+          "minor page faults):\n")
+    print("| case | ops | wall s | CPU s | user s | system s | CPU µs/op | minor faults | peak RSS MiB | peak B/op | "
+          "goal |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    for ops in (1_000_000, 10_000_000):
+        runs: list[list[tuple[float, Any, str]]] = [[] for _ in roots]
+        for _ in range(repeat):
+            for k, (tag, root) in enumerate(roots):
+                runs[k].append(run_usage(gen_predict(8, ops // 16, f"{tmp}/{tag}tenm{ops}")
+                                         + ["--no-trace", "--max-ops", str(ops)], root))
+        for (tag, _root), rs in zip(roots, runs, strict=True):
+            med = {k: statistics.median(getattr(r[1], k) for r in rs) for k in ("ru_utime", "ru_stime", "ru_minflt",
+                                                                                "ru_maxrss")}
+            cpu = statistics.median(r[1].ru_utime + r[1].ru_stime for r in rs)
+            wall = statistics.median(r[0] for r in rs)
+            print(f"| {tag + ': ' if tag else ''}`overlap_gen.yaml` | {ops:,} | {wall:.2f} | {cpu:.2f} | "
+                  f"{med['ru_utime']:.2f} | {med['ru_stime']:.2f} | {cpu / ops * 1e6:.2f} | {med['ru_minflt']:,.0f} | "
+                  f"{med['ru_maxrss'] / 1024:,.0f} | {med['ru_maxrss'] * 1024 / ops:,.0f} | "
+                  f"{'≤ 10 s' if ops == 10_000_000 else '≤ 1 s'} |", flush=True)
+
 
 def cold_case(tmp: str, roots: list[tuple[str, Path]], base: Path | None, repeat: int) -> None:
     """The ``cold`` case (see the module's docstring): rows for each root of ``roots`` (bytecode) and for copies of

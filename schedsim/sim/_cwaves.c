@@ -49,18 +49,44 @@ enum { BATCH = 0, XFER = 1, COPY = 2 };
 #define HOST (-2)
 
 /* ---- growable arrays ----------------------------------------------------------------------------------- */
-typedef struct { i64 *a; i64 n, cap; } ivec;
+/* Its first IVEC_IN entries in the struct itself (a == in; one 64-byte line with n and cap), the rest on the heap
+ * once it outgrows them: a rank's running jobs are read at every event of the rank, and with one malloc'd block per
+ * rank (100,000 ranks) that block was a cache miss of its own beside the rank's entry. */
+#define IVEC_IN 5
+typedef struct { i64 *a; i64 n, cap; i64 in[IVEC_IN]; } ivec;
+_Static_assert(sizeof(ivec) == 64, "an ivec is one 64-byte line");
+
+/* The buffer a (of cap entries of size bytes, full) grown to 2·cap entries: a copy on the heap where a is the
+ * struct's own in-line buffer, else realloc'd; NULL if out of memory (a unchanged) */
+static void *grown(void *a, const void *in, i64 cap, size_t size) {
+    if (a != in) return realloc(a, (size_t)(2 * cap) * size);
+    void *p = malloc((size_t)(2 * cap) * size);
+    if (p) memcpy(p, in, (size_t)cap * size);
+    return p;
+}
 
 static int ivec_push(ivec *v, i64 x) {
     if (v->n == v->cap) {
-        i64 c = v->cap ? 2 * v->cap : 4;
-        i64 *p = realloc(v->a, (size_t)c * sizeof(i64));
+        i64 *p = v->cap ? grown(v->a, v->in, v->cap, sizeof(i64)) : v->in;
         if (!p) return -1;
         v->a = p;
-        v->cap = c;
+        v->cap = v->cap ? 2 * v->cap : IVEC_IN;
     }
     v->a[v->n++] = x;
     return 0;
+}
+
+static void ivec_free(ivec *v) {
+    if (v->a != v->in) free(v->a);
+}
+
+/* n entries of size bytes (a multiple of 64), zeroed, the first on a 64-byte line (so each entry on lines of its
+ * own); NULL if out of memory. Freed with free(). */
+static void *lines_zeroed(i64 n, size_t size) {
+    void *p = NULL;
+    if (posix_memalign(&p, 64, (size_t)(n ? n : 1) * size)) return NULL;
+    memset(p, 0, (size_t)(n ? n : 1) * size);
+    return p;
 }
 
 /* ---- heaps: the main event heap ordered by (t, seq), a rank's dispatch FIFO by (t, op, kernel) -----------
@@ -70,7 +96,11 @@ static int ivec_push(ivec *v, i64 x) {
  * are not predictable). On the 1M-op overlap_gen run (world 64: 5M pops of a ~130-entry heap) heap_pop is
  * still ~18 % of the loop (a chain of dependent loads and compares); the binary heap with branches was ~30 %. */
 typedef struct { double t; i64 a, b; } hent; /* main: a = seq, b = job (or -1 - op); pend: a = op, b = kernel */
-typedef struct { hent *e; i64 n, cap; } heap_t;
+/* As ivec: the first HEAP_IN entries in the struct (e == in; n, cap and the head on one 64-byte line), the rest on
+ * the heap once it outgrows them (a rank's dispatch FIFO, read at every event of the rank) */
+#define HEAP_IN 4
+typedef struct { hent *e; i64 n, cap; hent in[HEAP_IN]; i64 pad_; } heap_t;
+_Static_assert(sizeof(heap_t) == 128, "a heap_t is two 64-byte lines");
 typedef struct { hent *e; i64 h, n, cap; hent hd, tl; } lane_t; /* entries in ascending key order: a ring of n from e[h];
                                                                * hd and tl copies of its head and last (n > 0), which the
                                                                * scans of every event read without the ring's index */
@@ -86,11 +116,10 @@ static inline int hless(const hent *x, const hent *y) {
 
 static int heap_push(heap_t *h, double t, i64 a, i64 b) {
     if (h->n == h->cap) {
-        i64 cap = h->cap ? 2 * h->cap : 16;
-        hent *p = realloc(h->e, (size_t)cap * sizeof(hent));
+        hent *p = h->cap ? grown(h->e, h->in, h->cap, sizeof(hent)) : h->in;
         if (!p) return -1;
         h->e = p;
-        h->cap = cap;
+        h->cap = h->cap ? 2 * h->cap : HEAP_IN;
     }
     i64 i = h->n++;
     hent x = {t, a, b};
@@ -124,6 +153,10 @@ static void sift_down(hent *e, i64 n, i64 i, hent x) {
         i = m;
     }
     e[i] = x;
+}
+
+static void heap_free(heap_t *h) {
+    if (h->e != h->in) free(h->e);
 }
 
 static hent heap_pop(heap_t *h) {
@@ -1087,9 +1120,9 @@ static PyObject *run(PyObject *self, PyObject *args) {
         w->intoplace = calloc((size_t)R, 1);
         w->indirty = calloc((size_t)R, 1);
         w->lchg = calloc((size_t)R, 1);
-        w->run_job = calloc((size_t)R, sizeof(ivec));
-        w->run_slot = calloc((size_t)R, sizeof(ivec));
-        w->pend = calloc((size_t)R, sizeof(heap_t));
+        w->run_job = lines_zeroed(R, sizeof(ivec));
+        w->run_slot = lines_zeroed(R, sizeof(ivec));
+        w->pend = lines_zeroed(R, sizeof(heap_t));
         if (!w->kstarted || !w->kready || !w->gres || !w->garr || !w->xcnt || !w->xmin || !w->xinit || !w->xval ||
             !w->free_ || !w->held || !w->nccl_n || !w->nmem || !w->ncomm || !w->ncopy || !w->nwait || !w->nlink ||
             !w->cqhead || !w->cqtail || !w->crate || !w->intoplace || !w->indirty || !w->lchg || !w->run_job ||
@@ -1118,13 +1151,13 @@ static PyObject *run(PyObject *self, PyObject *args) {
         free(w->ncomm); free(w->ncopy); free(w->nwait); free(w->nlink); free(w->cqhead); free(w->cqtail); free(w->crate);
         free(w->intoplace); free(w->indirty); free(w->lchg);
         if (w->run_job)
-            for (i64 r = 0; r < R; r++) free(w->run_job[r].a);
+            for (i64 r = 0; r < R; r++) ivec_free(&w->run_job[r]);
         if (w->run_slot)
-            for (i64 r = 0; r < R; r++) free(w->run_slot[r].a);
+            for (i64 r = 0; r < R; r++) ivec_free(&w->run_slot[r]);
         if (w->pend)
-            for (i64 r = 0; r < R; r++) free(w->pend[r].e);
+            for (i64 r = 0; r < R; r++) heap_free(&w->pend[r]);
         free(w->run_job); free(w->run_slot); free(w->pend);
-        free(w->toplace.a); free(w->dirty.a); free(w->job); free(w->heap.e);
+        ivec_free(&w->toplace); ivec_free(&w->dirty); free(w->job); heap_free(&w->heap);
         for (int l = 0; l < LANES; l++) free(w->lane[l].e);
     }
 release_bufs:
