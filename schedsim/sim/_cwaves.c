@@ -65,13 +65,16 @@ static void *grown(void *a, const void *in, i64 cap, size_t size) {
     return p;
 }
 
-static int ivec_push(ivec *v, i64 x) {
-    if (v->n == v->cap) {
-        i64 *p = v->cap ? grown(v->a, v->in, v->cap, sizeof(i64)) : v->in;
-        if (!p) return -1;
-        v->a = p;
-        v->cap = v->cap ? 2 * v->cap : IVEC_IN;
-    }
+static int ivec_grow(ivec *v) {
+    i64 *p = v->cap ? grown(v->a, v->in, v->cap, sizeof(i64)) : v->in;
+    if (!p) return -1;
+    v->a = p;
+    v->cap = v->cap ? 2 * v->cap : IVEC_IN;
+    return 0;
+}
+
+static inline int ivec_push(ivec *v, i64 x) {
+    if (v->n == v->cap && ivec_grow(v) < 0) return -1;
     v->a[v->n++] = x;
     return 0;
 }
