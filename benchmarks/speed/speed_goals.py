@@ -26,7 +26,8 @@ in place compiles every module at every start, ~0.1-0.3 s that no installed copy
 * ``tenm`` (not run by default; issue 38): ``predict --no-gantt --no-trace`` of ``overlap_gen.yaml`` on 8 ranks at
   1M and 10M ops (``--max-ops 10000000``), whole processes, with user and system CPU s, minor page faults and peak
   RSS apart, and CPU µs per op at each size: whether the time per op stays flat to 10M ops. Goal: 10M ops
-  <= 10 s. With ``--base``, before and after run by run (~2.3 GiB and ~15-20 CPU s a 10M-op process).
+  <= 10 s. With ``--base``, before and after run by run (~2.3 GiB and ~15-20 CPU s a 10M-op process; each run's
+  output folder, ~1 GB at 10M ops, is removed after it).
 * ``throughput`` (not run by default): simulator throughput, ``simulate()`` alone (preparation + event loop +
   timeline) in ops per second, of ``overlap_gen.yaml`` on 8 ranks lowered to a Program, at the sizes of
   ``scaling``, for each GPU model of ``--gpu-model`` (default ``waves replay``), with the time to lower it; one
@@ -325,8 +326,9 @@ def tenm(tmp: str, roots: list[tuple[str, Path]], repeat: int) -> None:
         runs: list[list[tuple[float, Any, str]]] = [[] for _ in roots]
         for _ in range(repeat):
             for k, (tag, root) in enumerate(roots):
-                runs[k].append(run_usage(gen_predict(8, ops // 16, f"{tmp}/{tag}tenm{ops}")
-                                         + ["--no-trace", "--max-ops", str(ops)], root))
+                out = f"{tmp}/{tag}tenm{ops}"
+                runs[k].append(run_usage(gen_predict(8, ops // 16, out) + ["--no-trace", "--max-ops", str(ops)], root))
+                shutil.rmtree(out)  # ~1 GB of timeline.json at 10M ops: not left for the next run to replace
         for (tag, _root), rs in zip(roots, runs, strict=True):
             med = {k: statistics.median(getattr(r[1], k) for r in rs) for k in ("ru_utime", "ru_stime", "ru_minflt",
                                                                                 "ru_maxrss")}
