@@ -312,6 +312,12 @@ def _intern_all(interner: _Interner, seq: list[Any]) -> np.ndarray:
     if interner._unreg:  # lazy runs to register first, item by item
         return np.fromiter(map(_intern_new(interner, seq).__getitem__, seq), I32, n)
     ids, items = interner._ids, interner._items
+    if not items and not ids:  # nothing interned yet (a table's first names): every item is new
+        first = dict(zip(seq, count()))  # one pass; where the items are distinct, their ids in first-seen order
+        if len(first) == n:
+            ids.update(first)  # into an empty dict: a copy of the table, no second hashing
+            items.extend(seq)
+            return np.arange(n, dtype=I32)
     got = np.fromiter(map(ids.get, seq, repeat(-1)), I32, n)
     new = got < 0
     if not new.any():

@@ -144,3 +144,16 @@ def test_intern_all_gives_the_ids_one_call_per_item_gives(seq):
     got = _intern_all(fast, list(seq))
     assert got.dtype == np.int32 and got.tolist() == [slow(x) for x in seq]
     assert fast.items == slow.items
+
+
+@pytest.mark.parametrize("seq", [["a", "b", "c"], ["b", "a", "b", "c"], ["x", "x"], [("k",), (), ("k",), "z"],
+                                 ["n0", "n1", "n2", "n3", "n1"], ["only"]])
+def test_intern_all_into_an_empty_interner_gives_the_ids_one_call_per_item_gives(seq):
+    """Nothing interned yet: distinct items take ids 0, 1, ... in one pass; repeated ones as before."""
+    from schedsim.lower.table import _intern_all, _Interner
+
+    fast, slow = _Interner(), _Interner()
+    got = _intern_all(fast, list(seq))
+    assert got.dtype == np.int32 and got.tolist() == [slow(x) for x in seq]
+    assert fast.items == slow.items and fast._ids == slow._ids
+    assert fast("new") == slow("new") == len(slow.items) - 1
