@@ -451,7 +451,7 @@ def comm_host_costs(b: Any) -> dict[str, float]:
     res["mixed_pair_us"] = timed(pair)  # collective_after_kernel_us (settle_costs: less the settled matmul)
     res["eager_per_collective_us"] = res["collective_loop_us"]
     res["collective_after_kernel_us"] = max(0.0, res["mixed_pair_us"] - res["matmul_loop_us"])
-    res.update(tp_layer_costs(b))
+    res.update(tp_layer_costs(b) if b.cuda else tp_layer_costs(b, reps=3, pairs=4))  # a CPU GEMV: ~2-9 ms
     first_mm, first_ar = _first_call_times(b, [mm, ar], 8)
     res["first_op_extra_us"] = max(0.0, statistics.median(first_mm[1:]) * 1e6 - res["matmul_loop_us"])
     res["first_collective_extra_us"] = max(0.0, statistics.median(first_ar[1:]) * 1e6 - res["eager_per_collective_us"])
@@ -493,8 +493,9 @@ def tp_layer_costs(b: Any, reps: int = 7, pairs: int = 50) -> dict[str, float]:
       anchor), median over ``reps`` iterations. :func:`settle_costs` turns the first :data:`WARMUP_KEPT` into
       ``warmup_pair{k}_extra_us`` (over the steady pair), the profile's ``launch.collective_warmup_us``.
 
-    On CPU ranks (gloo, any world) the same calls, the all_reduce asynchronous and waited for at the end.
-    About 2 ms of GPU time on one H100 (8 × 7 layers and 2 × 7 loops of 50 calls of ~10-25 µs of host each).
+    On CPU ranks (gloo, any world) the same calls, the all_reduce asynchronous and waited for at the end
+    (:func:`comm_host_costs` runs fewer there: ``reps`` 3, ``pairs`` 4). On a GPU the calls are host-bound: 7 × 8
+    layers and 2 × 7 loops of 50 calls of ~10-30 µs of host each, about 25 ms, plus 21 synchronizes.
     """
     torch = b.torch
     import torch.distributed as dist
