@@ -38,8 +38,12 @@ enqueue work). Plain PyTorch, written as a user would:
     came out +35 % (median |error|) against 5.8 %. On 2×H200 [evidence: 2xh200-concurrency] the loop
     alone (31.2 µs) was also closer to the executor's 46 µs layers than the alternating loop (59.3 µs).
 ``collective_after_kernel_us`` (all ranks)
-    the same all_reduce right after the 64×64 matmul: the alternating loop's pair (``mixed_pair_us``) less the
-    settled matmul (:func:`settle_costs`), ≥ 0. The model charges it, in place of ``eager_per_collective_us``, to
+    an all_reduce right after a GEMV of tensor parallelism's kind (:func:`tp_layer_costs`: fp32 1×2048 @
+    2048×2048, the all_reduce of its output, alternating with the GPU idle: ``gemv_pair_us``) less the GEMV's own
+    loop (``gemv_loop_us``), ≥ 0 (:func:`tp_fields`). Formerly the 64×64 matmul's alternating loop
+    (``mixed_pair_us``, after a sleep kernel) less the settled matmul, still in the JSON: on one H100 that pair
+    read 28.1-29.1 µs where the executor's steady GEMV + all_reduce layer ran 24.97 (docs/validation.md, "the so_seg
+    reference, and the warm-up and the pair of the host-bound tp layers"). The model charges it, in place of ``eager_per_collective_us``, to
     a collective call whose previous call on its rank was of another kind (rule host-issue,
     :func:`schedsim.gpu.host.collective_after_call_extra`). One H100 (docs/validation.md, "the misses of
     the H100 table of 10:52, by kind"): 17.6-18.6 µs in three fresh processes against 14.9-15.3 back to back;
@@ -52,6 +56,12 @@ enqueue work). Plain PyTorch, written as a user would:
     host has waited for the device (synchronize + barrier, as at the start of an iteration), over
     their steady cost: median of 7. The same probe measured the first linear at 42 µs against 24 µs
     later, and the first all_reduce at 82 µs against 45 µs.
+``collective_warmup_us`` (all ranks; a list)
+    the first :data:`WARMUP_KEPT` of :data:`WARMUP_LAYERS` such GEMV + all_reduce layers timed right after the
+    executor's own iteration start (:meth:`executor.clock.IterationClock.start`), each less the pair above, the
+    first less ``first_op_extra_us`` + ``first_collective_extra_us`` (``warmup_pair{k}_extra_us``,
+    :func:`tp_fields`): rule host-issue charges the k-th value to a rank's k-th collective call. One H100's
+    executor runs held 19-31 µs over the steady pair in their first three layers (same section).
 ``p2p_call_us`` (all ranks, world ≥ 2)
     one unbatched ``dist.isend`` (even ranks) / ``dist.irecv`` (odd ranks) of 1 KiB.
 ``batch_p2p_call_us`` (all ranks, world ≥ 2)
