@@ -43,8 +43,9 @@ enqueue work). Plain PyTorch, written as a user would:
     loop (``gemv_loop_us``), ≥ 0 (:func:`tp_fields`). Formerly the 64×64 matmul's alternating loop
     (``mixed_pair_us``, after a sleep kernel) less the settled matmul, still in the JSON: on one H100 that pair
     read 28.1-29.1 µs where the executor's steady GEMV + all_reduce layer ran 24.97 (docs/validation.md, "the so_seg
-    reference, and the warm-up and the pair of the host-bound tp layers"). The model charges it, in place of ``eager_per_collective_us``, to
-    a collective call whose previous call on its rank was of another kind (rule host-issue,
+    reference, and the warm-up and the pair of the host-bound tp layers"). The model charges it, in place of
+    ``eager_per_collective_us``, to a collective call whose previous call on its rank was of another kind (rule
+    host-issue,
     :func:`schedsim.gpu.host.collective_after_call_extra`). One H100 (docs/validation.md, "the misses of
     the H100 table of 10:52, by kind"): 17.6-18.6 µs in three fresh processes against 14.9-15.3 back to back;
     ``schedsim execute``'s all_reduce after a GEMV 15.6-17.5 µs, the GEMV after it 9.0-10.5 µs against 8.0
