@@ -501,7 +501,8 @@ def tp_layer_costs(b: Any, reps: int = 7, pairs: int = 50) -> dict[str, float]:
       pair of the host-bound tp layers").
     * ``warmup_layer{k}_us`` (k = 1 .. :data:`WARMUP_LAYERS`): the k-th layer's host time after the executor's own
       iteration start (:meth:`executor.clock.IterationClock.start`: synchronize, clock all-gather, aligned start,
-      anchor), median over ``reps`` iterations. :func:`settle_costs` turns the first :data:`WARMUP_KEPT` into
+      anchor; on CUDA the layers on a stream of their own that waits for the anchor, as the executor's streams),
+      median over ``reps`` iterations. :func:`settle_costs` turns the first :data:`WARMUP_KEPT` into
       ``warmup_pair{k}_extra_us`` (over the steady pair), the profile's ``launch.collective_warmup_us``.
 
     On CPU ranks (gloo, any world) the same calls, the all_reduce asynchronous and waited for at the end
@@ -542,9 +543,13 @@ def tp_layer_costs(b: Any, reps: int = 7, pairs: int = 50) -> dict[str, float]:
 
     res = {"gemv_loop_us": loop(gemv), "gemv_pair_us": loop(layer)}
     clock = IterationClock(ctx.device, ctx.world, ctx.ctrl)
+    # CUDA: the layers on a stream of their own that waits for the anchor, as the executor's streams do
+    st = [torch.cuda.Stream(device=ctx.device)] if b.cuda else []
     per_layer: list[list[float]] = [[] for _ in range(WARMUP_LAYERS)]
     for _ in range(reps):
-        clock.start()
+        clock.start(st)
+        if st:
+            torch.cuda.set_stream(st[0])
         works = []
         t = time.perf_counter()
         for j in range(WARMUP_LAYERS):
@@ -552,6 +557,8 @@ def tp_layer_costs(b: Any, reps: int = 7, pairs: int = 50) -> dict[str, float]:
             t2 = time.perf_counter()
             per_layer[j].append(t2 - t)
             t = t2
+        if st:
+            torch.cuda.set_stream(torch.cuda.default_stream(ctx.device))
         for w_ in works:
             if w_ is not None:
                 w_.wait()
