@@ -26,6 +26,9 @@ class _World:
     """The device as the model sees it: per stream the (iteration, op) pairs complete before its next work."""
 
     def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
         self.known: dict[str, set[tuple[int, int]]] = {}
         self.cur: Any = None
         self.capturing: Any = None
@@ -144,8 +147,8 @@ def _runner(ops: list[Op]) -> CudaSegmentRunner:
                                                  default_stream=lambda dev: _Stream("default")))
     r = object.__new__(CudaSegmentRunner)
     r.torch, r.ops, r.tracker, r.log = torch, ops, None, lambda msg: None
-    r.ctx = SimpleNamespace(device="cuda:0", rank=0)
-    r.impls = [_Impl(i) for i in range(len(ops))]
+    r.ctx = SimpleNamespace(device="cuda:0", rank=0)  # type: ignore[assignment]
+    r.impls = [_Impl(i) for i in range(len(ops))]  # type: ignore[misc]
     r.streams = {s: _Stream(s) for s in dict.fromkeys(o.stream for o in ops)}
     r.stream_list = [r.streams[o.stream] for o in ops]
     prev, r.cross, _waits, r.last_on_stream = stream_waits(ops)
@@ -156,7 +159,7 @@ def _runner(ops: list[Op]) -> CudaSegmentRunner:
     r.ev_stream_end = {s: _Event() for s in r.streams}
     r.segments, r.seg_graphs, r.lean_cuda = graph_runs(ops), {}, None
     index = {o.name: i for i, o in enumerate(ops)}
-    W.__init__()
+    W.reset()
     W.names = [o.name for o in ops]
     W.deps = [{index[d] for d in o.deps} | ({p} if p is not None else set()) for o, p in zip(ops, prev, strict=True)]
     r._prepare()
