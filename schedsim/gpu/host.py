@@ -140,7 +140,9 @@ def collective_after_call_extra(rank: np.ndarray, hclass: np.ndarray, graph: np.
     where the loops' sum predicted 23.0. The warm-up: the same runs' first three layers held 19-36 µs more host
     time than steady ones, where ``first_op_extra_us`` + ``first_collective_extra_us`` charge 5.5-10.8 once
     (docs/validation.md, "the so_seg reference, and the warm-up and the pair of the host-bound tp layers");
-    ``collective_warmup_us`` is calibrate's probe of those layers.
+    ``collective_warmup_us`` is calibrate's probe of those layers. Both extras go to the call's ``call_extra``,
+    which :func:`kernel_release` spends after the collective's own launch: they delay the rank's later calls, not
+    this collective's kernel (a warm-up value on a rank's last collective call moves no kernel).
 
     >>> from schedsim.hardware.profile import load_profile
     >>> p = load_profile("h200")
