@@ -139,9 +139,11 @@ def _op(name: str, stream: str, graph: str | None = None, deps: tuple[str, ...] 
     return Op(name=name, rank=0, kind="compute", stream=stream, seq=0, deps=deps, graph=graph)
 
 
-def _runner(ops: list[Op]) -> CudaSegmentRunner:
+def _runner(ops: list[Op], share: dict[str, str] | None = None) -> CudaSegmentRunner:
     """A segment runner on ``ops`` (one rank, program order) with the model's stand-ins, its segments captured;
-    its dependency events as :class:`executor.runtime.RankRunner` makes them (one per op another stream waits for)."""
+    its dependency events as :class:`executor.runtime.RankRunner` makes them (one per op another stream waits for).
+    ``share``: schedule streams that run on another's CUDA stream (as :func:`executor.streams.cuda_streams` may map
+    them), name -> the other's name."""
     torch = SimpleNamespace(cuda=SimpleNamespace(set_stream=_set_stream, synchronize=lambda dev: None, Event=_Event,
                                                  CUDAGraph=_Graph, graph=_capture,
                                                  default_stream=lambda dev: _Stream("default")))
@@ -149,7 +151,8 @@ def _runner(ops: list[Op]) -> CudaSegmentRunner:
     r.torch, r.ops, r.tracker, r.log = torch, ops, None, lambda msg: None
     r.ctx = SimpleNamespace(device="cuda:0", rank=0)  # type: ignore[assignment]
     r.impls = [_Impl(i) for i in range(len(ops))]  # type: ignore[misc]
-    r.streams = {s: _Stream(s) for s in dict.fromkeys(o.stream for o in ops)}
+    own = {s: _Stream(s) for s in dict.fromkeys(o.stream for o in ops)}
+    r.streams = {s: own[(share or {}).get(s, s)] if (share or {}).get(s, s) in own else own[s] for s in own}
     r.stream_list = [r.streams[o.stream] for o in ops]
     prev, r.cross, _waits, r.last_on_stream = stream_waits(ops)
     waited = {d for lst in r.cross for d in lst}
@@ -248,8 +251,8 @@ def test_a_replay_that_forgets_an_event_an_op_outside_waits_for_is_caught() -> N
 
 
 def test_random_schedules_with_segments_keep_every_dependency() -> None:
-    """200 random ranks (3-4 streams, 6-14 ops, runs of graph names, each op waiting for up to three earlier ops),
-    both issues, two iterations each."""
+    """200 random ranks (3-4 streams, 6-14 ops, runs of graph names, each op waiting for up to three earlier ops;
+    every other one with streams c and d on one CUDA stream), both issues, two iterations each."""
     rng = random.Random(14)
     for case in range(200):
         ops: list[Op] = []
@@ -263,7 +266,7 @@ def test_random_schedules_with_segments_keep_every_dependency() -> None:
             ops.append(_op(f"o{i}", rng.choice(streams), graph, deps))
         if not graph_runs(ops):
             continue
-        r = _runner(ops)
+        r = _runner(ops, {"d": "c"} if case % 2 else None)
         for timed in (False, True):
             W.it, W.errors = 0, []
             assert _iterations(r, timed) == [], (case, timed, [(o.name, o.stream, o.graph, o.deps) for o in ops])
