@@ -46,6 +46,7 @@ from schedsim.sim.timeline_json import (
     _array_pieces,
     _basable,
     _based,
+    _based_pieces,
     _big_ints_kept,
     _check_meta,
     _coded_json,
@@ -55,6 +56,7 @@ from schedsim.sim.timeline_json import (
     _json_tags,
     _load_doc,
     _RawPieces,
+    _repeated_pieces,
     _row_default,
     _strs,
 )
@@ -807,6 +809,9 @@ class Timeline:
     def _column_chunks(self, metrics: dict[str, Any] | None) -> Iterator[bytes | memoryview]:
         """The version-2 document as byte chunks, one per column (never one string for the whole file)."""
         forms = self.columns._json_forms()  # made once: the based float columns compare whole columns
+        based = forms[2]
+        n = len(self)
+        period = n // self.world_size if self.world_size > 0 and n % self.world_size == 0 else 0  # rows per rank
         yield dumps_json(self._head(2, forms))[:-1]
         yield b',"columns":{'
         for i, (k, v) in enumerate(self.columns.json_items(forms)):
@@ -814,7 +819,9 @@ class Timeline:
             if isinstance(v, _RawPieces):
                 yield from v
             elif getattr(v, "ndim", 0) == 1 and len(v) > timeline_json._JSON_PIECE:
-                yield from _array_pieces(v)
+                yield from _repeated_pieces(v, period) or _array_pieces(v)
+            elif k in based and isinstance(v, dict) and len(v["index"]) > timeline_json._JSON_PIECE:
+                yield from _based_pieces(v, period)
             else:
                 yield dumps_json(v)
             del v  # a based column's index and values go before the next column's are made

@@ -239,6 +239,77 @@ def _array_pieces(a: np.ndarray) -> Iterator[bytes | memoryview]:
     yield b"]"
 
 
+def _repeated_pieces(a: np.ndarray, period: int) -> Iterator[bytes | memoryview] | None:
+    """The JSON array of the float column ``a`` (what ``dumps_json(a)`` gives) in pieces, where ``a`` repeats
+    values bit for bit: every row the first row's value (a based column's values, most often one per kind of op),
+    or a block of ``period`` rows repeated (a timeline whose ranks have as many ops each and run alike: ``period``
+    = rows / ranks). Blocks of fewer than :data:`_JSON_PIECE` rows repeat whole (every block the first); longer
+    ones piece by piece (a piece of a later block that is bit for bit the same piece of the first block). The text
+    of what repeats is made once (one :func:`dumps_json` of its values, as :func:`_array_pieces`; the same bits
+    give the same text, so the pieces join to the whole array's) and written again where it repeats; a piece
+    that differs is written from its own values. None where nothing repeats so (not float64, fewer than two
+    blocks, a length that is no multiple of ``period``, no block or piece like the first's): then
+    :func:`_array_pieces` writes it."""
+    import numpy as np
+
+    n = len(a)
+    if a.dtype != np.float64 or n < 2:
+        return None
+    bits = a.view(np.int64) if a.flags.c_contiguous else np.ascontiguousarray(a).view(np.int64)
+    if bool((bits == bits[0]).all()):
+        period = 1
+    elif not (1 < period <= n // 2 and n % period == 0):
+        return None
+    reps = n // period
+    starts = np.arange(0, period, _JSON_PIECE)  # the pieces of a block
+    same = None  # per later block and piece: whether it is the first block's piece (blocks of several pieces)
+    if period > 1:
+        eq = bits.reshape(reps, period)[1:] == bits[:period]
+        if len(starts) > 1:
+            same = np.logical_and.reduceat(eq, starts, axis=1)
+            if not same.any():
+                return None
+        elif not eq.all():
+            return None
+        del eq
+
+    def pieces() -> Iterator[bytes | memoryview]:
+        yield b"["
+        if same is None:  # every block the first: blocks joined, at least a piece's rows at a time
+            first = bytes(memoryview(dumps_json(a[:period]))[1:-1])
+            per = max(1, _JSON_PIECE // period)
+            full = b",".join([first] * per)
+            for k in range(0, reps, per):
+                yield (b"," if k else b"") + (full if k + per <= reps else b",".join([first] * (reps - k)))
+        else:
+            bounds = [*starts.tolist(), period]
+            heads = [memoryview(dumps_json(a[s:e]))[1:-1] for s, e in zip(bounds[:-1], bounds[1:], strict=True)]
+            for j, h in enumerate(heads):
+                if j:
+                    yield b","
+                yield h
+            for r, row in enumerate(same.tolist(), 1):
+                for j, ok in enumerate(row):
+                    yield b","
+                    yield heads[j] if ok else memoryview(dumps_json(a[r * period + bounds[j]:r * period +
+                                                                      bounds[j + 1]]))[1:-1]
+        yield b"]"
+
+    return pieces()
+
+
+def _based_pieces(col: dict[str, Any], period: int) -> Iterator[bytes | memoryview]:
+    """``dumps_json(col)`` of a based column (:func:`_based`: ``{"base", "index", "values"}``) in pieces: its index
+    through :func:`_array_pieces`, its values through :func:`_repeated_pieces` where they repeat (``period`` as
+    there), else :func:`_array_pieces`."""
+    yield b'{"base":' + dumps_json(col["base"]) + b',"index":'
+    yield from _array_pieces(col["index"])
+    yield b',"values":'
+    vals = col["values"]
+    yield from _repeated_pieces(vals, period) or _array_pieces(vals)
+    yield b"}"
+
+
 class _RawPieces:
     """JSON text in pieces (each iteration makes them anew, :data:`_JSON_PIECE` rows at a time), written as they
     are (:meth:`Timeline._column_chunks`): a million-row column never exists as one string."""
