@@ -298,16 +298,69 @@ def _repeated_pieces(a: np.ndarray, period: int) -> Iterator[bytes | memoryview]
     return pieces()
 
 
-def _based_pieces(col: dict[str, Any], period: int) -> Iterator[bytes | memoryview]:
-    """``dumps_json(col)`` of a based column (:func:`_based`: ``{"base", "index", "values"}``) in pieces: its index
-    through :func:`_array_pieces`, its values through :func:`_repeated_pieces` where they repeat (``period`` as
-    there), else :func:`_array_pieces`."""
-    yield b'{"base":' + dumps_json(col["base"]) + b',"index":'
-    yield from _array_pieces(col["index"])
-    yield b',"values":'
-    vals = col["values"]
-    yield from _repeated_pieces(vals, period) or _array_pieces(vals)
-    yield b"}"
+def _json_pieces(v: Any, period: int = 0) -> Iterator[bytes | memoryview]:
+    """``dumps_json(v)`` in pieces: a 1-d numpy array longer than :data:`_JSON_PIECE` through
+    :func:`_repeated_pieces` (``period`` as there) or :func:`_array_pieces`, a list of more than
+    :data:`_LIST_PIECE` strings through :func:`_str_pieces`; a dict of string keys or a short list
+    that holds one (a coded column's ``{"values", "codes"}``, a based column's ``{"base", "index", "values"}``, the
+    names' ``{"parts": [...]}``) entry by entry; anything else in one :func:`dumps_json`. No piece holds a long
+    array's text whole (one dump of a 1M-op file's name parts held ~32 MiB of orjson's buffers for 7 MiB of
+    text, the high-water mark of ``predict``'s heap)."""
+    import numpy as np
+
+    if isinstance(v, np.ndarray) and v.ndim == 1 and len(v) > _JSON_PIECE:
+        yield from _repeated_pieces(v, period) or _array_pieces(v)
+    elif type(v) is list and len(v) > _LIST_PIECE and set(map(type, v)) == {str}:
+        yield from _str_pieces(v)
+    elif type(v) is dict and all(type(k) is str for k in v) and _holds_long(v):
+        for i, (k, x) in enumerate(v.items()):
+            yield (b"," if i else b"{") + dumps_json(k) + b":"
+            yield from _json_pieces(x, period)
+        yield b"}"
+    elif type(v) is list and _holds_long(v):
+        for i, x in enumerate(v):
+            yield b"," if i else b"["
+            yield from _json_pieces(x, period)
+        yield b"]"
+    else:
+        yield dumps_json(v)
+
+
+#: Strings of a list serialised per :func:`dumps_json` call (:func:`_str_pieces`): orjson reserves ~254 bytes
+#: of output per entry of a list and the bytes it returns keep that room (32 MiB for the 125,000 names of the
+#: 1M-op benchmark, whose 1.2 MB of text set ``predict``'s high-water mark), where a numpy array's entry
+#: reserves ~32.
+_LIST_PIECE = 4096
+
+
+def _str_pieces(v: list[str]) -> Iterator[bytes | memoryview]:
+    """``dumps_json(v)`` of the list of strings ``v`` in pieces of :data:`_LIST_PIECE` strings (each string's
+    text is its own, so the pieces join to the whole list's)."""
+    if len(v) <= _LIST_PIECE:
+        yield dumps_json(v)
+        return
+    yield b"["
+    for k in range(0, len(v), _LIST_PIECE):
+        if k:
+            yield b","
+        yield memoryview(dumps_json(v[k:k + _LIST_PIECE]))[1:-1]
+    yield b"]"
+
+
+def _holds_long(v: dict[str, Any] | list[Any]) -> bool:
+    """Whether the dict ``v`` or the list ``v`` of at most 64 entries holds, at any depth through such dicts and
+    lists, a 1-d numpy array longer than :data:`_JSON_PIECE` or a list longer than :data:`_LIST_PIECE`."""
+    import numpy as np
+
+    if type(v) is list and len(v) > 64:
+        return False
+    for x in v.values() if type(v) is dict else v:
+        if isinstance(x, np.ndarray) and x.ndim == 1 and len(x) > _JSON_PIECE or type(x) is list and \
+                len(x) > _LIST_PIECE:
+            return True
+        if type(x) in (dict, list) and _holds_long(x):
+            return True
+    return False
 
 
 class _RawPieces:
@@ -332,7 +385,7 @@ def _coded_json(names: NameTable, name_id: np.ndarray, rank: np.ndarray) -> tupl
     n = len(name_id)
     if not n:
         return _RawPieces(lambda: iter((b"[]",))), _RawPieces(lambda: iter((b"[]",)))
-    enc = dumps_json(list(names))[2:-2].decode("utf-8").split('","')  # the table's strings escaped, unquoted
+    enc = b"".join(_str_pieces(list(names)))[2:-2].decode("utf-8").split('","')  # the strings escaped, unquoted
     head = np.empty(len(enc), object)
     head[:] = [f'"{e}@r' for e in enc]
     tail = np.empty(int(rank.max()) + 1, object)

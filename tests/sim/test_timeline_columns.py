@@ -242,8 +242,19 @@ def test_repeated_blocks_are_written_once_and_join_to_the_whole(monkeypatch, orj
     assert tj._repeated_pieces(np.arange(28.0), 7) is None
     assert tj._repeated_pieces(np.zeros(28, np.int64), 7) is None
     assert tj._repeated_pieces(blk, 7) is None
-    col = {"base": "start_s", "index": np.arange(0, 20, 2), "values": np.full(10, 2.5)}
-    assert b"".join(tj._based_pieces(col, 5)) == tj.dumps_json(col)
+    # a dict or short list holding a long array (a based or coded column, the names' parts) entry by entry
+    based = {"base": "start_s", "index": np.arange(0, 20, 2), "values": np.full(10, 2.5)}
+    parts = {"parts": [{"values": ["a", "b\"c"], "codes": np.arange(8, dtype=np.int32) % 2}], "n": None}
+    for v in (based, parts, [based, 1.5], {"values": [1, 2], "codes": [0, 1]}, np.arange(2.0), {}, []):
+        assert b"".join(tj._json_pieces(v, 5)) == tj.dumps_json(v)
+    assert len(list(tj._json_pieces(parts))) > 3  # written in pieces
+    # a long list of strings in pieces of _LIST_PIECE (orjson keeps ~254 bytes of room per entry of a list it
+    # writes); a list of anything else whole
+    monkeypatch.setattr(tj, "_LIST_PIECE", 2)
+    names = ["mm0", "é", "a\"b", "\n", "x" * 40, ""]
+    for v in (names, {"values": names, "codes": [0]}, [1, "a", 2.5, None, "b"], names[:2]):
+        assert b"".join(tj._json_pieces(v)) == tj.dumps_json(v)
+    assert len(list(tj._json_pieces(names))) == 2 + 5
 
 
 def test_a_simulated_timeline_pickles_and_copies(tmp_path):
