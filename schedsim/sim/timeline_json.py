@@ -84,7 +84,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 from schedsim.errors import TraceError
@@ -354,11 +354,12 @@ def _holds_long(v: dict[str, Any] | list[Any]) -> bool:
 
     if type(v) is list and len(v) > 64:
         return False
-    for x in v.values() if type(v) is dict else v:
+    entries: Iterable[Any] = v.values() if isinstance(v, dict) else v
+    for x in entries:
         if isinstance(x, np.ndarray) and x.ndim == 1 and len(x) > _JSON_PIECE or type(x) is list and \
                 len(x) > _LIST_PIECE:
             return True
-        if type(x) in (dict, list) and _holds_long(x):
+        if (type(x) is dict or type(x) is list) and _holds_long(x):
             return True
     return False
 
