@@ -274,16 +274,18 @@ def _repeated_pieces(a: np.ndarray, period: int) -> Iterator[bytes | memoryview]
         del eq
 
     def pieces() -> Iterator[bytes | memoryview]:
+        # the first block's text, right-sized (bytes: orjson's own keeps room for ~32 bytes an entry)
+        bounds = [*starts.tolist(), period]
+        heads = [bytes(memoryview(dumps_json(a[s:e]))[1:-1]) for s, e in zip(bounds[:-1], bounds[1:], strict=True)]
         yield b"["
-        if same is None:  # every block the first: blocks joined, at least a piece's rows at a time
-            first = bytes(memoryview(dumps_json(a[:period]))[1:-1])
+        if same is None:  # every block the first (one piece each): blocks joined, a piece's rows at a time
             per = max(1, _JSON_PIECE // period)
-            full = b",".join([first] * per)
+            full = b",".join(heads * per)
             for k in range(0, reps, per):
-                yield (b"," if k else b"") + (full if k + per <= reps else b",".join([first] * (reps - k)))
+                if k:
+                    yield b","
+                yield full if k + per <= reps else b",".join(heads * (reps - k))
         else:
-            bounds = [*starts.tolist(), period]
-            heads = [memoryview(dumps_json(a[s:e]))[1:-1] for s, e in zip(bounds[:-1], bounds[1:], strict=True)]
             for j, h in enumerate(heads):
                 if j:
                     yield b","
