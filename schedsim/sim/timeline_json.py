@@ -252,52 +252,56 @@ def _repeated_pieces(a: np.ndarray, period: int) -> Iterator[bytes | memoryview]
     :func:`_array_pieces` writes it."""
     import numpy as np
 
-    n = len(a)
-    if a.dtype != np.float64 or n < 2:
+    if a.dtype != np.float64 or len(a) < 2:
         return None
-    bits = a.view(np.int64) if a.flags.c_contiguous else np.ascontiguousarray(a).view(np.int64)
+    got = _repeat_of(a.view(np.int64) if a.flags.c_contiguous else np.ascontiguousarray(a).view(np.int64), period)
+    return None if got is None else _block_pieces(a, *got)
+
+
+def _repeat_of(bits: np.ndarray, period: int) -> tuple[int, np.ndarray | None] | None:
+    """For :func:`_repeated_pieces`, of a float column's bits (int64): ``(period, same)``, ``period`` 1 where every
+    row is the first row, ``same`` None where every block repeats the first whole, else per later block and piece
+    of a block whether it is the first block's piece (blocks of several pieces); None where nothing repeats."""
+    import numpy as np
+
+    n = len(bits)
     if bool((bits == bits[0]).all()):
-        period = 1
-    elif not (1 < period <= n // 2 and n % period == 0):
+        return 1, None
+    if not (1 < period <= n // 2 and n % period == 0):
         return None
-    reps = n // period
     starts = np.arange(0, period, _JSON_PIECE)  # the pieces of a block
-    same = None  # per later block and piece: whether it is the first block's piece (blocks of several pieces)
-    if period > 1:
-        eq = bits.reshape(reps, period)[1:] == bits[:period]
-        if len(starts) > 1:
-            same = np.logical_and.reduceat(eq, starts, axis=1)
-            if not same.any():
-                return None
-        elif not eq.all():
-            return None
-        del eq
+    eq = bits.reshape(n // period, period)[1:] == bits[:period]
+    if len(starts) == 1:
+        return (period, None) if bool(eq.all()) else None
+    same = np.logical_and.reduceat(eq, starts, axis=1)
+    return (period, same) if bool(same.any()) else None
 
-    def pieces() -> Iterator[bytes | memoryview]:
-        # the first block's text, right-sized (bytes: orjson's own keeps room for ~32 bytes an entry)
-        bounds = [*starts.tolist(), period]
-        heads = [bytes(memoryview(dumps_json(a[s:e]))[1:-1]) for s, e in zip(bounds[:-1], bounds[1:], strict=True)]
-        yield b"["
-        if same is None:  # every block the first (one piece each): blocks joined, a piece's rows at a time
-            per = max(1, _JSON_PIECE // period)
-            full = b",".join(heads * per)
-            for k in range(0, reps, per):
-                if k:
-                    yield b","
-                yield full if k + per <= reps else b",".join(heads * (reps - k))
-        else:
-            for j, h in enumerate(heads):
-                if j:
-                    yield b","
-                yield h
-            for r, row in enumerate(same.tolist(), 1):
-                for j, ok in enumerate(row):
-                    yield b","
-                    yield heads[j] if ok else memoryview(dumps_json(a[r * period + bounds[j]:r * period +
-                                                                      bounds[j + 1]]))[1:-1]
-        yield b"]"
 
-    return pieces()
+def _block_pieces(a: np.ndarray, period: int, same: np.ndarray | None) -> Iterator[bytes | memoryview]:
+    """:func:`_repeated_pieces`' pieces of ``a`` from :func:`_repeat_of`'s ``(period, same)``."""
+    reps = len(a) // period
+    # the first block's text, right-sized (bytes: orjson's own keeps room for ~32 bytes an entry)
+    bounds = [*range(0, period, _JSON_PIECE), period]
+    heads = [bytes(memoryview(dumps_json(a[s:e]))[1:-1]) for s, e in zip(bounds[:-1], bounds[1:], strict=True)]
+    yield b"["
+    if same is None:  # every block the first (one piece each): blocks joined, a piece's rows at a time
+        per = max(1, _JSON_PIECE // period)
+        full = b",".join(heads * per)
+        for k in range(0, reps, per):
+            if k:
+                yield b","
+            yield full if k + per <= reps else b",".join(heads * (reps - k))
+    else:
+        for j, h in enumerate(heads):
+            if j:
+                yield b","
+            yield h
+        for r, row in enumerate(same.tolist(), 1):
+            for j, ok in enumerate(row):
+                yield b","
+                yield heads[j] if ok else memoryview(dumps_json(a[r * period + bounds[j]:r * period +
+                                                                  bounds[j + 1]]))[1:-1]
+    yield b"]"
 
 
 def _json_pieces(v: Any, period: int = 0) -> Iterator[bytes | memoryview]:
