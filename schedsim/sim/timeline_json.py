@@ -240,26 +240,27 @@ def _array_pieces(a: np.ndarray) -> Iterator[bytes | memoryview]:
 
 
 def _repeated_pieces(a: np.ndarray, period: int) -> Iterator[bytes | memoryview] | None:
-    """The JSON array of the float column ``a`` (what ``dumps_json(a)`` gives) in pieces, where ``a`` repeats
-    values bit for bit: every row the first row's value (a based column's values, most often one per kind of op),
-    or a block of ``period`` rows repeated (a timeline whose ranks have as many ops each and run alike: ``period``
-    = rows / ranks). Blocks of fewer than :data:`_JSON_PIECE` rows repeat whole (every block the first); longer
-    ones piece by piece (a piece of a later block that is bit for bit the same piece of the first block). The text
-    of what repeats is made once (one :func:`dumps_json` of its values, as :func:`_array_pieces`; the same bits
-    give the same text, so the pieces join to the whole array's) and written again where it repeats; a piece
-    that differs is written from its own values. None where nothing repeats so (not float64, fewer than two
-    blocks, a length that is no multiple of ``period``, no block or piece like the first's): then
-    :func:`_array_pieces` writes it."""
+    """The JSON array of the float64, int64 or int32 column ``a`` (what ``dumps_json(a)`` gives) in pieces, where
+    ``a`` repeats values bit for bit: every row the first row's value (a based column's values, most often one
+    per kind of op), or a block of ``period`` rows repeated (a timeline whose ranks have as many ops each and run
+    alike: ``period`` = rows / ranks; a coded column's codes, each rank's streams, kinds and names alike). Blocks
+    of fewer than :data:`_JSON_PIECE` rows repeat whole (every block the first); longer ones piece by piece (a
+    piece of a later block that is bit for bit the same piece of the first block). The text of what repeats is
+    made once (one :func:`dumps_json` of its values, as :func:`_array_pieces`; the same bits give the same text,
+    so the pieces join to the whole array's) and written again where it repeats; a piece that differs is written
+    from its own values. None where nothing repeats so (another dtype, fewer than two blocks, a length that is no
+    multiple of ``period``, no block or piece like the first's): then :func:`_array_pieces` writes it."""
     import numpy as np
 
-    if a.dtype != np.float64 or len(a) < 2:
+    if a.dtype not in (np.float64, np.int64, np.int32) or len(a) < 2:
         return None
-    got = _repeat_of(a.view(np.int64) if a.flags.c_contiguous else np.ascontiguousarray(a).view(np.int64), period)
+    c = a if a.flags.c_contiguous else np.ascontiguousarray(a)
+    got = _repeat_of(c.view(np.int64) if a.dtype == np.float64 else c, period)
     return None if got is None else _block_pieces(a, *got)
 
 
 def _repeat_of(bits: np.ndarray, period: int) -> tuple[int, np.ndarray | None] | None:
-    """For :func:`_repeated_pieces`, of a float column's bits (int64): ``(period, same)``, ``period`` 1 where every
+    """For :func:`_repeated_pieces`, of a column's bits (an integer view): ``(period, same)``, ``period`` 1 where every
     row is the first row, ``same`` None where every block repeats the first whole, else per later block and piece
     of a block whether it is the first block's piece (blocks of several pieces); None where nothing repeats."""
     import numpy as np

@@ -240,7 +240,10 @@ def test_repeated_blocks_are_written_once_and_join_to_the_whole(monkeypatch, orj
     # nothing repeats: a block of a length that does not divide the rows, all blocks differ, ints, one block
     assert tj._repeated_pieces(whole, 5) is None
     assert tj._repeated_pieces(np.arange(28.0), 7) is None
-    assert tj._repeated_pieces(np.zeros(28, np.int64), 7) is None
+    for ints in (np.tile(np.arange(7, dtype=np.int32), 4), np.tile(np.arange(-3, 4), 4), np.full(9, 2**40)):
+        assert b"".join(tj._repeated_pieces(ints, 7 if len(ints) == 28 else 3)) == tj.dumps_json(ints)
+    assert tj._repeated_pieces(np.arange(28), 7) is None
+    assert tj._repeated_pieces(np.zeros(28, np.int16), 7) is None  # another dtype
     assert tj._repeated_pieces(blk, 7) is None
     # a dict or short list holding a long array (a based or coded column, the names' parts) entry by entry
     based = {"base": "start_s", "index": np.arange(0, 20, 2), "values": np.full(10, 2.5)}
