@@ -259,26 +259,28 @@ def _repeated_pieces(a: np.ndarray, period: int) -> Iterator[bytes | memoryview]
     return None if got is None else _block_pieces(a, *got)
 
 
-def _repeat_of(bits: np.ndarray, period: int) -> tuple[int, np.ndarray | None] | None:
+def _repeat_of(bits: np.ndarray, period: int) -> tuple[int, list[list[bool]] | None] | None:
     """For :func:`_repeated_pieces`, of a column's bits (an integer view): ``(period, same)``, ``period`` 1 where every
     row is the first row, ``same`` None where every block repeats the first whole, else per later block and piece
-    of a block whether it is the first block's piece (blocks of several pieces); None where nothing repeats."""
-    import numpy as np
-
+    of a block whether it is the first block's piece (blocks of several pieces); None where nothing repeats. The
+    comparisons run a piece at a time (no mask of the whole column: the write is near ``predict``'s peak RSS)."""
     n = len(bits)
-    if bool((bits == bits[0]).all()):
+    if int(bits.min()) == int(bits.max()):
         return 1, None
     if not (1 < period <= n // 2 and n % period == 0):
         return None
-    starts = np.arange(0, period, _JSON_PIECE)  # the pieces of a block
-    eq = bits.reshape(n // period, period)[1:] == bits[:period]
-    if len(starts) == 1:
-        return (period, None) if bool(eq.all()) else None
-    same = np.logical_and.reduceat(eq, starts, axis=1)
-    return (period, same) if bool(same.any()) else None
+    first = bits[:period]
+    if period <= _JSON_PIECE:  # blocks of one piece: every later block the first, a piece's worth at a time
+        per = max(1, _JSON_PIECE // period) * period
+        whole = all(bool((bits[k:k + per].reshape(-1, period) == first).all()) for k in range(period, n, per))
+        return (period, None) if whole else None
+    bounds = [*range(0, period, _JSON_PIECE), period]
+    same = [[bool((bits[r + s:r + e] == first[s:e]).all()) for s, e in zip(bounds[:-1], bounds[1:], strict=True)]
+            for r in range(period, n, period)]
+    return (period, same) if any(map(any, same)) else None
 
 
-def _block_pieces(a: np.ndarray, period: int, same: np.ndarray | None) -> Iterator[bytes | memoryview]:
+def _block_pieces(a: np.ndarray, period: int, same: list[list[bool]] | None) -> Iterator[bytes | memoryview]:
     """:func:`_repeated_pieces`' pieces of ``a`` from :func:`_repeat_of`'s ``(period, same)``."""
     reps = len(a) // period
     # the first block's text, right-sized (bytes: orjson's own keeps room for ~32 bytes an entry)
@@ -297,7 +299,7 @@ def _block_pieces(a: np.ndarray, period: int, same: np.ndarray | None) -> Iterat
             if j:
                 yield b","
             yield h
-        for r, row in enumerate(same.tolist(), 1):
+        for r, row in enumerate(same, 1):
             for j, ok in enumerate(row):
                 yield b","
                 yield heads[j] if ok else memoryview(dumps_json(a[r * period + bounds[j]:r * period +
