@@ -164,6 +164,7 @@ def _lane_labels(ax: Any, labels: list[str]) -> Any:
                 super().__init__()
                 self.axis, self.labels = axis, labels
                 self.set_zorder(axis.get_zorder())  # the axes' axis zorder (``axes.axisbelow``)
+                self.set_clip_on(False)  # drawn outside the axes: counted in their tight bounding box, as ticks are
 
             def _lanes(self) -> list[int]:
                 import numpy as np
