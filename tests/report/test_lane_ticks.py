@@ -5,6 +5,7 @@ tick labels read back, the same tight bounding box, and no ``Tick`` object per l
 from __future__ import annotations
 
 import io
+from typing import Any
 
 import numpy as np
 import pytest
