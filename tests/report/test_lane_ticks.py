@@ -14,7 +14,7 @@ from schedsim.report.chart_base import _agg_canvas, _fig, _lane_ticks
 from tests.oracle.lane_ticks import lane_ticks
 
 LABELS = ["r0 compute", "r0 pp_recvB_r1 (p)", "r1 comm", "r12 pp_sendF_r13", "rank 3 (stage 3,35,67,99)",
-          "others: busy share", "ÅÇ [predicted]"]
+          "others: busy share", "ÅÇ [predicted]", r"lane $\alpha_2$"]
 
 
 def _chart(label: Any, ylim: tuple[float, float], fontsize: float = 7) -> Any:
