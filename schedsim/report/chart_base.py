@@ -190,8 +190,8 @@ def _lane_labels(ax: Any, labels: list[str]) -> Any:
                     mark.draw(renderer)
                 if tick.get_visible() and label.get_visible():
                     glyphs = _AggGlyphs.of(renderer)
-                    if glyphs is not None and self._plain(label):
-                        self._draw_glyphs(renderer, glyphs, label, lanes)
+                    if glyphs is not None and _plain_label(label):
+                        _draw_label_glyphs(renderer, glyphs, label, [(i, self.labels[i]) for i in lanes])
                     else:
                         for i in lanes:
                             label.set_y(i)
@@ -199,54 +199,6 @@ def _lane_labels(ax: Any, labels: list[str]) -> Any:
                             label.draw(renderer)
                 renderer.close_group("lane ticks")
                 self.stale = False
-
-            @staticmethod
-            def _plain(label: Any) -> bool:
-                """Whether ``label`` draws as plain text at angle 0 (no path effects, TeX, box, wrapping; a font
-                language that :class:`_AggGlyphs` takes): what :meth:`_draw_glyphs` draws as ``Text.draw`` does."""
-                me: Any = label
-                lang = label.get_language() if hasattr(label, "get_language") else None
-                return (not label.get_path_effects() and not label.get_usetex() and me._bbox_patch is None
-                        and label.get_rotation() == 0 and not label.get_wrap() and (lang is None or isinstance(lang, str)))
-
-            def _draw_glyphs(self, renderer: Any, glyphs: _AggGlyphs, label: Any, lanes: list[int]) -> None:
-                """Each lane's label by ``glyphs`` (Agg), the calls ``Text.draw`` and the :func:`_agg_canvas`
-                renderer's ``draw_text`` make for it: its layout's offset (``Text._get_layout``) added to the lane's
-                anchor (the label's transform of (x, lane), all lanes in one call), one graphics context for all.
-                A label that lays out as several lines or as math is drawn by ``Text.draw``."""
-                import numpy as np
-                from matplotlib import colors as mcolors
-
-                me: Any = label  # matplotlib's private helpers (_get_layout, _set_gc_clip, ...) are not in its stubs
-                x0 = float(label.convert_xunits(me._x))
-                anchors = label.get_transform().transform(
-                    np.column_stack([np.full(len(lanes), x0), np.asarray(lanes, dtype=float)])).tolist()
-                _w, canvas_h = renderer.get_canvas_width_height()
-                flip = renderer.flipy()
-                feats = label.get_fontfeatures() if hasattr(label, "get_fontfeatures") else None
-                feats = None if feats is None else tuple(feats)
-                lang = label.get_language() if hasattr(label, "get_language") else None
-                gc = renderer.new_gc()
-                gc.set_foreground(mcolors.to_rgba(label.get_color()), isRGBA=True)
-                gc.set_alpha(label.get_alpha())
-                gc.set_url(me._url)
-                gc.set_antialiased(me._antialiased)
-                gc.set_snap(label.get_snap())
-                me._set_gc_clip(gc)
-                for i, (px, py) in zip(lanes, anchors, strict=True):
-                    label.set_text(self.labels[i])
-                    if label.get_text() == "" or not (np.isfinite(px) and np.isfinite(py)):
-                        continue
-                    info = me._get_layout(renderer)[1]
-                    line, ismath = me._preprocess_math(info[0][0]) if len(info) == 1 else ("", True)
-                    if ismath is not False:  # several lines, mathtext: as the axis drew it
-                        label.set_y(i)
-                        label.draw(renderer)
-                        continue
-                    dx, dy = info[0][2]
-                    y = dy + py
-                    glyphs.draw(gc, dx + px, canvas_h - y if flip else y, line, me._fontproperties, feats, lang)
-                gc.restore()
 
             def get_window_extent(self, renderer: Any = None) -> Any:
                 lanes = self._lanes()
@@ -264,6 +216,56 @@ def _lane_labels(ax: Any, labels: list[str]) -> Any:
 
         _LaneLabels = LaneLabels
     return _LaneLabels(ax.yaxis, labels)
+
+
+def _plain_label(label: Any) -> bool:
+    """Whether the Text ``label`` draws as plain text at angle 0 (no path effects, TeX, box, wrapping; a font language
+    that :class:`_AggGlyphs` takes): what :func:`_draw_label_glyphs` draws as ``Text.draw`` does."""
+    me: Any = label
+    lang = label.get_language() if hasattr(label, "get_language") else None
+    return (not label.get_path_effects() and not label.get_usetex() and me._bbox_patch is None
+            and label.get_rotation() == 0 and not label.get_wrap() and (lang is None or isinstance(lang, str)))
+
+
+def _draw_label_glyphs(renderer: Any, glyphs: _AggGlyphs, label: Any, lanes: list[tuple[int, str]]) -> None:
+    """The Text ``label`` (:func:`_plain_label`) at y = each lane of ``lanes`` ((lane, text)) with that text, drawn by
+    ``glyphs`` (Agg): the calls ``Text.draw`` and the :func:`_agg_canvas` renderer's ``draw_text`` make for it, its
+    layout's offset (``Text._get_layout``) added to the lane's anchor (the label's transform of (x, lane), all lanes
+    in one call), one graphics context for all. A text that lays out as several lines or as math is drawn by
+    ``Text.draw``."""
+    import numpy as np
+    from matplotlib import colors as mcolors
+
+    me: Any = label  # matplotlib's private helpers (_get_layout, _set_gc_clip, ...) are not in its stubs
+    x0 = float(label.convert_xunits(me._x))
+    anchors = label.get_transform().transform(
+        np.column_stack([np.full(len(lanes), x0), np.array([i for i, _t in lanes], dtype=float)])).tolist()
+    _w, canvas_h = renderer.get_canvas_width_height()
+    flip = renderer.flipy()
+    feats = label.get_fontfeatures() if hasattr(label, "get_fontfeatures") else None
+    feats = None if feats is None else tuple(feats)
+    lang = label.get_language() if hasattr(label, "get_language") else None
+    gc = renderer.new_gc()
+    gc.set_foreground(mcolors.to_rgba(label.get_color()), isRGBA=True)
+    gc.set_alpha(label.get_alpha())
+    gc.set_url(me._url)
+    gc.set_antialiased(me._antialiased)
+    gc.set_snap(label.get_snap())
+    me._set_gc_clip(gc)
+    for (i, text), (px, py) in zip(lanes, anchors, strict=True):
+        label.set_text(text)
+        if label.get_text() == "" or not (np.isfinite(px) and np.isfinite(py)):
+            continue
+        info = me._get_layout(renderer)[1]
+        line, ismath = me._preprocess_math(info[0][0]) if len(info) == 1 else ("", True)
+        if ismath is not False:  # several lines, mathtext: as the axis drew it
+            label.set_y(i)
+            label.draw(renderer)
+            continue
+        dx, dy = info[0][2]
+        y = dy + py
+        glyphs.draw(gc, dx + px, canvas_h - y if flip else y, line, me._fontproperties, feats, lang)
+    gc.restore()
 
 
 def _title_pad(n_labels: int) -> float:
