@@ -280,8 +280,9 @@ def _assemble(o: CalibrateOptions, raw: dict[str, Any], ctx: Any, dev_name: str)
                                "elementwise_call_us", "call_launch_fraction",
                                "executor_extra_per_op_us", "first_op_extra_us",
                                *(("eager_per_collective_us", "first_collective_extra_us",
-                                  "collective_after_kernel_us")
-                                 if raw["world_size"] == 1 else ())) if any(k in f for f in fresh)]
+                                  "collective_after_kernel_us", "collective_warmup_us")
+                                 if raw["world_size"] == 1 else ()))
+                  if any(k in f or (k == "collective_warmup_us" and "warmup_pair1_extra_us" in f) for f in fresh)]
     if any("cold_kernel_extra_us" in f for f in fresh):  # CUDA only; its collective kind at world 1 only
         fresh_kinds.append("cold_first_call_us" if raw["world_size"] == 1
                            else "cold_first_call_us (kernel, elementwise)")
@@ -304,9 +305,12 @@ def _assemble(o: CalibrateOptions, raw: dict[str, Any], ctx: Any, dev_name: str)
         "source": (f"measured {where}: host time per call of plain PyTorch (executor/calibrate_host.py), loops of "
                    f"200 calls with the GPU kept busy{fresh_note}: eager_per_op_us = torch.matmul 64x64; "
                    f"eager_per_collective_us"
-                   f" = dist.all_reduce 1 KiB, calls back to back; collective_after_kernel_us = the same call "
-                   f"alternating with that matmul, the pair's loop less the matmul's (a collective right after "
-                   f"a call of another kind); "
+                   f" = dist.all_reduce 1 KiB, calls back to back; collective_after_kernel_us = an fp32 1x2048x2048 "
+                   f"GEMV and the all_reduce of its output alternating, the GPU idle, the pair's loop less the "
+                   f"GEMV's (a collective right after a call of another kind); collective_warmup_us = the first 3 of "
+                   f"8 such layers after the executor's iteration start (IterationClock.start), each less that "
+                   f"pair, the first less first_op_extra_us + first_collective_extra_us "
+                   f"(calibrate_host.tp_layer_costs); "
                    f"first_op_extra_us / first_collective_extra_us ="
                    f" first matmul / all_reduce after a synchronize + barrier minus steady; p2p_call_us = one "
                    f"dist.isend/irecv; batch_p2p_call_us = one "

@@ -38,9 +38,14 @@ enqueue work). Plain PyTorch, written as a user would:
     came out +35 % (median |error|) against 5.8 %. On 2×H200 [evidence: 2xh200-concurrency] the loop
     alone (31.2 µs) was also closer to the executor's 46 µs layers than the alternating loop (59.3 µs).
 ``collective_after_kernel_us`` (all ranks)
-    the same all_reduce right after the 64×64 matmul: the alternating loop's pair (``mixed_pair_us``) less the
-    settled matmul (:func:`settle_costs`), ≥ 0. The model charges it, in place of ``eager_per_collective_us``, to
-    a collective call whose previous call on its rank was of another kind (rule host-issue,
+    an all_reduce right after a GEMV of tensor parallelism's kind (:func:`tp_layer_costs`: fp32 1×2048 @
+    2048×2048, the all_reduce of its output, alternating with the GPU idle: ``gemv_pair_us``) less the GEMV's own
+    loop (``gemv_loop_us``), ≥ 0 (:func:`tp_fields`). Formerly the 64×64 matmul's alternating loop
+    (``mixed_pair_us``, after a sleep kernel) less the settled matmul, still in the JSON: on one H100 that pair
+    read 28.1-29.1 µs where the executor's steady GEMV + all_reduce layer ran 24.97 (docs/validation.md, "the so_seg
+    reference, and the warm-up and the pair of the host-bound tp layers"). The model charges it, in place of
+    ``eager_per_collective_us``, to a collective call whose previous call on its rank was of another kind (rule
+    host-issue,
     :func:`schedsim.gpu.host.collective_after_call_extra`). One H100 (docs/validation.md, "the misses of
     the H100 table of 10:52, by kind"): 17.6-18.6 µs in three fresh processes against 14.9-15.3 back to back;
     ``schedsim execute``'s all_reduce after a GEMV 15.6-17.5 µs, the GEMV after it 9.0-10.5 µs against 8.0
@@ -52,6 +57,12 @@ enqueue work). Plain PyTorch, written as a user would:
     host has waited for the device (synchronize + barrier, as at the start of an iteration), over
     their steady cost: median of 7. The same probe measured the first linear at 42 µs against 24 µs
     later, and the first all_reduce at 82 µs against 45 µs.
+``collective_warmup_us`` (all ranks; a list)
+    the first :data:`WARMUP_KEPT` of :data:`WARMUP_LAYERS` such GEMV + all_reduce layers timed right after the
+    executor's own iteration start (:meth:`executor.clock.IterationClock.start`), each less the pair above, the
+    first less ``first_op_extra_us`` + ``first_collective_extra_us`` (``warmup_pair{k}_extra_us``,
+    :func:`tp_fields`): rule host-issue charges the k-th value to a rank's k-th collective call. One H100's
+    executor runs held 19-31 µs over the steady pair in their first three layers (same section).
 ``p2p_call_us`` (all ranks, world ≥ 2)
     one unbatched ``dist.isend`` (even ranks) / ``dist.irecv`` (odd ranks) of 1 KiB.
 ``batch_p2p_call_us`` (all ranks, world ≥ 2)
@@ -94,7 +105,8 @@ from typing import Any
 
 __all__ = ["HOST_FIELDS", "WORLD_FREE_COMM", "comm_host_costs", "fresh_comm_fields", "fresh_process_costs",
            "gemm_call_key", "gemm_call_rows", "host_costs",
-           "launch_fields", "measure_here", "median_costs", "parse_gemm", "settle_costs", "tiny_mm", "with_host_costs"]
+           "launch_fields", "measure_here", "median_costs", "parse_gemm", "settle_costs", "tiny_mm", "tp_fields",
+           "tp_layer_costs", "with_host_costs"]
 
 #: the profile's ``launch:`` fields that are host costs measured here (µs per call)
 HOST_FIELDS = ("eager_per_op_us", "eager_per_collective_us", "p2p_call_us", "batch_p2p_call_us", "event_wait_us",
@@ -320,7 +332,8 @@ def settle_costs(res: dict[str, float]) -> dict[str, float]:
     last of :func:`host_costs` (``eager_per_op_again_us``) and, in :func:`measure_here`, the one of
     :func:`comm_host_costs` (``matmul_loop_us``); ``stream_switch_us`` / ``stream_context_us`` the
     switch loops' cost per call (``switch_call_us`` / ``context_call_us``: a switch and a launch) less it, >= 0;
-    ``collective_after_kernel_us`` the matmul + all_reduce pair's loop (``mixed_pair_us``) less it, >= 0.
+    ``collective_after_kernel_us`` the matmul + all_reduce pair's loop (``mixed_pair_us``) less it, >= 0, unless
+    :func:`tp_layer_costs` ran (then :func:`tp_fields`).
 
     Why the lower: whatever slows a loop down from outside the call (the collector, a thread of the process, the
     CPU) only adds time, a figure taken in such a spell is charged to every call of the prediction, and the
@@ -332,6 +345,12 @@ def settle_costs(res: dict[str, float]) -> dict[str, float]:
     {'eager_per_op_us': 10.5, 'eager_per_op_again_us': 10.5, 'switch_call_us': 11.7, 'stream_switch_us': 1.2}
     >>> settle_costs({"eager_per_op_us": 10.42, "matmul_loop_us": 35.0, "mixed_pair_us": 29.06})  # one H100 process
     {'eager_per_op_us': 10.42, 'matmul_loop_us': 35.0, 'mixed_pair_us': 29.06, 'collective_after_kernel_us': 18.64}
+    >>> r = settle_costs({"eager_per_op_us": 10.4, "mixed_pair_us": 29.0, "gemv_loop_us": 9.0, "gemv_pair_us": 25.0,
+    ...                   "first_op_extra_us": 3.6, "first_collective_extra_us": 1.9, "warmup_layer1_us": 45.0,
+    ...                   "warmup_layer2_us": 29.5, "warmup_layer3_us": 24.0})
+    >>> [r[k] for k in ("collective_after_kernel_us", "warmup_pair1_extra_us", "warmup_pair2_extra_us",
+    ...                 "warmup_pair3_extra_us")]
+    [16.0, 14.5, 4.5, 0.0]
     """
     again = [res[k] for k in ("eager_per_op_again_us", "matmul_loop_us") if k in res]
     if "eager_per_op_us" in res and again:
@@ -340,6 +359,22 @@ def settle_costs(res: dict[str, float]) -> dict[str, float]:
                        ("mixed_pair_us", "collective_after_kernel_us")):
         if raw in res and "eager_per_op_us" in res:
             res[field] = round(max(0.0, res[raw] - res["eager_per_op_us"]), 9)
+    return tp_fields(res)
+
+
+def tp_fields(res: dict[str, float]) -> dict[str, float]:
+    """In place (and returned), where :func:`tp_layer_costs` ran: ``collective_after_kernel_us`` the GEMV +
+    all_reduce pair (``gemv_pair_us``) less the GEMV's loop (``gemv_loop_us``), and ``warmup_pair{k}_extra_us``
+    (k = 1 .. :data:`WARMUP_KEPT`) the k-th layer after an iteration start (``warmup_layer{k}_us``) less that pair,
+    the first less ``first_op_extra_us`` + ``first_collective_extra_us`` too (the model charges those on it
+    already); each >= 0. Without them, ``res`` unchanged."""
+    if "gemv_pair_us" in res and "gemv_loop_us" in res:
+        res["collective_after_kernel_us"] = round(max(0.0, res["gemv_pair_us"] - res["gemv_loop_us"]), 9)
+        first = res.get("first_op_extra_us", 0.0) + res.get("first_collective_extra_us", 0.0)
+        for j in range(1, WARMUP_KEPT + 1):
+            if f"warmup_layer{j}_us" in res:
+                extra = res[f"warmup_layer{j}_us"] - res["gemv_pair_us"] - (first if j == 1 else 0.0)
+                res[f"warmup_pair{j}_extra_us"] = round(max(0.0, extra), 9)
     return res
 
 
@@ -427,9 +462,11 @@ def comm_host_costs(b: Any) -> dict[str, float]:
     res["mixed_pair_us"] = timed(pair)  # collective_after_kernel_us (settle_costs: less the settled matmul)
     res["eager_per_collective_us"] = res["collective_loop_us"]
     res["collective_after_kernel_us"] = max(0.0, res["mixed_pair_us"] - res["matmul_loop_us"])
+    res.update(tp_layer_costs(b) if b.cuda else tp_layer_costs(b, reps=3, pairs=4))  # a CPU GEMV: ~2-9 ms
     first_mm, first_ar = _first_call_times(b, [mm, ar], 8)
     res["first_op_extra_us"] = max(0.0, statistics.median(first_mm[1:]) * 1e6 - res["matmul_loop_us"])
     res["first_collective_extra_us"] = max(0.0, statistics.median(first_ar[1:]) * 1e6 - res["eager_per_collective_us"])
+    tp_fields(res)
     if b.cuda:
         res.update(_cold_first_calls(b, mm, ar, first_mm, first_ar))
     if ctx.world >= 2:
@@ -442,6 +479,92 @@ def comm_host_costs(b: Any) -> dict[str, float]:
         y = torch.empty_like(x)
         res["batch_p2p_call_us"] = timed(
             lambda: dist.batch_isend_irecv([dist.P2POp(dist.isend, x, nxt), dist.P2POp(dist.irecv, y, prv)]))
+    return res
+
+
+#: the GEMV of :func:`tp_layer_costs`: fp32 1×K @ K×N, tp_allreduce_graph's linear at world 1 (tpw_eager's shape)
+TP_GEMV = (2048, 2048)
+#: layers :func:`tp_layer_costs` times after each iteration start, and the warm-up layers it writes
+WARMUP_LAYERS, WARMUP_KEPT = 8, 3
+
+
+def tp_layer_costs(b: Any, reps: int = 7, pairs: int = 50) -> dict[str, float]:
+    """Host µs of tensor-parallel layers as a schedule calls them: a GEMV (``torch.matmul`` of fp32 1×K and K×N,
+    :data:`TP_GEMV`, into a preallocated output) then ``dist.all_reduce`` of its output, the GPU idle (no sleep
+    kernel queued: the executor's host-bound calls reach an idle GPU).
+
+    * ``gemv_loop_us``: the GEMV alone, ``pairs`` calls back to back; ``gemv_pair_us``: GEMV + all_reduce
+      alternating, per pair (each the median of ``reps`` loops after a synchronize). ``collective_after_kernel_us``
+      is then their difference (:func:`settle_costs`): the all_reduce after the schedule's kind of kernel, where
+      ``mixed_pair_us`` pairs it with the 64×64 matmul (which cost 10.9 µs alone on one H100 against the
+      executor's GEMV 9.0 beside an all_reduce; docs/validation.md, "the so_seg reference, and the warm-up and the
+      pair of the host-bound tp layers").
+    * ``warmup_layer{k}_us`` (k = 1 .. :data:`WARMUP_LAYERS`): the k-th layer's host time after the executor's own
+      iteration start (:meth:`executor.clock.IterationClock.start`: synchronize, clock all-gather, aligned start,
+      anchor; on CUDA the layers on a stream of their own that waits for the anchor, as the executor's streams),
+      median over ``reps`` iterations. :func:`settle_costs` turns the first :data:`WARMUP_KEPT` into
+      ``warmup_pair{k}_extra_us`` (over the steady pair), the profile's ``launch.collective_warmup_us``.
+
+    On CPU ranks (gloo, any world) the same calls, the all_reduce asynchronous and waited for at the end
+    (:func:`comm_host_costs` runs fewer there: ``reps`` 3, ``pairs`` 4). On a GPU the calls are host-bound: 7 × 8
+    layers and 2 × 7 loops of 50 calls of ~10-30 µs of host each, about 25 ms, plus 21 synchronizes.
+    """
+    torch = b.torch
+    import torch.distributed as dist
+
+    from executor.clock import IterationClock
+
+    ctx = b.ctx
+    k, n = TP_GEMV
+    x = torch.randn(1, k, device=ctx.device)
+    w = torch.randn(k, n, device=ctx.device) / k
+    y = torch.empty(1, n, device=ctx.device)
+
+    def gemv() -> None:
+        torch.matmul(x, w, out=y)
+
+    def layer() -> Any:
+        gemv()
+        return dist.all_reduce(y, async_op=not b.cuda)
+
+    def loop(call: Callable[[], Any]) -> float:
+        ts = []
+        for _ in range(reps):
+            b.sync()
+            ctx.barrier()
+            t0 = time.perf_counter()
+            ws = [call() for _ in range(pairs)]
+            ts.append((time.perf_counter() - t0) / pairs)
+            for w_ in ws:
+                if w_ is not None:
+                    w_.wait()
+        b.sync()
+        return float(statistics.median(ts)) * 1e6
+
+    res = {"gemv_loop_us": loop(gemv), "gemv_pair_us": loop(layer)}
+    clock = IterationClock(ctx.device, ctx.world, ctx.ctrl)
+    # CUDA: the layers on a stream of their own that waits for the anchor, as the executor's streams do
+    st = [torch.cuda.Stream(device=ctx.device)] if b.cuda else []
+    per_layer: list[list[float]] = [[] for _ in range(WARMUP_LAYERS)]
+    for _ in range(reps):
+        clock.start(st)
+        if st:
+            torch.cuda.set_stream(st[0])
+        works = []
+        t = time.perf_counter()
+        for j in range(WARMUP_LAYERS):
+            works.append(layer())
+            t2 = time.perf_counter()
+            per_layer[j].append(t2 - t)
+            t = t2
+        if st:
+            torch.cuda.set_stream(torch.cuda.default_stream(ctx.device))
+        for w_ in works:
+            if w_ is not None:
+                w_.wait()
+        b.sync()
+    for j, ts in enumerate(per_layer):
+        res[f"warmup_layer{j + 1}_us"] = float(statistics.median(ts)) * 1e6
     return res
 
 
@@ -503,12 +626,17 @@ def _cold_first_calls(b: Any, mm: Callable[[], Any], ar: Callable[[], Any], firs
 
 
 def launch_fields(costs: dict[str, float]) -> dict[str, Any]:
-    """The :data:`HOST_FIELDS` that ``costs`` has, rounded to 0.01 µs: the profile's ``launch:`` values; and
-    ``cold_first_call_us`` from the :data:`COLD_KINDS` keys it has."""
+    """The :data:`HOST_FIELDS` that ``costs`` has, rounded to 0.01 µs: the profile's ``launch:`` values;
+    ``cold_first_call_us`` from the :data:`COLD_KINDS` keys it has; ``collective_warmup_us`` from its
+    ``warmup_pair{k}_extra_us`` (:func:`settle_costs`), k = 1 .. :data:`WARMUP_KEPT`, where it has them all."""
     out: dict[str, Any] = {k: round(float(costs[k]), 2) for k in HOST_FIELDS if k in costs}
     cold = {kind: round(float(costs[key]), 2) for kind, key in COLD_KINDS.items() if key in costs}
     if cold:
         out["cold_first_call_us"] = cold
+    warm = [round(float(costs[f"warmup_pair{j}_extra_us"]), 2) for j in range(1, WARMUP_KEPT + 1)
+            if f"warmup_pair{j}_extra_us" in costs]
+    if len(warm) == WARMUP_KEPT:
+        out["collective_warmup_us"] = warm
     return out
 
 

@@ -40,7 +40,7 @@ from typing import Any
 
 from schedsim.kinds import P2P_KINDS
 
-__all__ = ["BatchedP2P", "compile_cpu", "compile_cuda", "issue_order", "p2p_batches", "tf32_plan"]
+__all__ = ["BatchedP2P", "compile_cpu", "compile_cuda", "issue_order", "p2p_batches", "tf32_plan", "waited_outside"]
 
 def p2p_batches(ops: Sequence[Any]) -> list[list[int]]:
     """Indices (into ``ops``, one rank's ops in program order) of each p2p batch.
@@ -127,8 +127,10 @@ def compile_cuda(torch: Any, impls: Sequence[Any], streams: Sequence[Any], cross
     replays : captured CUDA graph segments (:class:`executor.runtime.CudaSegmentRunner`), keyed by a segment's
         first op: ``(its op indices, its torch.cuda.CUDAGraph)``. The segment is one step group at its first op's
         place, on that op's stream: that stream waits for the segment's other streams and for its dependencies
-        outside the segment, replays the graph, records its ops' dependency events, and the other streams wait
-        for it (what the instrumented segment issue does without timing events); its other ops add no step
+        outside the segment, replays the graph, records the dependency events of those of its ops that an op
+        outside the segment waits for (inside it the captured events order them), and the other streams wait
+        for it (what the instrumented segment issue does without timing events: it waits for an op's event only
+        from outside the op's segment); its other ops add no step
 
     The caller sets TF32 to :func:`tf32_plan` (when not None) before running the steps, and resets
     the current stream to the default one afterwards.
@@ -139,6 +141,7 @@ def compile_cuda(torch: Any, impls: Sequence[Any], streams: Sequence[Any], cross
     set_stream = torch.cuda.set_stream
     replays = replays or {}
     skip = {j for seg, _g in replays.values() for j in seg[1:]}
+    waited = waited_outside(cross, replays)
     for i, impl in enumerate(impls):
         if i in skip:
             continue
@@ -147,7 +150,7 @@ def compile_cuda(torch: Any, impls: Sequence[Any], streams: Sequence[Any], cross
             steps.append(functools.partial(set_stream, s))
             cur = s
         if i in replays:
-            _replay_steps(steps, s, replays[i], streams, cross, dep_events)
+            _replay_steps(steps, s, replays[i], streams, cross, dep_events, waited)
             if owners is not None:
                 owners.extend([i] * (len(steps) - len(owners)))
             continue
@@ -166,16 +169,30 @@ def compile_cuda(torch: Any, impls: Sequence[Any], streams: Sequence[Any], cross
     return steps
 
 
+def waited_outside(cross: Sequence[Sequence[int]], replays: Mapping[int, tuple[Sequence[int], Any]]) -> set[int]:
+    """Indices of the segment ops whose dependency event an op outside their segment waits for (``cross``: per
+    op, the ops on other streams it waits for; ``replays``: :func:`compile_cuda`'s segments). An op waited for
+    only inside its own segment is ordered by the events captured in the graph, so its replay records nothing.
+
+    >>> sorted(waited_outside([[], [0], [1], [2]], {0: ([0, 1, 2], None)}))
+    [2]
+    """
+    seg_of = {j: head for head, (seg, _g) in replays.items() for j in seg}
+    return {d for k, lst in enumerate(cross) for d in lst if d in seg_of and seg_of.get(k) != seg_of[d]}
+
+
 def _replay_steps(steps: list[Callable[[], Any]], s: Any, seg_graph: tuple[Sequence[int], Any],
-                  streams: Sequence[Any], cross: Sequence[Sequence[int]], dep_events: Sequence[Any]) -> None:
-    """The steps of one captured segment replayed on stream ``s`` (:func:`compile_cuda`'s ``replays``)."""
+                  streams: Sequence[Any], cross: Sequence[Sequence[int]], dep_events: Sequence[Any],
+                  waited: set[int]) -> None:
+    """The steps of one captured segment replayed on stream ``s`` (:func:`compile_cuda`'s ``replays``); ``waited``:
+    :func:`waited_outside`."""
     seg, graph = seg_graph
     inside = set(seg)
     side = list({id(streams[j]): streams[j] for j in seg if streams[j] is not s}.values())
     steps.extend(functools.partial(s.wait_stream, other) for other in side)
     steps.extend(functools.partial(s.wait_event, dep_events[d]) for j in seg for d in cross[j] if d not in inside)
     steps.append(graph.replay)
-    steps.extend(functools.partial(dep_events[j].record, s) for j in seg if dep_events[j] is not None)
+    steps.extend(functools.partial(dep_events[j].record, s) for j in seg if j in waited and dep_events[j] is not None)
     steps.extend(functools.partial(other.wait_stream, s) for other in side)
 
 

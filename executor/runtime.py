@@ -237,20 +237,8 @@ class RankRunner:
             log(f"note: {graphed} ops of rank {rank} name a CUDA graph (graph:); they run eagerly (CPU ranks have no "
                 "CUDA graphs), so their measured host time is one call per op, where the prediction has one graph "
                 "launch per segment")
-        index = {o.name: i for i, o in enumerate(self.ops)}
-        last: dict[str, int] = {}
-        self.prev_same: list[int | None] = []
-        self.cross: list[list[int]] = []
-        self.waits: list[list[int]] = []
-        for i, o in enumerate(self.ops):
-            p = last.get(o.stream)
-            self.prev_same.append(p)
-            last[o.stream] = i
-            deps = [index[d] for d in o.deps if d in index]
-            self.cross.append([d for d in deps if self.ops[d].stream != o.stream])
-            self.waits.append(sorted(set(deps + ([p] if p is not None else []))))
+        self.prev_same, self.cross, self.waits, self.last_on_stream = stream_waits(self.ops)
         self.stream_names = list(dict.fromkeys(o.stream for o in self.ops))
-        self.last_on_stream = {s: i for s, i in last.items()}
         self.needs_dep_event = [False] * len(self.ops)
         for lst in self.cross:
             for d in lst:
@@ -815,6 +803,25 @@ class CudaRunner(RankRunner):
                     pass
         self.graph = self.lean_graph = None
         torch.cuda.synchronize(self.ctx.device)
+
+
+def stream_waits(ops: list[Op]) -> tuple[list[int | None], list[list[int]], list[list[int]], dict[str, int]]:
+    """What each of one rank's ``ops`` (program order) waits for, as indices into ``ops``: the previous op on its
+    stream (None for the first), its dependencies on other streams (``cross``: what the CUDA issue waits for with
+    an event), all of them with the previous op (``waits``: the CPU issue's), and the last op of each stream."""
+    index = {o.name: i for i, o in enumerate(ops)}
+    last: dict[str, int] = {}
+    prev_same: list[int | None] = []
+    cross: list[list[int]] = []
+    waits: list[list[int]] = []
+    for i, o in enumerate(ops):
+        p = last.get(o.stream)
+        prev_same.append(p)
+        last[o.stream] = i
+        deps = [index[d] for d in o.deps if d in index]
+        cross.append([d for d in deps if ops[d].stream != o.stream])
+        waits.append(sorted(set(deps + ([p] if p is not None else []))))
+    return prev_same, cross, waits, last
 
 
 def graph_runs(ops: list[Op]) -> list[list[int]]:

@@ -127,15 +127,22 @@ def collective_after_call_extra(rank: np.ndarray, hclass: np.ndarray, graph: np.
     """Per op (seconds, shape (n,)) the extra host time of a collective call (class :data:`H_COLL`) whose previous
     call on its rank was of another kind (a kernel launch, a copy, a send/recv, a graph launch):
     ``launch.collective_after_kernel_us − launch.eager_per_collective_us`` (rule host-issue; 0 for every other op,
-    a rank's first op and an op captured in a graph launch, ``graph`` ≥ 0, which calls nothing). None where it is 0
-    for every op: the field unset, or ``cuda_graph`` mode. Ops in program order per rank, ranks in any order.
+    a rank's first op and an op captured in a graph launch, ``graph`` ≥ 0, which calls nothing); plus, on a rank's
+    k-th collective call (not captured), ``launch.collective_warmup_us[k - 1]`` where the list has it. None where
+    it is 0 for every op: both fields unset, or ``cuda_graph`` mode. Ops in program order per rank, ranks in any
+    order.
 
     Why: ``eager_per_collective_us`` times the all_reduce call in a loop of back-to-back calls; in a schedule it
     mostly follows a matmul (tensor parallelism), and the two calls alternating cost more per pair than their
     loops' sum. One H100 (docs/validation.md, "the misses of the H100 table of 10:52, by kind"): a loop
     alternating the 64×64 matmul and the all_reduce ran 28.1-29.1 µs a pair against 10.4-10.6 + 14.9-15.3 µs
     alone; ``schedsim execute`` ran tp_allreduce_graph's layers (an fp32 GEMV, then an all_reduce) at 24.8-27.3 µs
-    where the loops' sum predicted 23.0.
+    where the loops' sum predicted 23.0. The warm-up: the same runs' first three layers held 19-36 µs more host
+    time than steady ones, where ``first_op_extra_us`` + ``first_collective_extra_us`` charge 5.5-10.8 once
+    (docs/validation.md, "the so_seg reference, and the warm-up and the pair of the host-bound tp layers");
+    ``collective_warmup_us`` is calibrate's probe of those layers. Both extras go to the call's ``call_extra``,
+    which :func:`kernel_release` spends after the collective's own launch: they delay the rank's later calls, not
+    this collective's kernel (a warm-up value on a rank's last collective call moves no kernel).
 
     >>> from schedsim.hardware.profile import load_profile
     >>> p = load_profile("h200")
@@ -145,12 +152,19 @@ def collective_after_call_extra(rank: np.ndarray, hclass: np.ndarray, graph: np.
     ...                                  H_COLL]), None, p, "eager")
     >>> (ex * 1e6).round(6).tolist()  # after the kernel only; the second collective and rank 1's first: none
     [0.0, 3.5, 0.0, 0.0, 0.0]
+    >>> w = p.model_copy(update={"launch": p.launch.model_copy(update={"collective_warmup_us": [9.0, 2.0]})})
+    >>> ex = collective_after_call_extra(np.array([0, 0, 0, 0, 0, 1]), np.array([H_KERNEL, H_COLL, H_KERNEL, H_COLL,
+    ...                                  H_COLL, H_COLL]), None, w, "eager")
+    >>> (ex * 1e6).round(6).tolist()  # each rank's first and second collective call, then the steady rule
+    [0.0, 12.5, 0.0, 5.5, 0.0, 9.0]
     """
     lp = profile.launch
-    if lp.collective_after_kernel_us is None or mode == "cuda_graph" or not len(rank):
+    warm = np.asarray(lp.collective_warmup_us, np.float64) * 1e-6
+    if mode == "cuda_graph" or not len(rank):
         return None
-    d = (lp.collective_after_kernel_us - lp.eager_per_collective_us) * 1e-6
-    if d == 0.0:
+    d = 0.0 if lp.collective_after_kernel_us is None else (lp.collective_after_kernel_us
+                                                           - lp.eager_per_collective_us) * 1e-6
+    if d == 0.0 and not np.any(warm):
         return None
     rank = np.asarray(rank)
     order = np.argsort(rank, kind="stable")  # each rank's ops, in program order, one run per rank
@@ -159,8 +173,16 @@ def collective_after_call_extra(rank: np.ndarray, hclass: np.ndarray, graph: np.
     coll_call = (h == H_COLL) & (g < 0)  # a collective's own call (one captured in a graph calls nothing)
     prev_other = np.zeros(len(r), bool)
     prev_other[1:] = (r[1:] == r[:-1]) & ~coll_call[:-1]
+    sorted_out = np.where(coll_call & prev_other, d, 0.0)
+    if len(warm):  # the k-th collective call of its rank: collective_warmup_us[k - 1]
+        first = np.ones(len(r), bool)
+        first[1:] = r[1:] != r[:-1]
+        c = np.cumsum(coll_call)
+        k = c - np.maximum.accumulate(np.where(first, c - coll_call, 0))  # the call's number on its rank, from 1
+        hit = coll_call & (k <= len(warm))
+        sorted_out[hit] += warm[k[hit] - 1]
     out = np.zeros(len(r))
-    out[order] = np.where(coll_call & prev_other, d, 0.0)
+    out[order] = sorted_out
     return out
 
 

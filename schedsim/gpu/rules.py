@@ -32,7 +32,8 @@ Each rule has a name, used in code, notes and errors (the numbers they once had:
    processes, one H200, [evidence: elementwise-host])),
    a collective ``eager_per_collective_us`` (calls back to back; right after a call
    of another kind on the rank, a kernel's, a copy's or a graph launch's,
-   ``collective_after_kernel_us`` where the profile has it:
+   ``collective_after_kernel_us`` where the profile has it; a rank's k-th
+   collective call ``collective_warmup_us[k - 1]`` more, where the list has it:
    :func:`collective_after_call_extra`), a lone isend/irecv ``p2p_call_us``,
    one ``batch_isend_irecv`` call ``batch_p2p_call_us`` for its whole batch, a
    copy ``memcpy_call_us``, plus ``event_wait_us`` per dependency on another

@@ -213,6 +213,10 @@ class Launch(_B):
                                              "collective or send/recv call of an iteration, µs; default 0.")
     collective_after_kernel_us: float | None = Field(default=None, ge=0, description="Host µs of a collective call "
         "right after another kind's call on its rank (rule host-issue); default: eager_per_collective_us.")
+    collective_warmup_us: list[NonNegativeFloat] = Field(default_factory=lambda: [], description="More host time, µs, "
+        "of a rank's k-th collective call of an eager iteration (k = 1, 2, ...: one value each, in order), on top "
+        "of first_op_extra_us / first_collective_extra_us: the warm-up of the first linear + all_reduce layers "
+        "after the executor's iteration start (executor/calibrate_host.py, warmup_layer_us). Empty: none.")
     cold_first_call_us: dict[Literal["kernel", "collective", "elementwise"], NonNegativeFloat] = Field(
         default_factory=lambda: {},
         description="More host time, µs, of a rank's first kernel launch, collective call and elementwise call "

@@ -127,15 +127,145 @@ def _makespan_labels(ax: Any, items: list[tuple[str, float]], xmax: float) -> No
 
 
 def _lane_ticks(ax: Any, labels: list[str], fontsize: float) -> None:
-    """One y tick per lane ``0 .. len(labels) - 1``, labelled ``labels``, on axes that have no y-axis label. The
-    (empty) y-axis label is given fixed coordinates (``set_label_coords``), which is all that changes: matplotlib
-    otherwise places it beside the tick labels' bounding boxes, measuring every label's extent for it at each draw
-    and again for the title's position (``YAxis._update_label_position``, ``_get_tick_boxes_siblings``): two of
-    the four passes over a lane chart's 30-50 labels per saved figure. An empty label draws nothing, wherever it
-    is."""
-    ax.set_yticks(range(len(labels)))
-    ax.set_yticklabels(labels, fontsize=fontsize)
-    ax.yaxis.set_label_coords(0.0, 0.5)
+    """One y tick per lane ``0 .. len(labels) - 1``, labelled ``labels`` (``fontsize`` points), on axes that have no
+    y-axis label, drawn by one :func:`_lane_labels` artist instead of the y axis.
+
+    The y axis keeps the lanes as its ticks (a ``FixedLocator`` of the lanes and a ``FixedFormatter`` of the labels, the
+    label size in its tick parameters: ``ax.get_yticks()`` and ``ax.get_yticklabels()`` read them as before), but is
+    not drawn: matplotlib would make a ``Tick`` per lane for its draw (two Texts and three Line2Ds each, ~0.5 ms) and
+    measure every label's extent for the y-axis label's place. The artist draws what those ticks drew: each lane's
+    tick mark and label, from one template ``Tick`` of the axis (its rcParams and tick parameters)."""
+    from matplotlib.ticker import FixedFormatter, FixedLocator
+
+    ax.yaxis.set_major_locator(FixedLocator(range(len(labels))))
+    ax.yaxis.set_major_formatter(FixedFormatter(labels))
+    ax.yaxis.set_tick_params(which="major", labelsize=fontsize)
+    ax.yaxis.set_visible(False)
+    ax.add_artist(_lane_labels(ax, labels))
+
+
+_LaneLabels: Any = None
+
+
+def _lane_labels(ax: Any, labels: list[str]) -> Any:
+    """The :func:`_lane_ticks` artist of ``ax`` (the class is made on first use: matplotlib is imported lazily)."""
+    global _LaneLabels
+    if _LaneLabels is None:
+        from matplotlib.artist import Artist, allow_rasterization
+        from matplotlib.transforms import Bbox
+
+        class LaneLabels(Artist):
+            """The y tick marks and labels of lanes ``0 .. len(labels) - 1``, drawn as the y axis draws its ticks (at
+            the lanes inside the view limits, each mark then each label, by a template ``Tick`` of the axis moved to
+            each lane: the same Line2D and Text draws at the same places), with the marks as one Line2D of all
+            lanes' points (Agg and SVG place each point's marker as they place a one-point Line2D's)."""
+
+            def __init__(self, axis: Any, labels: list[str]) -> None:
+                super().__init__()
+                self.axis, self.labels = axis, labels
+                self.set_zorder(axis.get_zorder())  # the axes' axis zorder (``axes.axisbelow``)
+                self.set_clip_on(False)  # drawn outside the axes: counted in their tight bounding box, as ticks are
+
+            def _lanes(self) -> list[int]:
+                import numpy as np
+
+                lo, hi = sorted(self.axis.get_view_interval())
+                return [i for i in range(len(self.labels)) if lo - 1e-9 <= i <= hi + 1e-9] if np.isfinite(lo) else []
+
+            def _tick(self) -> Any:
+                return self.axis.get_major_ticks(1)[0]
+
+            @allow_rasterization
+            def draw(self, renderer: Any) -> None:
+                if not self.get_visible():
+                    return
+                lanes = self._lanes()
+                if not lanes:
+                    return
+                tick = self._tick()
+                renderer.open_group("lane ticks", self.get_gid())
+                mark, label = tick.tick1line, tick.label1
+                if tick.get_visible() and mark.get_visible():
+                    mark.set_data([0.0] * len(lanes), lanes)
+                    mark.draw(renderer)
+                if tick.get_visible() and label.get_visible():
+                    glyphs = _AggGlyphs.of(renderer)
+                    if glyphs is not None and _plain_label(label):
+                        _draw_label_glyphs(renderer, glyphs, label, [(i, self.labels[i]) for i in lanes])
+                    else:
+                        for i in lanes:
+                            label.set_y(i)
+                            label.set_text(self.labels[i])
+                            label.draw(renderer)
+                renderer.close_group("lane ticks")
+                self.stale = False
+
+            def get_window_extent(self, renderer: Any = None) -> Any:
+                lanes = self._lanes()
+                if not lanes:
+                    return Bbox.null()
+                tick = self._tick()
+                mark, label = tick.tick1line, tick.label1
+                mark.set_data([0.0] * len(lanes), lanes)
+                boxes = [mark.get_window_extent(renderer)]
+                for i in lanes:
+                    label.set_y(i)
+                    label.set_text(self.labels[i])
+                    boxes.append(label.get_window_extent(renderer))
+                return Bbox.union(boxes)
+
+        _LaneLabels = LaneLabels
+    return _LaneLabels(ax.yaxis, labels)
+
+
+def _plain_label(label: Any) -> bool:
+    """Whether the Text ``label`` draws as plain text at angle 0 (no path effects, TeX, box, wrapping; a font language
+    that :class:`_AggGlyphs` takes): what :func:`_draw_label_glyphs` draws as ``Text.draw`` does."""
+    me: Any = label
+    lang = label.get_language() if hasattr(label, "get_language") else None
+    return (not label.get_path_effects() and not label.get_usetex() and me._bbox_patch is None
+            and label.get_rotation() == 0 and not label.get_wrap() and (lang is None or isinstance(lang, str)))
+
+
+def _draw_label_glyphs(renderer: Any, glyphs: _AggGlyphs, label: Any, lanes: list[tuple[int, str]]) -> None:
+    """The Text ``label`` (:func:`_plain_label`) at y = each lane of ``lanes`` ((lane, text)) with that text, drawn by
+    ``glyphs`` (Agg): the calls ``Text.draw`` and the :func:`_agg_canvas` renderer's ``draw_text`` make for it, its
+    layout's offset (``Text._get_layout``) added to the lane's anchor (the label's transform of (x, lane), all lanes
+    in one call), one graphics context for all. A text that lays out as several lines or as math is drawn by
+    ``Text.draw``."""
+    import numpy as np
+    from matplotlib import colors as mcolors
+
+    me: Any = label  # matplotlib's private helpers (_get_layout, _set_gc_clip, ...) are not in its stubs
+    x0 = float(label.convert_xunits(me._x))
+    anchors = label.get_transform().transform(
+        np.column_stack([np.full(len(lanes), x0), np.array([i for i, _t in lanes], dtype=float)])).tolist()
+    _w, canvas_h = renderer.get_canvas_width_height()
+    flip = renderer.flipy()
+    feats = label.get_fontfeatures() if hasattr(label, "get_fontfeatures") else None
+    feats = None if feats is None else tuple(feats)
+    lang = label.get_language() if hasattr(label, "get_language") else None
+    gc = renderer.new_gc()
+    gc.set_foreground(mcolors.to_rgba(label.get_color()), isRGBA=True)
+    gc.set_alpha(label.get_alpha())
+    gc.set_url(me._url)
+    gc.set_antialiased(me._antialiased)
+    gc.set_snap(label.get_snap())
+    me._set_gc_clip(gc)
+    for (i, text), (px, py) in zip(lanes, anchors, strict=True):
+        label.set_text(text)
+        if label.get_text() == "" or not (np.isfinite(px) and np.isfinite(py)):
+            continue
+        info = me._get_layout(renderer)[1]
+        line, ismath = me._preprocess_math(info[0][0]) if len(info) == 1 else ("", True)
+        if ismath is not False:  # several lines, mathtext: as the axis drew it
+            label.set_y(i)
+            label.draw(renderer)
+            continue
+        dx, dy = info[0][2]
+        y = dy + py
+        glyphs.draw(gc, dx + px, canvas_h - y if flip else y, line, me._fontproperties, feats, lang)
+    gc.restore()
 
 
 def _title_pad(n_labels: int) -> float:
@@ -756,7 +886,9 @@ def write_figure(fig: Any, path: str | Path, fmt: str = "png", again: bool = Fal
     base = fig.canvas if fmt == "png" and type(fig.canvas) is FigureCanvasBase else None
     if base is not None:
         _agg_canvas()(fig)
-    rasters = fig.findobj(lambda x: hasattr(x, "painted"))
+    # the axes' own artists (:func:`_box_raster` adds its raster there), not ``fig.findobj``: that walks each axis'
+    # children, which makes every tick the axis has no Tick object for yet (the lane axes' ticks, :func:`_lane_ticks`)
+    rasters = [a for ax in fig.axes for a in ax.get_children() if hasattr(a, "painted")]
     for a in rasters:
         a.keep = again
     buf = io.BytesIO()

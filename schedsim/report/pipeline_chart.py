@@ -497,10 +497,17 @@ def draw_pipeline(tl: Timeline, title: str = "", mode: str = "steps", max_lanes:
     n = len(shown)
     width_px_per_unit = 15.0
     width_in = 12.0 if mode == "time" else max(8.0, min(36.0, xmax * width_px_per_unit / _DPI / 0.78 + 2.0))
+    unit_px = width_in * _DPI * 0.78 / max(xmax * 1.02, 1e-9)
+    s2r = info.stage_to_rank if info is not None else {}
+    stride = info.rank_stride if info is not None else 1
+    lane_labels = [f"rank {r}" + (f" (stage {_stages_of(s2r, r // stride)})" if s2r else "") for r in shown]
+    # the lane labels' margin: 1.4 in, or the longest label at 7 pt (at most 0.062 in a character: DejaVu Sans'
+    # widest digit, 0.636 em) and the tick's 0.2 in; the figure widens by as much, the plot area stays as it was
+    left_in = max(1.4, 0.2 + 0.062 * max((len(t) for t in lane_labels), default=0))
+    width_in += left_in - 1.4
     top_in = 0.35 + (_title_pad(1) + 12) / 72
     fig = _fig(width_in, 0.42 * n + top_in + 0.7)
     ax = fig.add_subplot(111)
-    unit_px = width_in * _DPI * 0.78 / max(xmax * 1.02, 1e-9)
     # one style per (action, chunk), in order of first use (the legend's entries and the draw order)
     chunk = acts.chunk_numbers()
     # (action, chunk) pairs as one int64 key in the same (action, chunk) order: a 1-D unique, not one over axis 1
@@ -551,9 +558,7 @@ def draw_pipeline(tl: Timeline, title: str = "", mode: str = "steps", max_lanes:
             items.append(((xa[k] + xb[k]) / 2, int(yv[k]), texts[int(minv[k])], float(fs[k]),
                           "white" if white[combo[k]] else "black"))
     _centred_labels(ax, items)
-    s2r = info.stage_to_rank if info is not None else {}
-    stride = info.rank_stride if info is not None else 1
-    _lane_ticks(ax, [f"rank {r}" + (f" (stage {_stages_of(s2r, r // stride)})" if s2r else "") for r in shown], 7)
+    _lane_ticks(ax, lane_labels, 7)
     ax.set_ylim(n - 0.5, -0.6)
     ax.set_xlim(0, xmax * 1.02)
     ms = tl.makespan_s * 1e3
@@ -569,7 +574,7 @@ def draw_pipeline(tl: Timeline, title: str = "", mode: str = "steps", max_lanes:
     _legend(ax, handles)
     _title(ax, _cut(title, 200) + note, 1)
     h = fig.get_figheight()
-    fig.subplots_adjust(left=1.4 / width_in, right=1 - 1.25 / width_in, top=1 - top_in / h, bottom=0.55 / h)
+    fig.subplots_adjust(left=left_in / width_in, right=1 - 1.25 / width_in, top=1 - top_in / h, bottom=0.55 / h)
     return fig
 
 

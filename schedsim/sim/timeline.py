@@ -43,7 +43,6 @@ from schedsim.sim.timeline_json import (
     _FLOAT_COLS,
     ID_FORMAT,
     NameTable,
-    _array_pieces,
     _basable,
     _based,
     _big_ints_kept,
@@ -52,6 +51,7 @@ from schedsim.sim.timeline_json import (
     _join_ids,
     _json_floats,
     _json_ids,
+    _json_pieces,
     _json_tags,
     _load_doc,
     _RawPieces,
@@ -807,19 +807,19 @@ class Timeline:
     def _column_chunks(self, metrics: dict[str, Any] | None) -> Iterator[bytes | memoryview]:
         """The version-2 document as byte chunks, one per column (never one string for the whole file)."""
         forms = self.columns._json_forms()  # made once: the based float columns compare whole columns
+        n = len(self)
+        period = n // self.world_size if self.world_size > 0 and n % self.world_size == 0 else 0  # rows per rank
         yield dumps_json(self._head(2, forms))[:-1]
         yield b',"columns":{'
         for i, (k, v) in enumerate(self.columns.json_items(forms)):
             yield b"%s%s:" % (b"," if i else b"", dumps_json(k))
             if isinstance(v, _RawPieces):
                 yield from v
-            elif getattr(v, "ndim", 0) == 1 and len(v) > timeline_json._JSON_PIECE:
-                yield from _array_pieces(v)
-            else:
-                yield dumps_json(v)
+            else:  # a long column's text in pieces, never whole (its repeats made once)
+                yield from _json_pieces(v, period)
             del v  # a based column's index and values go before the next column's are made
         yield b'},\n"critical_path":'
-        yield dumps_json(self.critical_path)
+        yield from _json_pieces(self.critical_path)
         yield b',\n"metrics":'
         yield from _dict_pieces(metrics or {})  # the ranks' text of 100,000 ranks (31 MB) in pieces, never whole
         yield b"}\n"

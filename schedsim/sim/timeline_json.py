@@ -84,7 +84,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 from schedsim.errors import TraceError
@@ -239,6 +239,140 @@ def _array_pieces(a: np.ndarray) -> Iterator[bytes | memoryview]:
     yield b"]"
 
 
+def _repeated_pieces(a: np.ndarray, period: int) -> Iterator[bytes | memoryview] | None:
+    """The JSON array of the float64, int64 or int32 column ``a`` (what ``dumps_json(a)`` gives) in pieces, where
+    ``a`` repeats values bit for bit: every row the first row's value (a based column's values, most often one
+    per kind of op), or a block of ``period`` rows repeated (a timeline whose ranks have as many ops each and run
+    alike: ``period`` = rows / ranks; a coded column's codes, each rank's streams, kinds and names alike). Blocks
+    of fewer than :data:`_JSON_PIECE` rows repeat whole (every block the first); longer ones piece by piece (a
+    piece of a later block that is bit for bit the same piece of the first block). The text of what repeats is
+    made once (one :func:`dumps_json` of its values, as :func:`_array_pieces`; the same bits give the same text,
+    so the pieces join to the whole array's) and written again where it repeats; a piece that differs is written
+    from its own values. None where nothing repeats so (another dtype, fewer than two blocks, a length that is no
+    multiple of ``period``, no block or piece like the first's): then :func:`_array_pieces` writes it."""
+    import numpy as np
+
+    if a.dtype not in (np.float64, np.int64, np.int32) or len(a) < 2:
+        return None
+    c = a if a.flags.c_contiguous else np.ascontiguousarray(a)
+    got = _repeat_of(c.view(np.int64) if a.dtype == np.float64 else c, period)
+    return None if got is None else _block_pieces(a, *got)
+
+
+def _repeat_of(bits: np.ndarray, period: int) -> tuple[int, list[list[bool]] | None] | None:
+    """For :func:`_repeated_pieces`, of a column's bits (an integer view): ``(period, same)``, ``period`` 1 where every
+    row is the first row, ``same`` None where every block repeats the first whole, else per later block and piece
+    of a block whether it is the first block's piece (blocks of several pieces); None where nothing repeats. The
+    comparisons run a piece at a time (no mask of the whole column: the write is near ``predict``'s peak RSS)."""
+    n = len(bits)
+    if int(bits.min()) == int(bits.max()):
+        return 1, None
+    if not (1 < period <= n // 2 and n % period == 0):
+        return None
+    first = bits[:period]
+    if period <= _JSON_PIECE:  # blocks of one piece: every later block the first, a piece's worth at a time
+        per = max(1, _JSON_PIECE // period) * period
+        whole = all(bool((bits[k:k + per].reshape(-1, period) == first).all()) for k in range(period, n, per))
+        return (period, None) if whole else None
+    bounds = [*range(0, period, _JSON_PIECE), period]
+    same = [[bool((bits[r + s:r + e] == first[s:e]).all()) for s, e in zip(bounds[:-1], bounds[1:], strict=True)]
+            for r in range(period, n, period)]
+    return (period, same) if any(map(any, same)) else None
+
+
+def _block_pieces(a: np.ndarray, period: int, same: list[list[bool]] | None) -> Iterator[bytes | memoryview]:
+    """:func:`_repeated_pieces`' pieces of ``a`` from :func:`_repeat_of`'s ``(period, same)``."""
+    reps = len(a) // period
+    # the first block's text, right-sized (bytes: orjson's own keeps room for ~32 bytes an entry)
+    bounds = [*range(0, period, _JSON_PIECE), period]
+    heads = [bytes(memoryview(dumps_json(a[s:e]))[1:-1]) for s, e in zip(bounds[:-1], bounds[1:], strict=True)]
+    yield b"["
+    if same is None:  # every block the first (one piece each): blocks joined, a piece's rows at a time
+        per = max(1, _JSON_PIECE // period)
+        full = b",".join(heads * per)
+        for k in range(0, reps, per):
+            if k:
+                yield b","
+            yield full if k + per <= reps else b",".join(heads * (reps - k))
+    else:
+        for j, h in enumerate(heads):
+            if j:
+                yield b","
+            yield h
+        for r, row in enumerate(same, 1):
+            for j, ok in enumerate(row):
+                yield b","
+                yield heads[j] if ok else memoryview(dumps_json(a[r * period + bounds[j]:r * period +
+                                                                  bounds[j + 1]]))[1:-1]
+    yield b"]"
+
+
+def _json_pieces(v: Any, period: int = 0) -> Iterator[bytes | memoryview]:
+    """``dumps_json(v)`` in pieces: a 1-d numpy array longer than :data:`_JSON_PIECE` through
+    :func:`_repeated_pieces` (``period`` as there) or :func:`_array_pieces`, a list of more than
+    :data:`_LIST_PIECE` strings through :func:`_str_pieces`; a dict of string keys or a short list
+    that holds one (a coded column's ``{"values", "codes"}``, a based column's ``{"base", "index", "values"}``, the
+    names' ``{"parts": [...]}``) entry by entry; anything else in one :func:`dumps_json`. No piece holds a long
+    array's text whole (one dump of a 1M-op file's name parts held ~32 MiB of orjson's buffers for 7 MiB of
+    text, the high-water mark of ``predict``'s heap)."""
+    import numpy as np
+
+    if isinstance(v, np.ndarray) and v.ndim == 1 and len(v) > _JSON_PIECE:
+        yield from _repeated_pieces(v, period) or _array_pieces(v)
+    elif type(v) is list and len(v) > _LIST_PIECE and set(map(type, v)) == {str}:
+        yield from _str_pieces(v)
+    elif type(v) is dict and all(type(k) is str for k in v) and _holds_long(v):
+        for i, (k, x) in enumerate(v.items()):
+            yield (b"," if i else b"{") + dumps_json(k) + b":"
+            yield from _json_pieces(x, period)
+        yield b"}"
+    elif type(v) is list and _holds_long(v):
+        for i, x in enumerate(v):
+            yield b"," if i else b"["
+            yield from _json_pieces(x, period)
+        yield b"]"
+    else:
+        yield dumps_json(v)
+
+
+#: Strings of a list serialised per :func:`dumps_json` call (:func:`_str_pieces`): orjson reserves ~254 bytes
+#: of output per entry of a list and the bytes it returns keep that room (32 MiB for the 125,000 names of the
+#: 1M-op benchmark, whose 1.2 MB of text set ``predict``'s high-water mark), where a numpy array's entry
+#: reserves ~32.
+_LIST_PIECE = 4096
+
+
+def _str_pieces(v: list[str]) -> Iterator[bytes | memoryview]:
+    """``dumps_json(v)`` of the list of strings ``v`` in pieces of :data:`_LIST_PIECE` strings (each string's
+    text is its own, so the pieces join to the whole list's)."""
+    if len(v) <= _LIST_PIECE:
+        yield dumps_json(v)
+        return
+    yield b"["
+    for k in range(0, len(v), _LIST_PIECE):
+        if k:
+            yield b","
+        yield memoryview(dumps_json(v[k:k + _LIST_PIECE]))[1:-1]
+    yield b"]"
+
+
+def _holds_long(v: dict[str, Any] | list[Any]) -> bool:
+    """Whether the dict ``v`` or the list ``v`` of at most 64 entries holds, at any depth through such dicts and
+    lists, a 1-d numpy array longer than :data:`_JSON_PIECE` or a list longer than :data:`_LIST_PIECE`."""
+    import numpy as np
+
+    if type(v) is list and len(v) > 64:
+        return False
+    entries: Iterable[Any] = v.values() if isinstance(v, dict) else v
+    for x in entries:
+        if isinstance(x, np.ndarray) and x.ndim == 1 and len(x) > _JSON_PIECE or type(x) is list and \
+                len(x) > _LIST_PIECE:
+            return True
+        if (type(x) is dict or type(x) is list) and _holds_long(x):
+            return True
+    return False
+
+
 class _RawPieces:
     """JSON text in pieces (each iteration makes them anew, :data:`_JSON_PIECE` rows at a time), written as they
     are (:meth:`Timeline._column_chunks`): a million-row column never exists as one string."""
@@ -261,7 +395,7 @@ def _coded_json(names: NameTable, name_id: np.ndarray, rank: np.ndarray) -> tupl
     n = len(name_id)
     if not n:
         return _RawPieces(lambda: iter((b"[]",))), _RawPieces(lambda: iter((b"[]",)))
-    enc = dumps_json(list(names))[2:-2].decode("utf-8").split('","')  # the table's strings escaped, unquoted
+    enc = b"".join(_str_pieces(list(names)))[2:-2].decode("utf-8").split('","')  # the strings escaped, unquoted
     head = np.empty(len(enc), object)
     head[:] = [f'"{e}@r' for e in enc]
     tail = np.empty(int(rank.max()) + 1, object)

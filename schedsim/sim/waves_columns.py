@@ -356,7 +356,7 @@ def _kernels(tps, tres, world, tmpl, rank, batch, res, work, opq, C, cost, sms):
     # without batches every op is its own kernel: kidx, ktype, krank (2, 3, 4) are not made (op columns)
     out = [np.empty(0 if nb == 0 and k in (2, 3, 4) else N + (k in (1, 10)), np.float64 if k == 7 else I32)
            for k in range(12)]
-    K, Q = compiled_loop().kernels((N, world, nb, C), _c32(rank), _c32(batch), _i32(res), _i32(tmpl), _f64(work),
+    K, Q = compiled_loop().kernels((N, world, nb, C), _c32(rank), _c32(batch), _i32(res), _c32(tmpl), _f64(work),
                                    _i32(opq), _i32(tctas), twaves.astype(np.float64), tmem, *out)
     kern, kptr, kidx, ktype, krank, kneed, kleft, ktau, kmem, kq, qptr, qidx = out
     if K == N:  # every op its own kernel, in op order: the op columns are the kernel columns (no copies held)

@@ -127,6 +127,16 @@ def test_fresh_process_is_a_world_of_one_whatever_the_launcher_set(monkeypatch) 
     assert len(runs) == 1, logs
     assert runs[0]["eager_per_op_us"] > 0 and runs[0]["memcpy_call_us"] > 0 and "event_wait_us" not in runs[0]
     assert logs and logs[0].startswith("[launch] fresh process 1/1: eager_per_op_us")
+    # the tp layers' probes ran on the gloo rank (tp_layer_costs): the GEMV alone and paired, eight layers after the
+    # executor's iteration start, and the fields derived from them (tp_fields)
+    r = runs[0]
+    assert r["gemv_loop_us"] > 0 and r["gemv_pair_us"] > 0
+    assert all(r[f"warmup_layer{k}_us"] > 0 for k in range(1, 9)) and "warmup_layer9_us" not in r
+    assert r["collective_after_kernel_us"] == round(max(0.0, r["gemv_pair_us"] - r["gemv_loop_us"]), 9)
+    first = r["first_op_extra_us"] + r["first_collective_extra_us"]
+    assert r["warmup_pair1_extra_us"] == round(max(0.0, r["warmup_layer1_us"] - r["gemv_pair_us"] - first), 9)
+    assert [r[f"warmup_pair{k}_extra_us"] for k in (2, 3)] == [
+        round(max(0.0, r[f"warmup_layer{k}_us"] - r["gemv_pair_us"]), 9) for k in (2, 3)]
 
 
 def test_fresh_process_with_unreadable_or_failed_output_is_left_out(monkeypatch) -> None:
@@ -159,6 +169,26 @@ def test_host_fields_are_launch_fields_and_launch_fields_rounds_only_those() -> 
     assert set(HOST_FIELDS) <= set(Launch.model_fields)
     got = launch_fields({"eager_per_op_us": 12.345, "collective_loop_us": 31.0, "event_wait_us": 2.004})
     assert got == {"eager_per_op_us": 12.35, "event_wait_us": 2.0}  # measurement-only keys are not profile fields
+
+
+def test_the_warm_up_layers_become_the_collective_warmup_list_only_when_all_three_are_there() -> None:
+    from executor.calibrate_host import launch_fields, tp_fields
+    from schedsim.hardware.profile import Launch
+
+    res = tp_fields({"gemv_loop_us": 9.03, "gemv_pair_us": 24.97, "first_op_extra_us": 3.63,
+                     "first_collective_extra_us": 1.89, "warmup_layer1_us": 45.0, "warmup_layer2_us": 29.1,
+                     "warmup_layer3_us": 24.5, "warmup_layer4_us": 26.0})
+    got = launch_fields(res)
+    # 24.97 - 9.03; 45.0 - 24.97 - (3.63 + 1.89); 29.1 - 24.97; 24.5 - 24.97 < 0: 0
+    assert got == {"collective_after_kernel_us": 15.94, "first_op_extra_us": 3.63, "first_collective_extra_us": 1.89,
+                   "collective_warmup_us": [14.51, 4.13, 0.0]}
+    from schedsim.hardware.profile import load_profile
+
+    base = load_profile("h200").launch.model_dump()
+    assert Launch.model_validate({**base, **got}).collective_warmup_us == [14.51, 4.13, 0.0]
+    del res["warmup_pair3_extra_us"]
+    assert "collective_warmup_us" not in launch_fields(res)
+    assert tp_fields({"mixed_pair_us": 29.0}) == {"mixed_pair_us": 29.0}  # no GEMV probe: nothing derived
 
 
 def test_assemble_takes_the_measured_timing_event_span_or_keeps_the_bases(monkeypatch) -> None:

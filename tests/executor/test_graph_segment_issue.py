@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from types import SimpleNamespace
 from typing import Any
 
-from executor.runtime import CudaSegmentRunner, graph_runs
+from executor.runtime import CudaSegmentRunner, graph_runs, stream_waits
 from schedsim.graph.ops import Op
 
 LOG: list[tuple[str, ...]] = []
@@ -157,11 +157,12 @@ def test_the_uninstrumented_iteration_is_the_compiled_step_list_with_the_replay(
     assert LOG == [("c", "set"), ("host", "run", "e0"),
                    # the segment on c: after s's earlier work, then its events for the ops outside it, s after it
                    ("c", "wait_stream", "s"), ("host", "replay"),
-                   ("c", "record", "dep_g1"), ("c", "record", "dep_g2"), ("c", "record", "dep_g3"),
+                   # only g3's event: e4 waits for it; g1's and g2's waiters are inside the graph
+                   ("c", "record", "dep_g3"),
                    ("s", "wait_stream", "c"),
                    ("s", "set"), ("s", "wait", "dep_g3"), ("host", "run", "e4"),
                    ("c", "record", "stream_end_c"), ("s", "record", "stream_end_s")]
-    assert r.lean_owner == [0, 0, 1, 1, 1, 1, 1, 1, 4, 4, 4, -1, -1]
+    assert r.lean_owner == [0, 0, 1, 1, 1, 1, 4, 4, 4, -1, -1]
 
 
 def test_the_ranks_times_name_each_captured_segments_ops(monkeypatch: Any) -> None:
@@ -200,3 +201,65 @@ def test_every_rank_runs_the_same_stamped_iterations() -> None:
     plain._prepare()
     assert (captured.seg_graphs != {}, failed.seg_graphs, plain.segments) == (True, {}, [])
     assert [r._host_call_iters(o) for r in (captured, failed, plain)] == [0, 0, 0]
+
+
+def _lowered_runner(schedule: str) -> CudaSegmentRunner:
+    """A segment runner on rank 0's lowered ops of ``schedules/<schedule>``, with the recording stand-ins."""
+    from schedsim.graph.build import build_graph
+    from schedsim.spec.loader import load_schedule
+
+    root = __import__("pathlib").Path(__file__).resolve().parents[2]
+    G = build_graph(load_schedule(root / "schedules" / schedule, {}))
+    ops = sorted((G.nodes[n]["op"] for n in G.nodes if G.nodes[n]["op"].rank == 0), key=lambda o: o.seq)
+    r = object.__new__(CudaSegmentRunner)
+    r.torch, r.ops, r.tracker, r.log = _torch(), ops, None, lambda msg: None
+    r.ctx = SimpleNamespace(device="cuda:0", rank=0)
+    r.impls = [_Impl(o.name) for o in ops]
+    for impl in r.impls:
+        impl.fast, impl.tf32 = None, None
+    r.streams = {s: _Stream(s) for s in dict.fromkeys(o.stream for o in ops)}
+    r.stream_list = [r.streams[o.stream] for o in ops]
+    _prev, r.cross, _waits, r.last_on_stream = stream_waits(ops)
+    waited = {d for lst in r.cross for d in lst}
+    r.ev_dep = [_Event(f"dep_{o.name}") if i in waited else None for i, o in enumerate(ops)]
+    r.ev_stream_end = {s: _Event(f"stream_end_{s}") for s in r.streams}
+    r.segments, r.seg_graphs, r.lean_cuda = graph_runs(ops), {}, None
+    r._prepare()
+    return r
+
+
+def test_the_small_ops_segment_replay_records_only_the_events_waited_for_outside_it() -> None:
+    """schedules/small_ops_segment.yaml (64 layers, the first 32 and seg_join one segment): inside the segment
+    every ``side{i}`` waits for ``up{i}`` and seg_join for side31, all captured; nothing after it waits for a
+    segment op (aux's side32 follows the segment through ``aux.wait_stream(main)``). So the uninstrumented
+    iteration records, by hand: up32..up63 (side32..side63 wait for them) and side63 (join waits for it), 33
+    dependency events, plus one end event per stream, 2: 35 records (the 32 up{i} and side31 of the segment
+    were 33 more). And no wait is lost: every event waited on was recorded before, in the same iteration, after
+    the op it stands for; every cross-stream dependency of an eager op is such a wait or the segment's join."""
+    r = _lowered_runner("small_ops_segment.yaml")
+    assert len(r.segments) == 1 and len(r.segments[0]) == 3 * 32 + 1 and set(r.seg_graphs) == {0}
+    steps = r._compile_lean()
+    LOG.clear()
+    for f in steps:
+        f()
+    records = [x[2] for x in LOG if x[1] == "record"]
+    want = [f"dep_up{i}" for i in range(32, 64)] + ["dep_side63"]
+    assert sorted(records) == sorted(want + ["stream_end_main", "stream_end_aux"]) and len(records) == 35
+    seen: set[str] = set()
+    ran: set[str] = set()
+    for x in LOG:
+        if x[:2] == ("host", "replay"):
+            ran |= {o.name for o in r.ops[:97]}
+        elif x[:2] == ("host", "run"):
+            ran.add(x[2])
+        elif x[1] == "record" and x[2].startswith("dep_"):
+            assert x[2][4:] in ran
+            seen.add(x[2])
+        elif x[1] == "wait":
+            assert x[2] in seen, x
+    waits = {(x[0], x[2]) for x in LOG if x[1] == "wait"}
+    eager = range(97, len(r.ops))
+    for k in eager:
+        for d in r.cross[k]:
+            assert d >= 97 and (r.ops[k].stream, f"dep_{r.ops[d].name}") in waits
+    assert ("aux", "wait_stream", "main") in LOG

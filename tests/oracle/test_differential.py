@@ -105,6 +105,21 @@ def test_a_collective_after_a_call_of_another_kind_predicts_as_the_oracle(tmp_pa
             assert road != road_and_oracle(spec, load_profile(prof), **kw)[0], prof  # the extra moved something
 
 
+def test_the_first_collective_calls_warm_up_as_the_oracle(tmp_path):
+    # launch.collective_warmup_us: the k-th collective call of each rank pays its value (alone and with the
+    # collective-after-kernel rule); the columns and the oracle's loop over the ops agree, and it moves the timeline
+    for spec in (load_text(LAUNCHES, "launches.yaml"), _gemm_all_reduce(tmp_path, 3, 4, 2048, "2**20")):
+        for after in (None, 31.5):
+            p = load_profile("h200")
+            p = p.model_copy(update={"launch": p.launch.model_copy(update={
+                "collective_after_kernel_us": after, "collective_warmup_us": [12.0, 4.0, 1.5]})})
+            road, ref = road_and_oracle(spec, p)
+            assert isinstance(ref, tuple) and ref[0], (after, ref)
+            assert road == ref, after
+            plain = p.model_copy(update={"launch": p.launch.model_copy(update={"collective_warmup_us": []})})
+            assert road != road_and_oracle(spec, plain)[0], after
+
+
 def test_a_large_pipeline_predicts_as_the_oracle():
     # interleaved 1F1B (lone send/recv, serialized per communicator) and 1F1B (batched exchanges), 16 stages
     for sched in ("interleaved_1f1b", "1f1b"):

@@ -702,14 +702,21 @@ def host_issue_times(ops: Sequence[Op], profile: HardwareProfile, mode: str, *, 
             else:
                 graph[i] = graph[prev]
     after = profile.launch.collective_after_kernel_us
-    if after is not None and mode != "cuda_graph":  # a collective call after a call of another kind on its rank
-        d, prev_call = (after - profile.launch.eager_per_collective_us) * 1e-6, {}
+    warm = profile.launch.collective_warmup_us
+    if (after is not None or warm) and mode != "cuda_graph":  # a collective call after another kind's; k-th call
+        d = 0.0 if after is None else (after - profile.launch.eager_per_collective_us) * 1e-6
+        prev_call: dict[int, bool] = {}
+        count: dict[int, int] = {}
         ca = np.zeros(n)
         for i, op in enumerate(ops):
             own = graph is None or graph[i] < 0  # a graph's op calls nothing
             is_coll = own and gh.host_class(op) == gh.H_COLL
             if is_coll and op.rank in prev_call and not prev_call[op.rank]:
                 ca[i] = d
+            if is_coll:
+                count[op.rank] = k = count.get(op.rank, 0) + 1
+                if k <= len(warm):
+                    ca[i] += warm[k - 1] * 1e-6
             prev_call[op.rank] = is_coll
         extra = ca if extra is None else extra + ca
     issue, call0 = gh.host_issue_columns(rank, stream, hcls, rep, np.asarray(hs, np.float64), bat,

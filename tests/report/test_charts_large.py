@@ -246,3 +246,23 @@ def test_lex_order_is_lexsorts(hi: int) -> None:
     assert ((key[1:] == key[:-1]) == same).all()  # equal keys exactly where the rows are equal
     empty = P._lex_order(tuple(np.zeros(0, np.int64) for _ in range(4)))
     assert len(empty[0]) == 0 and len(empty[1]) == 0
+
+
+@pytest.mark.parametrize("mode", ["steps", "time"])
+def test_pipeline_lane_labels_fit_in_the_figure(mode):
+    # interleaved 1F1B, p = 16, v = 4: lane labels as long as "rank 10 (stage 10,26,42,58)" (27 characters),
+    # which the fixed 1.4 in margin cut at the figure's left edge; the margin now grows with the longest label
+    from schedsim import api
+
+    text = ("schema_version: 1\nname: il\nworld_size: 16\npipeline:\n  schedule: interleaved_1f1b\n  p: 16\n"
+            "  m: 16\n  v: 4\n  p2p: overlapped\n  stage:\n    forward: [{kind: compute, duration_us: 1}]\n"
+            "    backward_input: [{kind: compute, duration_us: 1}]\n"
+            "    backward_weight: [{kind: compute, duration_us: 1}]\n")
+    run = api.predict(api.load_text(text))
+    fig = P.draw_pipeline(run.timeline, mode=mode)
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    labels = [t.get_text() for t in fig.axes[0].get_yticklabels() if t.get_text()]
+    assert len(labels) == 16 and max(len(t) for t in labels) == 27
+    assert fig.get_tightbbox(renderer).x0 >= 0  # the lane labels drawn inside the figure's left edge

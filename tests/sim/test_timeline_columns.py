@@ -218,6 +218,48 @@ def test_long_columns_are_written_in_pieces_that_join_to_the_whole(tmp_path, mon
     assert tl_of(spans).to_dict() == back.to_dict()
 
 
+@pytest.mark.parametrize("orjson", [True, False])
+def test_repeated_blocks_are_written_once_and_join_to_the_whole(monkeypatch, orjson):
+    # a column of one value, or of blocks (one rank's rows) alike bit for bit, written from its first block's text:
+    # the same bytes as one dump of the whole column; a piece that differs is written from its own values
+    if not orjson:
+        monkeypatch.setattr(tj, "_orjson", None)
+        monkeypatch.setattr(schedsim.io, "_orjson", None)
+    monkeypatch.setattr(tj, "_JSON_PIECE", 3)
+    blk = np.array([0.1, 1e-300, np.nan, -0.0, 1 / 3, 2.5, 7.0])
+    whole = np.tile(blk, 4)  # 4 ranks of 7 rows: pieces of 3, 3, 1 rows per block
+    part = whole.copy()
+    part[7 + 4] = 0.25  # rank 1's second piece differs
+    neg = whole.copy()
+    neg[14 + 3] = 0.0  # +0.0 where the first block has -0.0: other bits, other text
+    for a, period in ((whole, 7), (part, 7), (neg, 7), (np.full(10, 0.1), 5), (np.tile(blk[:2], 5), 2)):
+        pieces = tj._repeated_pieces(a, period)
+        assert pieces is not None
+        assert b"".join(pieces) == tj.dumps_json(a)
+    assert b"".join(tj._repeated_pieces(np.full(7, np.nan), 0)) == b"[" + b",".join([b"null"] * 7) + b"]"
+    # nothing repeats: a block of a length that does not divide the rows, all blocks differ, ints, one block
+    assert tj._repeated_pieces(whole, 5) is None
+    assert tj._repeated_pieces(np.arange(28.0), 7) is None
+    for ints in (np.tile(np.arange(7, dtype=np.int32), 4), np.tile(np.arange(-3, 4), 4), np.full(9, 2**40)):
+        assert b"".join(tj._repeated_pieces(ints, 7 if len(ints) == 28 else 3)) == tj.dumps_json(ints)
+    assert tj._repeated_pieces(np.arange(28), 7) is None
+    assert tj._repeated_pieces(np.zeros(28, np.int16), 7) is None  # another dtype
+    assert tj._repeated_pieces(blk, 7) is None
+    # a dict or short list holding a long array (a based or coded column, the names' parts) entry by entry
+    based = {"base": "start_s", "index": np.arange(0, 20, 2), "values": np.full(10, 2.5)}
+    parts = {"parts": [{"values": ["a", "b\"c"], "codes": np.arange(8, dtype=np.int32) % 2}], "n": None}
+    for v in (based, parts, [based, 1.5], {"values": [1, 2], "codes": [0, 1]}, np.arange(2.0), {}, []):
+        assert b"".join(tj._json_pieces(v, 5)) == tj.dumps_json(v)
+    assert len(list(tj._json_pieces(parts))) > 3  # written in pieces
+    # a long list of strings in pieces of _LIST_PIECE (orjson keeps ~254 bytes of room per entry of a list it
+    # writes); a list of anything else whole
+    monkeypatch.setattr(tj, "_LIST_PIECE", 2)
+    names = ["mm0", "é", "a\"b", "\n", "x" * 40, ""]
+    for v in (names, {"values": names, "codes": [0]}, [1, "a", 2.5, None, "b"], names[:2]):
+        assert b"".join(tj._json_pieces(v)) == tj.dumps_json(v)
+    assert len(list(tj._json_pieces(names))) == 2 + 5
+
+
 def test_a_simulated_timeline_pickles_and_copies(tmp_path):
     # the simulator's columns hold ids, names and tags as functions until first use; pickling builds them
     import copy
