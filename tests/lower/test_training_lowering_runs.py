@@ -497,3 +497,50 @@ def test_chunks_alike_share_their_lists_and_rows_with_the_program_of_lists_per_c
     fast = _state_of(lower(spec))
     monkeypatch.setattr(tr, "per_chunk_shape", lambda make, layers: {s: make(s) for s in range(len(layers))})
     _assert_same(fast, _state_of(lower(spec)))
+
+
+def _action_loop(self: Any, steps: list[Any]) -> None:
+    """The step list action by action (:meth:`_Emitter.action`): what ``run_steps`` replaces."""
+    for act, bid in steps:
+        self.action(act, bid)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_compiled_steps_write_the_program_the_action_loop_writes(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``_Emitter.run_steps`` (the steps compiled once, :func:`compiled_steps`) against the action-by-action loop:
+    the same Program, array for array and name for name, on 1F1B's batched p2p and interleaving's lone ones, every
+    rank and the represented ranks, the compiled lists kept or made anew."""
+    from schedsim.lower import pipeline_emitter as pe
+
+    world, extra = CASES[case]
+    text = _text(world, extra)
+    for symmetric in (False, True):
+        fast = _state_of(lower(load_text(text), symmetric=symmetric))
+        again = _state_of(lower(load_text(text), symmetric=symmetric))  # the compiled lists kept
+        with monkeypatch.context() as m:
+            m.setattr(_Emitter, "run_steps", _action_loop)
+            slow = _state_of(lower(load_text(text), symmetric=symmetric))
+        _assert_same(fast, slow)
+        _assert_same(again, slow)
+    assert pe._COMPILED  # the training block's step lists went through the compiled path
+
+
+def test_compiled_steps_key_the_phases_and_p2p_by_what_was_emitted_before() -> None:
+    """A 1F1B rank's compiled steps by hand (pp 2, m 2, last stage): F0 then its send waits for nothing earlier on
+    the rank; each backward's first op waits for the recv of its gradient or, on the last stage, for its own
+    forward; the keys name the stage, phase or p2p type, and microbatch."""
+    from schedsim.lower.pipeline_emitter import compiled_steps
+    from schedsim.pipeline.actions import Action
+    from schedsim.pipeline.actions import ComputationType as CT
+
+    steps = [(Action(1, CT.RECV_F, 0), 0), (Action(1, CT.F, 0), None), (Action(1, CT.B, 0), None),
+             (Action(1, CT.SEND_B, 0), 1)]
+    comp = compiled_steps(steps, {0: 0, 1: 0}, 2)
+    assert comp is not None
+    recv, fwd, bwd_i, bwd_w, send = comp
+    assert recv[:4] == (1, CT.RECV_F, 1, 0) and recv[4:6] == ("recvF1.0", "F0.0") and recv[7] is None
+    assert fwd[:5] == (0, 1, 0, "F", "F1.0.") and fwd[6] == (1, "RECV_F", 0) and not fwd[9]
+    assert bwd_i[3:5] == ("I", "B1.0.I.") and bwd_i[6] == (1, "F", 0) and not bwd_i[9]  # the last stage: its F
+    assert bwd_w[3:5] == ("W", "B1.0.W.") and bwd_w[6] == (1, "I", 0) and bwd_w[9]  # I handed on after W
+    assert send[4:6] == ("sendB1.0", "B1.0") and send[7] == (1, "I", 0) and send[10]
+    assert fwd[5] == (("chunk", 0), ("mb", 0), ("phase", "F"), ("pp_op", "F"), ("stage", 1))
