@@ -506,8 +506,10 @@ class _Emitter:
                                                    emitted_str) if run.uniq else 0
                 cols = []
                 for at, which in (run.batch_at, run.msg_at):
-                    col = array("i", run.none)
-                    deque(map(col.__setitem__, at, map(base.__add__, which)), maxlen=0)  # in C
+                    col = run.none  # no string in the column: the run's -1s, shared (read only)
+                    if at:
+                        col = array("i", run.none)
+                        deque(map(col.__setitem__, at, map(base.__add__, which)), maxlen=0)  # in C
                     cols.append(col)
                 batch, msg = cols
             else:
@@ -642,10 +644,12 @@ class _Emitter:
 
 
 #: In this process: id(steps) -> (steps, chunk_of's items, num_stages, :func:`compiled_steps`' answer), kept across
-#: lowerings (the training block's step lists are kept with their plans); at most :data:`COMPILED_KEPT`, then
-#: forgotten all at once. Read only.
-COMPILED_KEPT = 256
+#: lowerings (the training block's step lists are kept with their plans, and a search's points share about 76
+#: plans); at most :data:`COMPILED_KEPT` lists, then forgotten all at once. Read only. Their tag sets, keys and
+#: name prefixes are shared through :data:`_PIECES` (the same ones recur in every plan).
+COMPILED_KEPT = 512
 _COMPILED: dict[int, tuple[Any, tuple[tuple[int, int], ...], int, list[tuple[Any, ...]] | None]] = {}
+_PIECES: dict[Any, Any] = {}
 
 
 def compiled_steps(steps: list[tuple[Any, int | None]], chunk_of: Mapping[int, int],
@@ -665,6 +669,7 @@ def compiled_steps(steps: list[tuple[Any, int | None]], chunk_of: Mapping[int, i
     have: set[tuple[int, str, int]] = set()
     last = num_stages - 1
     pairs = False
+    one = _PIECES.setdefault
     for act, bid in steps:
         subs = act.sub_actions
         if len(subs) != 1:
@@ -681,8 +686,9 @@ def compiled_steps(steps: list[tuple[Any, int | None]], chunk_of: Mapping[int, i
             msg = f"{d}{src_stage}.{j}"
             tset = (("chunk", chunk_of[s]), ("mb", j), ("msg", msg), ("pp_op", _VALUE[typ]), ("stage", s))
             own = (s, _VALUE[typ], j)
-            out.append((1, typ, s, bid, f"{kind}{d}{s}.{j}", msg, tset, src if src in have else None, own,
-                        (typ, s, j), kind == "send"))
+            name, ids_key = f"{kind}{d}{s}.{j}", (typ, s, j)
+            out.append((1, typ, s, bid, one(name, name), one(msg, msg), one(tset, tset),
+                        one(src, src) if src in have else None, one(own, own), one(ids_key, ids_key), kind == "send"))
             have.add(own)
             continue
         parts = _PARTS.get(typ, _PARTS_B)
@@ -697,10 +703,14 @@ def compiled_steps(steps: list[tuple[Any, int | None]], chunk_of: Mapping[int, i
             pre = f"{label}{s}.{j}." if label == phase else f"B{s}.{j}.{phase}."
             tset = (("chunk", chunk_of[s]), ("mb", j), ("phase", phase), ("pp_op", label), ("stage", s))
             own = (s, phase, j)
-            out.append((0, s, j, phase, pre, tset, in_key, (s, phase), own, len(parts) > 1 and n == len(parts) - 1))
+            run_key = (s, phase)
+            out.append((0, s, j, phase, one(pre, pre), one(tset, tset),
+                        in_key if in_key is None else one(in_key, in_key), one(run_key, run_key), one(own, own),
+                        len(parts) > 1 and n == len(parts) - 1))
             have.add(own)
     if len(_COMPILED) >= COMPILED_KEPT:
         _COMPILED.clear()
+        _PIECES.clear()
     _COMPILED[id(steps)] = (steps, ck, num_stages, None if pairs else out)
     return None if pairs else out
 
