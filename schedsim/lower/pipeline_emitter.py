@@ -646,10 +646,49 @@ class _Emitter:
 #: In this process: id(steps) -> (steps, chunk_of's items, num_stages, :func:`compiled_steps`' answer), kept across
 #: lowerings (the training block's step lists are kept with their plans, and a search's points share about 76
 #: plans); at most :data:`COMPILED_KEPT` lists, then forgotten all at once. Read only. Their tag sets, keys and
-#: name prefixes are shared through :data:`_PIECES` (the same ones recur in every plan).
+#: events are kept in :data:`_PIECES` by (type, stage, microbatch, chunk, last stage, batch id): the same ones recur
+#: in every plan.
 COMPILED_KEPT = 512
 _COMPILED: dict[int, tuple[Any, tuple[tuple[int, int], ...], int, list[tuple[Any, ...]] | None]] = {}
 _PIECES: dict[Any, Any] = {}
+
+
+def _p2p_events(typ: Any, s: int, j: int, bid: int | None, chunk: int) -> tuple[Any, ...]:
+    """:func:`compiled_steps`' entry of a send or recv: ``((candidate keys,), (its event with the compute it
+    carries, without), its own key)``, one phase."""
+    fwd = typ in (CT.SEND_F, CT.RECV_F)
+    kind = "send" if typ in (CT.SEND_F, CT.SEND_B) else "recv"
+    d = "F" if fwd else "B"
+    src_stage = s if kind == "send" else (s - 1 if fwd else s + 1)  # the message: who produced it
+    msg = f"{d}{src_stage}.{j}"
+    tset = (("chunk", chunk), ("mb", j), ("msg", msg), ("pp_op", _VALUE[typ]), ("stage", s))
+    own = (s, _VALUE[typ], j)
+    cands = ((s, ("F" if fwd else "I"), j),) if kind == "send" else ()
+    ev: list[tuple[Any, ...]] = [(1, typ, s, bid, f"{kind}{d}{s}.{j}", msg, tset, k, own, (typ, s, j), kind == "send")
+                                 for k in cands]
+    ev.append((1, typ, s, bid, f"{kind}{d}{s}.{j}", msg, tset, None, own, (typ, s, j), kind == "send"))
+    return ((cands, tuple(ev), own),)
+
+
+def _phase_events(typ: Any, s: int, j: int, chunk: int, last: int) -> tuple[Any, ...]:
+    """:func:`compiled_steps`' entry of a compute action: per phase ``(the keys :meth:`_Emitter._input` tries, in
+    order; its event with each of them then with none, its own key)``."""
+    parts = _PARTS.get(typ, _PARTS_B)
+    out = []
+    for n, (phase, label) in enumerate(parts):
+        if phase == "F":
+            keys: tuple[Any, ...] = ((s, "RECV_F", j), (s - 1, "F", j) if s > 0 else None)
+        elif phase == "I":
+            keys = ((s, "RECV_B", j), (s + 1, "I", j) if s < last else None, (s, "F", j))
+        else:
+            keys = ((s, "I", j),)
+        cands = tuple(k for k in keys if k is not None)
+        pre = f"{label}{s}.{j}." if label == phase else f"B{s}.{j}.{phase}."
+        tset = (("chunk", chunk), ("mb", j), ("phase", phase), ("pp_op", label), ("stage", s))
+        own, run_key, copy_i = (s, phase, j), (s, phase), len(parts) > 1 and n == len(parts) - 1
+        ev = tuple((0, s, j, phase, pre, tset, k, run_key, own, copy_i) for k in (*cands, None))
+        out.append((cands, ev, own))
+    return tuple(out)
 
 
 def compiled_steps(steps: list[tuple[Any, int | None]], chunk_of: Mapping[int, int],
@@ -669,7 +708,6 @@ def compiled_steps(steps: list[tuple[Any, int | None]], chunk_of: Mapping[int, i
     have: set[tuple[int, str, int]] = set()
     last = num_stages - 1
     pairs = False
-    one = _PIECES.setdefault
     for act, bid in steps:
         subs = act.sub_actions
         if len(subs) != 1:
@@ -677,36 +715,18 @@ def compiled_steps(steps: list[tuple[Any, int | None]], chunk_of: Mapping[int, i
             break
         sub = subs[0]
         s, j, typ = sub.stage, sub.microbatch, sub.type
-        if typ in COMM_TYPES:
-            fwd = typ in (CT.SEND_F, CT.RECV_F)
-            kind = "send" if typ in (CT.SEND_F, CT.SEND_B) else "recv"
-            d = "F" if fwd else "B"
-            src_stage = s if kind == "send" else (s - 1 if fwd else s + 1)
-            src = (s, ("F" if fwd else "I"), j) if kind == "send" else None
-            msg = f"{d}{src_stage}.{j}"
-            tset = (("chunk", chunk_of[s]), ("mb", j), ("msg", msg), ("pp_op", _VALUE[typ]), ("stage", s))
-            own = (s, _VALUE[typ], j)
-            name, ids_key = f"{kind}{d}{s}.{j}", (typ, s, j)
-            out.append((1, typ, s, bid, one(name, name), one(msg, msg), one(tset, tset),
-                        one(src, src) if src in have else None, one(own, own), one(ids_key, ids_key), kind == "send"))
-            have.add(own)
-            continue
-        parts = _PARTS.get(typ, _PARTS_B)
-        for n, (phase, label) in enumerate(parts):
-            if phase == "F":
-                keys: tuple[Any, ...] = ((s, "RECV_F", j), (s - 1, "F", j) if s > 0 else None)
-            elif phase == "I":
-                keys = ((s, "RECV_B", j), (s + 1, "I", j) if s < last else None, (s, "F", j))
-            else:
-                keys = ((s, "I", j),)
-            in_key = next((k for k in keys if k is not None and k in have), None)
-            pre = f"{label}{s}.{j}." if label == phase else f"B{s}.{j}.{phase}."
-            tset = (("chunk", chunk_of[s]), ("mb", j), ("phase", phase), ("pp_op", label), ("stage", s))
-            own = (s, phase, j)
-            run_key = (s, phase)
-            out.append((0, s, j, phase, one(pre, pre), one(tset, tset),
-                        in_key if in_key is None else one(in_key, in_key), one(run_key, run_key), one(own, own),
-                        len(parts) > 1 and n == len(parts) - 1))
+        key = (typ, s, j, chunk_of[s], last, bid)
+        ent = _PIECES.get(key)
+        if ent is None:
+            ent = _PIECES[key] = _p2p_events(typ, s, j, bid, chunk_of[s]) if typ in COMM_TYPES else \
+                _phase_events(typ, s, j, chunk_of[s], last)
+        for cands, variants, own in ent:  # per phase (a send or recv: one), its events by what it finds
+            at = len(cands)
+            for i, k in enumerate(cands):
+                if k in have:
+                    at = i
+                    break
+            out.append(variants[at])
             have.add(own)
     if len(_COMPILED) >= COMPILED_KEPT:
         _COMPILED.clear()
