@@ -657,16 +657,16 @@ def _p2p_events(typ: Any, s: int, j: int, bid: int | None, chunk: int) -> tuple[
     """:func:`compiled_steps`' entry of a send or recv: ``((candidate keys,), (its event with the compute it
     carries, without), its own key)``, one phase."""
     fwd = typ in (CT.SEND_F, CT.RECV_F)
-    kind = "send" if typ in (CT.SEND_F, CT.SEND_B) else "recv"
+    send = typ in (CT.SEND_F, CT.SEND_B)
     d = "F" if fwd else "B"
-    src_stage = s if kind == "send" else (s - 1 if fwd else s + 1)  # the message: who produced it
+    src_stage = s if send else (s - 1 if fwd else s + 1)  # the message: who produced it
     msg = f"{d}{src_stage}.{j}"
     tset = (("chunk", chunk), ("mb", j), ("msg", msg), ("pp_op", _VALUE[typ]), ("stage", s))
     own = (s, _VALUE[typ], j)
-    cands = ((s, ("F" if fwd else "I"), j),) if kind == "send" else ()
-    ev: list[tuple[Any, ...]] = [(1, typ, s, bid, f"{kind}{d}{s}.{j}", msg, tset, k, own, (typ, s, j), kind == "send")
-                                 for k in cands]
-    ev.append((1, typ, s, bid, f"{kind}{d}{s}.{j}", msg, tset, None, own, (typ, s, j), kind == "send"))
+    cands = ((s, ("F" if fwd else "I"), j),) if send else ()
+    name = f"{'send' if send else 'recv'}{d}{s}.{j}"
+    ev: list[tuple[Any, ...]] = [(1, typ, s, bid, name, msg, tset, k, own, (typ, s, j), send) for k in cands]
+    ev.append((1, typ, s, bid, name, msg, tset, None, own, (typ, s, j), send))
     return ((cands, tuple(ev), own),)
 
 
