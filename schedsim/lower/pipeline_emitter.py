@@ -9,6 +9,7 @@ tests/pipeline/test_expand_columns.py asserts both emitters give the same table 
 
 from __future__ import annotations
 
+import sys
 from array import array
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -645,17 +646,19 @@ class _Emitter:
 
 #: In this process: id(steps) -> (steps, chunk_of's items, num_stages, :func:`compiled_steps`' answer), kept across
 #: lowerings (the training block's step lists are kept with their plans, and a search's points share about 76
-#: plans); at most :data:`COMPILED_KEPT` lists, then forgotten all at once. Read only. Their tag sets, keys and
-#: events are kept in :data:`_PIECES` by (type, stage, microbatch, chunk, last stage, batch id): the same ones recur
-#: in every plan.
+#: plans), forgotten once nothing else holds their list (its plan was let go); at most :data:`COMPILED_KEPT` lists,
+#: then forgotten all at once. Read only. Their tag sets, keys and
+#: events are kept in :data:`_PIECES` by (type, stage, microbatch, chunk, last stage), at most :data:`PIECES_KEPT`
+#: (then forgotten all at once): the same ones recur in every plan.
 COMPILED_KEPT = 512
 _COMPILED: dict[int, tuple[Any, tuple[tuple[int, int], ...], int, list[tuple[Any, ...]] | None]] = {}
 _PIECES: dict[Any, Any] = {}
+PIECES_KEPT = 1 << 14
 
 
-def _p2p_events(typ: Any, s: int, j: int, bid: int | None, chunk: int) -> tuple[Any, ...]:
+def _p2p_events(typ: Any, s: int, j: int, chunk: int) -> tuple[Any, ...]:
     """:func:`compiled_steps`' entry of a send or recv: ``((candidate keys,), (its event with the compute it
-    carries, without), its own key)``, one phase."""
+    carries, without), its own key)``, one phase; the events' batch id None (the list puts each one's own)."""
     fwd = typ in (CT.SEND_F, CT.RECV_F)
     send = typ in (CT.SEND_F, CT.SEND_B)
     d = "F" if fwd else "B"
@@ -665,8 +668,8 @@ def _p2p_events(typ: Any, s: int, j: int, bid: int | None, chunk: int) -> tuple[
     own = (s, _VALUE[typ], j)
     cands = ((s, ("F" if fwd else "I"), j),) if send else ()
     name = f"{'send' if send else 'recv'}{d}{s}.{j}"
-    ev: list[tuple[Any, ...]] = [(1, typ, s, bid, name, msg, tset, k, own, (typ, s, j), send) for k in cands]
-    ev.append((1, typ, s, bid, name, msg, tset, None, own, (typ, s, j), send))
+    ev: list[tuple[Any, ...]] = [(1, typ, s, None, name, msg, tset, k, own, (typ, s, j), send) for k in cands]
+    ev.append((1, typ, s, None, name, msg, tset, None, own, (typ, s, j), send))
     return ((cands, tuple(ev), own),)
 
 
@@ -715,10 +718,12 @@ def compiled_steps(steps: list[tuple[Any, int | None]], chunk_of: Mapping[int, i
             break
         sub = subs[0]
         s, j, typ = sub.stage, sub.microbatch, sub.type
-        key = (typ, s, j, chunk_of[s], last, bid)
+        key = (typ, s, j, chunk_of[s], last)
         ent = _PIECES.get(key)
         if ent is None:
-            ent = _PIECES[key] = _p2p_events(typ, s, j, bid, chunk_of[s]) if typ in COMM_TYPES else \
+            if len(_PIECES) >= PIECES_KEPT:
+                _PIECES.clear()
+            ent = _PIECES[key] = _p2p_events(typ, s, j, chunk_of[s]) if typ in COMM_TYPES else \
                 _phase_events(typ, s, j, chunk_of[s], last)
         for cands, variants, own in ent:  # per phase (a send or recv: one), its events by what it finds
             at = len(cands)
@@ -726,11 +731,13 @@ def compiled_steps(steps: list[tuple[Any, int | None]], chunk_of: Mapping[int, i
                 if k in have:
                     at = i
                     break
-            out.append(variants[at])
+            ev = variants[at]
+            out.append(ev if bid is None else (*ev[:3], bid, *ev[4:]))  # a batched p2p's batch id in its own
             have.add(own)
+    for k in [k for k, v in _COMPILED.items() if sys.getrefcount(v[0]) <= 2]:  # lists no plan holds any more
+        del _COMPILED[k]
     if len(_COMPILED) >= COMPILED_KEPT:
         _COMPILED.clear()
-        _PIECES.clear()
     _COMPILED[id(steps)] = (steps, ck, num_stages, None if pairs else out)
     return None if pairs else out
 
