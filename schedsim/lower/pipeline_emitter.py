@@ -9,7 +9,6 @@ tests/pipeline/test_expand_columns.py asserts both emitters give the same table 
 
 from __future__ import annotations
 
-import sys
 from array import array
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -239,95 +238,6 @@ class _Emitter:
                 self.p2p(sub, batch_id)
             else:
                 self.compute(sub)
-
-    def run_steps(self, steps: list[tuple[Any, int | None]]) -> None:
-        """``for act, batch_id in steps: self.action(act, batch_id)``, one Python step per sub-action of a compiled
-        form of the list (:func:`compiled_steps`, kept across lowerings: the points of a ``schedsim search`` share
-        pipeline plans), which holds what depends on the steps alone (the keys of what each op waits for, the
-        phases' name prefixes and tag sets, the sends' and recvs' names and messages); the table gets the same
-        ops, ids and interning order (tests/lower/test_training_lowering_runs.py). Steps with DualPipe's
-        overlapped pairs go through :meth:`action`."""
-        comp = compiled_steps(steps, self.chunk_of, self.plan.num_stages)
-        if comp is None:
-            for act, bid in steps:
-                self.action(act, bid)
-            return
-        self.pair_deps = []
-        table, rank, prev_of, runs = self.table, self.rank, self.prev_of, self.runs
-        tag_id, add_placed, name_ids, placed_ids = table.tags, table.add_placed, self.name_ids, self.placed_ids
-        on_op, on_op_at = self.on_op, self.on_op_at
-        batched = self.plan.mode == "batched"
-        pending = self.pending_sends
-        for ev in comp:
-            if ev[0]:  # a send or recv (p2p)
-                self._p2p_step(ev, batched)
-                continue
-            _k, s, j, phase, pre, tset, in_key, run_key, out_key, copy_i = ev
-            if pending:  # batched p2p: the call returns when its sends completed too
-                first = (*(() if in_key is None else (prev_of[in_key],)), *pending)
-                pending.clear()
-            else:
-                first = () if in_key is None else (prev_of[in_key],)
-            tags = tag_id(tset)
-            run = runs[run_key] if run_key in runs else self._run(s, phase)
-            if run is not None and run.lead_after_compute and self.last_on_compute is not None \
-                    and self.last_on_compute not in first:
-                first += (self.last_on_compute,)
-            if run is not None and (on_op is None or (on_op_at is not None and not on_op_at(s, j, phase))):
-                key = (pre, run.nid)  # _write_run
-                ids = name_ids.get(key)
-                new = False
-                if ids is None:
-                    ids, new = self._run_ids(pre, run)
-                if run.plain:
-                    add_placed(run.cols[0], rank, ids, tags, run.cols[1], first, (), (), (), run.none, run.none,
-                               run.none)
-                else:
-                    got = placed_ids.get(key)
-                    dep_at, dep_n, dep, batch, msg_ids = self._placed_cols(pre, run, ids, new) if got is None \
-                        else got
-                    add_placed(run.cols[0], rank, ids, tags, run.cols[1], first, dep_at, dep_n, dep, run.cols[2],
-                               batch, msg_ids)
-                if run.on_compute >= 0:
-                    self.last_on_compute = ids[run.on_compute]
-                self.last_compute = ids[-1]
-                prev_of[out_key] = ids[run.end]
-            else:
-                self._write_rows(s, j, phase, pre, run, tags, first)
-            if copy_i:  # a full backward hands its input gradient on when the whole B is done
-                prev_of[(s, "I", j)] = prev_of[out_key]
-
-    def _p2p_step(self, ev: tuple[Any, ...], batched: bool) -> None:
-        """:meth:`p2p` of a compiled send or recv ``ev`` (:func:`compiled_steps`)."""
-        table, prev_of, fresh, shared = self.table, self.prev_of, self.fresh, self.shared_p2p_tags
-        _k, typ, s, batch_id, name, msg, tset, src_key, out_key, ids_key, is_send = ev
-        c = self.p2p_consts.get((typ, s))
-        if c is None:
-            c = self._p2p_const(typ, s)
-        kept = self.p2p_ids.get(ids_key) if shared else None
-        if kept is None:
-            if fresh is None:
-                opname = table.names(name)
-            else:  # as p2p: a name not written yet is new (fresh's rule)
-                opname = fresh.get(name, -1)
-                if opname < 0:
-                    opname = fresh[name] = table.names.reserve_new(1, [name], emitted_name)
-            tags = table.tags(tset) if shared else table.new_tag_id(tset)
-        else:
-            opname, tags, msg_id = kept
-        deps: tuple[int, ...] = () if src_key is None else (prev_of[src_key],)
-        last = self.last_compute
-        if batched and last is not None and last not in deps:
-            deps += (last,)
-        bid = -1 if batch_id is None else self._batch(batch_id)
-        if kept is None:
-            msg_id = table.strs(msg)
-            if shared:
-                self.p2p_ids[ids_key] = (opname, tags, msg_id)
-        table.add_ids(c[0], self.rank, opname, tags, c[1], deps, c[2], bid, msg_id)
-        prev_of[out_key] = opname
-        if is_send and batched:
-            self.pending_sends.append(opname)
 
     def _stream(self, kind: str, d: str, peer: int) -> int:
         key = (kind, d, peer)
@@ -642,104 +552,6 @@ class _Emitter:
             if self.on_op is not None:
                 self.on_op(s, j, phase, tname, oname)
         return oname, end, done
-
-
-#: In this process: id(steps) -> (steps, chunk_of's items, num_stages, :func:`compiled_steps`' answer), kept across
-#: lowerings (the training block's step lists are kept with their plans, and a search's points share about 76
-#: plans), forgotten once nothing else holds their list (its plan was let go); at most :data:`COMPILED_KEPT` lists,
-#: then forgotten all at once. Read only. Their tag sets, keys and
-#: events are kept in :data:`_PIECES` by (type, stage, microbatch, chunk, last stage), at most :data:`PIECES_KEPT`
-#: (then forgotten all at once): the same ones recur in every plan.
-COMPILED_KEPT = 512
-_COMPILED: dict[int, tuple[Any, tuple[tuple[int, int], ...], int, list[tuple[Any, ...]] | None]] = {}
-_PIECES: dict[Any, Any] = {}
-PIECES_KEPT = 1 << 14
-
-
-def _p2p_events(typ: Any, s: int, j: int, chunk: int) -> tuple[Any, ...]:
-    """:func:`compiled_steps`' entry of a send or recv: ``((candidate keys,), (its event with the compute it
-    carries, without), its own key)``, one phase; the events' batch id None (the list puts each one's own)."""
-    fwd = typ in (CT.SEND_F, CT.RECV_F)
-    send = typ in (CT.SEND_F, CT.SEND_B)
-    d = "F" if fwd else "B"
-    src_stage = s if send else (s - 1 if fwd else s + 1)  # the message: who produced it
-    msg = f"{d}{src_stage}.{j}"
-    tset = (("chunk", chunk), ("mb", j), ("msg", msg), ("pp_op", _VALUE[typ]), ("stage", s))
-    own = (s, _VALUE[typ], j)
-    cands = ((s, ("F" if fwd else "I"), j),) if send else ()
-    name = f"{'send' if send else 'recv'}{d}{s}.{j}"
-    ev: list[tuple[Any, ...]] = [(1, typ, s, None, name, msg, tset, k, own, (typ, s, j), send) for k in cands]
-    ev.append((1, typ, s, None, name, msg, tset, None, own, (typ, s, j), send))
-    return ((cands, tuple(ev), own),)
-
-
-def _phase_events(typ: Any, s: int, j: int, chunk: int, last: int) -> tuple[Any, ...]:
-    """:func:`compiled_steps`' entry of a compute action: per phase ``(the keys :meth:`_Emitter._input` tries, in
-    order; its event with each of them then with none, its own key)``."""
-    parts = _PARTS.get(typ, _PARTS_B)
-    out = []
-    for n, (phase, label) in enumerate(parts):
-        if phase == "F":
-            keys: tuple[Any, ...] = ((s, "RECV_F", j), (s - 1, "F", j) if s > 0 else None)
-        elif phase == "I":
-            keys = ((s, "RECV_B", j), (s + 1, "I", j) if s < last else None, (s, "F", j))
-        else:
-            keys = ((s, "I", j),)
-        cands = tuple(k for k in keys if k is not None)
-        pre = f"{label}{s}.{j}." if label == phase else f"B{s}.{j}.{phase}."
-        tset = (("chunk", chunk), ("mb", j), ("phase", phase), ("pp_op", label), ("stage", s))
-        own, run_key, copy_i = (s, phase, j), (s, phase), len(parts) > 1 and n == len(parts) - 1
-        ev = tuple((0, s, j, phase, pre, tset, k, run_key, own, copy_i) for k in (*cands, None))
-        out.append((cands, ev, own))
-    return tuple(out)
-
-
-def compiled_steps(steps: list[tuple[Any, int | None]], chunk_of: Mapping[int, int],
-                   num_stages: int) -> list[tuple[Any, ...]] | None:
-    """The step list ``steps`` (one rank's ``(action, batch id)`` in program order) as :meth:`_Emitter.run_steps`
-    reads it, one tuple per sub-action phase: a send or recv ``(1, type, stage, batch id, name, message, tag set,
-    the key of the compute it carries in prev_of or None, its own key, its key in p2p_ids, is a send)``, a compute
-    phase ``(0, stage, microbatch, phase, name prefix, tag set, the key of what its first op waits for or None,
-    (stage, phase), its own key, a full backward's last phase)``; the keys are those :meth:`_Emitter._input` and
-    :meth:`_Emitter.p2p` find in prev_of at that point (a rank's prev_of holds the keys of its earlier actions
-    alone). None where an action has several sub-actions (DualPipe's pairs). Kept in :data:`_COMPILED`."""
-    ck = tuple(chunk_of.items())
-    got = _COMPILED.get(id(steps))
-    if got is not None and got[0] is steps and got[1] == ck and got[2] == num_stages:
-        return got[3]
-    out: list[tuple[Any, ...]] = []
-    have: set[tuple[int, str, int]] = set()
-    last = num_stages - 1
-    pairs = False
-    for act, bid in steps:
-        subs = act.sub_actions
-        if len(subs) != 1:
-            pairs = True
-            break
-        sub = subs[0]
-        s, j, typ = sub.stage, sub.microbatch, sub.type
-        key = (typ, s, j, chunk_of[s], last)
-        ent = _PIECES.get(key)
-        if ent is None:
-            if len(_PIECES) >= PIECES_KEPT:
-                _PIECES.clear()
-            ent = _PIECES[key] = _p2p_events(typ, s, j, chunk_of[s]) if typ in COMM_TYPES else \
-                _phase_events(typ, s, j, chunk_of[s], last)
-        for cands, variants, own in ent:  # per phase (a send or recv: one), its events by what it finds
-            at = len(cands)
-            for i, k in enumerate(cands):
-                if k in have:
-                    at = i
-                    break
-            ev = variants[at]
-            out.append(ev if bid is None else (*ev[:3], bid, *ev[4:]))  # a batched p2p's batch id in its own
-            have.add(own)
-    for k in [k for k, v in _COMPILED.items() if sys.getrefcount(v[0]) <= 2]:  # lists no plan holds any more
-        del _COMPILED[k]
-    if len(_COMPILED) >= COMPILED_KEPT:
-        _COMPILED.clear()
-    _COMPILED[id(steps)] = (steps, ck, num_stages, None if pairs else out)
-    return None if pairs else out
 
 
 def _distinct(rows: list[Any]) -> bool:

@@ -899,7 +899,8 @@ def _emit_rank(ranks: _Ranks, g: int, pplan: Any, steps: dict[int, list[tuple[An
                                    plan.grad_dtype, (nid,)))
 
         reduce_after_last_backward(em, ranks.last_bwd, bounds, bucket)
-    em.run_steps(steps[p_])
+    for act, bid in steps[p_]:
+        em.action(act, bid)
     last = () if em.last_compute is None else (em.last_compute,)
     experts = sum(ranks.held[s]["experts"] for s in rank_stages[p_]) / plan.tp
     # the parameters the rank's optimizer steps: the distributed optimizer shards the dense state over the dp·cp

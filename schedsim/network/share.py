@@ -116,7 +116,7 @@ SMALL_REFILL = 256
 #: NICs in the same numbers microbatch after microbatch and point after point of a ``schedsim search`` (95 % of a
 #: search's refills were seen before). At most :data:`REFILLS_KEPT`, then forgotten all at once. A pure cache:
 #: the function depends on those values alone.
-REFILLS_KEPT = 4096
+REFILLS_KEPT = 1024
 _REFILLS: dict[tuple[Any, ...], list[float]] = {}
 
 
