@@ -417,8 +417,10 @@ class _Emitter:
                                                    emitted_str) if run.uniq else 0
                 cols = []
                 for at, which in (run.batch_at, run.msg_at):
-                    col = array("i", run.none)
-                    deque(map(col.__setitem__, at, map(base.__add__, which)), maxlen=0)  # in C
+                    col = run.none  # no string in the column: the run's -1s, shared (read only)
+                    if at:
+                        col = array("i", run.none)
+                        deque(map(col.__setitem__, at, map(base.__add__, which)), maxlen=0)  # in C
                     cols.append(col)
                 batch, msg = cols
             else:

@@ -630,3 +630,32 @@ def test_program_share_keeps_the_last_map_for_the_same_groups_and_work():
     again = share._program_share(prof, prog, gptr, gidx, 2 * work, None)
     assert c is not None and again is not None and c.map is not a.map
     assert np.array_equal(c.map.demand, again.map.demand) and not np.array_equal(c.map.demand, a.map.demand)
+
+
+def test_kept_refills_are_the_refills(monkeypatch: pytest.MonkeyPatch):
+    # two flows on one NIC link (capacity 50), demands 40 and 30: each gets 25 (shares 0.625, 0.8333...); the second
+    # LinkShare over the same values finds the refill kept (maxmin_small not called) and gives the same shares
+    lm = LinkMap(np.array([0, 1, 2]), np.array([0, 0], np.int64), np.ones(2), np.array([40.0, 30.0]),
+                 np.array([50.0, 50.0]), 1, 2, np.zeros(2))
+    monkeypatch.setattr(share, "_REFILLS", {})
+    calls: list[int] = []
+    real = share.maxmin_small
+
+    def counted(*a: object) -> list[float]:
+        calls.append(1)
+        return real(*a)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(share, "maxmin_small", counted)
+    got = []
+    for _ in range(2):
+        ls = LinkShare(lm)
+        ls.event(0, 1)
+        assert ls.event(1, 1) == [0, 1]
+        got.append(ls.share.tolist())
+    assert got[0] == got[1] == [25.0 / 40.0, 25.0 / 30.0]
+    assert len(calls) == 1 and len(share._REFILLS) == 1
+    monkeypatch.setattr(share, "REFILLS_KEPT", 1)  # full: forgotten all at once, then this one kept
+    ls = LinkShare(LinkMap(lm.ptr, lm.link, lm.weight, np.array([40.0, 20.0]), lm.cap, 1, 2, lm.nbytes))
+    ls.event(0, 1)
+    ls.event(1, 1)
+    assert ls.share.tolist() == [30.0 / 40.0, 1.0] and len(calls) == 2 and len(share._REFILLS) == 1
