@@ -488,6 +488,10 @@ def main(argv: list[str] | None = None) -> int:
                     "calibration's fresh host processes as this checkout's calibrate computes them, to OUT.yaml, and "
                     "replay with it (before --memset-rows)")
     a = ap.parse_args(argv)
+    for run in a.runs:
+        if not run.is_dir():
+            ap.error(f"{run}: not a run folder (give OUT or WORK of one_gpu_suite.sh / two_gpu_suite.sh, the folder "
+                     "that holds one folder per case; unpack a runs.tgz first)")
     if a.fresh_host is not None:
         if not a.profile:
             ap.error("--fresh-host needs --profile (a calibrated profile with its .json next to it)")

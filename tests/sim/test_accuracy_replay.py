@@ -243,3 +243,12 @@ def test_process_phases_compare_the_uninstrumented_issue_with_the_stamped_one(tm
     table = mod.process_phase_table([{"case": "tpw", "phases": got}])
     assert "| tpw | execute | 4.000 | 2.500 | 1.60 | 2.400–14.200 |" in table
     assert "| tpw | rep2 | 2.500 | 2.500 | 1.00 |  |" in table
+
+
+def test_a_file_given_as_a_run_folder_is_refused_with_exit_2(tmp_path, capsys):
+    tgz = tmp_path / "runs.tgz"
+    tgz.write_bytes(b"\x1f\x8b")
+    with pytest.raises(SystemExit) as e:
+        _replay_module().main([str(tgz)])
+    assert e.value.code == 2
+    assert f"{tgz}: not a run folder" in capsys.readouterr().err
