@@ -138,6 +138,12 @@ def _lane_ticks(ax: Any, labels: list[str], fontsize: float) -> None:
     from matplotlib.ticker import FixedFormatter, FixedLocator
 
     ax.yaxis.set_major_locator(FixedLocator(range(len(labels))))
+    if labels:  # the view widened to take every lane in, as ``set_yticks`` did (``Axis._set_tick_locations``)
+        was = tuple(ax.yaxis.get_view_interval())
+        for axis in ax.yaxis._get_shared_axis():
+            axis.set_view_interval(0, len(labels) - 1)
+        if tuple(ax.yaxis.get_view_interval()) != was:
+            ax.callbacks.process("ylim_changed", ax)
     ax.yaxis.set_major_formatter(FixedFormatter(labels))
     ax.yaxis.set_tick_params(which="major", labelsize=fontsize)
     ax.yaxis.set_visible(False)
@@ -152,7 +158,6 @@ def _lane_labels(ax: Any, labels: list[str]) -> Any:
     global _LaneLabels
     if _LaneLabels is None:
         from matplotlib.artist import Artist, allow_rasterization
-        from matplotlib.transforms import Bbox
 
         class LaneLabels(Artist):
             """The y tick marks and labels of lanes ``0 .. len(labels) - 1``, drawn as the y axis draws its ticks (at
@@ -201,21 +206,27 @@ def _lane_labels(ax: Any, labels: list[str]) -> Any:
                 self.stale = False
 
             def get_window_extent(self, renderer: Any = None) -> Any:
-                lanes = self._lanes()
-                if not lanes:
-                    return Bbox.null()
-                tick = self._tick()
-                mark, label = tick.tick1line, tick.label1
-                mark.set_data([0.0] * len(lanes), lanes)
-                boxes = [mark.get_window_extent(renderer)]
-                for i in lanes:
-                    label.set_y(i)
-                    label.set_text(self.labels[i])
-                    boxes.append(label.get_window_extent(renderer))
-                return Bbox.union(boxes)
+                return _label_boxes(self._tick(), self.labels, self._lanes(), renderer)
 
         _LaneLabels = LaneLabels
     return _LaneLabels(ax.yaxis, labels)
+
+
+def _label_boxes(tick: Any, labels: list[str], lanes: list[int], renderer: Any) -> Any:
+    """The bounding box of the lane labels of ``lanes`` (the label of the template ``tick`` at each lane, with its text
+    from ``labels``), as the y axis' ``get_tightbbox`` counted its ticks: the labels only, not the tick marks (which
+    stick out above and below a label of a small font), none where the labels are hidden (``Bbox.null()``)."""
+    from matplotlib.transforms import Bbox
+
+    label = tick.label1
+    if not (lanes and tick.get_visible() and label.get_visible()):
+        return Bbox.null()
+    boxes = []
+    for i in lanes:
+        label.set_y(i)
+        label.set_text(labels[i])
+        boxes.append(label.get_window_extent(renderer))
+    return Bbox.union(boxes)
 
 
 def _plain_label(label: Any) -> bool:
