@@ -258,6 +258,14 @@ def test_repeated_blocks_are_written_once_and_join_to_the_whole(monkeypatch, orj
     for v in (names, {"values": names, "codes": [0]}, [1, "a", 2.5, None, "b"], names[:2]):
         assert b"".join(tj._json_pieces(v)) == tj.dumps_json(v)
     assert len(list(tj._json_pieces(names))) == 2 + 5
+    # a lone surrogate (the pure-Python YAML loader makes one of "\ud800") sends a dump to the standard library,
+    # which escapes every non-ASCII character of what it writes: the list in one dump, as dumps_json writes it
+    odd = ["é", "a", "\ud800", "ü"]
+    for v in (odd, odd[::-1], {"values": odd, "codes": np.zeros(9, np.int32)}):
+        assert b"".join(tj._json_pieces(v)) == tj.dumps_json(v)
+    if orjson:
+        assert b"".join(tj._json_pieces(odd)) == b'["\\u00e9","a","\\ud800","\\u00fc"]'
+        assert len(list(tj._json_pieces(odd))) == 1
 
 
 def test_a_simulated_timeline_pickles_and_copies(tmp_path):
