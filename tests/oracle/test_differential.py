@@ -215,20 +215,13 @@ def test_the_random_schedules_reach_every_outcome():
 #: lists shrink back) and the twelve again (they grow anew); the all_reduces make ranks wait on each other. The
 #: Python loop's lists reach 18 running jobs (21 on dgx_h100) and 13 pending kernels on a rank.
 MANY_STREAMS = """\
-schema_version: 1
-name: many_streams
-world_size: 3
-params: {phases: 2}
-ops:
-  - foreach: {p: range(phases)}
-    ops:
-      - {name: 'big{p}', kind: matmul, m: 8192, n: 8192, k: 2048, dtype: bf16, stream: s12}
-      - foreach: {s: range(12)}
-        ops:
-          - {name: 'a{p}_{s}', kind: matmul, m: 256, n: 256, k: 262144, dtype: bf16, stream: 's{s}'}
-          - {name: 'b{p}_{s}', kind: compute, bytes: 2000000, stream: 's{s}', deps: ['a{p}_{s}']}
-      - {name: 'one{p}', kind: matmul, m: 512, n: 512, k: 512, dtype: bf16, stream: s0, deps: ['b{p}_11']}
-      - {name: 'ar{p}', kind: all_reduce, bytes: 4*2**20, stream: comm, deps: ['one{p}', 'big{p}']}
+{schema_version: 1, name: many_streams, world_size: 3, ops: [{foreach: {p: range(2)}, ops: [
+  {name: 'big{p}', kind: matmul, m: 8192, n: 8192, k: 2048, dtype: bf16, stream: s12},
+  {foreach: {s: range(12)}, ops: [
+    {name: 'a{p}_{s}', kind: matmul, m: 256, n: 256, k: 262144, dtype: bf16, stream: 's{s}'},
+    {name: 'b{p}_{s}', kind: compute, bytes: 2000000, stream: 's{s}', deps: ['a{p}_{s}']}]},
+  {name: 'one{p}', kind: matmul, m: 512, n: 512, k: 512, dtype: bf16, stream: s0, deps: ['b{p}_11']},
+  {name: 'ar{p}', kind: all_reduce, bytes: 4*2**20, stream: comm, deps: ['one{p}', 'big{p}']}]}]}
 """
 
 
