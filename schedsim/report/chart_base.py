@@ -134,9 +134,17 @@ def _lane_ticks(ax: Any, labels: list[str], fontsize: float) -> None:
     label size in its tick parameters: ``ax.get_yticks()`` and ``ax.get_yticklabels()`` read them as before), but is
     not drawn: matplotlib would make a ``Tick`` per lane for its draw (two Texts and three Line2Ds each, ~0.5 ms) and
     measure every label's extent for the y-axis label's place. The artist draws what those ticks drew: each lane's
-    tick mark and label, from one template ``Tick`` of the axis (its rcParams and tick parameters)."""
+    tick mark and label, from one template ``Tick`` of the axis (its rcParams and tick parameters). Where that tick
+    draws grid lines or marks or labels on the right (``axes.grid``, ``ytick.right``, ``ytick.labelright`` in a
+    matplotlibrc), which the artist does not, the axis' own ticks label the lanes (``set_yticks``)."""
     from matplotlib.ticker import FixedFormatter, FixedLocator
 
+    tick = ax.yaxis.get_major_ticks(1)[0]  # the template (rcParams: a matplotlibrc may turn on what it does not draw)
+    if tick.gridline.get_visible() or tick.tick2line.get_visible() or tick.label2.get_visible():
+        ax.set_yticks(range(len(labels)))  # grid lines or right-hand ticks: the axis draws its ticks itself
+        ax.set_yticklabels(labels, fontsize=fontsize)
+        ax.yaxis.set_label_coords(0.0, 0.5)
+        return
     ax.yaxis.set_major_locator(FixedLocator(range(len(labels))))
     if labels:  # the view widened to take every lane in, as ``set_yticks`` did (``Axis._set_tick_locations``)
         was = tuple(ax.yaxis.get_view_interval())

@@ -110,3 +110,18 @@ def test_odd_lane_labels_draw_the_pixels_of_the_axis_ticks() -> None:
     finally:
         LABELS = saved
     assert (_pixels(ours) == _pixels(theirs)).all()
+
+
+@pytest.mark.parametrize("rc", [{"axes.grid": True}, {"axes.grid": True, "axes.grid.axis": "x"},
+                                {"ytick.right": True, "ytick.labelright": True}, {"ytick.left": False},
+                                {"ytick.direction": "in", "ytick.major.size": 10}])
+def test_lane_labels_under_a_matplotlibrc_draw_the_pixels_of_the_axis_ticks(rc: dict[str, Any]) -> None:
+    # a matplotlibrc's y grid lines and right-hand ticks, which the artist does not draw, leave the lanes to the axis
+    import matplotlib
+
+    with matplotlib.rc_context(rc):
+        ours, theirs = _chart(_lane_ticks, (len(LABELS) - 0.5, -0.6)), _chart(lane_ticks, (len(LABELS) - 0.5, -0.6))
+        a, b = _pixels(ours), _pixels(theirs)
+    assert (a == b).all()
+    drawn_by_axis = rc.get("axes.grid.axis", "both") != "x" and rc.get("axes.grid", False) or "ytick.right" in rc
+    assert len(ours.axes[0].yaxis.majorTicks) == (len(LABELS) if drawn_by_axis else 1)
