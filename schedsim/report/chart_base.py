@@ -134,10 +134,24 @@ def _lane_ticks(ax: Any, labels: list[str], fontsize: float) -> None:
     label size in its tick parameters: ``ax.get_yticks()`` and ``ax.get_yticklabels()`` read them as before), but is
     not drawn: matplotlib would make a ``Tick`` per lane for its draw (two Texts and three Line2Ds each, ~0.5 ms) and
     measure every label's extent for the y-axis label's place. The artist draws what those ticks drew: each lane's
-    tick mark and label, from one template ``Tick`` of the axis (its rcParams and tick parameters)."""
+    tick mark and label, from one template ``Tick`` of the axis (its rcParams and tick parameters). Where that tick
+    draws grid lines or marks or labels on the right (``axes.grid``, ``ytick.right``, ``ytick.labelright`` in a
+    matplotlibrc), which the artist does not, the axis' own ticks label the lanes (``set_yticks``)."""
     from matplotlib.ticker import FixedFormatter, FixedLocator
 
+    tick = ax.yaxis.get_major_ticks(1)[0]  # the template (rcParams: a matplotlibrc may turn on what it does not draw)
+    if tick.gridline.get_visible() or tick.tick2line.get_visible() or tick.label2.get_visible():
+        ax.set_yticks(range(len(labels)))  # grid lines or right-hand ticks: the axis draws its ticks itself
+        ax.set_yticklabels(labels, fontsize=fontsize)
+        ax.yaxis.set_label_coords(0.0, 0.5)
+        return
     ax.yaxis.set_major_locator(FixedLocator(range(len(labels))))
+    if labels:  # the view widened to take every lane in, as ``set_yticks`` did (``Axis._set_tick_locations``)
+        was = tuple(ax.yaxis.get_view_interval())
+        for axis in ax.yaxis._get_shared_axis():
+            axis.set_view_interval(0, len(labels) - 1)
+        if tuple(ax.yaxis.get_view_interval()) != was:
+            ax.callbacks.process("ylim_changed", ax)
     ax.yaxis.set_major_formatter(FixedFormatter(labels))
     ax.yaxis.set_tick_params(which="major", labelsize=fontsize)
     ax.yaxis.set_visible(False)
@@ -152,7 +166,6 @@ def _lane_labels(ax: Any, labels: list[str]) -> Any:
     global _LaneLabels
     if _LaneLabels is None:
         from matplotlib.artist import Artist, allow_rasterization
-        from matplotlib.transforms import Bbox
 
         class LaneLabels(Artist):
             """The y tick marks and labels of lanes ``0 .. len(labels) - 1``, drawn as the y axis draws its ticks (at
@@ -201,21 +214,27 @@ def _lane_labels(ax: Any, labels: list[str]) -> Any:
                 self.stale = False
 
             def get_window_extent(self, renderer: Any = None) -> Any:
-                lanes = self._lanes()
-                if not lanes:
-                    return Bbox.null()
-                tick = self._tick()
-                mark, label = tick.tick1line, tick.label1
-                mark.set_data([0.0] * len(lanes), lanes)
-                boxes = [mark.get_window_extent(renderer)]
-                for i in lanes:
-                    label.set_y(i)
-                    label.set_text(self.labels[i])
-                    boxes.append(label.get_window_extent(renderer))
-                return Bbox.union(boxes)
+                return _label_boxes(self._tick(), self.labels, self._lanes(), renderer)
 
         _LaneLabels = LaneLabels
     return _LaneLabels(ax.yaxis, labels)
+
+
+def _label_boxes(tick: Any, labels: list[str], lanes: list[int], renderer: Any) -> Any:
+    """The bounding box of the lane labels of ``lanes`` (the label of the template ``tick`` at each lane, with its text
+    from ``labels``), as the y axis' ``get_tightbbox`` counted its ticks: the labels only, not the tick marks (which
+    stick out above and below a label of a small font), none where the labels are hidden (``Bbox.null()``)."""
+    from matplotlib.transforms import Bbox
+
+    label = tick.label1
+    if not (lanes and tick.get_visible() and label.get_visible()):
+        return Bbox.null()
+    boxes = []
+    for i in lanes:
+        label.set_y(i)
+        label.set_text(labels[i])
+        boxes.append(label.get_window_extent(renderer))
+    return Bbox.union(boxes)
 
 
 def _plain_label(label: Any) -> bool:

@@ -344,8 +344,10 @@ _LIST_PIECE = 4096
 
 def _str_pieces(v: list[str]) -> Iterator[bytes | memoryview]:
     """``dumps_json(v)`` of the list of strings ``v`` in pieces of :data:`_LIST_PIECE` strings (each string's
-    text is its own, so the pieces join to the whole list's)."""
-    if len(v) <= _LIST_PIECE:
+    text is its own, so the pieces join to the whole list's). A list holding a string that is no valid UTF-8 (a lone
+    surrogate, which orjson refuses) in one dump: the standard library's fallback escapes every non-ASCII character
+    of the list, not of the piece that holds it alone."""
+    if len(v) <= _LIST_PIECE or not all(_utf8(v[k:k + _LIST_PIECE]) for k in range(0, len(v), _LIST_PIECE)):
         yield dumps_json(v)
         return
     yield b"["
@@ -354,6 +356,20 @@ def _str_pieces(v: list[str]) -> Iterator[bytes | memoryview]:
             yield b","
         yield memoryview(dumps_json(v[k:k + _LIST_PIECE]))[1:-1]
     yield b"]"
+
+
+def _utf8(v: list[str]) -> bool:
+    """Whether every string of ``v`` encodes as UTF-8 (no lone surrogate): what orjson writes without the fallback.
+    An ASCII text is (``str.isascii`` reads the joined string's flag; ~16 ms over the 1.25M names of 10M ops, where
+    their dumps take ~100 ms); another is encoded."""
+    text = "".join(v)
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _holds_long(v: dict[str, Any] | list[Any]) -> bool:

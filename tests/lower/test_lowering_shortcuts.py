@@ -11,6 +11,8 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from schedsim.lower.link import _stream_edges
 from schedsim.lower.pipeline_plan import _byte_tables, _canonical
@@ -157,3 +159,31 @@ def test_intern_all_into_an_empty_interner_gives_the_ids_one_call_per_item_gives
     assert got.dtype == np.int32 and got.tolist() == [slow(x) for x in seq]
     assert fast.items == slow.items and fast._ids == slow._ids
     assert fast("new") == slow("new") == len(slow.items) - 1
+
+
+_NAN = float("nan")  # one object: found again by identity; a second NaN object is another item
+_EQUAL_ACROSS_TYPES = [1, 1.0, True, 0, -0.0, 0.0, False, _NAN, float("nan"), None, "a", "é", "", ("a",), "r0"]
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(seqs=st.lists(st.lists(st.sampled_from(_EQUAL_ACROSS_TYPES), max_size=7), min_size=1, max_size=3),
+       before=st.sampled_from(["none", "interned", "appended"]))
+def test_intern_all_keeps_the_first_seen_object_of_equal_items(seqs, before):
+    # items equal across types (1 == 1.0 == True, -0.0 == 0.0) are one item, kept as first seen, whichever path
+    # _intern_all takes (the one-pass path of an empty interner, or the lookup path); an appended item fills an id
+    # without a lookup entry, so the interner is not empty
+    from schedsim.lower.table import _intern_all, _Interner
+
+    fast, slow = _Interner(), _Interner()
+    for it in (fast, slow):
+        if before == "interned":
+            it(1.0)
+            it("a")
+        elif before == "appended":
+            it.append("a")
+    for seq in seqs:
+        got = _intern_all(fast, list(seq))
+        assert got.dtype == np.int32 and got.tolist() == [slow(x) for x in seq]
+        assert [(type(x), repr(x)) for x in fast.items] == [(type(x), repr(x)) for x in slow.items]
+        assert [(type(k), repr(k), v) for k, v in fast._ids.items()] == \
+            [(type(k), repr(k), v) for k, v in slow._ids.items()]

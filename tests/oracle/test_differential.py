@@ -207,3 +207,27 @@ def test_the_random_schedules_reach_every_outcome():
         assert isinstance(out, tuple)
         seen.add(out[0] if isinstance(out[0], str) else "warning" if out[2] else "timeline")
     assert seen == {"timeline", "warning", "DeadlockError"}
+
+
+#: Per rank, twelve streams of small GEMMs (a few CTAs each: all twelve run at once, more than the five running jobs
+#: a rank's list holds in its own struct, _cwaves.c IVEC_IN), a GEMM of many waves that leaves later kernels waiting
+#: in the rank's dispatch FIFO (more than its four in-struct entries, HEAP_IN), then a phase of one stream (the
+#: lists shrink back) and the twelve again (they grow anew); the all_reduces make ranks wait on each other. The
+#: Python loop's lists reach 18 running jobs (21 on dgx_h100) and 13 pending kernels on a rank.
+MANY_STREAMS = """\
+{schema_version: 1, name: many_streams, world_size: 3, ops: [{foreach: {p: range(2)}, ops: [
+  {name: 'big{p}', kind: matmul, m: 8192, n: 8192, k: 2048, dtype: bf16, stream: s12},
+  {foreach: {s: range(12)}, ops: [
+    {name: 'a{p}_{s}', kind: matmul, m: 256, n: 256, k: 262144, dtype: bf16, stream: 's{s}'},
+    {name: 'b{p}_{s}', kind: compute, bytes: 2000000, stream: 's{s}', deps: ['a{p}_{s}']}]},
+  {name: 'one{p}', kind: matmul, m: 512, n: 512, k: 512, dtype: bf16, stream: s0, deps: ['b{p}_11']},
+  {name: 'ar{p}', kind: all_reduce, bytes: 4*2**20, stream: comm, deps: ['one{p}', 'big{p}']}]}]}
+"""
+
+
+def test_many_streams_per_rank_grow_and_shrink_the_running_lists_as_the_oracle():
+    spec = load_text(MANY_STREAMS, "many_streams.yaml")
+    for prof in ("h200", "dgx_h100"):
+        road, ref = road_and_oracle(spec, load_profile(prof))
+        assert isinstance(ref, tuple) and isinstance(ref[0], list) and len(ref[0]) == 3 * 2 * 27, (prof, ref)
+        assert road == ref, prof

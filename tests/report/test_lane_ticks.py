@@ -78,3 +78,50 @@ def test_lane_labels_in_svg_as_in_the_png() -> None:
     group = svg[svg.index('<g id="lane ticks'):]
     mark = group[group.index('<path id="') + 10:]
     assert svg.count(f'xlink:href="#{mark[:mark.index(chr(34))]}"') == len(LABELS)
+
+
+ODD = ["a\nb", "", "東京 Ωμέγα", "a\tb", "$a$\nb", "L" * 120, "e\u0301 שלום", " lead"]
+
+
+@pytest.mark.parametrize("fontsize", [7, 0.5])
+def test_lane_labels_of_a_chart_without_y_limits_as_the_axis_ticks(fontsize: float) -> None:
+    # no set_ylim after the labels: set_yticks widened the view to lanes 0 .. 7, the artist's locator must as well;
+    # a tiny font leaves the tick marks outside the labels' boxes, which the axis' tight box never counted
+    figs = []
+    for label in (_lane_ticks, lane_ticks):
+        fig = _fig(6, 3)
+        ax = fig.add_subplot(111)
+        label(ax, ODD, fontsize)
+        ax.set_xlim(0, 1)
+        figs.append(fig)
+    assert figs[0].axes[0].get_ylim() == figs[1].axes[0].get_ylim() == (0.0, 7.0)
+    a, b = _pixels(figs[0]), _pixels(figs[1])
+    assert (a == b).all()
+    boxes = [fig.get_tightbbox(_agg_canvas()(fig).get_renderer()).bounds for fig in figs]
+    assert boxes[0] == pytest.approx(boxes[1], abs=1e-9)
+
+
+def test_odd_lane_labels_draw_the_pixels_of_the_axis_ticks() -> None:
+    # several lines, an empty label, glyphs from fallback fonts, a tab, math then a newline, a long label
+    global LABELS
+    saved, LABELS = LABELS, ODD
+    try:
+        ours, theirs = _chart(_lane_ticks, (len(ODD) - 0.5, -0.6)), _chart(lane_ticks, (len(ODD) - 0.5, -0.6))
+    finally:
+        LABELS = saved
+    assert (_pixels(ours) == _pixels(theirs)).all()
+
+
+@pytest.mark.parametrize("rc", [{"axes.grid": True}, {"axes.grid": True, "axes.grid.axis": "x"},
+                                {"ytick.right": True, "ytick.labelright": True}, {"ytick.left": False},
+                                {"ytick.direction": "in", "ytick.major.size": 10}])
+def test_lane_labels_under_a_matplotlibrc_draw_the_pixels_of_the_axis_ticks(rc: dict[str, Any]) -> None:
+    # a matplotlibrc's y grid lines and right-hand ticks, which the artist does not draw, leave the lanes to the axis
+    import matplotlib
+
+    with matplotlib.rc_context(rc):
+        ours, theirs = _chart(_lane_ticks, (len(LABELS) - 0.5, -0.6)), _chart(lane_ticks, (len(LABELS) - 0.5, -0.6))
+        a, b = _pixels(ours), _pixels(theirs)
+    assert (a == b).all()
+    drawn_by_axis = rc.get("axes.grid.axis", "both") != "x" and rc.get("axes.grid", False) or "ytick.right" in rc
+    assert len(ours.axes[0].yaxis.majorTicks) == (len(LABELS) if drawn_by_axis else 1)
