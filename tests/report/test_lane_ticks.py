@@ -83,6 +83,7 @@ def test_lane_labels_in_svg_as_in_the_png() -> None:
 ODD = ["a\nb", "", "東京 Ωμέγα", "a\tb", "$a$\nb", "L" * 120, "e\u0301 שלום", " lead"]
 
 
+@pytest.mark.filterwarnings("ignore:Glyph .* missing from font")  # CJK labels on purpose: both sides draw tofu
 @pytest.mark.parametrize("fontsize", [7, 0.5])
 def test_lane_labels_of_a_chart_without_y_limits_as_the_axis_ticks(fontsize: float) -> None:
     # no set_ylim after the labels: set_yticks widened the view to lanes 0 .. 7, the artist's locator must as well;
