@@ -461,7 +461,6 @@ def comm_host_costs(b: Any) -> dict[str, float]:
 
     res["mixed_pair_us"] = timed(pair)  # collective_after_kernel_us (settle_costs: less the settled matmul)
     res["eager_per_collective_us"] = res["collective_loop_us"]
-    res["collective_after_kernel_us"] = max(0.0, res["mixed_pair_us"] - res["matmul_loop_us"])
     res.update(tp_layer_costs(b) if b.cuda else tp_layer_costs(b, reps=3, pairs=4))  # a CPU GEMV: ~2-9 ms
     first_mm, first_ar = _first_call_times(b, [mm, ar], 8)
     res["first_op_extra_us"] = max(0.0, statistics.median(first_mm[1:]) * 1e6 - res["matmul_loop_us"])
