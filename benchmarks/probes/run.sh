@@ -41,6 +41,42 @@ done
 tar czf "$OUT/results.tgz" -C $W . 2>/dev/null
 }
 
+collective_after() {
+# Issue 39: the host cost of an all_reduce after each kind of predecessor (calibrate's GEMV pair, the tp cases' own
+# matmuls, idle or busy GPU, own buffer, events across streams) and the iteration's first matmul after the
+# executor's IterationClock.start (benchmarks/probes/host/collective_after.py). PROCS processes of each launch,
+# alternating: plain python3 (as calibrate's fresh host processes) and torchrun (as schedsim execute), pinned as the
+# one-GPU suite pins (PIN, default numa:4). ~15-30 s a process.
+#   OUT=dir [PROCS=3] [REPS=100] [PIN=numa:4] bash benchmarks/probes/run.sh collective_after
+set -uo pipefail
+OUT=${OUT:-probe_collective_after_out}; PROCS=${PROCS:-3}; REPS=${REPS:-100}; mkdir -p "$OUT"
+. benchmarks/device_env.sh  # multicast off, carried wheels, PYTHONPATH
+export SCHEDSIM_PIN_CPUS=${PIN:-numa:4}
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
+P=benchmarks/probes/host/collective_after.py
+for i in $(seq "$PROCS"); do
+  echo "=== plain $i ($(date -u +%H:%M:%S))"
+  timeout 45 python3 $P --reps "$REPS" > "$OUT/plain$i.log" 2>&1 || { echo "plain $i failed"; tail -5 "$OUT/plain$i.log"; }
+  grep '^PROBE ' "$OUT/plain$i.log" | sed "s/^PROBE /plain$i /" >> "$OUT/probe_rows.txt"
+  echo "=== torchrun $i ($(date -u +%H:%M:%S))"
+  timeout 45 python3 -m torch.distributed.run --standalone --nproc-per-node 1 $P --reps "$REPS" > "$OUT/torchrun$i.log" \
+    2>&1 || { echo "torchrun $i failed"; tail -5 "$OUT/torchrun$i.log"; }
+  grep '^PROBE ' "$OUT/torchrun$i.log" | sed "s/^PROBE /torchrun$i /" >> "$OUT/probe_rows.txt"
+done
+python3 - "$OUT/probe_rows.txt" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    tag, _, js = line.partition(" ")
+    r = json.loads(js)
+    c = r["calibrate"]["collector_on"]
+    it = r["iters"]
+    print(tag, "cal pair-loop", round(c["collective_after_kernel_us"], 2), "| loops:",
+          {k: v["ar_after_us"] for k, v in r["pair_loops"].items()}, "| iters ar_after_mm:",
+          {k: v["ar_after_mm_us"] for k, v in it.items()}, "| first_mm:", {k: v["first_mm_us"] for k, v in it.items()})
+PY
+echo "=== done ($(date -u +%H:%M:%S))"
+}
+
 coresidence() {
 # One GPU, ~3 min: GEMM co-residence on several streams (benchmarks/probes/sm/coresidence.py), then allgather_mm's GEMM pattern
 # measured by schedsim execute on one rank (world_size=1, M=16384: the 2-rank run's GEMM shapes), chunks
@@ -416,6 +452,6 @@ echo "=== done ($(date -u +%H:%M:%S))"
 }
 
 case "${1:-}" in
-  collective_host|coresidence|dispatch_order|elementwise_host|first_calls|graph_events|host_bound|host_calls|host_same_process|host_spread|l2_residency|post_start|scenarios_peer_wait|stream_dispatch) name=$1; shift; "$name" "$@" ;;
-  *) echo "usage: [VAR=...] bash benchmarks/probes/run.sh NAME [ARGS...]; NAME is one of: collective_host coresidence dispatch_order elementwise_host first_calls graph_events host_bound host_calls host_same_process host_spread l2_residency post_start scenarios_peer_wait stream_dispatch" >&2; exit 2 ;;
+  collective_after|collective_host|coresidence|dispatch_order|elementwise_host|first_calls|graph_events|host_bound|host_calls|host_same_process|host_spread|l2_residency|post_start|scenarios_peer_wait|stream_dispatch) name=$1; shift; "$name" "$@" ;;
+  *) echo "usage: [VAR=...] bash benchmarks/probes/run.sh NAME [ARGS...]; NAME is one of: collective_after collective_host coresidence dispatch_order elementwise_host first_calls graph_events host_bound host_calls host_same_process host_spread l2_residency post_start scenarios_peer_wait stream_dispatch" >&2; exit 2 ;;
 esac
