@@ -357,7 +357,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         res["device"] = torch.cuda.get_device_name(p.dev)
         res["torch"] = torch.__version__
-        res["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
+        v = torch.cuda.nccl.version()
+        res["nccl"] = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
     names = [n for n in a.only.split(",") if n]
     p.iterations(names, 2, 1)  # every variant's kernels chosen and loaded before anything is timed
     res["calibrate"] = p.calibrate_refs()
