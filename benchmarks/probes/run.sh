@@ -44,19 +44,23 @@ tar czf "$OUT/results.tgz" -C $W . 2>/dev/null
 collective_after() {
 # Issue 39: the host cost of an all_reduce after each kind of predecessor (calibrate's GEMV pair, the tp cases' own
 # matmuls, idle or busy GPU, own buffer, events across streams) and the iteration's first matmul after the
-# executor's IterationClock.start (benchmarks/probes/host/collective_after.py). PROCS processes of each launch,
-# alternating: plain python3 (as calibrate's fresh host processes) and torchrun (as schedsim execute), pinned as the
-# one-GPU suite pins (PIN, default numa:4). ~15-30 s a process.
-#   OUT=dir [PROCS=3] [REPS=100] [PIN=numa:4] bash benchmarks/probes/run.sh collective_after
+# executor's IterationClock.start (benchmarks/probes/host/collective_after.py), in PROCS processes of each launch,
+# alternating: plain python3 (as calibrate's fresh host processes, with the variable torchrun sets that they inherit)
+# and torchrun (as schedsim execute); then EXECS `schedsim execute` processes of tpa_eager and tpffn_tp1 (the
+# one-GPU suite's flags, less --profiler; --profile h200, nothing predicted is used) whose stamped iterations
+# (meta.host_call_end_s) give the executor's own per-call figures on the same machine. Pinned as the suite (PIN,
+# default numa:4). ~15-25 s a process: ~3-4 min with the defaults.
+#   OUT=dir [PROCS=2] [REPS=100] [EXECS=1] [PIN=numa:4] bash benchmarks/probes/run.sh collective_after
 set -uo pipefail
-OUT=${OUT:-probe_collective_after_out}; PROCS=${PROCS:-3}; REPS=${REPS:-100}; mkdir -p "$OUT"
+OUT=${OUT:-probe_collective_after_out}; PROCS=${PROCS:-2}; REPS=${REPS:-100}; EXECS=${EXECS:-1}; mkdir -p "$OUT"
 . benchmarks/device_env.sh  # multicast off, carried wheels, PYTHONPATH
 export SCHEDSIM_PIN_CPUS=${PIN:-numa:4}
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
 P=benchmarks/probes/host/collective_after.py
 for i in $(seq "$PROCS"); do
   echo "=== plain $i ($(date -u +%H:%M:%S))"
-  timeout 45 python3 $P --reps "$REPS" > "$OUT/plain$i.log" 2>&1 || { echo "plain $i failed"; tail -5 "$OUT/plain$i.log"; }
+  TORCH_NCCL_ASYNC_ERROR_HANDLING=1 timeout 45 python3 $P --reps "$REPS" > "$OUT/plain$i.log" 2>&1 \
+    || { echo "plain $i failed"; tail -5 "$OUT/plain$i.log"; }
   grep '^PROBE ' "$OUT/plain$i.log" | sed "s/^PROBE /plain$i /" >> "$OUT/probe_rows.txt"
   echo "=== torchrun $i ($(date -u +%H:%M:%S))"
   timeout 45 python3 -m torch.distributed.run --standalone --nproc-per-node 1 $P --reps "$REPS" > "$OUT/torchrun$i.log" \
@@ -70,10 +74,30 @@ for line in open(sys.argv[1]):
     r = json.loads(js)
     c = r["calibrate"]["collector_on"]
     it = r["iters"]
-    print(tag, "cal pair-loop", round(c["collective_after_kernel_us"], 2), "| loops:",
+    print(tag, "calibrate pair", round(c["collective_after_kernel_us"], 2), "warm-up layers",
+          [round(c[f"warmup_layer{k}_us"], 1) for k in (1, 2, 3, 8)], "| loops ar_after:",
           {k: v["ar_after_us"] for k, v in r["pair_loops"].items()}, "| iters ar_after_mm:",
-          {k: v["ar_after_mm_us"] for k, v in it.items()}, "| first_mm:", {k: v["first_mm_us"] for k, v in it.items()})
+          {k: v["ar_after_mm_us"] for k, v in it.items()}, "| first ar:", {k: v["ar_layers_us"][0] for k, v in it.items()},
+          "| first_mm:", {k: v["first_mm_us"] for k, v in it.items()}, "| issue:", {k: v["issue_us"] for k, v in it.items()})
 PY
+for i in $(seq "$EXECS"); do
+  for c in "tpa_eager tp_allreduce_graph --set world_size=1 --eager" "tpffn_tp1 tp_ffn --set tp=1"; do
+    set -- $c; tag=$1; sched=$2; shift 2
+    echo "=== execute $tag $i ($(date -u +%H:%M:%S))"
+    timeout 60 python3 -m torch.distributed.run --standalone --nproc-per-node 1 -m schedsim execute "schedules/$sched.yaml" \
+      "$@" --no-gantt --compare --profile h200 --iters 20 --warmup 5 --timeout 30 \
+      --out "$OUT/x_${tag}_$i" > "$OUT/x_${tag}_$i.log" 2>&1 || { echo "execute $tag failed"; tail -5 "$OUT/x_${tag}_$i.log"; }
+    rm -f "$OUT/x_${tag}_$i/trace.json"
+    python3 - "$OUT/x_${tag}_$i/timeline.json" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))["meta"]
+h = m.get("host_call_end_s") or {"none": 0.0}; ks = list(h); v = list(h.values())
+d = [v[0]] + [v[j] - v[j - 1] for j in range(1, len(v))]
+print("  per call µs (stamped):", " ".join(f"{k.split('@')[0]}:{x * 1e6:.1f}" for k, x in zip(ks, d)))
+print("  lean issue ms:", [round(x * 1e3, 3) for x in m.get("host_issue_uninstrumented_s", [])][:20])
+PY
+  done
+done
 echo "=== done ($(date -u +%H:%M:%S))"
 }
 
