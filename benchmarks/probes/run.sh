@@ -48,8 +48,9 @@ collective_after() {
 # alternating: plain python3 (as calibrate's fresh host processes, with the variable torchrun sets that they inherit)
 # and torchrun (as schedsim execute); then EXECS `schedsim execute` processes of tpa_eager and tpffn_tp1 (the
 # one-GPU suite's flags, less --profiler; --profile h200, nothing predicted is used) whose stamped iterations
-# (meta.host_call_end_s) give the executor's own per-call figures on the same machine. Pinned as the suite (PIN,
-# default numa:4). ~15-25 s a process: ~3-4 min with the defaults.
+# (meta.host_call_end_s) give the executor's own per-call figures on the same machine; and one plain process with
+# PyTorch's NCCL Flight Recorder off (TORCH_NCCL_TRACE_BUFFER_SIZE=0). Pinned as the suite (PIN, default numa:4).
+# ~15-25 s a process: ~3-4 min with the defaults.
 #   OUT=dir [PROCS=2] [REPS=100] [EXECS=1] [PIN=numa:4] bash benchmarks/probes/run.sh collective_after
 set -uo pipefail
 OUT=${OUT:-probe_collective_after_out}; PROCS=${PROCS:-2}; REPS=${REPS:-100}; EXECS=${EXECS:-1}; mkdir -p "$OUT"
@@ -67,6 +68,11 @@ for i in $(seq "$PROCS"); do
     2>&1 || { echo "torchrun $i failed"; tail -5 "$OUT/torchrun$i.log"; }
   grep '^PROBE ' "$OUT/torchrun$i.log" | sed "s/^PROBE /torchrun$i /" >> "$OUT/probe_rows.txt"
 done
+echo "=== plain, Flight Recorder off ($(date -u +%H:%M:%S))"  # PyTorch's NCCL Flight Recorder gathers the caller's
+# Python stack on every collective (TORCH_NCCL_TRACE_BUFFER_SIZE, 2000 by default): its share of the call
+TORCH_NCCL_TRACE_BUFFER_SIZE=0 TORCH_NCCL_ASYNC_ERROR_HANDLING=1 timeout 45 python3 $P --reps "$REPS" \
+  > "$OUT/plain_fr0.log" 2>&1 || { echo "plain_fr0 failed"; tail -5 "$OUT/plain_fr0.log"; }
+grep '^PROBE ' "$OUT/plain_fr0.log" | sed "s/^PROBE /plain_fr0 /" >> "$OUT/probe_rows.txt"
 python3 - "$OUT/probe_rows.txt" <<'PY'
 import json, sys
 for line in open(sys.argv[1]):

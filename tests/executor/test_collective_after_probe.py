@@ -40,6 +40,14 @@ def test_a_call_costs_its_last_step_stamp_less_the_previous_calls() -> None:
     assert r["issue_us"] == 60.0 and r["makespan_us"] == 84.0 and r["calls"] == 4
 
 
+def test_deep_variants_call_from_that_many_more_python_frames() -> None:
+    import inspect
+
+    mod = _module()
+    assert mod._at_depth(mod.DEEP, lambda: len(inspect.stack())) - mod._at_depth(0, lambda: len(inspect.stack())) \
+        == mod.DEEP
+
+
 def test_the_probe_runs_on_a_gloo_rank_and_prints_one_json_line() -> None:
     env = {k: v for k, v in os.environ.items()
            if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
@@ -61,8 +69,8 @@ def test_the_probe_runs_on_a_gloo_rank_and_prints_one_json_line() -> None:
     for v in r["pair_loops"].values():  # ar_after_us: the median of each round's difference (noise-bound on a CPU)
         assert set(v) == {"mm_loop_us", "pair_us", "ar_after_us"} and v["mm_loop_us"] > 0 and v["pair_us"] > 0
     it = r["iters"]
-    assert set(it) == {"tpa", "tpa_same_buf", "tpa_default", "tpa_busy", "tpa_events", "tpa_hostrow", "tpw", "ffn",
-                       "ffn_sync", "ffn_small_ar", "gemv_big_ar"}
+    assert set(it) == {"tpa", "tpa_same_buf", "tpa_default", "tpa_busy", "tpa_events", "tpa_hostrow", "tpa_deep", "tpw",
+                       "ffn", "ffn_sync", "ffn_small_ar", "gemv_big_ar"}
     # calls per iteration: 8 layers of linear + all_reduce, 96 for tpw, fc1 + fc2 + all_reduce (no sync on a CPU)
     assert {k: v["calls"] for k, v in it.items()} == {**{k: 16 for k in it}, "tpw": 192, "ffn": 3, "ffn_sync": 3,
                                                        "ffn_small_ar": 3}

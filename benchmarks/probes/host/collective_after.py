@@ -31,7 +31,9 @@ One process, a world of one (plain ``python3``: as calibrate's fresh host proces
     ``tpa_default`` (on the default stream, no ``set_stream``); ``tpa_busy`` (a ~1 ms sleep kernel queued on the
     stream before the issue: the GPU busy at every call); ``tpa_events`` (the linear on one stream, the all_reduce
     on another, a dependency event recorded after each call and waited for by the other stream: the executor's
-    cross-stream steps); ``tpa_hostrow`` (the executor's ``clock.host_row()`` after each wait);
+    cross-stream steps); ``tpa_hostrow`` (the executor's ``clock.host_row()`` after each wait); ``tpa_deep``
+    (issued :data:`DEEP` Python frames deeper: PyTorch's NCCL Flight Recorder, on by default, gathers the caller's
+    Python stack on every collective, and the executor calls from ~27 frames, calibrate's fresh process from ~10);
   - ``tpw``: tpw_eager's 96 layers of fp32 1×2048 @ 2048×2048;
   - ``ffn``: tp_ffn at tp=1 (fp16 fc1 4096×4096×512, fc2 4096×512×4096, all_reduce of a separate 4096×512 fp16
     buffer: 4 MiB; the GPU busy with the GEMMs when the all_reduce is called); ``ffn_sync`` (a
@@ -67,6 +69,15 @@ TPA = (1, 2048, 1024)
 TPW = (1, 2048, 2048)
 FC1, FC2 = (4096, 4096, 512), (4096, 512, 4096)
 SLEEP_CYCLES = 2_000_000  # ~1 ms at ~2 GHz: longer than an 8-layer iteration's issue (~0.2-0.4 ms)
+#: extra Python frames ``*_deep`` variants issue from: the executor calls a collective from ~27 frames (CLI, runner,
+#: lean loop), calibrate's fresh process from ~10, a hand-written reference from ~6; PyTorch's NCCL Flight Recorder
+#: (``TORCH_NCCL_TRACE_BUFFER_SIZE``, 2000 by default) gathers the caller's Python stack on every collective
+DEEP = 17
+
+
+def _at_depth(n: int, fn: Callable[[], Any]) -> Any:
+    """``fn()`` called ``n`` Python frames deeper than the caller."""
+    return fn() if n <= 0 else _at_depth(n - 1, fn)
 
 
 def _med(xs: Sequence[float]) -> float:
@@ -254,7 +265,7 @@ class Probe:
         if cuda:
             steps.append(functools.partial(self.end_ev.record, cur[0] or torch.cuda.current_stream(self.dev)))
             owners.append(("end", len(steps) - 1))
-        return steps, owners, name.endswith("_busy"), name.endswith("_hostrow")
+        return steps, owners, name.endswith("_busy"), name.endswith("_hostrow")  # "_deep": in iterations()
 
     def one_iteration(self, steps: list[Callable[[], Any]], busy: bool,
                       hostrow: bool) -> tuple[list[int], float, float]:
@@ -300,7 +311,8 @@ class Probe:
             for r in range(warmup + reps):
                 for n in names:
                     steps, _owners, busy, hostrow = built[n]
-                    got = self.one_iteration(steps, busy, hostrow)
+                    got = _at_depth(DEEP if n.endswith("_deep") else 0,
+                                    functools.partial(self.one_iteration, steps, busy, hostrow))
                     if r >= warmup:
                         raw[n].append(got)
         return {n: self.summarise(built[n][1], raw[n]) for n in names}
@@ -332,8 +344,8 @@ class Probe:
         return res
 
 
-VARIANTS = ("tpa", "tpa_same_buf", "tpa_default", "tpa_busy", "tpa_events", "tpa_hostrow", "tpw", "ffn", "ffn_sync",
-            "ffn_small_ar", "gemv_big_ar")
+VARIANTS = ("tpa", "tpa_same_buf", "tpa_default", "tpa_busy", "tpa_events", "tpa_hostrow", "tpa_deep", "tpw", "ffn",
+            "ffn_sync", "ffn_small_ar", "gemv_big_ar")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -361,6 +373,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         res["nccl"] = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
     names = [n for n in a.only.split(",") if n]
     p.iterations(names, 2, 1)  # every variant's kernels chosen and loaded before anything is timed
+    res["trace_buffer_size"] = os.environ.get("TORCH_NCCL_TRACE_BUFFER_SIZE", "default")
     res["calibrate"] = p.calibrate_refs()
     res["pair_loops"] = p.pair_loops(a.loop_reps, a.pairs)
     res["iters"] = p.iterations(names, a.reps, a.warmup)
