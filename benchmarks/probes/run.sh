@@ -84,7 +84,7 @@ for line in open(sys.argv[1]):
           [round(c[f"warmup_layer{k}_us"], 1) for k in (1, 2, 3, 8)], "| loops ar_after:",
           {k: v["ar_after_us"] for k, v in r["pair_loops"].items()}, "| iters ar_after_mm:",
           {k: v["ar_after_mm_us"] for k, v in it.items()}, "| first ar:", {k: v["ar_layers_us"][0] for k, v in it.items()},
-          "| first_mm:", {k: v["first_mm_us"] for k, v in it.items()}, "| issue:", {k: v["issue_us"] for k, v in it.items()})
+          "| first_mm:", {k: v["first_mm_us"] for k, v in it.items()}, "| its set_stream:", it["tpa"]["first_step_us"], "| issue:", {k: v["issue_us"] for k, v in it.items()})
 PY
 for i in $(seq "$EXECS"); do
   for c in "tpa_eager tp_allreduce_graph --set world_size=1 --eager" "tpffn_tp1 tp_ffn --set tp=1"; do

@@ -34,6 +34,7 @@ def test_a_call_costs_its_last_step_stamp_less_the_previous_calls() -> None:
             ([1_000, 12_000, 28_000, 37_000, 54_000, 55_000], 58.0, 90.0)]
     r = _module().Probe.summarise(owners, runs)
     assert r["first_mm_us"] == 12.0  # 11, 13, 12 µs: the set_stream counts with the first matmul
+    assert r["first_step_us"] == 1.0  # the set_stream alone: 1, 2, 1 µs
     assert r["ar_layers_us"] == [18.0, 17.0]  # 18, 18, 16 and 16, 17, 17
     assert r["mm_layers_us"] == [12.0, 9.0]  # the first, then 10, 9, 9
     assert r["ar_after_mm_us"] == 17.5 and r["mm_after_ar_us"] == 9.0  # under four layers: every one counts

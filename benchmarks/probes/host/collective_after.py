@@ -22,7 +22,8 @@ One process, a world of one (plain ``python3``: as calibrate's fresh host proces
   ``wait_event`` across streams, the end event's record), each after :meth:`executor.clock.IterationClock.start`
   (the executor's object), the host clock read after every step as ``_lean_stamped`` does, the wait spinning
   (:func:`executor.clock.wait_events`), under ``frozen_gc``. Per variant: ``first_mm_us`` (the iteration's first
-  call, its ``set_stream`` included, as the executor's stamps count it), ``ar_after_mm_us`` / ``mm_after_ar_us``
+  call, its ``set_stream`` included, as the executor's stamps count it; ``first_step_us``: that ``set_stream`` alone,
+  or the first call where there is none), ``ar_after_mm_us`` / ``mm_after_ar_us``
   (median over layers 4 on, and ``ar_layers_us`` / ``mm_layers_us``: per layer 1-8, median over iterations),
   ``issue_us`` (the issue loop) and ``makespan_us`` (anchor to end event, CUDA). Variants:
 
@@ -329,6 +330,7 @@ class Probe:
         kinds = [k for k, _ in owners]
         meds = [statistics.median(c) for c in calls]
         res: dict[str, Any] = {"first_mm_us": _med(calls[0]), "calls": len(owners) - (kinds[-1] == "end"),
+                               "first_step_us": _med([r[0][0] * 1e-3 for r in runs]),
                                "issue_us": _med([r[1] for r in runs]), "makespan_us": _med([r[2] for r in runs]),
                                "issue_us_runs": [round(r[1], 1) for r in runs]}
         ar = [i for i, k in enumerate(kinds) if k == "ar" and i and kinds[i - 1] in ("mm", "sync")]
