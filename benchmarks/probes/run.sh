@@ -44,7 +44,7 @@ tar czf "$OUT/results.tgz" -C $W . 2>/dev/null
 collective_after() {
 # Issue 39: the host cost of an all_reduce after each kind of predecessor (calibrate's GEMV pair, the tp cases' own
 # matmuls, idle or busy GPU, own buffer, events across streams) and the iteration's first matmul after the
-# executor's IterationClock.start (benchmarks/probes/host/collective_after.py), in PROCS processes of each launch,
+# executor's IterationClock.start (benchmarks/probes/host/collective_call.py --after), in PROCS processes of each launch,
 # alternating: plain python3 (as calibrate's fresh host processes, with the variable torchrun sets that they inherit)
 # and torchrun (as schedsim execute); then EXECS `schedsim execute` processes of tpa_eager and tpffn_tp1 (the
 # one-GPU suite's flags, less --profiler; --profile h200, nothing predicted is used) whose stamped iterations
@@ -57,7 +57,7 @@ OUT=${OUT:-probe_collective_after_out}; PROCS=${PROCS:-2}; REPS=${REPS:-100}; EX
 . benchmarks/device_env.sh  # multicast off, carried wheels, PYTHONPATH
 export SCHEDSIM_PIN_CPUS=${PIN:-numa:4}
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
-P=benchmarks/probes/host/collective_after.py
+P="benchmarks/probes/host/collective_call.py --after"
 for i in $(seq "$PROCS"); do
   echo "=== plain $i ($(date -u +%H:%M:%S))"
   TORCH_NCCL_ASYNC_ERROR_HANDLING=1 timeout 45 python3 $P --reps "$REPS" > "$OUT/plain$i.log" 2>&1 \

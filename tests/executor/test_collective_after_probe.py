@@ -1,4 +1,4 @@
-"""benchmarks/probes/host/collective_after.py: its per-call arithmetic by hand, and its whole code path on a gloo
+"""benchmarks/probes/host/collective_call.py --after: its per-call arithmetic by hand, and its whole code path on a gloo
 rank (a world of one), so that the device run exercises nothing untried."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "benchmarks" / "probes" / "host" / "collective_after.py"
+SCRIPT = ROOT / "benchmarks" / "probes" / "host" / "collective_call.py"
 
 pytest.importorskip("torch")
 
@@ -53,9 +53,9 @@ def test_the_probe_runs_on_a_gloo_rank_and_prints_one_json_line() -> None:
     env = {k: v for k, v in os.environ.items()
            if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])])
-    p = subprocess.run([sys.executable, str(SCRIPT), "--device", "cpu", "--small", "--reps", "2", "--warmup", "1",
-                        "--loop-reps", "1", "--pairs", "2"], env=env, capture_output=True, text=True, timeout=300,
-                       check=False)
+    p = subprocess.run([sys.executable, str(SCRIPT), "--after", "--device", "cpu", "--small", "--reps", "2",
+                        "--warmup", "1", "--loop-reps", "1", "--pairs", "2"], env=env, capture_output=True, text=True,
+                       timeout=300, check=False)
     assert p.returncode == 0, p.stderr[-2000:]
     lines = [ln for ln in p.stdout.splitlines() if ln.startswith("PROBE ")]
     assert len(lines) == 1
