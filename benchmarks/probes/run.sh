@@ -80,7 +80,8 @@ for line in open(sys.argv[1]):
     r = json.loads(js)
     c = r["calibrate"]["collector_on"]
     it = r["iters"]
-    print(tag, "calibrate pair", round(c["collective_after_kernel_us"], 2), "warm-up layers",
+    print(tag, "calibrate pair", round(c["collective_after_kernel_us"], 2), "first mm after sync / start",
+          r["calibrate"]["first_mm_after_sync_us"], r["calibrate"]["first_mm_after_start_us"], "warm-up layers",
           [round(c[f"warmup_layer{k}_us"], 1) for k in (1, 2, 3, 8)], "| loops ar_after:",
           {k: v["ar_after_us"] for k, v in r["pair_loops"].items()}, "| iters ar_after_mm:",
           {k: v["ar_after_mm_us"] for k, v in it.items()}, "| first ar:", {k: v["ar_layers_us"][0] for k, v in it.items()},

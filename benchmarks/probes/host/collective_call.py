@@ -50,8 +50,9 @@ One process, a world of one (plain ``python3``: as calibrate's fresh host proces
 * ``calibrate``: :func:`executor.calibrate_host.tp_layer_costs` itself (``gemv_loop_us``, ``gemv_pair_us`` and
   their difference, calibrate's ``collective_after_kernel_us``; ``warmup_layer{k}_us``), once as calibrate's
   fresh process runs it (collector on) and once under :func:`schedsim._gc.frozen_gc` (the executor's timed loops);
-  and the first 64×64 matmul and all_reduce after a synchronize + barrier (``_first_call_times``, calibrate's
-  ``first_op_extra_us`` source) less their loops.
+  and the first 64×64 matmul and all_reduce after a synchronize + barrier (``*_after_sync_us``, calibrate's
+  ``first_op_extra_us`` source until issue 39) and after ``IterationClock.start`` with the ``set_stream`` in the
+  first call (``*_after_start_us``, its source since: ``_first_call_times``).
 * ``pair_loops``: calibrate's pair loop (GEMV then all_reduce, 50 pairs after a synchronize, idle GPU) varied one
   thing at a time: ``cal`` (as calibrate: default stream, the all_reduce on the GEMV's output), ``sep_buf`` (the
   all_reduce on a buffer of its own, as the executor's Materializer binds it without ``--check``), ``side`` (on a
@@ -181,6 +182,10 @@ class Probe:
         fm, fa = _first_call_times(b, [mm, ar], 8)
         out["first_mm_after_sync_us"] = _med([t * 1e6 for t in fm[1:]])
         out["first_ar_after_sync_us"] = _med([t * 1e6 for t in fa[1:]])
+        # calibrate's form since issue 39: after IterationClock.start, the set_stream timed with the first call
+        fm, fa = _first_call_times(b, [mm, ar], 8, start=(self.clock, self.streams[0] if self.cuda else None))
+        out["first_mm_after_start_us"] = _med([t * 1e6 for t in fm[1:]])
+        out["first_ar_after_start_us"] = _med([t * 1e6 for t in fa[1:]])
         return out
 
     # -- pair loops (calibrate's form) ----------------------------------------------------------------------------
