@@ -87,6 +87,7 @@ for line in open(sys.argv[1]):
           {k: v["ar_after_mm_us"] for k, v in it.items()}, "| first ar:", {k: v["ar_layers_us"][0] for k, v in it.items()},
           "| first_mm:", {k: v["first_mm_us"] for k, v in it.items()}, "| its set_stream:", it["tpa"]["first_step_us"], "| issue:", {k: v["issue_us"] for k, v in it.items()})
 PY
+[ "$EXECS" -gt 0 ] && { python3 setup.py -q build_ext --inplace > "$OUT/build.log" 2>&1 || echo "build_ext failed"; }
 for i in $(seq "$EXECS"); do
   for c in "tpa_eager tp_allreduce_graph --set world_size=1 --eager" "tpffn_tp1 tp_ffn --set tp=1"; do
     set -- $c; tag=$1; sched=$2; shift 2
