@@ -54,12 +54,18 @@ enqueue work). Plain PyTorch, written as a user would:
     ~1.5 µs (6 %) and leaves the first layers' warm-up short (docs/validation.md).
 ``first_op_extra_us``, ``first_collective_extra_us`` (all ranks)
     the extra host time of the first matmul, and of the first all_reduce right after it, once the
-    host has waited for the device (synchronize + barrier, as at the start of an iteration), over
-    their steady cost: median of 7. The same probe measured the first linear at 42 µs against 24 µs
-    later, and the first all_reduce at 82 µs against 45 µs.
+    host has waited for the device, over their steady cost: median of 7. Each repetition starts as the programs'
+    iterations do (:func:`_first_call_times`): the executor's :meth:`executor.clock.IterationClock.start`, then
+    ``torch.cuda.set_stream`` to a stream of its own timed with the first matmul: ``schedsim execute``'s lean loop
+    (its first step) and the hand-written references (their ``issue()``) switch to their stream inside the timed
+    window, and rule host-issue charges a rank's first op no stream switch. Formerly a synchronize and barrier, the
+    calls on the default stream: the first matmul of every eager case ran 1.9-9.6 µs over the model on one H100
+    (docs/validation.md, "one rule for the first call's under-charge? None found"). The same probe measured the
+    first linear at 42 µs against 24 µs later, and the first all_reduce at 82 µs against 45 µs.
 ``collective_warmup_us`` (all ranks; a list)
     the first :data:`WARMUP_KEPT` of :data:`WARMUP_LAYERS` such GEMV + all_reduce layers timed right after the
-    executor's own iteration start (:meth:`executor.clock.IterationClock.start`), each less the pair above, the
+    executor's own iteration start (:meth:`executor.clock.IterationClock.start`; the first with the switch to the
+    layers' stream, as the first calls above), each less the pair above, the
     first less ``first_op_extra_us`` + ``first_collective_extra_us`` (``warmup_pair{k}_extra_us``,
     :func:`tp_fields`): rule host-issue charges the k-th value to a rank's k-th collective call. One H100's
     executor runs held 19-31 µs over the steady pair in their first three layers (same section).
@@ -462,12 +468,17 @@ def comm_host_costs(b: Any) -> dict[str, float]:
     res["mixed_pair_us"] = timed(pair)  # collective_after_kernel_us (settle_costs: less the settled matmul)
     res["eager_per_collective_us"] = res["collective_loop_us"]
     res.update(tp_layer_costs(b) if b.cuda else tp_layer_costs(b, reps=3, pairs=4))  # a CPU GEMV: ~2-9 ms
-    first_mm, first_ar = _first_call_times(b, [mm, ar], 8)
+    from executor.clock import IterationClock
+
+    # the first calls as the programs make them: after the iteration start, the switch to the iteration's stream
+    # timed with the first call (_first_call_times)
+    start = (IterationClock(ctx.device, ctx.world, ctx.ctrl), torch.cuda.Stream(device=ctx.device) if b.cuda else None)
+    first_mm, first_ar = _first_call_times(b, [mm, ar], 8, start=start)
     res["first_op_extra_us"] = max(0.0, statistics.median(first_mm[1:]) * 1e6 - res["matmul_loop_us"])
     res["first_collective_extra_us"] = max(0.0, statistics.median(first_ar[1:]) * 1e6 - res["eager_per_collective_us"])
     tp_fields(res)
     if b.cuda:
-        res.update(_cold_first_calls(b, mm, ar, first_mm, first_ar))
+        res.update(_cold_first_calls(b, mm, ar, first_mm, first_ar, start))
     if ctx.world >= 2:
         r, n = ctx.rank, ctx.world
         if n % 2 == 0:
@@ -500,7 +511,8 @@ def tp_layer_costs(b: Any, reps: int = 7, pairs: int = 50) -> dict[str, float]:
       pair of the host-bound tp layers").
     * ``warmup_layer{k}_us`` (k = 1 .. :data:`WARMUP_LAYERS`): the k-th layer's host time after the executor's own
       iteration start (:meth:`executor.clock.IterationClock.start`: synchronize, clock all-gather, aligned start,
-      anchor; on CUDA the layers on a stream of their own that waits for the anchor, as the executor's streams),
+      anchor; on CUDA the layers on a stream of their own that waits for the anchor, as the executor's streams, the
+      ``torch.cuda.set_stream`` to it in layer 1's time, as :func:`_first_call_times` times it with the first call),
       median over ``reps`` iterations. :func:`settle_costs` turns the first :data:`WARMUP_KEPT` into
       ``warmup_pair{k}_extra_us`` (over the steady pair), the profile's ``launch.collective_warmup_us``.
 
@@ -547,10 +559,10 @@ def tp_layer_costs(b: Any, reps: int = 7, pairs: int = 50) -> dict[str, float]:
     per_layer: list[list[float]] = [[] for _ in range(WARMUP_LAYERS)]
     for _ in range(reps):
         clock.start(st)
-        if st:
-            torch.cuda.set_stream(st[0])
         works = []
         t = time.perf_counter()
+        if st:  # inside layer 1, as both programs switch to their stream inside the timed window (_first_call_times)
+            torch.cuda.set_stream(st[0])
         for j in range(WARMUP_LAYERS):
             works.append(layer())
             t2 = time.perf_counter()
@@ -567,19 +579,36 @@ def tp_layer_costs(b: Any, reps: int = 7, pairs: int = 50) -> dict[str, float]:
     return res
 
 
-def _first_call_times(b: Any, calls: list[Callable[[], Any]], reps: int, sleep_cycles: int = 0) -> list[list[float]]:
+def _first_call_times(b: Any, calls: list[Callable[[], Any]], reps: int, sleep_cycles: int = 0,
+                      start: tuple[Any, Any] | None = None) -> list[list[float]]:
     """Host seconds of each of ``calls``, run in order after a synchronize and barrier (and, with
     ``sleep_cycles``, after the host waited for a sleep kernel that long): one list per call over ``reps``
-    repetitions; the works a call returns are waited for after the last call."""
+    repetitions; the works a call returns are waited for after the last call.
+
+    ``start``: ``(clock, stream)``, an :class:`executor.clock.IterationClock` and the stream the calls go to (None on
+    CPU ranks). Each repetition then starts as ``schedsim execute``'s iterations and the hand-written references'
+    do: ``clock.start([stream])`` (synchronize, clock all-gather and aligned start at world > 1, anchor; the stream
+    waits for the anchor) in place of the synchronize and barrier (after the sleep kernel, which its synchronize
+    waits for), then ``torch.cuda.set_stream(stream)`` timed with the first call (both programs switch to their
+    stream inside the timed window: the lean loop's first step, the references' ``issue()``; rule host-issue
+    charges a rank's first op no stream switch), the default stream restored after the calls."""
+    torch = b.torch
+    clock, stream = start if start is not None else (None, None)
     out: list[list[float]] = [[] for _ in calls]
     for _ in range(reps):
-        b.sync()
-        b.ctx.barrier()
+        if clock is None:
+            b.sync()
+            b.ctx.barrier()
         if sleep_cycles:
-            b.torch.cuda._sleep(sleep_cycles)
-            b.sync()  # the host waits for the GPU, as at the end of a GPU-bound iteration
+            torch.cuda._sleep(sleep_cycles)
+            if clock is None:
+                b.sync()  # the host waits for the GPU, as at the end of a GPU-bound iteration
+        if clock is not None:
+            clock.start([stream] if stream is not None else [])  # its synchronize waits for the sleep kernel
         works = []
         t = time.perf_counter()
+        if stream is not None:
+            torch.cuda.set_stream(stream)
         for j, f in enumerate(calls):
             w = f()
             t2 = time.perf_counter()
@@ -587,6 +616,8 @@ def _first_call_times(b: Any, calls: list[Callable[[], Any]], reps: int, sleep_c
             t = t2
             if w is not None:
                 works.append(w)
+        if stream is not None:
+            torch.cuda.set_stream(torch.cuda.default_stream(b.ctx.device))
         for w in works:
             w.wait()
     b.sync()
@@ -602,10 +633,11 @@ COLD_KINDS = {"kernel": "cold_kernel_extra_us", "collective": "cold_collective_e
 
 
 def _cold_first_calls(b: Any, mm: Callable[[], Any], ar: Callable[[], Any], first_mm: list[float],
-                      first_ar: list[float]) -> dict[str, float]:
+                      first_ar: list[float], start: tuple[Any, Any] | None = None) -> dict[str, float]:
     """``launch.cold_first_call_us`` (as :data:`COLD_KINDS` keys, µs): the first add, matmul and all_reduce after
     the host waited ~2 ms for the GPU (a sleep kernel, then a synchronize), less the same first calls after a
-    synchronize and barrier alone (``first_mm`` / ``first_ar``, seconds) and less an add's steady call. What
+    synchronize and barrier alone (``first_mm`` / ``first_ar``, seconds; both started alike, ``start`` of
+    :func:`_first_call_times`) and less an add's steady call. What
     ``schedsim execute`` measures at the start of an iteration after a GPU-bound one (one H200,
     ``meta.host_call_end_s``: kernel +19-33 µs, collective +24-59, elementwise +11-20). CUDA only."""
     torch = b.torch
@@ -617,7 +649,7 @@ def _cold_first_calls(b: Any, mm: Callable[[], Any], ar: Callable[[], Any], firs
         torch.add(x, y, out=z)
 
     steady_add = _loop_us(b, add, n=200, reps=5)
-    c_add, c_mm, c_ar = _first_call_times(b, [add, mm, ar], 6, COLD_SLEEP_CYCLES)
+    c_add, c_mm, c_ar = _first_call_times(b, [add, mm, ar], 6, COLD_SLEEP_CYCLES, start)
     cold = {"elementwise": c_add, "kernel": c_mm, "collective": c_ar}
     warm = {"elementwise": steady_add * 1e-6, "kernel": statistics.median(first_mm[1:]),
             "collective": statistics.median(first_ar[1:])}

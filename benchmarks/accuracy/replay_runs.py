@@ -108,7 +108,8 @@ def replay_case(case: Path, profile: str, gpu_model: str | None = None, process_
             "op_median": ops.get("median_abs_error"), "worst_id": w.get("id"), "worst_error": w.get("error"),
             "host_error": _worst_host_error(res.get("host_issue")),
             "by_kind": ops.get("by_kind", {}), "process_host": own,
-            "host_calls": host_call_misses(case, G, pred), "phases": process_phases(case)}
+            "host_calls": host_call_misses(case, G, pred), "host_call_places": host_call_places(case, G, pred),
+            "phases": process_phases(case)}
 
 
 def _processes(case: Path) -> list[Path]:
@@ -146,24 +147,42 @@ def host_call_misses(case: Path, G: Any, pred: Timeline) -> dict[str, list[float
     call's on its rank (the rank's first call: from the iteration's start), on both sides. The class is
     ``"KIND after PREVIOUS_KIND"`` (``"KIND first"`` for the rank's first call), the op kinds of ``G``. Empty
     where either side lacks the per-call times (a CUDA graph, a pipeline block)."""
-    got = pred.meta.get("host_call_end_s") or {}
     out: dict[str, list[float]] = {}
+    for cls, _place, miss in host_call_places(case, G, pred):
+        out.setdefault(cls, []).append(miss)
+    return out
+
+
+#: where a call falls among its rank's calls of its kind (:func:`host_call_places`): the first, the 2nd-3rd, later
+PLACES = ("1st", "2nd-3rd", "4th on")
+
+
+def host_call_places(case: Path, G: Any, pred: Timeline) -> list[tuple[str, str, float]]:
+    """``(class, place, seconds)`` per call of :func:`host_call_misses` (in its order), ``place`` one of
+    :data:`PLACES`: the call's rank among its rank's calls of the same op kind in the iteration (an all_reduce's
+    layer in tensor-parallel layers: the first ones miss by the iteration's warm-up, the later ones by the steady
+    call, docs/validation.md "what differs between calibrate's pair and the executor's tp layers")."""
+    got = pred.meta.get("host_call_end_s") or {}
+    out: list[tuple[str, str, float]] = []
     if not got:
         return out
     kind = {n: d["op"].kind for n, d in G.nodes(data=True)}
     for d in _processes(case):
         meas = Timeline.read_json(d / "timeline.json").meta.get("host_call_end_s") or {}
         prev: dict[int, str] = {}  # rank -> the previous op id
+        nth: dict[tuple[int, str], int] = {}  # (rank, kind) -> calls so far
         for op in meas:
             r = int(op.rsplit("@r", 1)[1])
             p = prev.get(r)
             prev[r] = op
+            k = kind.get(op, "?")
+            nth[(r, k)] = n = nth.get((r, k), 0) + 1
             if op not in got or (p is not None and p not in got):
                 continue
             m = meas[op] - (meas[p] if p else 0.0)
             g = got[op] - (got[p] if p else 0.0)
-            cls = f"{kind.get(op, '?')} " + (f"after {kind.get(p, '?')}" if p else "first")
-            out.setdefault(cls, []).append(m - g)
+            cls = f"{k} " + (f"after {kind.get(p, '?')}" if p else "first")
+            out.append((cls, PLACES[0 if n == 1 else 1 if n <= 3 else 2], m - g))
     return out
 
 
@@ -238,11 +257,19 @@ def process_phase_table(rows: list[dict[str, Any]]) -> str:
 
 def host_call_table(rows: list[dict[str, Any]]) -> str:
     """Markdown: per case and call class, the calls' count and the median of measured less predicted host time
-    per call (µs): where a host model misses, by the call and the call before it (:func:`host_call_misses`)."""
-    out = ["| case | call | calls | measured - predicted, median |", "|---|---|---:|---:|"]
+    per call (µs): where a host model misses, by the call and the call before it (:func:`host_call_misses`); and
+    the same median by the call's place among its rank's calls of its kind (:func:`host_call_places`; blank where
+    the class has no call there)."""
+    out = ["| case | call | calls | measured - predicted, median | " + " | ".join(PLACES) + " |",
+           "|---|---|---:|---:|" + "---:|" * len(PLACES)]
     for r in rows:
+        by: dict[tuple[str, str], list[float]] = {}
+        for cls, place, miss in r.get("host_call_places", []):
+            by.setdefault((cls, place), []).append(miss)
         for cls, diffs in sorted(r.get("host_calls", {}).items()):
-            out.append(f"| {r['case']} | {cls} | {len(diffs)} | {statistics.median(diffs) * 1e6:+.2f} µs |")
+            at = [f"{statistics.median(by[cls, p]) * 1e6:+.2f}" if (cls, p) in by else "" for p in PLACES]
+            out.append(f"| {r['case']} | {cls} | {len(diffs)} | {statistics.median(diffs) * 1e6:+.2f} µs | "
+                       + " | ".join(at) + " |")
     return "\n".join(out)
 
 

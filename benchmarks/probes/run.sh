@@ -41,6 +41,74 @@ done
 tar czf "$OUT/results.tgz" -C $W . 2>/dev/null
 }
 
+collective_after() {
+# Issue 39: the host cost of an all_reduce after each kind of predecessor (calibrate's GEMV pair, the tp cases' own
+# matmuls, idle or busy GPU, own buffer, events across streams) and the iteration's first matmul after the
+# executor's IterationClock.start (benchmarks/probes/host/collective_call.py --after), in PROCS processes of each launch,
+# alternating: plain python3 (as calibrate's fresh host processes, with the variable torchrun sets that they inherit)
+# and torchrun (as schedsim execute); then EXECS `schedsim execute` processes of tpa_eager and tpffn_tp1 (the
+# one-GPU suite's flags, less --profiler; --profile h200, nothing predicted is used) whose stamped iterations
+# (meta.host_call_end_s) give the executor's own per-call figures on the same machine; and one plain process with
+# PyTorch's NCCL Flight Recorder off (TORCH_NCCL_TRACE_BUFFER_SIZE=0). Pinned as the suite (PIN, default numa:4).
+# ~15-25 s a process: ~3-4 min with the defaults.
+#   OUT=dir [PROCS=2] [REPS=100] [EXECS=1] [PIN=numa:4] bash benchmarks/probes/run.sh collective_after
+set -uo pipefail
+OUT=${OUT:-probe_collective_after_out}; PROCS=${PROCS:-2}; REPS=${REPS:-100}; EXECS=${EXECS:-1}; mkdir -p "$OUT"
+. benchmarks/device_env.sh  # multicast off, carried wheels, PYTHONPATH
+export SCHEDSIM_PIN_CPUS=${PIN:-numa:4}
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
+P="benchmarks/probes/host/collective_call.py --after"
+for i in $(seq "$PROCS"); do
+  echo "=== plain $i ($(date -u +%H:%M:%S))"
+  TORCH_NCCL_ASYNC_ERROR_HANDLING=1 timeout 45 python3 $P --reps "$REPS" > "$OUT/plain$i.log" 2>&1 \
+    || { echo "plain $i failed"; tail -5 "$OUT/plain$i.log"; }
+  grep '^PROBE ' "$OUT/plain$i.log" | sed "s/^PROBE /plain$i /" >> "$OUT/probe_rows.txt"
+  echo "=== torchrun $i ($(date -u +%H:%M:%S))"
+  timeout 45 python3 -m torch.distributed.run --standalone --nproc-per-node 1 $P --reps "$REPS" > "$OUT/torchrun$i.log" \
+    2>&1 || { echo "torchrun $i failed"; tail -5 "$OUT/torchrun$i.log"; }
+  grep '^PROBE ' "$OUT/torchrun$i.log" | sed "s/^PROBE /torchrun$i /" >> "$OUT/probe_rows.txt"
+done
+echo "=== plain, Flight Recorder off ($(date -u +%H:%M:%S))"  # PyTorch's NCCL Flight Recorder gathers the caller's
+# Python stack on every collective (TORCH_NCCL_TRACE_BUFFER_SIZE, 2000 by default): its share of the call
+TORCH_NCCL_TRACE_BUFFER_SIZE=0 TORCH_NCCL_ASYNC_ERROR_HANDLING=1 timeout 45 python3 $P --reps "$REPS" \
+  > "$OUT/plain_fr0.log" 2>&1 || { echo "plain_fr0 failed"; tail -5 "$OUT/plain_fr0.log"; }
+grep '^PROBE ' "$OUT/plain_fr0.log" | sed "s/^PROBE /plain_fr0 /" >> "$OUT/probe_rows.txt"
+python3 - "$OUT/probe_rows.txt" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    tag, _, js = line.partition(" ")
+    r = json.loads(js)
+    c = r["calibrate"]["collector_on"]
+    it = r["iters"]
+    print(tag, "calibrate pair", round(c["collective_after_kernel_us"], 2), "first mm after sync / start",
+          r["calibrate"]["first_mm_after_sync_us"], r["calibrate"]["first_mm_after_start_us"], "warm-up layers",
+          [round(c[f"warmup_layer{k}_us"], 1) for k in (1, 2, 3, 8)], "| loops ar_after:",
+          {k: v["ar_after_us"] for k, v in r["pair_loops"].items()}, "| iters ar_after_mm:",
+          {k: v["ar_after_mm_us"] for k, v in it.items()}, "| first ar:", {k: v["ar_layers_us"][0] for k, v in it.items()},
+          "| first_mm:", {k: v["first_mm_us"] for k, v in it.items()}, "| its set_stream:", it["tpa"]["first_step_us"], "| issue:", {k: v["issue_us"] for k, v in it.items()})
+PY
+[ "$EXECS" -gt 0 ] && { python3 setup.py -q build_ext --inplace > "$OUT/build.log" 2>&1 || echo "build_ext failed"; }
+for i in $(seq "$EXECS"); do
+  for c in "tpa_eager tp_allreduce_graph --set world_size=1 --eager" "tpffn_tp1 tp_ffn --set tp=1"; do
+    set -- $c; tag=$1; sched=$2; shift 2
+    echo "=== execute $tag $i ($(date -u +%H:%M:%S))"
+    timeout 60 python3 -m torch.distributed.run --standalone --nproc-per-node 1 -m schedsim execute "schedules/$sched.yaml" \
+      "$@" --no-gantt --compare --profile h200 --iters 20 --warmup 5 --timeout 30 \
+      --out "$OUT/x_${tag}_$i" > "$OUT/x_${tag}_$i.log" 2>&1 || { echo "execute $tag failed"; tail -5 "$OUT/x_${tag}_$i.log"; }
+    rm -f "$OUT/x_${tag}_$i/trace.json"
+    python3 - "$OUT/x_${tag}_$i/timeline.json" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))["meta"]
+h = m.get("host_call_end_s") or {"none": 0.0}; ks = list(h); v = list(h.values())
+d = [v[0]] + [v[j] - v[j - 1] for j in range(1, len(v))]
+print("  per call µs (stamped):", " ".join(f"{k.split('@')[0]}:{x * 1e6:.1f}" for k, x in zip(ks, d)))
+print("  lean issue ms:", [round(x * 1e3, 3) for x in m.get("host_issue_uninstrumented_s", [])][:20])
+PY
+  done
+done
+echo "=== done ($(date -u +%H:%M:%S))"
+}
+
 coresidence() {
 # One GPU, ~3 min: GEMM co-residence on several streams (benchmarks/probes/sm/coresidence.py), then allgather_mm's GEMM pattern
 # measured by schedsim execute on one rank (world_size=1, M=16384: the 2-rank run's GEMM shapes), chunks
@@ -416,6 +484,6 @@ echo "=== done ($(date -u +%H:%M:%S))"
 }
 
 case "${1:-}" in
-  collective_host|coresidence|dispatch_order|elementwise_host|first_calls|graph_events|host_bound|host_calls|host_same_process|host_spread|l2_residency|post_start|scenarios_peer_wait|stream_dispatch) name=$1; shift; "$name" "$@" ;;
-  *) echo "usage: [VAR=...] bash benchmarks/probes/run.sh NAME [ARGS...]; NAME is one of: collective_host coresidence dispatch_order elementwise_host first_calls graph_events host_bound host_calls host_same_process host_spread l2_residency post_start scenarios_peer_wait stream_dispatch" >&2; exit 2 ;;
+  collective_after|collective_host|coresidence|dispatch_order|elementwise_host|first_calls|graph_events|host_bound|host_calls|host_same_process|host_spread|l2_residency|post_start|scenarios_peer_wait|stream_dispatch) name=$1; shift; "$name" "$@" ;;
+  *) echo "usage: [VAR=...] bash benchmarks/probes/run.sh NAME [ARGS...]; NAME is one of: collective_after collective_host coresidence dispatch_order elementwise_host first_calls graph_events host_bound host_calls host_same_process host_spread l2_residency post_start scenarios_peer_wait stream_dispatch" >&2; exit 2 ;;
 esac

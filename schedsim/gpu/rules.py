@@ -40,8 +40,9 @@ Each rule has a name, used in code, notes and errors (the numbers they once had:
    stream (event record + wait), ``stream_switch_us`` when the op's stream differs
    from the previous op's on the rank (entering ``with torch.cuda.stream(s)``:
    8.7 µs = 18.4 µs for a switch + ``add_`` − 9.7 µs for the ``add_`` alone, 2×H200,
-   [evidence: 2xh200-concurrency]; the rank's first op is issued in
-   its stream's context for free) and the op's declared ``host_us`` (Python time
+   [evidence: 2xh200-concurrency]; the rank's first op pays no switch here:
+   calibrate times the switch to the iteration's stream with the first call,
+   inside ``first_op_extra_us``, as the programs make it) and the op's declared ``host_us`` (Python time
    before the call). A kernel reaches the GPU part-way through its call,
    ``launch.call_launch_fraction`` of the call's host time in (default 1: at its
    return; ``calibrate`` measures it: a matmul's launch comes before the output's

@@ -173,3 +173,32 @@ def test_the_threads_snapshot_comes_one_untimed_iteration_before_the_first_timed
     seen.clear()
     pr.time(lambda: seen.append("issue") and [], [], iters=1, warmup=0)  # no warm-up: before the first, as before
     assert seen == ["threads", "issue", "threads"]
+
+
+def test_the_first_calls_start_as_the_programs_iterations_with_the_stream_switch_in_the_first_call(monkeypatch):
+    """calibrate's first-call probe (first_op_extra_us, first_collective_extra_us, cold_first_call_us) starts each
+    repetition with the executor's IterationClock.start and times the switch to the iteration's stream with the
+    first call, as execute's lean loop (its first step) and the hand-written references (their issue()) do."""
+    import executor.calibrate_host as H
+
+    tick = [0.0]
+    events: list[Any] = []
+
+    def advance(dt: float, ev: Any) -> None:
+        tick[0] += dt
+        events.append(ev)
+
+    cuda = SimpleNamespace(set_stream=lambda s: advance(2.0, ("set_stream", s)),
+                           default_stream=lambda dev: "default", _sleep=lambda c: events.append(("sleep", c)))
+    b = SimpleNamespace(torch=SimpleNamespace(cuda=cuda), ctx=SimpleNamespace(device="dev", barrier=lambda: None),
+                        sync=lambda: events.append("sync"))
+    clock = SimpleNamespace(start=lambda streams: events.append(("start", list(streams))))
+    monkeypatch.setattr(H.time, "perf_counter", lambda: tick[0])
+    out = H._first_call_times(b, [lambda: advance(10.0, "mm"), lambda: advance(20.0, "ar")], 2, sleep_cycles=7,
+                              start=(clock, "s"))
+    assert out == [[12.0, 12.0], [20.0, 20.0]]  # the switch (2) counts with the first call (10)
+    one = [("sleep", 7), ("start", ["s"]), ("set_stream", "s"), "mm", "ar", ("set_stream", "default")]
+    assert events == one + one + ["sync"]  # no synchronize or barrier of its own: the start's synchronize waits
+    events.clear()
+    assert H._first_call_times(b, [lambda: advance(10.0, "mm")], 1) == [[10.0]]  # without a start: as before
+    assert events == ["sync", "mm", "sync"]

@@ -215,6 +215,13 @@ def test_host_call_misses_by_call_and_the_call_before(tmp_path, monkeypatch):
     assert sorted(got) == ["compute after matmul", "matmul after compute", "matmul after matmul", "matmul first"]
     assert got["compute after matmul"] == pytest.approx([2e-6, 0.0, 0.0])  # act0, act1, join
     assert got["matmul first"] == [0.0] and all(x == pytest.approx(0.0) for x in got["matmul after matmul"])
+    # by place among the rank's calls of the kind: act0 is its first compute call, act1 and join the 2nd and 3rd
+    places = _replay_module().host_call_places(case.parent, G, pred)
+    assert [(p, m) for c, p, m in places if c == "compute after matmul"] == [
+        ("1st", pytest.approx(2e-6)), ("2nd-3rd", pytest.approx(0.0)), ("2nd-3rd", pytest.approx(0.0))]
+    md = _replay_module().host_call_table([{"case": "so", "host_calls": got, "host_call_places": places}])
+    (line,) = [ln for ln in md.splitlines() if "| compute after matmul |" in ln]
+    assert line.startswith("| so | compute after matmul | 3 | +0.00 µs | +2.00 | ") and line.endswith("0.00 |  |")
 
 
 def test_process_phases_compare_the_uninstrumented_issue_with_the_stamped_one(tmp_path):
