@@ -369,12 +369,20 @@ def _host_waits(prog: Program, comm: np.ndarray, head: np.ndarray, first: np.nda
     return hub[o][prev[ok]], (2 * u[heads[ok]]).astype(hub.dtype)
 
 
+#: The reasons (:func:`_wait_for_edges`) whose parts come in pairs, member posted -> hub then hub -> member done.
+_TO_HUB = frozenset(("collective", "lazy init", "multi-peer batch"))
+
+
 def _ordered_by_position(n_nodes: int, parts: list[tuple[np.ndarray, np.ndarray]], useq: np.ndarray,
-                         prog: Program, u: np.ndarray, lazy: np.ndarray) -> bool:
+                         prog: Program, u: np.ndarray, lazy: np.ndarray, why: list[str] | None = None) -> bool:
     """Whether every edge goes forward in the order "unit position, posted before hub before done": then the
     graph is acyclic without a sweep. It holds when each collective's members, and each send/recv pair, sit
     at one position on every rank (an SPMD program); any other graph is left to the sweep. The first part
-    (posted -> done of one unit, not in ``parts``) goes forward by construction."""
+    (posted -> done of one unit, not in ``parts``) goes forward by construction; so do, with ``why`` (each
+    part's reason, :func:`_wait_for_edges`), both p2p parts once each send sits at its recv's position (tested
+    first: posted 4s -> done 4s + 2) and the first part of each "collective", "lazy init" and "multi-peer
+    batch" pair, a member's posted -> its hub (4s -> 4m + 1, the hub's position m its members' largest), which
+    are then not read."""
     n = len(useq)
     if len(prog.p2p) and not np.array_equal(useq[u[prog.p2p[:, 0]]], useq[u[prog.p2p[:, 1]]]):
         return False  # a send and its recv at two positions (a pipeline's): one of their edges goes back
@@ -387,7 +395,15 @@ def _ordered_by_position(n_nodes: int, parts: list[tuple[np.ndarray, np.ndarray]
         ms = useq[u[prog.coll_idx]]
         key[2 * n:2 * n + nc] = 4 * np.maximum.reduceat(ms, prog.coll_ptr[:-1]) + 1
     key[2 * n + max(nc, 0):] = 4 * lazy + 1
-    return all(bool((key[a] < key[b]).all()) for a, b in reversed(parts))  # p2p (most often backward) early
+    read = list(range(len(parts)))
+    if why is not None and len(why) == len(parts):
+        at = 0  # the part's place in its run of one reason: member -> hub first in each pair
+        read = []
+        for i, r in enumerate(why):
+            at = at + 1 if i and why[i - 1] == r else 0
+            if r != "p2p" and not (r in _TO_HUB and at % 2 == 0):
+                read.append(i)
+    return all(bool((key[parts[i][0]] < key[parts[i][1]]).all()) for i in reversed(read))  # later parts first
 
 
 def _communicator_order(prog: Program, comm: np.ndarray, head: np.ndarray, u: np.ndarray, eager: bool,
@@ -452,8 +468,9 @@ def _acyclic(n: int, src: np.ndarray, dst: np.ndarray) -> bool:
 
 def _no_hang(prog: Program, comm: np.ndarray, head: np.ndarray, tc: _Templates, eager: bool = False,
              grouped: bool = False) -> bool:
-    n, parts, useq, u, lazy = _wait_for_edges(prog, comm, head, eager, tc, grouped)
-    if _ordered_by_position(n, parts, useq, prog, u, lazy):
+    why: list[str] = []
+    n, parts, useq, u, lazy = _wait_for_edges(prog, comm, head, eager, tc, grouped, why)
+    if _ordered_by_position(n, parts, useq, prog, u, lazy, why):
         return True
     it = _index_type(prog)
     if it is np.int32:  # the parts read where they lie, each unit's posted -> done implied (int64: below)
