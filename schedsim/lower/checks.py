@@ -369,20 +369,13 @@ def _host_waits(prog: Program, comm: np.ndarray, head: np.ndarray, first: np.nda
     return hub[o][prev[ok]], (2 * u[heads[ok]]).astype(hub.dtype)
 
 
-#: The reasons (:func:`_wait_for_edges`) whose parts come in pairs, member posted -> hub then hub -> member done.
-_TO_HUB = frozenset(("collective", "lazy init", "multi-peer batch"))
-
-
 def _ordered_by_position(n_nodes: int, parts: list[tuple[np.ndarray, np.ndarray]], useq: np.ndarray,
                          prog: Program, u: np.ndarray, lazy: np.ndarray, why: list[str] | None = None) -> bool:
     """Whether every edge goes forward in the order "unit position, posted before hub before done": then the
     graph is acyclic without a sweep. It holds when each collective's members, and each send/recv pair, sit
     at one position on every rank (an SPMD program); any other graph is left to the sweep. The first part
-    (posted -> done of one unit, not in ``parts``) goes forward by construction; so do, with ``why`` (each
-    part's reason, :func:`_wait_for_edges`), both p2p parts once each send sits at its recv's position (tested
-    first: posted 4s -> done 4s + 2) and the first part of each "collective", "lazy init" and "multi-peer
-    batch" pair, a member's posted -> its hub (4s -> 4m + 1, the hub's position m its members' largest), which
-    are then not read."""
+    (posted -> done of one unit, not in ``parts``) goes forward by construction; so do, not read where ``why``
+    names them, the p2p parts (tested first: 4s -> 4s + 2) and each member -> hub (4s -> 4 max + 1)."""
     n = len(useq)
     if len(prog.p2p) and not np.array_equal(useq[u[prog.p2p[:, 0]]], useq[u[prog.p2p[:, 1]]]):
         return False  # a send and its recv at two positions (a pipeline's): one of their edges goes back
@@ -395,15 +388,10 @@ def _ordered_by_position(n_nodes: int, parts: list[tuple[np.ndarray, np.ndarray]
         ms = useq[u[prog.coll_idx]]
         key[2 * n:2 * n + nc] = 4 * np.maximum.reduceat(ms, prog.coll_ptr[:-1]) + 1
     key[2 * n + max(nc, 0):] = 4 * lazy + 1
-    read = list(range(len(parts)))
-    if why is not None and len(why) == len(parts):
-        at = 0  # the part's place in its run of one reason: member -> hub first in each pair
-        read = []
-        for i, r in enumerate(why):
-            at = at + 1 if i and why[i - 1] == r else 0
-            if r != "p2p" and not (r in _TO_HUB and at % 2 == 0):
-                read.append(i)
-    return all(bool((key[parts[i][0]] < key[parts[i][1]]).all()) for i in reversed(read))  # later parts first
+    hubs = ("collective", "lazy init", "multi-peer batch")  # pairs of parts: member -> hub first, hub -> done
+    read = [r != "p2p" and not (r in hubs and (not i or why[i - 1] != r)) for i, r in enumerate(why)] \
+        if why is not None and len(why) == len(parts) else [True] * len(parts)
+    return all(bool((key[a] < key[b]).all()) for (a, b), k in zip(parts[::-1], read[::-1], strict=True) if k)
 
 
 def _communicator_order(prog: Program, comm: np.ndarray, head: np.ndarray, u: np.ndarray, eager: bool,
