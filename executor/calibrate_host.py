@@ -762,6 +762,13 @@ def median_costs(runs: Sequence[dict[str, float]]) -> dict[str, float]:
     ``executor_extra_per_op_us`` is recomputed from the medians of the lean loop and of the probe by hand
     (≥ 0), so it stays their difference.
 
+    Why field by field, though the fields may then come from different processes: one process's figures do not
+    move together (a spell slows one loop of a process, not all), and taking every field from one process (the
+    median or the fastest by ``eager_per_op_us``) or rescaling each process by one speed factor: each made some
+    case worse by more than 2 points in the replay of at least one of four recorded H100 sessions, and none did
+    better on all four (docs/validation.md, "fresh host processes, one rule for all fields?";
+    ``benchmarks/accuracy/replay_runs.py --host-rules``).
+
     >>> median_costs([{"eager_per_op_us": 12.0}, {"eager_per_op_us": 20.0}, {"eager_per_op_us": 14.0}])
     {'eager_per_op_us': 14.0}
     """

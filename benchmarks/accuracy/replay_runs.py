@@ -20,6 +20,10 @@ a shape never idle takes the median over all) and replays with it.
 ``--fresh-host OUT.yaml`` (with ``--profile``, a calibrated profile with its ``.json`` next to it) first writes the
 profile with the ``launch:`` fields it leaves unset computed from its calibration's fresh host processes by this
 checkout's calibrate (``collective_after_kernel_us`` for a calibration older than that field) and replays with it.
+``--host-rules`` (with ``--profile``, a calibrated profile with its ``.json``) replays every case with the profile's
+``launch:`` fields and ``gemm.call`` rows rebuilt from its calibration's fresh host processes by each rule of
+:data:`HOST_RULES` (calibrate's field-by-field median; one process's fields; one speed factor per process) and
+prints per rule the makespan errors and the cases worse by more than 2 points than the median rule.
 ``--process-host`` predicts each case measured with ``execute --measure-host`` with that process's host costs.
 ``--profile`` defaults to each run's own calibrated profile (``RUN_DIR/*_calibrated.yaml``); give a profile
 name (``h200x2``, ``h200``) or path to replay every case with it. Goals (issue 8): makespan error median
@@ -30,8 +34,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -436,15 +442,110 @@ def with_memset_rows(runs: list[Path], profile: str, out: Path) -> str:
     return str(out)
 
 
-def fresh_host_fields(calib: dict[str, Any]) -> dict[str, Any]:
-    """The ``launch:`` fields this checkout's calibrate computes from a calibration JSON's fresh host processes
+#: figures of a fresh process that are ratios, not µs: kept as they are by the ``scaled`` rules of :data:`HOST_RULES`
+RATIOS = ("call_launch_fraction",)
+#: the fields whose geometric mean is a process's speed in the ``*_composite`` rules of :data:`HOST_RULES`
+COMPOSITE = ("eager_per_op_us", "eager_per_collective_us", "elementwise_call_us", "collective_after_kernel_us")
+
+
+def _mid(procs: Sequence[dict[str, float]], speed: Sequence[float]) -> list[dict[str, float]]:
+    """The process of the median ``speed`` (of an even count the faster middle one)."""
+    order = sorted(range(len(procs)), key=lambda i: speed[i])
+    return [procs[order[(len(procs) - 1) // 2]]]
+
+
+def _factor(procs: Sequence[dict[str, float]], keys: Sequence[str]) -> list[float]:
+    """Per process, the geometric mean over ``keys`` (those every process has, > 0) of its figure over the
+    processes' median: its speed factor (1 the median process, > 1 slower)."""
+    keys = [k for k in keys if all(p.get(k, 0) > 0 for p in procs)]
+    med = {k: statistics.median(p[k] for p in procs) for k in keys}
+    return [math.exp(sum(math.log(p[k] / med[k]) for k in keys) / len(keys)) for p in procs]
+
+
+def _scaled(procs: Sequence[dict[str, float]], keys: Sequence[str] = ("eager_per_op_us",)) -> list[dict[str, float]]:
+    return [{k: (v if k in RATIOS or k.startswith("gemm_call:") else v / f) for k, v in p.items()}
+            for p, f in zip(procs, _factor(procs, keys), strict=True)]
+
+
+#: ways to combine a calibration's fresh host processes (settled) before calibrate's field-by-field median: the
+#: processes whose median the profile takes. ``median``: all of them (calibrate's rule); ``mid_process``: the one
+#: whose ``eager_per_op_us`` is the median (of an even count the faster middle one); ``fastest``: the lowest
+#: ``eager_per_op_us``; ``scaled``: all, each one's µs figures divided by its ``eager_per_op_us`` over the median
+#: one (one speed factor per process; :data:`RATIOS` and ``gemm_call:*`` ratios kept); ``mid_composite`` /
+#: ``scaled_composite``: the same with the geometric mean over :data:`COMPOSITE` as the speed
+HOST_RULES: dict[str, Callable[[Sequence[dict[str, float]]], list[dict[str, float]]]] = {
+    "median": list,
+    "mid_process": lambda ps: _mid(ps, [p["eager_per_op_us"] for p in ps]),
+    "fastest": lambda ps: [min(ps, key=lambda p: p["eager_per_op_us"])],
+    "scaled": _scaled,
+    "mid_composite": lambda ps: _mid(ps, _factor(ps, COMPOSITE)),
+    "scaled_composite": lambda ps: _scaled(ps, COMPOSITE),
+}
+
+
+def fresh_host_costs(calib: dict[str, Any], rule: str = "median") -> dict[str, float]:
+    """The host figures this checkout's calibrate keeps from a calibration JSON's fresh host processes
     (``host_fresh_processes``: each process's loops, :func:`executor.calibrate_host.settle_costs`, then the median
-    over processes, :func:`~executor.calibrate_host.median_costs`, as :func:`~executor.calibrate_host.launch_fields`
-    rounds them); empty without fresh processes."""
-    from executor.calibrate_host import launch_fields, median_costs, settle_costs
+    over the processes ``rule`` of :data:`HOST_RULES` gives, :func:`~executor.calibrate_host.median_costs`), µs per
+    call and ``gemm_call:*`` ratios; empty without fresh processes."""
+    from executor.calibrate_host import median_costs, settle_costs
 
     fresh = [settle_costs(dict(p)) for p in calib.get("host_fresh_processes") or []]
-    return launch_fields(median_costs(fresh)) if fresh else {}
+    return median_costs(HOST_RULES[rule](fresh)) if fresh else {}
+
+
+def fresh_host_fields(calib: dict[str, Any]) -> dict[str, Any]:
+    """The ``launch:`` fields of :func:`fresh_host_costs`, as :func:`~executor.calibrate_host.launch_fields`
+    rounds them; empty without fresh processes."""
+    from executor.calibrate_host import launch_fields
+
+    return launch_fields(fresh_host_costs(calib))
+
+
+def with_host_rule(profile: str, rule: str, out: Path) -> str:
+    """Write ``profile`` (a calibrated profile, its calibration JSON next to it) with the ``launch:`` fields and
+    ``gemm.call`` rows its fresh processes give under ``rule`` (:data:`HOST_RULES`, :func:`fresh_host_costs`) to
+    ``out``; return ``out`` as a path string."""
+    import yaml
+
+    from executor.calibrate_host import gemm_call_rows, launch_fields
+
+    costs = fresh_host_costs(json.loads(Path(profile).with_suffix(".json").read_text()), rule)
+    prof = load_profile(profile)
+    prof = prof.model_copy(update={
+        "launch": prof.launch.model_copy(update=launch_fields(costs)),
+        "gemm": prof.gemm.model_copy(update={"call": [tuple(r) for r in gemm_call_rows(costs)]})})
+    atomic_write_text(out, yaml.safe_dump(prof.model_dump(mode="json"), sort_keys=False, width=200))
+    return str(out)
+
+
+def host_rule_tables(by_rule: dict[str, list[dict[str, Any]]]) -> str:
+    """Markdown: per rule of :data:`HOST_RULES` the makespan |error| median / worst against the executor and
+    against hand-written and the count of cases whose |error| grows by more than 2 points over the ``median`` rule;
+    those cases; per case each rule's error against the executor / hand-written (%)."""
+    base = {r["case"]: r for r in by_rule["median"]}
+
+    def stat(xs: list[float]) -> str:
+        return f"{statistics.median(xs) * 100:.1f} / {max(xs) * 100:.1f} %" if xs else "n/a"
+
+    out = ["| rule | vs execute median / worst | vs hand-written median / worst | cases worse > 2 pt |",
+           "|---|---:|---:|---:|"]
+    worse = ["| rule | case | vs | median rule | rule |", "|---|---|---|---:|---:|"]
+    for rule, rows in by_rule.items():
+        n = 0
+        for r in rows:
+            for key, vs in (("error", "execute"), ("hw_error", "hand-written")):
+                b, c = base[r["case"]][key], r[key]
+                if b is not None and c is not None and abs(c) - abs(b) > 0.02:
+                    n += 1
+                    worse.append(f"| {rule} | {r['case']} | {vs} | {_p(b)} | {_p(c)} |")
+        out.append(f"| {rule} | {stat([abs(r['error']) for r in rows if r['error'] is not None])} | "
+                   f"{stat([abs(r['hw_error']) for r in rows if r['hw_error'] is not None])} | {n} |")
+    each = ["| case | " + " | ".join(by_rule) + " |", "|---|" + "---:|" * len(by_rule)]
+    for case in base:
+        got = [{r["case"]: r for r in rows}[case] for rows in by_rule.values()]
+        each.append(f"| {case} | " + " | ".join(f"{_p(r['error'])} / {_p(r['hw_error'])}" for r in got) + " |")
+    return "\n\n".join("\n".join(t) for t in (out, worse, each))
 
 
 def with_fresh_host(profile: str, out: Path) -> str:
@@ -462,6 +563,13 @@ def with_fresh_host(profile: str, out: Path) -> str:
     prof = prof.model_copy(update={"launch": prof.launch.model_copy(update=add)})
     atomic_write_text(out, yaml.safe_dump(prof.model_dump(mode="json"), sort_keys=False, width=200))
     return str(out)
+
+
+def print_kinds(r: dict[str, Any]) -> None:
+    """``--kinds``: a replayed case's per-kind totals, one line per op kind."""
+    for kind, d in r["by_kind"].items():
+        print(f"  {r['case']:<24} {kind:<12} n={d['n']:<4} pred {d['pred_total_s'] * 1e3:9.3f} ms  meas "
+              f"{d['meas_total_s'] * 1e3:9.3f} ms  median |err| {_p(d['median_abs_error'], False)}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -487,7 +595,13 @@ def main(argv: list[str] | None = None) -> int:
                     "calibrated profile, its .json next to it) with the launch fields it leaves unset filled from its "
                     "calibration's fresh host processes as this checkout's calibrate computes them, to OUT.yaml, and "
                     "replay with it (before --memset-rows)")
+    ap.add_argument("--host-rules", action="store_true", help="replay with --profile (a calibrated profile, its "
+                    ".json next to it) rebuilt from its fresh host processes by each rule of HOST_RULES (median: "
+                    "calibrate's; one process; one speed factor per process), and print per rule the makespan errors "
+                    "and the cases worse by > 2 points than the median rule")
     a = ap.parse_args(argv)
+    if a.host_rules:
+        return host_rules_main(a)
     for run in a.runs:
         if not run.is_dir():
             ap.error(f"{run}: not a run folder (give OUT or WORK of one_gpu_suite.sh / two_gpu_suite.sh, the folder "
@@ -511,15 +625,33 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{case}: {type(e).__name__}: {e}", file=sys.stderr)
             continue
         if a.kinds:
-            r = rows[-1]
-            for kind, d in r["by_kind"].items():
-                print(f"  {r['case']:<24} {kind:<12} n={d['n']:<4} pred {d['pred_total_s'] * 1e3:9.3f} ms  meas "
-                      f"{d['meas_total_s'] * 1e3:9.3f} ms  median |err| {_p(d['median_abs_error'], False)}")
+            print_kinds(rows[-1])
     md = table(rows)
     if a.process_host:
         md += "\n\n" + process_host_table(rows)
     if a.host_calls:
         md += "\n\n" + host_call_table(rows) + "\n\n" + process_phase_table(rows)
+    print(md)
+    if a.md:
+        atomic_write_text(a.md, md + "\n")
+    return 0
+
+
+def host_rules_main(a: argparse.Namespace) -> int:
+    """``--host-rules``: the runs replayed with one profile per rule of :data:`HOST_RULES`, written to a temporary
+    folder; prints :func:`host_rule_tables` (and writes it to ``--md``)."""
+    import tempfile
+
+    if not a.profile:
+        print("error: --host-rules needs --profile (a calibrated profile with its .json next to it)", file=sys.stderr)
+        return 2
+    by_rule: dict[str, list[dict[str, Any]]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for rule in HOST_RULES:
+            prof = with_host_rule(a.profile, rule, Path(tmp) / f"{rule}.yaml")
+            by_rule[rule] = [replay_case(c, prof, a.gpu_model) for c in cases(a.runs)
+                             if not (a.exclude and a.exclude in c.name)]
+    md = host_rule_tables(by_rule)
     print(md)
     if a.md:
         atomic_write_text(a.md, md + "\n")
