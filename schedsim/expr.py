@@ -23,6 +23,7 @@ import math
 import operator
 import re
 from collections.abc import Callable, Mapping
+from itertools import repeat
 from typing import Any
 
 __all__ = ["ExprError", "evaluate", "interpolate", "FUNCTIONS"]
@@ -610,24 +611,34 @@ def compile_interpolate_vector(text: str) -> Callable[[Mapping[str, Any], Mappin
     fns = [compile_vector(e) for e in pieces[1::2]]
 
     def run(env: Mapping[str, Any], loop: Mapping[str, _Vec], n: int) -> Any:
-        fmt = [lits[0].replace("{", "{{").replace("}", "}}")]
-        cols: list[list[Any]] = []
+        # each iteration's string made piece by piece, a C-level map per piece: str(x) is format(x, "") for these
+        # types, and int's own repr where every value is an int (no bool); literal pieces are added as they are
+        made: list[str] | None = None  # the strings so far, one per iteration, once a piece varies
+        head = lits[0]  # the constant text before the first piece that varies
         for f, lit in zip(fns, lits[1:], strict=True):
             v = f(env, loop, n)
             if isinstance(v, _Vec):
                 vals = v.a.tolist()
-                if not set(map(type, vals)) <= {int, float, str, bool}:
+                types = set(map(type, vals))
+                if not types <= {int, float, str, bool}:
                     raise NotVectorisable("a value that is not a number or string")
-                cols.append(vals)
-                fmt.append("{}")  # format(x, "") is str(x) for these types
+                strs = list(map(int.__repr__ if types == {int} else str, vals))
+                if made is None:
+                    made = list(map(head.__add__, strs)) if head else strs
+                else:
+                    made = list(map(str.__add__, made, strs))
+            elif made is None:
+                head += str(v)
             else:
-                fmt.append(str(v).replace("{", "{{").replace("}", "}}"))
-            fmt.append(lit.replace("{", "{{").replace("}", "}}"))
-        form = "".join(fmt)
-        if not cols:
-            return form.format()
+                made = list(map(str.__add__, made, repeat(str(v), n)))
+            if lit and made is not None:
+                made = list(map(str.__add__, made, repeat(lit, n)))
+            elif lit:
+                head += lit
+        if made is None:
+            return head
         out = np.empty(n, object)
-        out[:] = list(map(form.format, *cols))
+        out[:] = made
         return _Vec(out, False)
 
     return run

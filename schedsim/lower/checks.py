@@ -370,11 +370,12 @@ def _host_waits(prog: Program, comm: np.ndarray, head: np.ndarray, first: np.nda
 
 
 def _ordered_by_position(n_nodes: int, parts: list[tuple[np.ndarray, np.ndarray]], useq: np.ndarray,
-                         prog: Program, u: np.ndarray, lazy: np.ndarray) -> bool:
+                         prog: Program, u: np.ndarray, lazy: np.ndarray, why: list[str] | None = None) -> bool:
     """Whether every edge goes forward in the order "unit position, posted before hub before done": then the
     graph is acyclic without a sweep. It holds when each collective's members, and each send/recv pair, sit
     at one position on every rank (an SPMD program); any other graph is left to the sweep. The first part
-    (posted -> done of one unit, not in ``parts``) goes forward by construction."""
+    (posted -> done of one unit, not in ``parts``) goes forward by construction; so do, not read where ``why``
+    names them, the p2p parts (tested first: 4s -> 4s + 2) and each member -> hub (4s -> 4 max + 1)."""
     n = len(useq)
     if len(prog.p2p) and not np.array_equal(useq[u[prog.p2p[:, 0]]], useq[u[prog.p2p[:, 1]]]):
         return False  # a send and its recv at two positions (a pipeline's): one of their edges goes back
@@ -387,7 +388,10 @@ def _ordered_by_position(n_nodes: int, parts: list[tuple[np.ndarray, np.ndarray]
         ms = useq[u[prog.coll_idx]]
         key[2 * n:2 * n + nc] = 4 * np.maximum.reduceat(ms, prog.coll_ptr[:-1]) + 1
     key[2 * n + max(nc, 0):] = 4 * lazy + 1
-    return all(bool((key[a] < key[b]).all()) for a, b in reversed(parts))  # p2p (most often backward) early
+    hubs = ("collective", "lazy init", "multi-peer batch")  # pairs of parts: member -> hub first, hub -> done
+    read = [r != "p2p" and not (r in hubs and (not i or why[i - 1] != r)) for i, r in enumerate(why)] \
+        if why is not None and len(why) == len(parts) else [True] * len(parts)
+    return all(bool((key[a] < key[b]).all()) for (a, b), k in zip(parts[::-1], read[::-1], strict=True) if k)
 
 
 def _communicator_order(prog: Program, comm: np.ndarray, head: np.ndarray, u: np.ndarray, eager: bool,
@@ -452,8 +456,9 @@ def _acyclic(n: int, src: np.ndarray, dst: np.ndarray) -> bool:
 
 def _no_hang(prog: Program, comm: np.ndarray, head: np.ndarray, tc: _Templates, eager: bool = False,
              grouped: bool = False) -> bool:
-    n, parts, useq, u, lazy = _wait_for_edges(prog, comm, head, eager, tc, grouped)
-    if _ordered_by_position(n, parts, useq, prog, u, lazy):
+    why: list[str] = []
+    n, parts, useq, u, lazy = _wait_for_edges(prog, comm, head, eager, tc, grouped, why)
+    if _ordered_by_position(n, parts, useq, prog, u, lazy, why):
         return True
     it = _index_type(prog)
     if it is np.int32:  # the parts read where they lie, each unit's posted -> done implied (int64: below)

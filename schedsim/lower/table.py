@@ -305,19 +305,22 @@ def _intern_all(interner: _Interner, seq: list[Any]) -> np.ndarray:
     """Ids of every item of ``seq`` (int32), interning the new ones in first-seen order. One item throughout (a
     row's tags, most often none) is looked up once: ``list.count`` compares in C, no hashing per item. Otherwise
     each item is looked up once; the new ones, when each occurs once (a ``foreach``'s names), take the next ids in
-    order without a second lookup (a run's 1.25M names at 10M ops: three dict operations per name before)."""
+    order without a second lookup (a run's 1.25M names at 10M ops: three dict operations per name before); when
+    none is interned yet, the lookups are one ``isdisjoint`` pass and the ids one dict made in order."""
     n = len(seq)
     if n > 1 and seq[0] == seq[-1] and seq.count(seq[0]) == n:
         return np.full(n, interner(seq[0]), I32)
     if interner._unreg:  # lazy runs to register first, item by item
         return np.fromiter(map(_intern_new(interner, seq).__getitem__, seq), I32, n)
     ids, items = interner._ids, interner._items
-    if not items and not ids:  # nothing interned yet (a table's first names): every item is new
-        first = dict(zip(seq, count()))  # one pass; where the items are distinct, their ids in first-seen order
+    if (not items and not ids) or ids.keys().isdisjoint(seq):  # every item is new (a table's first names, or a
+        # foreach's second name column): one pass; where the items are distinct, their ids in first-seen order
+        base = len(items)
+        first = dict(zip(seq, count(base)))
         if len(first) == n:
             ids.update(first)  # into an empty dict: a copy of the table, no second hashing
             items.extend(seq)
-            return np.arange(n, dtype=I32)
+            return np.arange(base, base + n, dtype=I32)
     got = np.fromiter(map(ids.get, seq, repeat(-1)), I32, n)
     new = got < 0
     if not new.any():

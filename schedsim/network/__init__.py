@@ -324,7 +324,7 @@ class NcclNetwork:
         self._shapes: dict[tuple[int, ...], GroupShape] = {}
         self._tune: dict[tuple[GroupShape, str], tuple[_Table, _Table, TuneInput]] = {}
         self._scales: dict[tuple[GroupShape, str, str, str, int], float] = {}
-        self._later: dict[tuple[GroupShape, str], tuple[list[float], list[float]]] = {}
+        self._later: dict[tuple[GroupShape, str], tuple[list[float], list[float], float]] = {}
         #: :meth:`collective`'s answers by (kind, bytes and their type, shape, has_table, floor): the cost model
         #: and the shared links' choice of algorithm (:func:`schedsim.network.share.link_share`) ask for the same
         #: collectives, and the points of a search share this object; emptied at :data:`COSTS_KEPT` entries
@@ -690,23 +690,32 @@ class NcclNetwork:
         rule every cost here keeps). The switch sizes are found once per group shape (:meth:`_switches`)."""
         key = (shape, func)
         got = self._later.get(key)
-        if got is None:
-            got = self._later[key] = self._switches(shape, func)
-        sizes, suffix = got
+        if got is None or nbytes < got[2]:  # the first message of the shape: the switches above it; a smaller one
+            # later: all of them (at most two searches per shape)
+            got = self._later[key] = self._switches(shape, func, nbytes if got is None else -math.inf)
+        sizes, suffix, _lowest = got
         i = bisect.bisect_right(sizes, nbytes)
         return suffix[i] if i < len(sizes) else math.inf
 
-    def _switches(self, shape: GroupShape, func: str) -> tuple[list[float], list[float]]:
-        """(switch sizes ascending, the least time from each on): see :meth:`_later_min`. NCCL's estimate of each
-        algorithm is affine in the size between the tree correction buckets (``64 · 2^k`` bytes) and the ring
-        plateau's onset (``64 · nChannels · nRanks``), and the least of affine functions takes each one over at
-        most once; so on a grid holding those sizes (and four per octave, 1 B to 16 TiB) every change of choice
-        inside a grid step, which ends a byte before the next grid size, is found by bisection to the byte, one
-        after the other until the step's end, and a change at a grid size itself by comparing it with the byte
-        before."""
+    def _switches(self, shape: GroupShape, func: str, above: float = -math.inf
+                  ) -> tuple[list[float], list[float], float]:
+        """(switch sizes ascending, the least time from each on, ``lowest``): see :meth:`_later_min`. With
+        ``above`` (bytes) only the grid steps (below) that end past it are searched: the lists then hold the
+        switches above ``lowest`` (the first such step's start, at most ``above``; -inf when every step is
+        searched), the same sizes and times as the whole search's there, which is all that a message of
+        ``lowest`` bytes or more reads (a step's switches lie past its start and no later than its end).
+
+        NCCL's estimate of each algorithm is affine in the size between the tree correction buckets (``64 · 2^k`` bytes)
+        and the ring plateau's onset (``64 · nChannels · nRanks``), and the least of affine functions takes each one
+        over at most once; so on a grid holding those sizes (and four per octave, 1 B to 16 TiB) every change of choice
+        inside a grid step, which ends a byte before the next grid size, is found by bisection to the byte, one after
+        the other until the step's end, and a change at a grid size itself by comparing it with the byte before."""
         n_ch = self._comm_channels(self._tables(shape, func)[2])
         grid = sorted({float(math.ceil(2.0 ** (k / 4))) for k in range(4 * 44 + 1)}
                       | {float(64 << k) for k in range(38)} | {64.0 * n_ch * shape.ranks})
+        first = next((k for k in range(len(grid) - 1) if grid[k + 1] > above), len(grid) - 1)
+        lowest = grid[first] if first else -math.inf
+        grid = grid[first:]
         choice = [self._choice(shape, func, s) for s in grid]
         sizes: list[float] = []
         for lo, hi, c_lo, c_hi in zip(grid, grid[1:], choice, choice[1:], strict=False):
@@ -723,7 +732,7 @@ class NcclNetwork:
                 sizes.append(hi)
         times = [got[0] if (got := self._chosen_time(shape, func, s)) is not None else math.inf for s in sizes]
         suffix = list(itertools.accumulate(reversed(times), min))[::-1]
-        return sizes, suffix
+        return sizes, suffix, lowest
 
     def _p2p_terms(self, nbytes_per_peer: float, inter: bool, shape: GroupShape, proto: str | None = None
                    ) -> tuple[float, float, str]:

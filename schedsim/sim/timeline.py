@@ -54,6 +54,7 @@ from schedsim.sim.timeline_json import (
     _json_pieces,
     _json_tags,
     _load_doc,
+    _MemoryJson,
     _RawPieces,
     _row_default,
     _strs,
@@ -809,7 +810,12 @@ class Timeline:
         forms = self.columns._json_forms()  # made once: the based float columns compare whole columns
         n = len(self)
         period = n // self.world_size if self.world_size > 0 and n % self.world_size == 0 else 0  # rows per rank
-        yield dumps_json(self._head(2, forms))[:-1]
+        head = self._head(2, forms)
+        meta = head["meta"]
+        if type(meta) is dict and type(meta.get("memory")) is dict:  # each rank's long memory steps: the same
+            # steps formatted once (_MemoryJson), in the same place of the text
+            head["meta"] = {**meta, "memory": _MemoryJson(meta["memory"])}
+        yield dumps_json(head)[:-1]
         yield b',"columns":{'
         for i, (k, v) in enumerate(self.columns.json_items(forms)):
             yield b"%s%s:" % (b"," if i else b"", dumps_json(k))

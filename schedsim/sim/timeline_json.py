@@ -84,7 +84,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from schedsim.errors import TraceError
@@ -387,6 +387,59 @@ def _holds_long(v: dict[str, Any] | list[Any]) -> bool:
         if (type(x) is dict or type(x) is list) and _holds_long(x):
             return True
     return False
+
+
+#: A memory curve's ``steps`` of this many rows or more is written once for all ranks whose steps are the same
+#: (:class:`_MemoryJson`); shorter ones are written where they stand.
+_STEPS_SHARED = 1024
+
+
+class _MemoryJson(Mapping[str, Any]):
+    """``meta["memory"]`` (:func:`schedsim.report.memory.memory_over_time`'s curves, a dict) as timeline.json
+    writes it (:meth:`json_bytes`, the text ``dumps_json`` gives the dict): each distinct long ``steps`` array
+    (float64, shape (n, 2), :data:`_STEPS_SHARED` rows or more) is formatted once and its text put where every
+    rank whose steps are the same bits has it (ranks that run alike, a ring's: 8 ranks' 125,001 steps are 28 MB
+    of text). The same bits give the same text, so the bytes are the dict's. A mapping for writing, not reading
+    (``dict(self)`` is the dict)."""
+
+    def __init__(self, memory: dict[str, Any]) -> None:
+        self._d = memory
+
+    def __getitem__(self, key: str) -> Any:
+        return self._d[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._d)
+
+    def __len__(self) -> int:
+        return len(self._d)
+
+    def json_bytes(self) -> bytes:
+        import numpy as np
+
+        from schedsim import io
+
+        orjson = io._orjson
+        frag = getattr(orjson, "Fragment", None)
+        ranks = self._d.get("ranks")
+        if frag is None or not isinstance(ranks, dict):
+            return dumps_json(self._d)
+        texts: dict[tuple[str, tuple[int, ...], bytes], Any] = {}
+        out: dict[Any, Any] = {}
+        for r, m in ranks.items():
+            st = m.get("steps") if type(m) is dict else None
+            if isinstance(st, np.ndarray) and len(st) >= _STEPS_SHARED:
+                key = (st.dtype.str, st.shape, st.tobytes())
+                text = texts.get(key)
+                if text is None:
+                    text = texts[key] = frag(dumps_json(st))
+                m = {**m, "steps": text}
+            out[r] = m
+        try:
+            return orjson.dumps({**self._d, "ranks": out}, default=io._orjson_default,
+                                option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
+        except orjson.JSONEncodeError:  # what orjson refuses (dumps_json's stdlib path): the dict as it is
+            return dumps_json(self._d)
 
 
 class _RawPieces:

@@ -322,3 +322,52 @@ def test_rule_7_in_arrays_and_in_the_object_based_graph_agree(msgs: list[tuple[i
         mine, ref = _hang(prog, grouped=True), _explain_hang(G, cyc)
         assert mine is not None
         assert (str(mine[0]), mine[0].ops, mine[0].cycle) == (str(ref), ref.ops, ref.cycle), lines
+
+
+RING_AT = """\
+schema_version: 1
+name: ring_at
+world_size: 4
+{init}
+ops:
+  - {{name: g, kind: matmul, m: 64, n: 64, k: 64, dtype: bf16, stream: compute}}
+  - {{name: a, kind: all_reduce, bytes: 4096, stream: comm, deps: [g]}}
+  - {{name: s, kind: send, peer: "(rank + 1) % 4", bytes: 1024, stream: p2p, p2p_batch: b}}
+  - {{name: r, kind: recv, peer: "(rank - 1) % 4", bytes: 1024, stream: p2p, p2p_batch: b}}
+  - {{name: z, kind: all_reduce, bytes: 4096, stream: comm, deps: [r]}}
+{more}"""
+SUBGROUP = """\
+  - {name: p, kind: all_reduce, bytes: 4096, stream: comm, group: [0, 1], ranks: [0, 1]}
+  - {name: q, kind: all_reduce, bytes: 4096, stream: comm}
+"""
+LATE = "  - {name: x, kind: all_reduce, bytes: 4096, stream: comm, group: [2, 3], ranks: [2, 3]}\n"
+PAIR = """\
+{late}  - {{name: s1, kind: send, peer: 1, bytes: 1024, stream: p2p, ranks: [{src}]}}
+  - {{name: r1, kind: recv, peer: {src}, bytes: 1024, stream: p2p, ranks: [1]}}
+"""
+
+
+@pytest.mark.parametrize("init", ["", "nccl_init: lazy"])
+@pytest.mark.parametrize("grouped", [False, True])
+@pytest.mark.parametrize(("text", "forward"), [
+    (RING_AT.format(init="{init}", more=""), True),  # SPMD: every part forward
+    (RING_AT.format(init="{init}", more=SUBGROUP), False),  # q: a hub later than its rank 2 and 3 members' done
+    (RING_AT.format(init="{init}", more=PAIR.format(src=2, late="")), True),
+    (RING_AT.format(init="{init}", more=PAIR.format(src=2, late=LATE)), False),  # s1 after r1's position
+    (FIRST_CALLS.format(init="{init}", **CYCLE), False), (FIRST_CALLS.format(init="{init}", **ONE_ORDER), None),
+    (_skip(), None), (_skip(out0b="solo"), None)])
+def test_the_forward_check_reads_no_part_that_goes_forward_by_construction(text, forward, init, grouped):
+    # with each part's reason the p2p parts and each member -> hub part are not read (forward once the sends sit
+    # at their recvs' positions, which is tested first): the same verdict as reading every part
+    from schedsim.lower import lower
+    from schedsim.lower.checks import _ordered_by_position, _Templates, _wait_for_edges, launch_heads
+
+    prog = lower(load_text(text.replace("{init}", init), "s.yaml"), check=False)
+    tc = _Templates.of(prog)
+    comm, head = launch_heads(prog, tc)
+    for eager in (False, True):
+        why: list[str] = []
+        n, parts, useq, u, lazy = _wait_for_edges(prog, comm, head, eager, tc, grouped, why)
+        assert len(why) == len(parts)
+        got = _ordered_by_position(n, parts, useq, prog, u, lazy, why)
+        assert got == _ordered_by_position(n, parts, useq, prog, u, lazy) and forward in (None, got)

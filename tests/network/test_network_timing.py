@@ -5,6 +5,7 @@ from NCCL 2.30.7's src/graph/tuning.cc constants (schedsim/network/tuning.py).""
 from __future__ import annotations
 
 import copy
+import math
 from pathlib import Path
 from typing import Any
 
@@ -159,3 +160,32 @@ def test_the_transports_latency_times_each_crossing_by_hand() -> None:
         got = NcclNetwork(profile(topo)).collective("all_reduce", 4096, R4)
         assert got is not None and (got.algo, got.proto) == ("ring", "LL"), kind
         assert us(got) == pytest.approx(16.0 + 3 * lat + 4096 / (1000 * 4.0), rel=1e-9), kind
+
+
+@pytest.mark.parametrize("profile", ["dgx_h100", "gb200_nvl72", "h200"])
+def test_the_switches_above_a_size_are_the_whole_searchs_above_it(profile):
+    # the search of NCCL's switches from a message's grid step on (the first message of a shape) against the search
+    # of every step: the same switch sizes and least times past that step's start, so the same floor for a message
+    # of that size or more; a smaller message afterwards searches every step
+    import bisect
+
+    from schedsim.hardware.profile import load_profile
+    from schedsim.network import NcclNetwork
+
+    net = NcclNetwork(load_profile(profile))
+    for n, func in ((8, "allreduce"), (16, "allgather"), (64, "reducescatter")):
+        shape = net.shape(tuple(range(n)))
+        sizes, suffix, lowest = net._switches(shape, func)
+        assert lowest == -math.inf and sizes == sorted(sizes) and sizes
+        for above in (1.0, 4096.0, 64.0 * 2**20, sizes[len(sizes) // 2], sizes[-1], 2.0**60):
+            s2, f2, low2 = net._switches(shape, func, above)
+            assert low2 <= above
+            keep = [i for i, s in enumerate(sizes) if s > low2]
+            assert s2 == [sizes[i] for i in keep] and f2 == [suffix[i] for i in keep]
+            for q in (above, above + 1, above * 3, low2 + 1):
+                i, j = bisect.bisect_right(sizes, q), bisect.bisect_right(s2, q)
+                assert (suffix[i] if i < len(sizes) else math.inf) == (f2[j] if j < len(s2) else math.inf)
+        fresh = NcclNetwork(load_profile(profile))  # a large message first, then smaller ones: the floors the same
+        for q in (64.0 * 2**20, 4096.0, sizes[0], sizes[0] - 1, 3.0):
+            assert fresh._later_min(shape, func, q) == net._later_min(shape, func, q)
+        assert fresh._later[(shape, func)][2] == -math.inf

@@ -73,3 +73,60 @@ def test_malformed_host_thread_columns_are_refused_naming_the_file_and_entry(tmp
     p = _write_host(tmp_path, host)
     with pytest.raises(TraceError, match=r"meta\.host_thread_uninstrumented is .*not what schedsim writes"):
         Timeline.read_json(p)
+
+
+def _memory(n: int) -> dict[str, object]:
+    import numpy as np
+
+    t = np.arange(n) * 1e-6 / 3  # floats whose text is long
+    a = np.stack([t, np.where(np.arange(n) % 2, 1048576.0, 0.0)], axis=1)
+    b = a.copy()
+    b[5, 1] = -0.0  # equal to a as numbers, other bits (its text -0.0)
+    c = a.copy()
+    c[-1, 0] = np.nan  # written as null
+    rank = {"static": {}, "peak_bytes": 1048576.0, "peak_s": 1e-6 / 3, "peak_op": "r0@r0"}
+    steps = [a, a.copy(), b, c, a[:10], a[:10].copy(), [[0.0, 0.0], [1.0, 2.0]], c.copy()]
+    return {"unit": "bytes", "ranks": {r: {**rank, "steps": s} for r, s in enumerate(steps)}}
+
+
+@pytest.mark.parametrize("n", [1024, 3000])
+def test_memory_steps_alike_are_written_once_as_the_dict_writes_them(tmp_path, monkeypatch, n):
+    # each distinct long steps array's text made once, put where every rank with the same bits has it: the
+    # bytes of the plain dict's text (ranks 0 and 1 alike; 2 equal but for a -0.0; 3 and 7 with a NaN; short ones
+    # and a list as they are), in timeline.json too, and read back as written
+    import json
+
+    from schedsim.io import _json_default, dumps_json
+    from schedsim.sim import timeline_json
+    from schedsim.sim.timeline_json import _MemoryJson
+
+    mem = _memory(n)
+    assert _MemoryJson(mem).json_bytes() == dumps_json(mem)
+    assert _json_default(_MemoryJson(mem)) == json.loads(dumps_json(mem))  # the stdlib path's reading of it
+    spans = [Span("a@r0", "a", 0, "s", "matmul", "compute", 0.0, 1.0)]
+    p, q = tmp_path / "a.json", tmp_path / "b.json"
+    Timeline("x", "predict", 8, spans=spans, meta={"memory": mem, "z": 1}).write_json(p)
+    monkeypatch.setattr(timeline_json, "_STEPS_SHARED", 10**9)  # every steps array where it stands
+    Timeline("x", "predict", 8, spans=spans, meta={"memory": mem, "z": 1}).write_json(q)
+    assert p.read_bytes() == q.read_bytes()
+    got = Timeline.read_json(p).meta
+    assert list(got) == ["memory", "z"]
+    assert got["memory"]["ranks"]["1"]["steps"][-1] == mem["ranks"][1]["steps"][-1].tolist()
+
+
+def test_memory_steps_alike_are_formatted_once(monkeypatch):
+    import numpy as np
+
+    from schedsim.sim import timeline_json
+
+    made: list[int] = []
+
+    def spy(obj, indent=False):  # type: ignore[no-untyped-def]
+        if isinstance(obj, np.ndarray):
+            made.append(len(obj))
+        return dumps(obj, indent)
+
+    dumps = timeline_json.dumps_json
+    monkeypatch.setattr(timeline_json, "dumps_json", spy)
+    timeline_json._MemoryJson(_memory(2000)).json_bytes()
+    assert made == [2000, 2000, 2000]  # a (ranks 0, 1), b (2), c (3, 7): the short ones and the list in the dict
