@@ -18,7 +18,7 @@ import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from schedsim.io import atomic_write_bytes
 from schedsim.kinds import KINDS
@@ -443,61 +443,31 @@ class _Strip:
 
 def _coverage(starts: Any, ends: Any, edges: Any) -> Any:
     """Σ over the intervals [starts, ends) of their overlap with each bin [edges[j], edges[j + 1]): len(edges) − 1
-    values, in the units of the edges (numpy; ``edges`` ascending, the intervals in any order): one group of
-    :func:`_coverages`."""
-    return _coverages([(starts, ends)], edges)[0]
-
-
-#: Most elements :func:`_coverages` holds in one of its padded (groups × values) or (groups × edges) arrays at once.
-_COVER_CHUNK = 1 << 21
-
-
-def _coverages(groups: list[tuple[Any, Any]], edges: Any) -> Any:
-    """Per group of intervals ``groups[g]`` = (starts, ends), Σ over its intervals [starts, ends) of their overlap
-    with each bin [edges[j], edges[j + 1]): float64, groups × (len(edges) − 1), in the units of the edges
-    (``edges`` ascending, a group's intervals in any order; exact for intervals of a group that do not overlap each
-    other, overlaps count twice). The busy time before an edge e is Σ_{s < e} (e − s) − Σ_{t < e} (e − t) over the
-    sorted starts s and ends t: per group a count of the values at or below each edge and the running sums of the
-    sorted values, no loop over intervals. All groups at once, a few at a time where they are long
-    (:data:`_COVER_CHUNK`): each group's values sorted in a row of a padded array (+inf after them) and summed
-    along it, so each running sum adds the same numbers in the same order as a sum of that group alone
-    (``tests/oracle/coverage.py``, one group at a time: the same floats, so the same colour wins a column)."""
+    values, in the units of the edges (numpy; ``edges`` ascending, the intervals in any order). The busy time
+    before an edge e is Σ_{s < e} (e − s) − Σ_{t < e} (e − t) over the sorted starts s and ends t: two counts
+    (:func:`_counts`) and two cumulative sums, no loop over intervals (exact for intervals that do not overlap each
+    other; overlaps count twice)."""
     import numpy as np
 
-    n_e = len(edges)
-    out = np.zeros((len(groups), max(n_e - 1, 0)))
-    lens = np.array([len(a) for a, _b in groups], np.int64)
-    order = np.argsort(lens, kind="stable")
-    i = 0
-    while i < len(order):  # rows of similar length together: little padding
-        j = i + 1
-        while j < len(order) and (j + 1 - i) * max(int(lens[order[j]]), n_e) <= _COVER_CHUNK:
-            j += 1
-        rows = order[i:j]
-        out[rows] = _coverage_rows([groups[g] for g in rows.tolist()], lens[rows], edges)
-        i = j
-    return out
+    st, en = np.sort(starts), np.sort(ends)
+    cs, ce = np.concatenate([[0.0], np.cumsum(st)]), np.concatenate([[0.0], np.cumsum(en)])
+    ks = _counts(st, edges, "right", True)
+    ke = _counts(en, edges, "right", True)
+    return np.diff((edges * ks - cs[ks]) - (edges * ke - ce[ke]))
 
 
-def _coverage_rows(groups: list[tuple[Any, Any]], lens: Any, edges: Any) -> Any:
-    """:func:`_coverages` of ``groups`` (``lens`` their lengths) in one padded array each."""
+def _counts(vals: Any, edges: Any, side: Literal["left", "right"], ordered: bool = False) -> Any:
+    """``np.searchsorted(np.sort(vals), edges, side)``: per edge (``edges`` ascending) how many values are at or
+    below it (``side`` "right") or below it ("left"), int. Where the values are fewer than the edges (a lane's
+    boxes of one colour against a chart's ~3,000 pixel columns), each value is placed among the edges instead (a
+    search per value, not per edge) and the counts are the running sum of those places (no sort of the values);
+    the same integers either way. ``ordered``: the values are sorted already."""
     import numpy as np
 
-    g, width, n_e = len(groups), int(lens.max()) if len(lens) else 0, len(edges)
-    row = np.repeat(np.arange(g), lens)
-    col = np.arange(len(row)) - np.repeat(np.cumsum(lens) - lens, lens)
-    busy = []
-    for side in (0, 1):
-        vals = np.concatenate([np.asarray(ab[side], float) for ab in groups]) if g else np.zeros(0)
-        pad = np.full((g, width), np.inf)
-        pad[row, col] = vals
-        pad.sort(axis=1)
-        sums = np.zeros((g, width + 1))
-        np.cumsum(pad, axis=1, out=sums[:, 1:])  # row by row, left to right: a group's own running sum
-        at = np.searchsorted(edges, vals, side="left")  # the first edge each value is at or below
-        k = np.cumsum(np.bincount(row * (n_e + 1) + at, minlength=g * (n_e + 1)).reshape(g, n_e + 1)[:, :n_e], axis=1)
-        busy.append(edges * k - np.take_along_axis(sums, k, axis=1))
-    return np.diff(busy[0] - busy[1], axis=1)
+    if len(vals) >= len(edges):
+        return np.searchsorted(vals if ordered else np.sort(vals), edges, side=side)
+    at = np.searchsorted(edges, vals, side="left" if side == "right" else "right")  # the first edge it counts for
+    return np.cumsum(np.bincount(at, minlength=len(edges) + 1)[:len(edges)])
 
 
 def _columns_hit(spans_of: list[list[tuple[Any, Any]]], x_edges: Any) -> Any:
@@ -530,7 +500,7 @@ def _paint(strips: list[_Strip], x_edges: Any, y_edges: Any) -> Any:
     between ``y_edges[i]`` and ``y_edges[i + 1]``, in either direction).
 
     A pixel column that boxes of a strip overlap (:func:`_columns_hit`) is painted opaque, in the colour whose boxes
-    cover most of it (:func:`_coverages`; ties to the colour added last), so every pixel is a colour of the legend
+    cover most of it (:func:`_coverage`; ties to the colour added last), so every pixel is a colour of the legend
     and a box narrower than a pixel still shows as one (as the collections' pixel runs, :func:`_pixel_runs`, drew
     them), in the rows between the strip's edges rounded to the nearest pixel edge (at least one row: Agg snaps a
     rectilinear box so). Later strips paint over earlier ones; the rest stays transparent."""
@@ -545,10 +515,7 @@ def _paint(strips: list[_Strip], x_edges: Any, y_edges: Any) -> Any:
     shown = [s for s in strips if not (s.y0 + s.h <= ys[0] or s.y0 >= ys[-1] or not s.colours)]
     spans_of = [[(np.concatenate(a), np.concatenate(b)) for a, b in s.colours.values()] for s in shown]
     hits = _columns_hit(spans_of, x_edges)
-    covs = _coverages([ab for spans in spans_of for ab in spans], x_edges)  # each colour's share of each column
-    at = 0
     for s, spans, hit in zip(shown, spans_of, hits, strict=True):
-        lo, at = at, at + len(spans)  # this strip's rows of covs
         pa, pb = sorted(np.interp([s.y0, s.y0 + s.h], ys, pos).tolist())
         r0 = min(max(int(np.floor(pa + 0.5)), 0), h - 1)
         r1 = min(max(int(np.floor(pb + 0.5)), r0 + 1), h)
@@ -558,7 +525,7 @@ def _paint(strips: list[_Strip], x_edges: Any, y_edges: Any) -> Any:
         c0, c1 = int(ci[0]), int(ci[-1]) + 1
         palette = np.array([to_rgb(c) for c in s.colours]) * 255
         # the colour covering most of each column (ties: the last added), opaque, a pixel a word
-        cov = covs[lo:at, c0:c1]
+        cov = np.stack([_coverage(a, b, x_edges[c0:c1 + 1]) for a, b in spans])
         px = np.full((c1 - c0, 4), 255, np.uint8)
         px[:, :3] = np.rint(palette[len(palette) - 1 - np.argmax(cov[::-1], axis=0)])
         words[r0:r1, c0:c1] = np.where(hit[None, c0:c1], px.view(np.uint32)[:, 0][None, :], words[r0:r1, c0:c1])
@@ -871,10 +838,10 @@ def png_bytes(rgba: Any, dpi: float, metadata: dict[str, Any] | None = None) -> 
     rows, so most filtered bytes are 0), and deflated at zlib level 3, ~1 MB of rows at a time (PNG specification,
     ISO/IEC 15948, §9 filtering, §11 chunks); a run of :data:`BLANK_RUN_MIN` or more rows equal to the row above
     (all filtered bytes 0) is written as copies of a deflate segment made once per row width (:func:`_blank_deflate`,
-    the rows before it ended by a full flush), and the zlib stream's Adler-32 computed here. Level 3 is zlib's
-    fast matcher (``deflate_fast``, levels 1-3): on pp=32's three charts (3,960 × 1,638, 1,320 × 1,638, 1,320 ×
-    1,286 px) 0.04, 0.019, 0.017 CPU s against level 6's (PIL's default) 0.11, 0.037, 0.038, for 239, 135, 133 KB
-    against 157, 111, 115 (2-vCPU VM). PIL's writer of the RGBA pixels took 0.21 s for the first."""
+    the rows before it ended by a full flush), and the zlib stream's Adler-32 computed here. Level 3 is zlib's fast matcher (``deflate_fast``, levels 1-3): on
+    pp=32's three charts (3,960 × 1,638, 1,320 × 1,638, 1,320 × 1,286 px) 0.04, 0.019, 0.017 CPU s against
+    level 6's (PIL's default) 0.11, 0.037, 0.038, for 239, 135, 133 KB against 157, 111, 115 (2-vCPU VM). PIL's
+    writer of the RGBA pixels took 0.21 s for the first."""
     import struct
     import zlib
 

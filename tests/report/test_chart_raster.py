@@ -207,6 +207,19 @@ def test_pipeline_styles_per_action_and_chunk(monkeypatch):
         assert px[px.shape[0] - 1 - int(np.floor(y)), int(np.floor(x)), :3].tolist() == _rgb(want), (r, op, t)
 
 
+def test_counts_are_searchsorted_of_the_sorted_values():
+    # fewer values than edges (placed among the edges) and more (searched): the same integers as searchsorted,
+    # ties on the edges included (halves on a grid of halves)
+    rng = np.random.default_rng(5)
+    for _ in range(500):
+        vals = rng.integers(0, 20, rng.integers(0, 60)) / 2
+        edges = np.sort(rng.integers(0, 20, rng.integers(1, 60)) / 2)
+        for side in ("left", "right"):
+            want = np.searchsorted(np.sort(vals), edges, side=side)
+            assert (B._counts(vals, edges, side) == want).all()
+            assert (B._counts(np.sort(vals), edges, side, ordered=True) == want).all()
+
+
 def test_dense_lane_is_one_image_and_sparse_lane_vector_bars(monkeypatch):
     """Past RASTER_MIN_BOXES ops, rank 0's 400 sub-pixel matmuls are painted into the axes' one raster artist (drawn as
     one image), and rank 1's three boxes of 100 ms (~90 px wide each) stay a PolyCollection of three rectangles."""
@@ -305,31 +318,3 @@ def test_columns_hit_of_groups_without_boxes_are_none():
     assert B._columns_hit([], edges).shape == (0, 3)
     box = (np.array([1.5, np.nan, 0.5]), np.array([np.inf, 2.0, np.nan]))
     assert B._columns_hit([[], [box]], edges).tolist() == [[False] * 3, [False, True, True]]
-
-
-@pytest.mark.parametrize("chunk", [B._COVER_CHUNK, 600])
-def test_coverages_are_each_groups_own_sums(monkeypatch, chunk):
-    """Every group's row of ``_coverages`` the same floats as the oracle's sums of that group alone (so the same
-    colour wins each raster column, ties included): boxes on whole steps and a grid of whole and fractional edges
-    (exact ties), random boxes, empty groups, values on edges and outside them, and with a small chunk so groups are
-    summed a few at a time in rows of other lengths."""
-    from tests.oracle.coverage import coverage
-
-    monkeypatch.setattr(B, "_COVER_CHUNK", chunk)
-    rng = np.random.default_rng(5)
-    for trial in range(120):
-        n_e = int(rng.integers(1, 200))
-        edges = np.arange(n_e) * 0.25 - 2 if trial % 3 == 0 else np.sort(rng.uniform(-2, 40, n_e))
-        groups = []
-        for _g in range(int(rng.integers(0, 9))):
-            n = int(rng.integers(0, 300))
-            a = rng.integers(-3, 45, n).astype(float) if trial % 2 else rng.uniform(-3, 45, n)
-            w = rng.integers(0, 3, n).astype(float) if trial % 2 else rng.exponential(0.7, n)
-            groups.append((a, a + w))
-        got = B._coverages(groups, edges)
-        assert got.shape == (len(groups), n_e - 1)
-        for row, (a, b) in zip(got, groups, strict=True):
-            assert np.array_equal(row, coverage(a, b, edges))
-    # one bin of two steps, half F half B: a tie, kept exact (the later colour wins it in _paint)
-    assert B._coverages([(np.array([0.0]), np.array([1.0])), (np.array([1.0]), np.array([2.0]))],
-                        np.array([0.5, 1.5])).tolist() == [[0.5], [0.5]]
