@@ -838,10 +838,10 @@ def png_bytes(rgba: Any, dpi: float, metadata: dict[str, Any] | None = None) -> 
     rows, so most filtered bytes are 0), and deflated at zlib level 3, ~1 MB of rows at a time (PNG specification,
     ISO/IEC 15948, §9 filtering, §11 chunks); a run of :data:`BLANK_RUN_MIN` or more rows equal to the row above
     (all filtered bytes 0) is written as copies of a deflate segment made once per row width (:func:`_blank_deflate`,
-    the rows before it ended by a full flush), and the zlib stream's Adler-32 computed here. Level 3 is zlib's fast matcher (``deflate_fast``, levels 1-3): on
-    pp=32's three charts (3,960 × 1,638, 1,320 × 1,638, 1,320 × 1,286 px) 0.04, 0.019, 0.017 CPU s against
-    level 6's (PIL's default) 0.11, 0.037, 0.038, for 239, 135, 133 KB against 157, 111, 115 (2-vCPU VM). PIL's
-    writer of the RGBA pixels took 0.21 s for the first."""
+    the rows before it ended by a full flush), and the zlib stream's Adler-32 computed here. Level 3 is zlib's
+    fast matcher (``deflate_fast``, levels 1-3): on pp=32's three charts (3,960 × 1,638, 1,320 × 1,638, 1,320 ×
+    1,286 px) 0.04, 0.019, 0.017 CPU s against level 6's (PIL's default) 0.11, 0.037, 0.038, for 239, 135, 133 KB
+    against 157, 111, 115 (2-vCPU VM). PIL's writer of the RGBA pixels took 0.21 s for the first."""
     import struct
     import zlib
 
