@@ -471,9 +471,10 @@ def predict_options(launch: str | None, prof: HardwareProfile, **sim: Unpack[Pre
 def predict_to_dir(file: Path, sets: list[str] | None, profile: str | HardwareProfile, out: Path | None,
                    launch: str | None,
                    gantt: bool = True, trace: bool | None = None, explain: list[ExplainRow] | None = None,
-                   **sim: Unpack[PredictOptions]) -> tuple[Timeline, Metrics, list[Path]]:
+                   svg: bool | None = None, **sim: Unpack[PredictOptions]) -> tuple[Timeline, Metrics, list[Path]]:
     """``schedsim predict``: load ``file`` with ``--set`` strings, simulate, and write timeline.json,
-    trace.json (see :func:`trace_wanted`) and (``gantt``) the charts into ``out`` (default
+    trace.json (see :func:`trace_wanted`) and (``gantt``) the charts, gantt.svg by the same rule as trace.json (``svg``:
+    True/False the user's ``--svg`` / ``--no-svg``, None automatic), into ``out`` (default
     ``schedsim_out/<name>@<profile>[,k=v...][,--option=v...]``, :func:`default_outdir_name`), all or nothing,
     replacing an earlier predict's set whole and no other file (:func:`schedsim.outdir.output_set`); the cyclic GC is
     paused throughout (the DAG and timeline are millions of acyclic objects). Returns ``(timeline, metrics, paths
@@ -521,6 +522,9 @@ def predict_to_dir(file: Path, sets: list[str] | None, profile: str | HardwarePr
         write_trace, note = trace_wanted(len(tl), trace)
         if note:
             print(note, file=sys.stderr)
+        write_svg, note = trace_wanted(len(tl), svg, "gantt.svg", "gantt.png has the same chart", "--svg")
+        if note and gantt:
+            print(note, file=sys.stderr)
         names = ["timeline.json"] + (["trace.json"] if write_trace else [])
         with output_set(outdir, "predict", inputs=[file], expect=names) as stage:
             tl.write_json(stage / "timeline.json", metrics.to_dict(ranks_as_columns=True))
@@ -532,7 +536,8 @@ def predict_to_dir(file: Path, sets: list[str] | None, profile: str | HardwarePr
             if gantt:
                 from schedsim.report.charts import write_charts
 
-                names += [p.name for p in write_charts(stage, tl, f"{spec.name} on {prof.name} ({tl.launch})")]
+                names += [p.name for p in write_charts(stage, tl, f"{spec.name} on {prof.name} ({tl.launch})",
+                                                       ("png", "svg") if write_svg else ("png",))]
     return tl, metrics, [outdir / n for n in names]
 
 

@@ -82,6 +82,8 @@ def predict(
     max_ops: int | None = MaxOpsOpt,
     trace: bool | None = typer.Option(None, "--trace/--no-trace", help="Write trace.json (Perfetto) "
                                          f"[default: only up to {TRACE_MAX_OPS:,} ops]."),
+    svg: bool | None = typer.Option(None, "--svg/--no-svg", help="Write gantt.svg beside gantt.png "
+                                    f"[default: only up to {TRACE_MAX_OPS:,} ops]."),
     timed_graph: bool = typer.Option(False, "--timed-graph", help="Predict a CUDA graph as schedsim execute "
                                      "--cuda-graph times it, op by op (the profile's launch.graph_timing_event_us "
                                      "in every op): the prediction to compare its ops with (compare --pred-timed)."),
@@ -93,7 +95,7 @@ def predict(
 ) -> None:
     """Simulate a schedule: summary table, timeline.json, trace.json (Perfetto) and gantt.png/svg."""
     clicore.predict(file, profile, set_, out, fmt, launch, gantt, all_ranks, gpu_model, durations, max_connections,
-                    model_executor, iteration_gap_ms, max_ops, trace, timed_graph, explain, full_ranks)
+                    model_executor, iteration_gap_ms, max_ops, trace, timed_graph, explain, full_ranks, svg)
 
 
 @_command

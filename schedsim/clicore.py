@@ -89,7 +89,7 @@ def predict(file: Path, profile: str = DEFAULT_PROFILE, set_: list[str] | None =
             all_ranks: bool = False, gpu_model: str | None = None, durations: Durations | None = None,
             max_connections: int | None = None, model_executor: bool = False, iteration_gap_ms: float = 0.0,
             max_ops: int | None = None, trace: bool | None = None, timed_graph: bool = False, explain: bool = False,
-            full_ranks: bool = False) -> None:
+            full_ranks: bool = False, svg: bool | None = None) -> None:
     """``schedsim predict`` (its options are documented by :func:`schedsim.cli.predict`): simulate a schedule,
     write the output folder (:func:`schedsim.api.predict_to_dir`) and print the summary. Raises what those raise
     (SchedsimError, OSError)."""
@@ -109,7 +109,7 @@ def predict(file: Path, profile: str = DEFAULT_PROFILE, set_: list[str] | None =
     rows: list[ExplainRow] | None = [] if explain else None
     with paused_gc():  # also through the summary: its tables walk the whole timeline
         tl, metrics, paths = predict_to_dir(file, set_, prof, out, launch.value if launch else None, gantt, trace,
-                                            explain=rows,
+                                            explain=rows, svg=svg,
                                             gpu_model=_gpu_model(gpu_model),
                                             durations=durations.value if durations else None,
                                             max_connections=max_connections, model_executor=model_executor,
@@ -181,6 +181,7 @@ _OPTIONS: dict[str, dict[str, tuple[str, Any]]] = {
         "--max-ops": ("max_ops", "count"), "--trace": ("trace", ("flag", True)),
         "--no-trace": ("trace", ("flag", False)), "--timed-graph": ("timed_graph", ("flag", True)),
         "--explain": ("explain", ("flag", True)), "--full-ranks": ("full_ranks", ("flag", True)),
+        "--svg": ("svg", ("flag", True)), "--no-svg": ("svg", ("flag", False)),
     },
 }
 _COMMANDS: dict[str, Callable[..., None]] = {"check": check, "predict": predict}

@@ -480,11 +480,15 @@ TRACE_MAX_OPS = 100_000
 
 
 def trace_wanted(n_ops: int, trace: bool | None, name: str = "trace.json",
-                 instead: str = "timeline.json has every op") -> tuple[bool, str | None]:
+                 instead: str = "timeline.json has every op", flag: str = "--trace") -> tuple[bool, str | None]:
     """Whether to write trace.json (``name``) for ``n_ops`` ops: ``trace`` True/False is the user's choice
-    (``--trace`` / ``--no-trace``); None means automatic (only up to :data:`TRACE_MAX_OPS`). Returns (write,
+    (``--trace`` / ``--no-trace``: ``flag``); None means automatic (only up to :data:`TRACE_MAX_OPS`). Returns (write,
     note), the note being the one line to print when a large run's trace is skipped (``instead``: where the
-    ops are).
+    ops are). ``predict``'s gantt.svg follows the same rule (``flag`` ``--svg``): past :data:`TRACE_MAX_OPS` ops
+    (ten times ``chart_base.RASTER_MIN_BOXES``) the Gantt paints its boxes under 4 px, its waits and exposed bands
+    into one raster image, which the SVG embeds as it is, so the SVG holds gantt.png's picture with the text as
+    vector paths; writing it cost ~0.15 CPU s of pp=32 m=512 v=4's ~3 s ``predict`` (docs/validation.md, "pp=32:
+    gantt.svg on request past 100,000 ops").
 
     >>> trace_wanted(10, None), trace_wanted(10**6, True)
     ((True, None), (True, None))
@@ -493,7 +497,7 @@ def trace_wanted(n_ops: int, trace: bool | None, name: str = "trace.json",
         return trace, None
     if n_ops <= TRACE_MAX_OPS:
         return True, None
-    return False, f"note: {name} skipped ({n_ops:,} ops > {TRACE_MAX_OPS:,}); pass --trace to write it ({instead})"
+    return False, f"note: {name} skipped ({n_ops:,} ops > {TRACE_MAX_OPS:,}); pass {flag} to write it ({instead})"
 
 
 #: Largest width or height of a PNG schedsim draws (pixels); a 200-point sweep asked for 13,530 px.

@@ -30,6 +30,7 @@ PLAIN = [
      "--trace", "--no-trace", "--timed-graph", "--explain", "--full-ranks", "--set", "a=1"],
     ["predict", "a.yaml", "--format", "table", "--launch", "eager", "--durations", "modeled", "--trace"],
     ["predict", "a.yaml", "--gpu-model", "nonsense", "--profile", "x/y.yaml"],
+    ["predict", "a.yaml", "--svg"], ["predict", "a.yaml", "--no-svg", "--trace"],
 ]
 
 TYPER_ONLY = [

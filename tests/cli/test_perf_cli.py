@@ -79,6 +79,36 @@ def test_predict_trace_flag(tmp_path, flag, present):
     assert (tmp_path / "trace.json").exists() == present and (tmp_path / "timeline.json").exists()
 
 
+def test_predict_svg_follows_the_trace_rule(tmp_path, monkeypatch):
+    """gantt.svg is written up to TRACE_MAX_OPS ops, as trace.json; past it only with --svg (the note says so),
+    and --no-svg leaves it out of a small run. The PNG is the same bytes with or without the SVG beside it."""
+    import schedsim.outdir
+
+    def files(d: Path) -> list[str]:
+        return sorted(p.name for p in d.iterdir() if not p.name.startswith("."))
+
+    r = invoke("predict", SCHED, "--out", str(tmp_path / "small"))
+    assert r.exit_code == 0, r.output
+    assert files(tmp_path / "small") == ["gantt.png", "gantt.svg", "memory.png", "timeline.json", "trace.json"]
+    r = invoke("predict", SCHED, "--no-svg", "--out", str(tmp_path / "nosvg"))
+    assert r.exit_code == 0 and "gantt.svg skipped" not in r.stderr, r.output
+    assert files(tmp_path / "nosvg") == ["gantt.png", "memory.png", "timeline.json", "trace.json"]
+    n_ops = len(Timeline.read_json(tmp_path / "small" / "timeline.json"))
+    monkeypatch.setattr(schedsim.outdir, "TRACE_MAX_OPS", n_ops - 1)  # this run is now "large"
+    r = invoke("predict", SCHED, "--out", str(tmp_path / "large"))
+    assert r.exit_code == 0, r.output
+    assert files(tmp_path / "large") == ["gantt.png", "memory.png", "timeline.json"]  # trace.json: the same rule
+    assert (f"note: gantt.svg skipped ({n_ops:,} ops > {n_ops - 1:,}); pass --svg to write it (gantt.png has the "
+            "same chart)") in r.stderr
+    assert (tmp_path / "large" / "gantt.png").read_bytes() == (tmp_path / "small" / "gantt.png").read_bytes()
+    r = invoke("predict", SCHED, "--svg", "--out", str(tmp_path / "large"))  # the same folder: the SVG added
+    assert r.exit_code == 0 and "gantt.svg skipped" not in r.stderr, r.output
+    assert files(tmp_path / "large") == ["gantt.png", "gantt.svg", "memory.png", "timeline.json"]
+    assert (tmp_path / "large" / "gantt.svg").read_bytes() == (tmp_path / "small" / "gantt.svg").read_bytes()
+    r = invoke("predict", SCHED, "--no-gantt", "--out", str(tmp_path / "nocharts"))  # no chart, no note about one
+    assert r.exit_code == 0 and "gantt.svg" not in r.stderr, r.output
+
+
 def test_compare_and_analyze_read_both_layouts(tmp_path):
     from schedsim.sim.timeline import Span
 

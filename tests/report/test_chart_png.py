@@ -72,6 +72,54 @@ def test_png_bytes_of_several_row_blocks_and_a_strided_image():
     assert Image.open(io.BytesIO(got)).mode == "RGBA" and (pixels(got) == img).all()
 
 
+def _idat_rows(png: bytes, h: int, n: int) -> np.ndarray:
+    """The decompressed IDAT of ``png`` (its Adler-32 checked by zlib) as ``h`` rows of ``n`` bytes."""
+    idat = b"".join(d for k, d in _chunks(png) if k == b"IDAT")
+    return np.frombuffer(zlib.decompress(idat), np.uint8).reshape(h, n)
+
+
+@pytest.mark.parametrize("rgba", [False, True])
+def test_png_bytes_runs_of_repeated_rows(rgba):
+    """Rows equal to the row above, in runs of 0 to 40 (3 below BLANK_RUN_MIN, 4 at it, 16 and 17 about the copied
+    segment's 16 rows), one running across a row block's end (87 rows of 3,000 px), and the image's last rows: the
+    same filtered bytes as every row filtered, the same pixels read back by PIL, the stream's Adler-32 what zlib
+    computes (``zlib.decompress`` checks it)."""
+    rng = np.random.default_rng(11)
+    runs = [1, 4, 5, 2, 17, 18, 6, 41, 1, 21, 34, 5, 10, 4]  # each a new row then k - 1 rows like it
+    h, w = sum(runs), 3000
+    img = np.empty((h, w, 4), np.uint8)
+    blank, r = [], 0
+    for k in runs:
+        img[r:r + k] = rng.integers(0, 256, (1, w, 4), dtype=np.uint8)
+        if k - 1 >= B.BLANK_RUN_MIN:
+            blank.append((r + 1, r + k))
+        r += k
+    img[..., 3] = 255
+    if rgba:
+        img[:, 7, 3] = 40  # translucent in every row: RGBA rows, the runs kept
+    c = 4 if rgba else 3
+    png = B.png_bytes(img, 110)
+    assert (pixels(png) == img).all()
+    want = np.empty((h, w * c + 1), np.uint8)
+    want[:, 0] = 2
+    px = img[..., :c].reshape(h, -1)
+    want[0, 1:] = px[0]
+    want[1:, 1:] = px[1:] - px[:-1]
+    assert (_idat_rows(png, h, w * c + 1) == want).all()
+    assert B._blank_runs(want) == blank and (6, 10) in blank and (2, 5) not in blank
+    assert (54, 94) in blank and blank[-1][1] < h  # 40 rows across a block's end; the last 3 rows left to zlib
+
+
+def test_blank_rows_adler32_and_segments():
+    """The Adler-32 continued over blank rows (filter type 2, then zeros) and their copied deflate segments against
+    zlib's own, for widths that make B and A wrap past 65,521."""
+    for n, k, start in ((13, 1, 1), (3001, 17, 1), (12055, 40, 0x2F3A11C5), (70001, 3, 7)):
+        rows = (b"\x02" + bytes(n - 1)) * k
+        assert B._adler_blank(start, n, k) == zlib.adler32(rows, start)
+        d = zlib.decompressobj(-15)
+        assert d.decompress(B._blank_deflate(n, k)) == rows and not d.eof  # no final block: the stream goes on
+
+
 def _small_pipeline() -> Timeline:
     spans = []
     for r in range(3):
