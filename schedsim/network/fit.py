@@ -44,6 +44,15 @@ __all__ = ["FittedFigure", "fit_tier_timing", "fit_profile", "fit_transport_late
 TRANSPORT_FIT_MAX_BYTES = 4096
 
 
+#: A bandwidth factor is fitted only where some row's bandwidth term (at the model's factor) is at least this share
+#: of its time. The factor's relative error is the rows' timing noise over their largest share, and its effect on
+#: a row's time that noise times the row's share over the largest; with every row far below (latency-bound) a
+#: microsecond of noise becomes the bandwidth: an 8 B and a 16 B all_reduce over 4 ranks at 20.0 and 21.0 µs
+#: (shares near 1e-4) fitted h200's ring/LL factor to 0.002, a 1 KiB to 64 KiB all_reduce on 4 ranks 36.7 µs for
+#: 19.2 to 22.3. 5 %: tree/LL up to 8 KiB across 2 nodes reaches 6.7 % (tests/network/test_nccl_versions.py).
+BANDWIDTH_SHARE_MIN = 0.05
+
+
 @dataclass(frozen=True)
 class FittedFigure:
     """Fitted figures of one (tier, algorithm, protocol): ``hw_latency_us`` (µs per step), ``bw_factor``
@@ -167,7 +176,9 @@ def _observations(profile: HardwareProfile, logs: list[NcclTestsLog], tier: str
 
 def _solve(obs: list[_Obs]) -> tuple[float, float | None]:
     """(h, f) minimising sum(((c0 + ch h + cu / f) - t) / t)^2 with h >= 0, f > 0; f None where the rows do
-    not constrain it (then h alone, at the model's factor now)."""
+    not constrain it (then h alone, at the model's factor now): fewer than two distinct bandwidth shares, or
+    every row latency-bound (its bandwidth term at the model's factor now below :data:`BANDWIDTH_SHARE_MIN` of
+    its time)."""
     def lsq1(xs: list[float], ys: list[float]) -> float:
         den = sum(x * x for x in xs)
         return sum(x * y for x, y in zip(xs, ys, strict=True)) / den if den > 0 else 0.0
@@ -180,7 +191,8 @@ def _solve(obs: list[_Obs]) -> tuple[float, float | None]:
     sy_h = sum(a * b for a, b in zip(xh, y, strict=True))
     sy_u = sum(a * b for a, b in zip(xu, y, strict=True))
     det = shh * suu - shu * shu
-    if len({round(o.cu / o.t, 12) for o in obs}) >= 2 and det > 1e-12 * max(shh * suu, 1e-300):
+    bound = max(o.cb / o.t for o in obs) >= BANDWIDTH_SHARE_MIN
+    if bound and len({round(o.cu / o.t, 12) for o in obs}) >= 2 and det > 1e-12 * max(shh * suu, 1e-300):
         h = (sy_h * suu - sy_u * shu) / det
         u = (shh * sy_u - shu * sy_h) / det
         if h < 0:
