@@ -523,3 +523,49 @@ def test_nsys_kernel_lasting_years_is_refused(tmp_path):
     make_tiny_db(p, [{"start": 1_000, "end": 1_000 + 2**62, "name": "k"}])
     with pytest.raises(TraceError, match=r"KERNEL row 1 \('k'\) lasts 4,611,686,018,427,387,904 ns"):
         import_nsys(p)
+
+
+# -- files of one import on clocks that disagree --------------------------------------------------------------
+
+
+def _two_ranks(tmp_path: Path, shift_ns: int = 0, drop_base_of_1: bool = False) -> list[Path]:
+    """kinetogen's two ranks (rank 0's first all_reduce kernel at 105-155 us from its first GPU event), rank 1's
+    clock ``shift_ns`` ahead."""
+    out = []
+    for r in (0, 1):
+        d = kineto_doc(r)
+        d["baseTimeNanoseconds"] += shift_ns * r
+        if drop_base_of_1 and r == 1:
+            d.pop("baseTimeNanoseconds")
+        out.append(write_kineto(tmp_path / f"r{r}.json", d))
+    return out
+
+
+class TestClocksOfSeveralFiles:
+    def test_a_collective_that_ends_before_its_peer_starts_is_refused(self, tmp_path):
+        # Before: makespan 5000.410 ms for a 410 us step (rank 1's host clock 5 s ahead)
+        files = _two_ranks(tmp_path, shift_ns=5_000_000_000)
+        code, out = cli("import", "kineto", *files, "--out", tmp_path / "imp")
+        assert code == 2
+        # rank 1's all_reduce starts at 5e6 + 105 us, rank 0's ended at 155 us: 4999950 us apart
+        assert "r1.json (rank 1): all_reduce #0 on process group 0 starts at 5000105.000 us, 4999950.000 us after " \
+               "it ended on" in out and "(at 155.000 us;" in out
+        assert "fix: profile on hosts whose clocks are synchronised" in out and "Traceback" not in out
+        assert not (tmp_path / "imp" / "timeline.json").exists()
+
+    @pytest.mark.parametrize("shift_us,ok", [(40, True), (60, True), (61, False)])
+    def test_the_clock_slack_is_ten_microseconds(self, tmp_path, shift_us, ok):
+        # rank 1 starts its all_reduce at 105 + shift us, rank 0's ends at 155: a gap of shift - 50 us
+        files = _two_ranks(tmp_path, shift_ns=shift_us * 1000)
+        code, out = cli("import", "kineto", *files, "--out", tmp_path / "imp")
+        assert code == (0 if ok else 2), out
+        if not ok:
+            assert "11.000 us after it ended" in out
+
+    def test_files_on_two_time_bases_are_refused(self, tmp_path):
+        # Before: makespan 1700000000.00 s (rank 1 without baseTimeNanoseconds: its events near the epoch)
+        files = _two_ranks(tmp_path, drop_base_of_1=True)
+        with pytest.raises(TraceError) as e:
+            import_kineto(files)
+        assert str(e.value).startswith(f"{files[0]}: its first GPU event is 1.7e+15 us after that of {files[1]}")
+        assert "r0.json baseTimeNanoseconds 1700000000000000000, r1.json without baseTimeNanoseconds" in str(e.value)
