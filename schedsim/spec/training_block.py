@@ -692,9 +692,14 @@ def memory_per_rank(t: TrainingSpec, plan: TrainingPlan) -> dict[str, float]:
 
     With uneven first/last stages (``decoder_first_pipeline_num_layers``, ``..._last_...``; no virtual stages) the
     first stage need not be the most loaded: each pipeline rank r is counted with its own layers and
-    ``min(m, pp − r)`` microbatches in flight (1F1B), and the rank of the largest ``total`` is returned."""
+    ``min(m, pp − r)`` microbatches in flight (1F1B), the last (pp > 1) with the output layer's ``V·h/t``
+    parameters (Megatron-LM ``gpt_model.py``: the last stage's ``output_layer``, its own weight when untied, else a
+    copy of the word embeddings that ``embedding_grad_allreduce`` keeps equal, ``setup_embeddings_and_output_layer``),
+    and the rank of the largest ``total`` is returned, with its pipeline rank as ``stage`` where that is not 0
+    (``stage`` is not part of ``total``)."""
     ranks = range(plan.pp) if plan.v == 1 and len(set(plan.stage_layers)) > 1 else range(1)
-    return max((_memory_of_rank(t, plan, r) for r in ranks), key=lambda d: d["total"])
+    got = max(((r, _memory_of_rank(t, plan, r)) for r in ranks), key=lambda rd: (rd[1]["total"], -rd[0]))
+    return got[1] | {"stage": got[0]} if got[0] else got[1]
 
 
 def _memory_of_rank(t: TrainingSpec, plan: TrainingPlan, rank: int) -> dict[str, float]:
@@ -705,8 +710,8 @@ def _memory_of_rank(t: TrainingSpec, plan: TrainingPlan, rank: int) -> dict[str,
     lps = sum(plan.stage_layers[rank::plan.pp])
     emb = plan.vocab * t.hidden_size + t.seq_length * t.hidden_size if rank == 0 else 0
     n = (lps * _params_per_layer(t, plan) + emb) / plan.tp
-    if plan.pp == 1 and t.untie_embeddings_and_output_weights:  # the one stage also holds the output layer
-        n += plan.vocab * t.hidden_size / plan.tp
+    if (plan.pp == 1 and t.untie_embeddings_and_output_weights) or (plan.pp > 1 and rank == plan.pp - 1):
+        n += plan.vocab * t.hidden_size / plan.tp  # the output layer (memory_per_rank)
     pb, gb, opt = {"bf16": (2, 4, 12), "fp16": (2, 2, 16), "fp32": (4, 4, 8)}[plan.dtype]
     ob = opt / (plan.dp * plan.cp) if t.use_distributed_optimizer else float(opt)
     # the experts' state is sharded over their own data-parallel group, dp·cp/ep ranks (Megatron-LM
