@@ -46,6 +46,7 @@ Formulas the report uses, each with its source:
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -429,6 +430,14 @@ def _feature_rules(t: TrainingSpec) -> list[tuple[str, str, str]]:
                     f"context_parallel_size ({2 * cp}): Megatron-LM splits each sequence into 2·cp chunks for "
                     "load-balanced causal attention (megatron/core/utils.py get_batch_on_this_cp_rank)",
                     f"use a seq_length that is a multiple of {2 * cp}, or a cp dividing {t.seq_length // 2}"))
+    tp = t.tensor_model_parallel_size
+    if t.sequence_parallel and tp > 1 and not (cp > 1 and t.seq_length % (2 * cp)) and (t.seq_length // cp) % tp:
+        out.append(("seq_length", f"seq_length{' / cp' if cp > 1 else ''} ({t.seq_length // cp}) is not divisible by "
+                    f"tensor_model_parallel_size ({tp}): sequence parallelism splits each sequence over the TP ranks, "
+                    "and Megatron Core stops at the embedding's reduce-scatter (tensor_parallel/mappings.py "
+                    "_reduce_scatter_along_first_dim: 'First dimension of the tensor should be divisible by tensor "
+                    "parallel size')", f"use a seq_length that is a multiple of "
+                    f"{cp * math.lcm(tp, 2 if cp > 1 else 1)}, or set sequence_parallel: false"))
     if t.tp_comm_overlap and not t.sequence_parallel:
         out.append(("tp_comm_overlap", "Tensor parallel communication/GEMM overlap can happen only when sequence "
                     "parallelism is enabled (Megatron-LM arguments.py)", "set sequence_parallel: true"))
