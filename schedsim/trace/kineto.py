@@ -69,6 +69,7 @@ from schedsim.trace.validate import (
     check_header,
     check_ranks_agree,
     check_stream_order,
+    check_time_bases,
     decodable,
     max_trace_events,
     too_many_events,
@@ -239,7 +240,10 @@ def import_kineto(
         raise TraceError(f"{files[0]}: no GPU events (kernel, gpu_memcpy, gpu_memset) in the trace",
                          fix="profile with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], or pass a "
                              "schedsim timeline.json to analyze/compare instead")
-    _check_bases(files, acc)
+    check_time_bases(files, acc.bases, ["without baseTimeNanoseconds" if b is None else f"baseTimeNanoseconds {b}"
+                                        for b in acc.base_given],
+                     "pass the trace files of one run as torch.profiler exported them (each with its "
+                     "baseTimeNanoseconds), or import each file on its own")
     base0 = min(acc.bases)
     shift_ns = {rank: float(b - base0) for rank, b in zip(acc.ranks, acc.bases, strict=False)}
     _shift(acc.acts, shift_ns)
@@ -264,30 +268,6 @@ def import_kineto(
                         world_size=world, meta=meta, ops=ops, iteration=iteration,
                         span_ids=None if replay is None else replay.span_ids)
     return ImportResult(tl, kernel_rows, nccl_rows, acc.warnings, replay)
-
-
-def _check_bases(files: list[Path], acc: _Read) -> None:
-    """Refuse files of one import whose first GPU events are more than :data:`MAX_SPREAD_US` apart on the wall
-    clock (the limit one file's events have around its first): the files of one run start together, so one of them
-    is on another time base (a ``baseTimeNanoseconds`` left out of one, which puts its events near the epoch), and
-    the timeline would span the years between.
-
-    Raises
-    ------
-    TraceError
-        Naming the two files, the gap and each file's ``baseTimeNanoseconds``.
-    """
-    lo, hi = min(range(len(files)), key=acc.bases.__getitem__), max(range(len(files)), key=acc.bases.__getitem__)
-    gap_us = (acc.bases[hi] - acc.bases[lo]) / 1000.0
-    if gap_us > MAX_SPREAD_US:
-        def base(i: int) -> str:
-            return "without baseTimeNanoseconds" if acc.base_given[i] is None else \
-                f"baseTimeNanoseconds {acc.base_given[i]}"
-        raise TraceError(f"{files[hi]}: its first GPU event is {gap_us:g} us after that of {files[lo]} (more than "
-                         f"{MAX_SPREAD_US:g} us; {files[hi].name} {base(hi)}, {files[lo].name} {base(lo)}): the files "
-                         "of one run start together, so they are on different time bases",
-                         fix="pass the trace files of one run as torch.profiler exported them (each with its "
-                             "baseTimeNanoseconds), or import each file on its own")
 
 
 def _replay_input(acc: _Read, shift_ns: dict[int, float], world: int) -> ReplayInput:

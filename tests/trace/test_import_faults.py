@@ -567,5 +567,20 @@ class TestClocksOfSeveralFiles:
         files = _two_ranks(tmp_path, drop_base_of_1=True)
         with pytest.raises(TraceError) as e:
             import_kineto(files)
-        assert str(e.value).startswith(f"{files[0]}: its first GPU event is 1.7e+15 us after that of {files[1]}")
+        # rank 0's first GPU event at 1.7e18 ns + 1000 us, rank 1's at 1000 us: 1.7e15 us apart
+        assert str(e.value).startswith(f"{files[0]}: it starts 1.7e+15 us after {files[1]}")
         assert "r0.json baseTimeNanoseconds 1700000000000000000, r1.json without baseTimeNanoseconds" in str(e.value)
+
+    def test_nsys_files_on_two_time_bases_are_refused(self, tmp_path):
+        # Before: a warning ("its times are not aligned") and a timeline 54 years long
+        a, b = tmp_path / "a.sqlite", tmp_path / "b.sqlite"
+        make_nsys_db(a, pids=(100,))
+        make_nsys_db(b, pids=(200,), drop_tables=("TARGET_INFO_SESSION_START_TIME",))
+        code, out = cli("import", "nsys", a, b, "--out", tmp_path / "imp")
+        assert code == 2 and f"{a}: it starts 1.7e+15 us after {b}" in out
+        assert "a.sqlite TARGET_INFO_SESSION_START_TIME.utcEpochNs 1700000000000000000, b.sqlite without " \
+               "TARGET_INFO_SESSION_START_TIME" in out
+        # one file without the table, alone or beside one whose session started at 0: read as before
+        c = tmp_path / "c.sqlite"
+        make_nsys_db(c, pids=(100,), session_start_ns=0)
+        assert cli("import", "nsys", c, b, "--out", tmp_path / "imp2")[0] == 0
