@@ -3,7 +3,8 @@
 NCCL chooses an (algorithm, protocol) per size with its own tuning constants (:mod:`schedsim.network.tuning`);
 what a log measures is how long that choice took on this machine. So each row of a log is assigned to the
 (algorithm, protocol) NCCL runs at its size on its group, and per (tier, algorithm, protocol) two figures are
-fitted by least squares of relative error over those rows (a row's time: :func:`_row_time`):
+fitted by least squares of relative error over those rows (a row's time:
+:attr:`~schedsim.network.nccl_tests.NcclTestsRow.time_us`):
 
 * ``hw_latency_us``: the tier's per-step latency (NCCL's ``hwLatencies[tier][algo][proto]``), and
 * ``bw_factor``: measured over NCCL's bus bandwidth of that (algorithm, protocol) on groups the tier bounds.
@@ -107,14 +108,6 @@ def logs_from_sweep(sweep: Mapping[str, Sequence[Mapping[str, Any]]], nranks: in
     return out
 
 
-def _row_time(r: Any) -> float:
-    """A row's time, µs: the lesser of its out-of-place and in-place times where both are printed. Both time the
-    same operation, and the larger carries a row's noise (a stall, a first call): NVIDIA/nccl-tests#309's 8 B
-    all_reduce on 16 H100 printed 68.52 µs out of place and 24.70 in place, its 16 B 24.96 and 24.93."""
-    ip = r.ip_time_us
-    return float(r.oop_time_us if ip is None or ip <= 0 else min(r.oop_time_us, ip))
-
-
 def _tuned(kind: str) -> bool:
     """Whether ``kind`` is a collective that NCCL's tuning model times (its entry's ``nccl``, :data:`KINDS`)."""
     info = KINDS.get(kind)
@@ -152,7 +145,7 @@ def _observations(profile: HardwareProfile, logs: list[NcclTestsLog], tier: str
             notes.append(f"{log.source}: {kind} left out of the fit: {why}")
             continue
         for r in log.rows:
-            t_us = _row_time(r)
+            t_us = r.time_us
             if t_us <= 0:
                 continue
             got = net.collective(kind, r.size_bytes, ranks)
@@ -236,7 +229,7 @@ def fit_tier_timing(profile: HardwareProfile, logs: list[NcclTestsLog], tier: st
             if ranks is None:
                 continue
             for r in log.rows:
-                t_us = _row_time(r)
+                t_us = r.time_us
                 got = net.collective(str(log.collective), r.size_bytes, ranks) if t_us > 0 else None
                 if got is not None and f"{got.algo}/{got.proto}" == f.key:
                     errs.append((got.seconds * 1e6 - t_us) / t_us)
@@ -367,7 +360,8 @@ def fit_transport_latency(profile: HardwareProfile, logs: list[NcclTestsLog]) ->
     """``topology.nics.transport_latency_us`` fitted to the rows of ``logs`` across nodes up to
     :data:`TRANSPORT_FIT_MAX_BYTES`: ``t = t0 + c · h`` per row (``t0`` the model's time without it, ``c`` the
     network crossings of NCCL's choice, :func:`schedsim.network.net_crossings`, read off the model), ``h`` by least
-    squares of relative error, at least 0; a row's time as :func:`_row_time`. ``profile`` needs ``topology.nics``.
+    squares of relative error, at least 0; a row's time as
+    :attr:`~schedsim.network.nccl_tests.NcclTestsRow.time_us`. ``profile`` needs ``topology.nics``.
 
     Returns
     -------
@@ -385,7 +379,7 @@ def fit_transport_latency(profile: HardwareProfile, logs: list[NcclTestsLog]) ->
         if nodes < 2 or ranks is None or not _tuned(str(log.collective)):
             continue
         for r in log.rows:
-            t_us = _row_time(r)
+            t_us = r.time_us
             if t_us <= 0 or r.size_bytes > TRANSPORT_FIT_MAX_BYTES:
                 continue
             a = zero.collective(str(log.collective), r.size_bytes, ranks, floor=False)

@@ -49,9 +49,9 @@ HL = len(HEAD)  # rows start on line HL + 1
 
 def good_table(sizes_us: list[tuple[int, float]] = SIZES_US, n: int = 4, coll: str = "all_reduce", *,
                printed: bool = False) -> list[tuple[float, float]]:
-    """The (size, out-of-place busbw) rows the profile must hold: size / time x the bus factor to 6 significant
-    digits (``sizes_us`` holds the times as printed); ``printed``: the busbw column as printed (2 decimals, 0.00
-    dropped), what a ``-C 1`` log's CPU time column leaves."""
+    """The (size, busbw) rows the profile must hold: size / time x the bus factor to 6 significant digits
+    (``sizes_us`` holds the times as printed, both halves alike); ``printed``: the out-of-place busbw column as
+    printed (2 decimals, 0.00 dropped), what a ``-C 1`` log's CPU time column leaves."""
     out = []
     for s, t in sizes_us:
         b = s / (t * 1e3) * FACTOR[coll](n)

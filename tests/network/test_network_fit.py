@@ -14,7 +14,7 @@ import yaml
 
 from schedsim.hardware.profile import HardwareProfile, load_profile
 from schedsim.network import NcclNetwork
-from schedsim.network.fit import _row_time, fit_profile
+from schedsim.network.fit import fit_profile
 from schedsim.network.links import bus_factor
 from schedsim.network.nccl_tests import NcclTestsLog, parse_nccl_tests, read_nccl_tests
 
@@ -108,7 +108,7 @@ def _rms(profile: HardwareProfile, log: NcclTestsLog) -> tuple[float, list[str]]
     for r in log.rows:
         got = net.collective("all_reduce", r.size_bytes, ranks)
         assert got is not None
-        t = _row_time(r)
+        t = r.time_us
         errs.append((got.seconds * 1e6 - t) / t)
         choice.append(f"{got.algo}/{got.proto}")
     return 100 * math.sqrt(sum(e * e for e in errs) / len(errs)), choice
