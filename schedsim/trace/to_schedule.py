@@ -445,9 +445,11 @@ _FIX_ONE_RUN = ("pass the trace files of one run, one per rank (each names its r
 
 
 #: Collectives whose every rank's output needs every rank's input, so that no member's kernel can end before the
-#: last member's starts (a broadcast's or reduce's root may: its data wait in a peer's buffers).
-ALL_TO_ALL_DEPENDENT = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
-#: How far (µs) a member of one :data:`ALL_TO_ALL_DEPENDENT` collective may seem to start after another ended before
+#: last member's starts. Not a broadcast's or reduce's root (its data wait in a peer's buffers), nor all_to_all
+#: (NCCL's grouped send/recv: with per-peer sizes a rank may exchange with some peers only, and a zero size
+#: is skipped).
+WAITS_FOR_ALL = ("all_reduce", "all_gather", "reduce_scatter")
+#: How far (µs) a member of one :data:`WAITS_FOR_ALL` collective may seem to start after another ended before
 #: the files' clocks are taken to disagree: CUPTI's GPU timestamps on the host clock are good to about a µs.
 CLOCK_SLACK_US = 10.0
 
@@ -458,8 +460,8 @@ def _check_collectives(ranks: dict[int, _RankOps], colls: dict[tuple[int, int], 
     lists (``Process Group Ranks``), matched counterparts (same process group, collective, sequence number) that
     move different sizes (``In msg nelems`` × ``dtype``; all_to_all's members may differ), or two ranks whose
     collectives on one process group come in different orders (NCCL runs a communicator's collectives in one
-    order on every rank; compared where the ranks have as many of them), or matched members of an
-    :data:`ALL_TO_ALL_DEPENDENT` collective that do not overlap in time: one starting more than
+    order on every rank; compared where the ranks have as many of them), or matched members of a
+    :data:`WAITS_FOR_ALL` collective that do not overlap in time: one starting more than
     :data:`CLOCK_SLACK_US` after another ended means the ranks' files are on clocks that disagree (several hosts),
     and every time across ranks would be off (a 5 s offset between two hosts' clocks made a 410 µs step 5 s long).
 
@@ -507,11 +509,11 @@ def _check_collectives(ranks: dict[int, _RankOps], colls: dict[tuple[int, int], 
 
 def _check_clocks(ranks: dict[int, _RankOps], groups: dict[tuple[str, str, int], dict[int, int]],
                   where: Callable[[int], str]) -> None:
-    """Refuse matched members of an :data:`ALL_TO_ALL_DEPENDENT` collective that do not overlap in time
+    """Refuse matched members of a :data:`WAITS_FOR_ALL` collective that do not overlap in time
     (:func:`_check_collectives`; ``where`` names a rank's file)."""
     t0 = min((a.start_ns for ro in ranks.values() for a in ro.acts), default=0)
     for (kind, pg, n), got in groups.items():
-        if kind not in ALL_TO_ALL_DEPENDENT or len(got) < 2:
+        if kind not in WAITS_FOR_ALL or len(got) < 2:
             continue
         late = max(got.items(), key=lambda ri: (ranks[ri[0]].acts[ri[1]].start_ns, -ri[0]))
         early = min(got.items(), key=lambda ri: (ranks[ri[0]].acts[ri[1]].end_ns, ri[0]))
@@ -522,7 +524,7 @@ def _check_clocks(ranks: dict[int, _RankOps], groups: dict[tuple[str, str, int],
                 f"{where(late[0])}: {kind} #{n} on process group {printable(pg, 80)} starts at "
                 f"{(a_late.start_ns - t0) / 1000.0:.3f} us, {gap_us:.3f} us after it ended on {where(early[0])} (at "
                 f"{(a_early.end_ns - t0) / 1000.0:.3f} us; times from the import's first GPU event): every rank of "
-                f"an {kind} needs every other rank's data, so its kernels run at once on all of them; the files' "
+                f"this {kind} needs every other rank's data, so its kernels run at once on all of them; the files' "
                 f"clocks disagree by at least {gap_us:.3f} us (ranks profiled on hosts whose clocks differ), and every "
                 "time across ranks would be off by that much",
                 fix="profile on hosts whose clocks are synchronised (PTP, or chrony to a few µs), or import each "

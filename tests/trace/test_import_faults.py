@@ -553,6 +553,23 @@ class TestClocksOfSeveralFiles:
         assert "fix: profile on hosts whose clocks are synchronised" in out and "Traceback" not in out
         assert not (tmp_path / "imp" / "timeline.json").exists()
 
+    def test_all_to_all_is_not_held_to_it(self, tmp_path):
+        """all_to_all is grouped send/recv: with per-peer sizes a rank may exchange with some peers only, so its
+        members need not overlap; the same 5 s offset imports (the makespan is the trace's, 5000.410 ms)."""
+        files = []
+        for r in (0, 1):
+            d = kineto_doc(r)
+            d["baseTimeNanoseconds"] += 5_000_000_000 * r
+            for e in d["traceEvents"]:
+                if e.get("args", {}).get("Collective name") == "allreduce":
+                    e["args"]["Collective name"] = "all_to_all"
+                if "AllReduce" in e["name"]:
+                    e["name"] = "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)"
+            files.append(write_kineto(tmp_path / f"r{r}.json", d))
+        code, out = cli("import", "kineto", *files, "--out", tmp_path / "imp")
+        assert code == 0, out
+        assert "makespan 5000.410 ms" in out and "4 collective entries matched" in out
+
     @pytest.mark.parametrize("shift_us,ok", [(40, True), (60, True), (61, False)])
     def test_the_clock_slack_is_ten_microseconds(self, tmp_path, shift_us, ok):
         # rank 1 starts its all_reduce at 105 + shift us, rank 0's ends at 155: a gap of shift - 50 us
