@@ -526,9 +526,10 @@ def _check_clocks(ranks: dict[int, _RankOps], groups: dict[tuple[str, str, int],
                 f"{(a_early.end_ns - t0) / 1000.0:.3f} us; times from the import's first GPU event): every rank of "
                 f"this {kind} needs every other rank's data, so its kernels run at once on all of them; the files' "
                 f"clocks disagree by at least {gap_us:.3f} us (ranks profiled on hosts whose clocks differ), and every "
-                "time across ranks would be off by that much",
-                fix="profile on hosts whose clocks are synchronised (PTP, or chrony to a few µs), or import each "
-                    "rank's file on its own (one import per rank)")
+                "time across ranks would be off by that much; or the captures begin at different collectives (the "
+                "n-th of a process group is matched with the n-th on every rank)",
+                fix="profile every rank over the same steps (one torch.profiler schedule), on hosts whose clocks are "
+                    "synchronised (PTP, or chrony to a few µs), or import each rank's file on its own")
 
 
 def _fmt(x: float) -> float:

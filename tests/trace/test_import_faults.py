@@ -550,8 +550,22 @@ class TestClocksOfSeveralFiles:
         # rank 1's all_reduce starts at 5e6 + 105 us, rank 0's ended at 155 us: 4999950 us apart
         assert "r1.json (rank 1): all_reduce #0 on process group 0 starts at 5000105.000 us, 4999950.000 us after " \
                "it ended on" in out and "(at 155.000 us;" in out
-        assert "fix: profile on hosts whose clocks are synchronised" in out and "Traceback" not in out
+        assert "fix: profile every rank over the same steps" in out and "Traceback" not in out
         assert not (tmp_path / "imp" / "timeline.json").exists()
+
+    def test_captures_that_begin_at_different_collectives_are_refused(self, tmp_path):
+        """Rank 1's capture lacks the first iteration: its first all_reduce (the run's second, at 360-410 us) is
+        matched with rank 0's first (105-155 us): 205 us apart, refused (before: replayed as one rendezvous)."""
+        files = []
+        for r in (0, 1):
+            d = kineto_doc(r)
+            if r == 1:
+                d["traceEvents"] = [e for e in d["traceEvents"] if e.get("ts", 1e9) >= 1255 - 30]
+            files.append(write_kineto(tmp_path / f"r{r}.json", d))
+        code, out = cli("import", "kineto", *files, "--out", tmp_path / "imp")
+        assert code == 2 and "all_reduce #0 on process group 0 starts at 360.000 us, 205.000 us after it ended" \
+            in out, out
+        assert "or the captures begin at different collectives" in out
 
     def test_all_to_all_is_not_held_to_it(self, tmp_path):
         """all_to_all is grouped send/recv: with per-peer sizes a rank may exchange with some peers only, so its
