@@ -54,6 +54,7 @@ from schedsim.trace.common import (
     RuntimeRow,
     SyncRow,
     build_timeline,
+    check_clocks_of_import,
     is_nccl_kernel,
     match_op,
     short_kernel_name,
@@ -257,6 +258,8 @@ def import_kineto(
     nccl_rows = _nccl_rows(acc, label)
     world = _split_devices(acc, op_ranges)
     acts = acc.acts
+    if not keep_runtime:  # with it, the replay schedule checks it after the collectives' sizes and order
+        check_clocks_of_import(acts, acc.rank_info)
     replay = _replay_input(acc, shift_ns, world) if keep_runtime else None
     meta: dict[str, Any] = {"trace_format": "kineto", "files": [str(p) for p in files], "ranks": acc.rank_info,
                             "kernel_count": sum(1 for a in acts if a.cat == "kernel"),

@@ -50,6 +50,7 @@ from schedsim.trace.common import (
     ReplayInput,
     RuntimeRow,
     build_timeline,
+    check_clocks_of_import,
     is_nccl_kernel,
     match_op,
     short_kernel_name,
@@ -298,6 +299,8 @@ def import_nsys(
                             "memcpy_count": sum(1 for a in acts if a.cat == "memcpy"),
                             "memset_count": sum(1 for a in acts if a.cat == "memset"),
                             "warnings": warnings}
+    if not keep_runtime:  # with it, the replay schedule checks it after the collectives' sizes and order
+        check_clocks_of_import(acts, rank_info)
     replay = (ReplayInput(list(acts), corr, runtime, [], max(1, len(rank_info)), "nsys", [])
               if keep_runtime else None)
     tl = build_timeline(acts, op_ranges, schedule=schedule or files[0].stem, world_size=max(1, len(rank_info)),

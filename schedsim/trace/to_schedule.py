@@ -103,14 +103,20 @@ import bisect
 import json
 import re
 from collections import defaultdict
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from schedsim.errors import TraceError, printable
 from schedsim.kinds import COLLECTIVE_KINDS, PER_RANK_SIZE
 from schedsim.sim.replay import GPU_GAP_TAG, HOST_WAIT_TAG
-from schedsim.trace.common import Activity, ReplayInput, RuntimeRow, collective_kind, is_nccl_kernel
+from schedsim.trace.common import (
+    Activity,
+    ReplayInput,
+    RuntimeRow,
+    check_collective_clocks,
+    collective_kind,
+    is_nccl_kernel,
+)
 
 __all__ = ["GAP_NS", "GRAPH_TAG", "LAUNCH_GAP_MAX_NS", "OPS_FILE", "TRACE_ID_TAG", "RecordedPath", "ReplaySchedule",
            "apply_recorded_path", "build_replay_schedule", "recorded_path", "write_replay_schedule",
@@ -444,16 +450,6 @@ _FIX_ONE_RUN = ("pass the trace files of one run, one per rank (each names its r
                 "another run or job mixed in makes its collectives disagree")
 
 
-#: Collectives whose every rank's output needs every rank's input, so that no member's kernel can end before the
-#: last member's starts. Not a broadcast's or reduce's root (its data wait in a peer's buffers), nor all_to_all
-#: (NCCL's grouped send/recv: with per-peer sizes a rank may exchange with some peers only, and a zero size
-#: is skipped).
-WAITS_FOR_ALL = ("all_reduce", "all_gather", "reduce_scatter")
-#: How far (µs) a member of one :data:`WAITS_FOR_ALL` collective may seem to start after another ended before
-#: the files' clocks are taken to disagree: CUPTI's GPU timestamps on the host clock are good to about a µs.
-CLOCK_SLACK_US = 10.0
-
-
 def _check_collectives(ranks: dict[int, _RankOps], colls: dict[tuple[int, int], tuple[str, str, int, list[int]]],
                        groups: dict[tuple[str, str, int], dict[int, int]], files: dict[int, str]) -> None:
     """Refuse collectives of the imported ranks that contradict each other: one process group with two member
@@ -461,9 +457,8 @@ def _check_collectives(ranks: dict[int, _RankOps], colls: dict[tuple[int, int], 
     move different sizes (``In msg nelems`` × ``dtype``; all_to_all's members may differ), or two ranks whose
     collectives on one process group come in different orders (NCCL runs a communicator's collectives in one
     order on every rank; compared where the ranks have as many of them), or matched members of a
-    :data:`WAITS_FOR_ALL` collective that do not overlap in time: one starting more than
-    :data:`CLOCK_SLACK_US` after another ended means the ranks' files are on clocks that disagree (several hosts),
-    and every time across ranks would be off (a 5 s offset between two hosts' clocks made a 410 µs step 5 s long).
+    :data:`~schedsim.trace.common.WAITS_FOR_ALL` collective that do not overlap in time
+    (:func:`~schedsim.trace.common.check_collective_clocks`, after the rest: a file of another run is named so).
 
     Raises
     ------
@@ -504,32 +499,7 @@ def _check_collectives(ranks: dict[int, _RankOps], colls: dict[tuple[int, int], 
                 raise TraceError(f"{where(q)}: collective #{j} on process group {printable(pg, 80)} is {seq[j]}, but "
                                  f"on {where(q0)} it is {seq0[j]} (kernel arg Collective name); NCCL runs a process "
                                  "group's collectives in one order on every rank", fix=_FIX_ONE_RUN)
-    _check_clocks(ranks, groups, where)
-
-
-def _check_clocks(ranks: dict[int, _RankOps], groups: dict[tuple[str, str, int], dict[int, int]],
-                  where: Callable[[int], str]) -> None:
-    """Refuse matched members of a :data:`WAITS_FOR_ALL` collective that do not overlap in time
-    (:func:`_check_collectives`; ``where`` names a rank's file)."""
-    t0 = min((a.start_ns for ro in ranks.values() for a in ro.acts), default=0)
-    for (kind, pg, n), got in groups.items():
-        if kind not in WAITS_FOR_ALL or len(got) < 2:
-            continue
-        late = max(got.items(), key=lambda ri: (ranks[ri[0]].acts[ri[1]].start_ns, -ri[0]))
-        early = min(got.items(), key=lambda ri: (ranks[ri[0]].acts[ri[1]].end_ns, ri[0]))
-        a_late, a_early = ranks[late[0]].acts[late[1]], ranks[early[0]].acts[early[1]]
-        gap_us = (a_late.start_ns - a_early.end_ns) / 1000.0
-        if gap_us > CLOCK_SLACK_US:
-            raise TraceError(
-                f"{where(late[0])}: {kind} #{n} on process group {printable(pg, 80)} starts at "
-                f"{(a_late.start_ns - t0) / 1000.0:.3f} us, {gap_us:.3f} us after it ended on {where(early[0])} (at "
-                f"{(a_early.end_ns - t0) / 1000.0:.3f} us; times from the import's first GPU event): every rank of "
-                f"this {kind} needs every other rank's data, so its kernels run at once on all of them; the files' "
-                f"clocks disagree by at least {gap_us:.3f} us (ranks profiled on hosts whose clocks differ), and every "
-                "time across ranks would be off by that much; or the captures begin at different collectives (the "
-                "n-th of a process group is matched with the n-th on every rank)",
-                fix="profile every rank over the same steps (one torch.profiler schedule), on hosts whose clocks are "
-                    "synchronised (PTP, or chrony to a few µs), or import each rank's file on its own")
+    check_collective_clocks({r: ro.acts for r, ro in ranks.items()}, where)
 
 
 def _fmt(x: float) -> float:

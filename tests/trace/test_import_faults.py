@@ -553,6 +553,21 @@ class TestClocksOfSeveralFiles:
         assert "fix: profile every rank over the same steps" in out and "Traceback" not in out
         assert not (tmp_path / "imp" / "timeline.json").exists()
 
+    def test_analyze_and_nsys_are_held_to_it_too(self, tmp_path):
+        """analyze reads the files without building a replay schedule: the same check (before: makespan 5000.410
+        ms). nsys reports whose sessions started 5 s apart on clocks 5 s apart: nsysdb's first all_reduce runs
+        423-573 us on each, so rank 1's starts 5,000,423 us, 4,999,850 after rank 0's ended."""
+        files = _two_ranks(tmp_path, shift_ns=5_000_000_000)
+        code, out = cli("analyze", *files)
+        assert code == 2 and "4999950.000 us after it ended on" in out
+        a, b = tmp_path / "a.sqlite", tmp_path / "b.sqlite"
+        make_nsys_db(a, pids=(100,))
+        make_nsys_db(b, pids=(101,), session_start_ns=1_700_000_000_000_000_000 + 5_000_000_000)
+        for args in (("analyze", a, b), ("import", "nsys", a, b, "--out", tmp_path / "imp")):
+            code, out = cli(*args)
+            assert code == 2 and f"{b} (rank 1): all_reduce #0 on process group default starts at 5000423.000 us, " \
+                f"4999850.000 us after it ended on {a} (rank 0) (at 573.000 us;" in out, out
+
     def test_captures_that_begin_at_different_collectives_are_refused(self, tmp_path):
         """Rank 1's capture lacks the first iteration: its first all_reduce (the run's second, at 360-410 us) is
         matched with rank 0's first (105-155 us): 205 us apart, refused (before: replayed as one rendezvous)."""
