@@ -205,7 +205,8 @@ def profile_from_nccl_tests(logs: list[Path], *, out: Path, name: str | None, ba
     fit_tiers(d, parsed, srcs, transport)
     d["collectives"]["nodes"] = {k: v for k, v in d["collectives"].get("nodes", {}).items() if v}
     d["collectives"]["tables"] = tables
-    d["collectives"]["source"] = "nccl-tests logs (out-of-place busbw): " + "; ".join(srcs)
+    d["collectives"]["source"] = ("nccl-tests logs (busbw: size x bus factor / the lesser of a row's two times): "
+                                  + "; ".join(srcs))
     d["description"] = (d.get("description", "")
                         + f" Collective tables from nccl-tests logs: {', '.join(srcs)}.").strip()
     write_profile(d, out, f"# {d['name']}: profile {base!r} with collective tables from nccl-tests logs "

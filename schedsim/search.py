@@ -326,7 +326,7 @@ def write_plot(path: Any, points: list[SearchPoint], title: str) -> None:
         s = p.setting
         ax.annotate(f"tp{s['tp']} pp{s['pp']} b{s['micro_batch_size']} {s['recompute']}",
                     (p.memory_bytes / 2**30, p.iteration_s), fontsize=6, xytext=(3, 3), textcoords="offset points")
-    ax.set_xlabel("memory per GPU, first pipeline stage (GiB)")
+    ax.set_xlabel("memory per GPU, most loaded pipeline stage (GiB)")
     ax.set_ylabel("iteration time (s)")
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7)

@@ -3,7 +3,8 @@
 NCCL chooses an (algorithm, protocol) per size with its own tuning constants (:mod:`schedsim.network.tuning`);
 what a log measures is how long that choice took on this machine. So each row of a log is assigned to the
 (algorithm, protocol) NCCL runs at its size on its group, and per (tier, algorithm, protocol) two figures are
-fitted by least squares of relative error over those rows (a row's time: :func:`_row_time`):
+fitted by least squares of relative error over those rows (a row's time:
+:attr:`~schedsim.network.nccl_tests.NcclTestsRow.time_us`):
 
 * ``hw_latency_us``: the tier's per-step latency (NCCL's ``hwLatencies[tier][algo][proto]``), and
 * ``bw_factor``: measured over NCCL's bus bandwidth of that (algorithm, protocol) on groups the tier bounds.
@@ -42,6 +43,15 @@ __all__ = ["FittedFigure", "fit_tier_timing", "fit_profile", "fit_transport_late
 #: Rows up to this size (B) fit a transport's latency (:func:`fit_transport_latency`): NCCL runs them on LL with
 #: one channel, so their time is latency (published 2 x 8 H100 logs: a few µs of bandwidth term at 4 KiB).
 TRANSPORT_FIT_MAX_BYTES = 4096
+
+
+#: A bandwidth factor is fitted only where some row's bandwidth term (at the model's factor) is at least this share
+#: of its time. The factor's relative error is the rows' timing noise over their largest share, and its effect on
+#: a row's time that noise times the row's share over the largest; with every row far below (latency-bound) a
+#: microsecond of noise becomes the bandwidth: an 8 B and a 16 B all_reduce over 4 ranks at 20.0 and 21.0 µs
+#: (shares near 1e-4) fitted h200's ring/LL factor to 0.002, a 1 KiB to 64 KiB all_reduce on 4 ranks 36.7 µs for
+#: 19.2 to 22.3. 5 %: tree/LL up to 8 KiB across 2 nodes reaches 6.7 % (tests/network/test_nccl_versions.py).
+BANDWIDTH_SHARE_MIN = 0.05
 
 
 @dataclass(frozen=True)
@@ -98,14 +108,6 @@ def logs_from_sweep(sweep: Mapping[str, Sequence[Mapping[str, Any]]], nranks: in
     return out
 
 
-def _row_time(r: Any) -> float:
-    """A row's time, µs: the lesser of its out-of-place and in-place times where both are printed. Both time the
-    same operation, and the larger carries a row's noise (a stall, a first call): NVIDIA/nccl-tests#309's 8 B
-    all_reduce on 16 H100 printed 68.52 µs out of place and 24.70 in place, its 16 B 24.96 and 24.93."""
-    ip = r.ip_time_us
-    return float(r.oop_time_us if ip is None or ip <= 0 else min(r.oop_time_us, ip))
-
-
 def _tuned(kind: str) -> bool:
     """Whether ``kind`` is a collective that NCCL's tuning model times (its entry's ``nccl``, :data:`KINDS`)."""
     info = KINDS.get(kind)
@@ -143,7 +145,7 @@ def _observations(profile: HardwareProfile, logs: list[NcclTestsLog], tier: str
             notes.append(f"{log.source}: {kind} left out of the fit: {why}")
             continue
         for r in log.rows:
-            t_us = _row_time(r)
+            t_us = r.time_us
             if t_us <= 0:
                 continue
             got = net.collective(kind, r.size_bytes, ranks)
@@ -167,7 +169,9 @@ def _observations(profile: HardwareProfile, logs: list[NcclTestsLog], tier: str
 
 def _solve(obs: list[_Obs]) -> tuple[float, float | None]:
     """(h, f) minimising sum(((c0 + ch h + cu / f) - t) / t)^2 with h >= 0, f > 0; f None where the rows do
-    not constrain it (then h alone, at the model's factor now)."""
+    not constrain it (then h alone, at the model's factor now): fewer than two distinct bandwidth shares, or
+    every row latency-bound (its bandwidth term at the model's factor now below :data:`BANDWIDTH_SHARE_MIN` of
+    its time)."""
     def lsq1(xs: list[float], ys: list[float]) -> float:
         den = sum(x * x for x in xs)
         return sum(x * y for x, y in zip(xs, ys, strict=True)) / den if den > 0 else 0.0
@@ -180,7 +184,8 @@ def _solve(obs: list[_Obs]) -> tuple[float, float | None]:
     sy_h = sum(a * b for a, b in zip(xh, y, strict=True))
     sy_u = sum(a * b for a, b in zip(xu, y, strict=True))
     det = shh * suu - shu * shu
-    if len({round(o.cu / o.t, 12) for o in obs}) >= 2 and det > 1e-12 * max(shh * suu, 1e-300):
+    bound = max(o.cb / o.t for o in obs) >= BANDWIDTH_SHARE_MIN
+    if bound and len({round(o.cu / o.t, 12) for o in obs}) >= 2 and det > 1e-12 * max(shh * suu, 1e-300):
         h = (sy_h * suu - sy_u * shu) / det
         u = (shh * sy_u - shu * sy_h) / det
         if h < 0:
@@ -224,7 +229,7 @@ def fit_tier_timing(profile: HardwareProfile, logs: list[NcclTestsLog], tier: st
             if ranks is None:
                 continue
             for r in log.rows:
-                t_us = _row_time(r)
+                t_us = r.time_us
                 got = net.collective(str(log.collective), r.size_bytes, ranks) if t_us > 0 else None
                 if got is not None and f"{got.algo}/{got.proto}" == f.key:
                     errs.append((got.seconds * 1e6 - t_us) / t_us)
@@ -355,7 +360,8 @@ def fit_transport_latency(profile: HardwareProfile, logs: list[NcclTestsLog]) ->
     """``topology.nics.transport_latency_us`` fitted to the rows of ``logs`` across nodes up to
     :data:`TRANSPORT_FIT_MAX_BYTES`: ``t = t0 + c · h`` per row (``t0`` the model's time without it, ``c`` the
     network crossings of NCCL's choice, :func:`schedsim.network.net_crossings`, read off the model), ``h`` by least
-    squares of relative error, at least 0; a row's time as :func:`_row_time`. ``profile`` needs ``topology.nics``.
+    squares of relative error, at least 0; a row's time as
+    :attr:`~schedsim.network.nccl_tests.NcclTestsRow.time_us`. ``profile`` needs ``topology.nics``.
 
     Returns
     -------
@@ -373,7 +379,7 @@ def fit_transport_latency(profile: HardwareProfile, logs: list[NcclTestsLog]) ->
         if nodes < 2 or ranks is None or not _tuned(str(log.collective)):
             continue
         for r in log.rows:
-            t_us = _row_time(r)
+            t_us = r.time_us
             if t_us <= 0 or r.size_bytes > TRANSPORT_FIT_MAX_BYTES:
                 continue
             a = zero.collective(str(log.collective), r.size_bytes, ranks, floor=False)

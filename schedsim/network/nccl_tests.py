@@ -155,6 +155,8 @@ class NcclTestsRow:
         The same for in-place (None if the row has no in-place half).
     line : int
         1-based line of the row in its file (0 when unknown).
+    cputime : bool
+        The time column is ``-C 1``'s CPU time, which nccl-tests does not compute the bandwidths from.
     """
 
     size_bytes: int
@@ -171,11 +173,21 @@ class NcclTestsRow:
     ip_busbw_GBps: float | None = None
     ip_wrong: float | None = None
     line: int = field(default=0, compare=False)
+    cputime: bool = field(default=False, compare=False)
 
     @property
     def busbw_GBps(self) -> float:
         """The out-of-place busbw (GB/s), the figure nccl-tests users usually quote."""
         return self.oop_busbw_GBps
+
+    @property
+    def time_us(self) -> float:
+        """The row's time, µs: the lesser of its out-of-place and in-place times where both are printed. Both
+        time the same operation, and the larger carries a row's noise (a stall, a first call):
+        NVIDIA/nccl-tests#309's 8 B all_reduce on 16 H100 printed 68.52 µs out of place and 24.70 in place, its
+        16 B 24.96 and 24.93."""
+        ip = self.ip_time_us
+        return float(self.oop_time_us if ip is None or ip <= 0 else min(self.oop_time_us, ip))
 
 
 @dataclass
@@ -200,10 +212,36 @@ class NcclTestsLog:
     def table(self) -> list[tuple[int, float]]:
         """``[[size_bytes, busbw_GBps], ...]`` rows for a profile's ``collectives.tables``.
 
-        Rows with a zero busbw (sizes too small to register) are dropped, since
-        the cost model interpolates log(size) against busbw.
+        The busbw is the row's time's (:attr:`NcclTestsRow.time_us`, the lesser of its two halves, as the tier fit
+        takes it, :mod:`schedsim.network.fit`), ``size · bus factor / time`` (nccl-tests ``GetBw``, the formula the
+        printed column comes from; :func:`schedsim.network.links.bus_factor`), to 6 significant digits: the time
+        is printed to 4 or more, the bandwidth with 2 decimals, which at the small sizes is most of the figure
+        (NVIDIA/nccl-tests#309's 512 B all_reduce on 16 ranks: 26.31 µs, busbw 0.0365 GB/s printed as 0.04;
+        8 B to 64 B print 0.00), and a stalled half (that log's 256 B: 94.40 µs out of place, 25.90 in place)
+        would hold up every larger size under the tables' monotone fit (:class:`schedsim.network.links.LinkTables`).
+        Where the time is not the one the bandwidth was computed from (``-C 1``'s CPU time) or the collective has
+        no bus factor (hypercube), the printed out-of-place busbw, and rows where it is 0.00 are dropped, since the
+        cost model interpolates log(size) against busbw.
+
+        Examples
+        --------
+        >>> row = NcclTestsRow(256, 64, "float", "sum", -1, 94.40, 0.0, 0.01, 0, 25.90, 0.01, 0.02, 0)
+        >>> NcclTestsLog("all_reduce", 16, [row]).table()  # 256 B · 2·15/16 / 25.90 µs
+        [(256, 0.0185328)]
         """
-        return [(r.size_bytes, r.busbw_GBps) for r in self.rows if r.busbw_GBps > 0]
+        from schedsim.network.links import bus_factor
+
+        try:
+            f = bus_factor(self.collective, self.nranks) if self.collective and self.nranks else None
+        except KeyError:  # hypercube
+            f = None
+        out = []
+        for r in self.rows:
+            bw = (float(f"{r.size_bytes * f / (r.time_us * 1e3):.6g}") if f is not None and not r.cputime
+                  else r.busbw_GBps)
+            if bw > 0:
+                out.append((r.size_bytes, bw))
+        return out
 
 
 def skipped_warning(logs: list[NcclTestsLog]) -> str | None:
@@ -381,7 +419,8 @@ def _row(cells: dict[str, list[str]], lay: _Layout, src: str, line: int) -> Nccl
         root=int(cells["root"][0]) if "root" in cells else None,
         oop_time_us=float(t[0]), oop_algbw_GBps=float(a[0]), oop_busbw_GBps=float(b[0]), oop_wrong=_num(w[0]),
         ip_time_us=float(t[1]) if ip else None, ip_algbw_GBps=float(a[1]) if ip else None,
-        ip_busbw_GBps=float(b[1]) if ip else None, ip_wrong=_num(w[1]) if ip else None, line=line)
+        ip_busbw_GBps=float(b[1]) if ip else None, ip_wrong=_num(w[1]) if ip else None, line=line,
+        cputime="cputime" in lay.words)
 
 
 @dataclass

@@ -191,7 +191,8 @@ def print_training(d: dict[str, Any]) -> None:
         + (f", other {fmt_time(ex['other'])}" if ex.get("other") else "") + f"; bubble (nothing runs) "
         f"{fmt_time(d['bubble_s'])}")
     mem = d["memory"]
-    print("  memory per GPU, first pipeline stage: " + ", ".join(
+    where = f"pipeline stage {mem['stage']} (the most loaded)" if mem.get("stage") else "first pipeline stage"
+    print(f"  memory per GPU, {where}: " + ", ".join(
         f"{k} {fmt_bytes(mem[k])}" for k in ("params", "grads", "optimizer", "gathered", "activations") if k in mem)
         + f"; total {fmt_bytes(mem['total'])} (Megatron's distributed-optimizer bytes/param, Korthikanti et al. "
         "2022 activations)")

@@ -46,6 +46,7 @@ Formulas the report uses, each with its source:
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -429,6 +430,14 @@ def _feature_rules(t: TrainingSpec) -> list[tuple[str, str, str]]:
                     f"context_parallel_size ({2 * cp}): Megatron-LM splits each sequence into 2·cp chunks for "
                     "load-balanced causal attention (megatron/core/utils.py get_batch_on_this_cp_rank)",
                     f"use a seq_length that is a multiple of {2 * cp}, or a cp dividing {t.seq_length // 2}"))
+    tp = t.tensor_model_parallel_size
+    if t.sequence_parallel and tp > 1 and not (cp > 1 and t.seq_length % (2 * cp)) and (t.seq_length // cp) % tp:
+        out.append(("seq_length", f"seq_length{' / cp' if cp > 1 else ''} ({t.seq_length // cp}) is not divisible by "
+                    f"tensor_model_parallel_size ({tp}): sequence parallelism splits each sequence over the TP ranks, "
+                    "and Megatron Core stops at the embedding's reduce-scatter (tensor_parallel/mappings.py "
+                    "_reduce_scatter_along_first_dim: 'First dimension of the tensor should be divisible by tensor "
+                    "parallel size')", f"use a seq_length that is a multiple of "
+                    f"{cp * math.lcm(tp, 2 if cp > 1 else 1)}, or set sequence_parallel: false"))
     if t.tp_comm_overlap and not t.sequence_parallel:
         out.append(("tp_comm_overlap", "Tensor parallel communication/GEMM overlap can happen only when sequence "
                     "parallelism is enabled (Megatron-LM arguments.py)", "set sequence_parallel: true"))
@@ -692,9 +701,14 @@ def memory_per_rank(t: TrainingSpec, plan: TrainingPlan) -> dict[str, float]:
 
     With uneven first/last stages (``decoder_first_pipeline_num_layers``, ``..._last_...``; no virtual stages) the
     first stage need not be the most loaded: each pipeline rank r is counted with its own layers and
-    ``min(m, pp − r)`` microbatches in flight (1F1B), and the rank of the largest ``total`` is returned."""
+    ``min(m, pp − r)`` microbatches in flight (1F1B), the last (pp > 1) with the output layer's ``V·h/t``
+    parameters (Megatron-LM ``gpt_model.py``: the last stage's ``output_layer``, its own weight when untied, else a
+    copy of the word embeddings that ``embedding_grad_allreduce`` keeps equal, ``setup_embeddings_and_output_layer``),
+    and the rank of the largest ``total`` is returned, with its pipeline rank as ``stage`` where that is not 0
+    (``stage`` is not part of ``total``)."""
     ranks = range(plan.pp) if plan.v == 1 and len(set(plan.stage_layers)) > 1 else range(1)
-    return max((_memory_of_rank(t, plan, r) for r in ranks), key=lambda d: d["total"])
+    got = max(((r, _memory_of_rank(t, plan, r)) for r in ranks), key=lambda rd: (rd[1]["total"], -rd[0]))
+    return got[1] | {"stage": got[0]} if got[0] else got[1]
 
 
 def _memory_of_rank(t: TrainingSpec, plan: TrainingPlan, rank: int) -> dict[str, float]:
@@ -705,8 +719,8 @@ def _memory_of_rank(t: TrainingSpec, plan: TrainingPlan, rank: int) -> dict[str,
     lps = sum(plan.stage_layers[rank::plan.pp])
     emb = plan.vocab * t.hidden_size + t.seq_length * t.hidden_size if rank == 0 else 0
     n = (lps * _params_per_layer(t, plan) + emb) / plan.tp
-    if plan.pp == 1 and t.untie_embeddings_and_output_weights:  # the one stage also holds the output layer
-        n += plan.vocab * t.hidden_size / plan.tp
+    if (plan.pp == 1 and t.untie_embeddings_and_output_weights) or (plan.pp > 1 and rank == plan.pp - 1):
+        n += plan.vocab * t.hidden_size / plan.tp  # the output layer (memory_per_rank)
     pb, gb, opt = {"bf16": (2, 4, 12), "fp16": (2, 2, 16), "fp32": (4, 4, 8)}[plan.dtype]
     ob = opt / (plan.dp * plan.cp) if t.use_distributed_optimizer else float(opt)
     # the experts' state is sharded over their own data-parallel group, dp·cp/ep ranks (Megatron-LM

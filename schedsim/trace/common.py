@@ -41,6 +41,8 @@ __all__ = [
     "RuntimeRow",
     "SyncRow",
     "build_timeline",
+    "check_clocks_of_import",
+    "check_collective_clocks",
     "collective_kind",
     "is_nccl_kernel",
     "last_finishing_chain",
@@ -270,6 +272,79 @@ def _collective_kind(kernel_name: str, collective: str | None) -> str:
             if t.startswith(key) or t.replace("_", "").startswith(key.replace("_", "")):
                 return kind
     return "comm"
+
+
+#: Collectives whose every rank's output needs every rank's input, so that no member's kernel can end before the
+#: last member's starts. Not a broadcast's or reduce's root (its data wait in a peer's buffers), nor all_to_all
+#: (NCCL's grouped send/recv: with per-peer sizes a rank may exchange with some peers only, and a zero size
+#: is skipped).
+WAITS_FOR_ALL = ("all_reduce", "all_gather", "reduce_scatter")
+#: How far (µs) a member of one :data:`WAITS_FOR_ALL` collective may seem to start after another ended before
+#: the files' clocks are taken to disagree: CUPTI's GPU timestamps on the host clock are good to about a µs.
+CLOCK_SLACK_US = 10.0
+
+
+def check_collective_clocks(acts_by_rank: dict[int, list[Activity]], where: Callable[[int], str]) -> None:
+    """Refuse an import whose ranks' members of one :data:`WAITS_FOR_ALL` collective do not overlap in time.
+
+    Each rank's NCCL kernels (``acts_by_rank[r]``, in launch order) are matched across ranks by process group
+    (``pg_name`` tag), kind (:func:`collective_kind`) and occurrence (the n-th on that group); a member starting
+    more than :data:`CLOCK_SLACK_US` after another ended means the ranks' files are on clocks that disagree (a 5 s
+    offset between two hosts' clocks made a 410 µs step 5 s long), or that the captures begin at different
+    collectives. ``where`` names a rank's file.
+
+    Raises
+    ------
+    TraceError
+        Naming both ranks' files, the collective, the times and the offset.
+    """
+    from schedsim.errors import TraceError, printable
+
+    groups: dict[tuple[str, str, int], dict[int, Activity]] = defaultdict(dict)
+    for r, acts in acts_by_rank.items():
+        seq: dict[tuple[str, str], int] = defaultdict(int)
+        for a in acts:
+            if a.cat != "kernel" or not is_nccl_kernel(a.name):
+                continue
+            tags = a.tags or {}
+            kind = collective_kind(a.name, tags.get("collective"))
+            pg = str(tags.get("pg_name", "default"))
+            n = seq[(pg, kind)]
+            seq[(pg, kind)] = n + 1
+            if kind in WAITS_FOR_ALL:
+                groups[(kind, pg, n)][r] = a
+    t0 = min((a.start_ns for acts in acts_by_rank.values() for a in acts), default=0.0)
+    for (kind, pg, n), got in groups.items():
+        if len(got) < 2:
+            continue
+        late = max(got, key=lambda r: (got[r].start_ns, -r))
+        early = min(got, key=lambda r: (got[r].end_ns, r))
+        gap_us = (got[late].start_ns - got[early].end_ns) / 1000.0
+        if gap_us > CLOCK_SLACK_US:
+            raise TraceError(
+                f"{where(late)}: {kind} #{n} on process group {printable(pg, 80)} starts at "
+                f"{(got[late].start_ns - t0) / 1000.0:.3f} us, {gap_us:.3f} us after it ended on {where(early)} (at "
+                f"{(got[early].end_ns - t0) / 1000.0:.3f} us; times from the import's first GPU event): every rank "
+                f"of this {kind} needs every other rank's data, so its kernels run at once on all of them; the files' "
+                f"clocks disagree by at least {gap_us:.3f} us (ranks profiled on hosts whose clocks differ), and every "
+                "time across ranks would be off by that much; or the captures begin at different collectives (the "
+                "n-th of a process group is matched with the n-th on every rank)",
+                fix="profile every rank over the same steps (one torch.profiler schedule), on hosts whose clocks are "
+                    "synchronised (PTP, or chrony to a few µs), or import each rank's file on its own")
+
+
+def check_clocks_of_import(acts: list[Activity], rank_info: dict[int, dict[str, Any]]) -> None:
+    """:func:`check_collective_clocks` of an import's activities (each rank's in start order; a communicator's
+    kernels run in launch order), naming a rank's file from ``rank_info`` (rank -> ``{"file": ...}``)."""
+    by_rank: dict[int, list[Activity]] = defaultdict(list)
+    for a in sorted(acts, key=lambda a: a.start_ns):
+        by_rank[a.rank].append(a)
+
+    def where(r: int) -> str:
+        f = (rank_info.get(r) or {}).get("file")
+        return f"{f} (rank {r})" if isinstance(f, str) else f"rank {r}"
+
+    check_collective_clocks(by_rank, where)
 
 
 def load_op_names(path: str | Path) -> dict[str, dict[str, Any]]:

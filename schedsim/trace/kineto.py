@@ -54,6 +54,7 @@ from schedsim.trace.common import (
     RuntimeRow,
     SyncRow,
     build_timeline,
+    check_clocks_of_import,
     is_nccl_kernel,
     match_op,
     short_kernel_name,
@@ -69,6 +70,7 @@ from schedsim.trace.validate import (
     check_header,
     check_ranks_agree,
     check_stream_order,
+    check_time_bases,
     decodable,
     max_trace_events,
     too_many_events,
@@ -239,6 +241,10 @@ def import_kineto(
         raise TraceError(f"{files[0]}: no GPU events (kernel, gpu_memcpy, gpu_memset) in the trace",
                          fix="profile with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], or pass a "
                              "schedsim timeline.json to analyze/compare instead")
+    check_time_bases(files, acc.bases, ["without baseTimeNanoseconds" if b is None else f"baseTimeNanoseconds {b}"
+                                        for b in acc.base_given],
+                     "pass the trace files of one run as torch.profiler exported them (each with its "
+                     "baseTimeNanoseconds), or import each file on its own")
     base0 = min(acc.bases)
     shift_ns = {rank: float(b - base0) for rank, b in zip(acc.ranks, acc.bases, strict=False)}
     _shift(acc.acts, shift_ns)
@@ -252,6 +258,8 @@ def import_kineto(
     nccl_rows = _nccl_rows(acc, label)
     world = _split_devices(acc, op_ranges)
     acts = acc.acts
+    if not keep_runtime:  # with it, the replay schedule checks it after the collectives' sizes and order
+        check_clocks_of_import(acts, acc.rank_info)
     replay = _replay_input(acc, shift_ns, world) if keep_runtime else None
     meta: dict[str, Any] = {"trace_format": "kineto", "files": [str(p) for p in files], "ranks": acc.rank_info,
                             "kernel_count": sum(1 for a in acts if a.cat == "kernel"),
@@ -304,6 +312,7 @@ class _Read:
     rpc: list[_Rpc] = field(default_factory=list)
     ranks: list[int] = field(default_factory=list)
     bases: list[int] = field(default_factory=list)
+    base_given: list[int | float | None] = field(default_factory=list)  # per file: baseTimeNanoseconds as written
     refs: list[float] = field(default_factory=list)
     rank_info: dict[int, dict[str, Any]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
@@ -365,6 +374,7 @@ def _read_file(path: Path, fi: int, acc: _Read, n_files: int) -> None:
     acc.refs.append(ref)
     # absolute origin of this file in ns, an exact integer (ts may be epoch µs)
     acc.bases.append((int(base) if isinstance(base, (int, float)) else 0) + ref)
+    acc.base_given.append(base if isinstance(base, (int, float)) else None)
     acc.ranks.append(rank)
     if rank != fi:
         _renumber(acc, first, starts, rank)

@@ -50,11 +50,18 @@ from schedsim.trace.common import (
     ReplayInput,
     RuntimeRow,
     build_timeline,
+    check_clocks_of_import,
     is_nccl_kernel,
     match_op,
     short_kernel_name,
 )
-from schedsim.trace.validate import MAX_DUR_US, check_processes_distinct, max_trace_events, too_many_events
+from schedsim.trace.validate import (
+    MAX_DUR_US,
+    check_processes_distinct,
+    check_time_bases,
+    max_trace_events,
+    too_many_events,
+)
 
 __all__ = ["EXPORT_HINT", "import_nsys", "nvtx_events", "nvtx_sizes_nelems"]
 
@@ -251,6 +258,15 @@ def import_nsys(
             warnings.append(f"{p}: no TARGET_INFO_SESSION_START_TIME; its times are not aligned with the other files")
         bases.append(base)
         conns.append(db)
+    try:
+        check_time_bases(files, bases, [f"TARGET_INFO_SESSION_START_TIME.utcEpochNs {b}" if b else
+                                        "without TARGET_INFO_SESSION_START_TIME" for b in bases],
+                         "export every rank's report with one nsys version (`nsys export --type sqlite`), each with "
+                         "its TARGET_INFO_SESSION_START_TIME, or import each file on its own")
+    except TraceError:
+        for db in conns:
+            db.conn.close()
+        raise
     base0 = min(bases)
     for fi, (db, base) in enumerate(zip(conns, bases, strict=False)):
         try:
@@ -283,6 +299,8 @@ def import_nsys(
                             "memcpy_count": sum(1 for a in acts if a.cat == "memcpy"),
                             "memset_count": sum(1 for a in acts if a.cat == "memset"),
                             "warnings": warnings}
+    if not keep_runtime:  # with it, the replay schedule checks it after the collectives' sizes and order
+        check_clocks_of_import(acts, rank_info)
     replay = (ReplayInput(list(acts), corr, runtime, [], max(1, len(rank_info)), "nsys", [])
               if keep_runtime else None)
     tl = build_timeline(acts, op_ranges, schedule=schedule or files[0].stem, world_size=max(1, len(rank_info)),

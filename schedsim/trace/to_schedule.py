@@ -109,7 +109,14 @@ from typing import Any, NamedTuple
 from schedsim.errors import TraceError, printable
 from schedsim.kinds import COLLECTIVE_KINDS, PER_RANK_SIZE
 from schedsim.sim.replay import GPU_GAP_TAG, HOST_WAIT_TAG
-from schedsim.trace.common import Activity, ReplayInput, RuntimeRow, collective_kind, is_nccl_kernel
+from schedsim.trace.common import (
+    Activity,
+    ReplayInput,
+    RuntimeRow,
+    check_collective_clocks,
+    collective_kind,
+    is_nccl_kernel,
+)
 
 __all__ = ["GAP_NS", "GRAPH_TAG", "LAUNCH_GAP_MAX_NS", "OPS_FILE", "TRACE_ID_TAG", "RecordedPath", "ReplaySchedule",
            "apply_recorded_path", "build_replay_schedule", "recorded_path", "write_replay_schedule",
@@ -449,7 +456,9 @@ def _check_collectives(ranks: dict[int, _RankOps], colls: dict[tuple[int, int], 
     lists (``Process Group Ranks``), matched counterparts (same process group, collective, sequence number) that
     move different sizes (``In msg nelems`` × ``dtype``; all_to_all's members may differ), or two ranks whose
     collectives on one process group come in different orders (NCCL runs a communicator's collectives in one
-    order on every rank; compared where the ranks have as many of them).
+    order on every rank; compared where the ranks have as many of them), or matched members of a
+    :data:`~schedsim.trace.common.WAITS_FOR_ALL` collective that do not overlap in time
+    (:func:`~schedsim.trace.common.check_collective_clocks`, after the rest: a file of another run is named so).
 
     Raises
     ------
@@ -490,6 +499,7 @@ def _check_collectives(ranks: dict[int, _RankOps], colls: dict[tuple[int, int], 
                 raise TraceError(f"{where(q)}: collective #{j} on process group {printable(pg, 80)} is {seq[j]}, but "
                                  f"on {where(q0)} it is {seq0[j]} (kernel arg Collective name); NCCL runs a process "
                                  "group's collectives in one order on every rank", fix=_FIX_ONE_RUN)
+    check_collective_clocks({r: ro.acts for r, ro in ranks.items()}, where)
 
 
 def _fmt(x: float) -> float:

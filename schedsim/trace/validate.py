@@ -27,7 +27,7 @@ from typing import Any
 from schedsim.errors import TraceError, printable
 
 __all__ = ["MAX_DUR_US", "MAX_SPREAD_US", "MAX_TS_US", "check_event_times", "check_gpu_times", "check_header",
-           "check_dist_info", "check_processes_distinct", "check_ranks_agree", "max_trace_events",
+           "check_dist_info", "check_processes_distinct", "check_ranks_agree", "check_time_bases", "max_trace_events",
            "too_many_events",
            "check_timeline_doc", "check_stream_order", "decodable"]
 
@@ -135,6 +135,28 @@ def too_many_events(path: str | Path, what: str, cap: int) -> TraceError:
     return TraceError(f"{path}: more than {cap:,} {what}, past the limit for one import",
                       fix="profile fewer steps, or raise the limit with the environment variable "
                           f"SCHEDSIM_MAX_TRACE_EVENTS={cap * 2}")
+
+
+def check_time_bases(files: list[Path], bases_ns: list[int], labels: list[str], fix: str) -> None:
+    """Refuse trace files of one import whose time origins (``bases_ns``: each file's absolute start, ns) are more
+    than :data:`MAX_SPREAD_US` apart, the limit one file's events have around its first: the files of one run start
+    together, so one of them is on another time base (a time origin left out of one puts its events near the
+    epoch), and the timeline would span the years between. ``labels`` say each file's origin as written.
+
+    Raises
+    ------
+    TraceError
+        Naming the two files, the gap, their ``labels`` and ``fix``.
+    """
+    if len(files) < 2:
+        return
+    lo = min(range(len(files)), key=bases_ns.__getitem__)
+    hi = max(range(len(files)), key=bases_ns.__getitem__)
+    gap_us = (bases_ns[hi] - bases_ns[lo]) / 1000.0
+    if gap_us > MAX_SPREAD_US:
+        raise TraceError(f"{files[hi]}: it starts {gap_us:g} us after {files[lo]} (more than {MAX_SPREAD_US:g} us; "
+                         f"{files[hi].name} {labels[hi]}, {files[lo].name} {labels[lo]}): the files of one run start "
+                         "together, so they are on different time bases", fix=fix)
 
 
 def check_ranks_agree(files: list[Path], ranks: list[int], worlds: list[int | None],

@@ -88,12 +88,16 @@ class TestRtx3090AllReduceLog:
         assert by[16777216].oop_time_us == 13705.0
         assert all(x.oop_wrong == 0 and x.ip_wrong == 0 for x in log.rows)
 
-    def test_table_drops_zero_busbw(self, rtx3090_log) -> None:
+    def test_table_busbw_from_time(self, rtx3090_log) -> None:
+        """The table's busbw is size x 2(n-1)/n / the row's time (the lesser half; 6 digits), not the printed
+        2-decimal column: 128 B in 39.67 us (in place; 40.35 out of place, printed 0.01 GB/s) is 0.00565, 1.8
+        times less; 8 B to 64 B print 0.00 and are kept."""
         (log,) = read_nccl_tests(rtx3090_log)
-        tab = log.table()
-        assert tab[0] == (128, 0.01)  # 128 B / 40.35 us * 1.75 = 0.0056 GB/s -> "0.01"; 64 B rounds to 0.00
-        assert tab[-1] == (134217728, 1.99)
-        assert len(tab) == 21
+        tab = dict(log.table())
+        assert len(tab) == 25
+        assert tab[8] == 0.000345083  # 8 B x 1.75 / 40.57 us (42.15 in place)
+        assert tab[128] == 0.00564658  # 128 B x 1.75 / 39.67 us
+        assert tab[134217728] == 1.99158  # 134217728 B x 1.75 / 117937 us (118026 in place); printed 1.99
 
 
 def test_log_that_calibrate_printed() -> None:
@@ -219,7 +223,38 @@ def test_calibrate_from_nccl_tests_cli(tmp_path, rtx3090_log) -> None:
 
     prof = load_profile(str(out))
     rows = prof.collectives.tables["all_reduce"][8]
-    assert rows[0] == (128.0, 0.01) and rows[-1] == (134217728.0, 1.99)
+    assert rows[0] == (8.0, 0.000345083) and rows[-1] == (134217728.0, 1.99158)  # size x 1.75 / time
     r = schedsim(["predict", "schedules/tp_ffn.yaml", "--set", "tp=8", "--profile", str(out), "--no-gantt",
                   "--out", str(tmp_path / "pred"), "--format", "json"])
     assert r.returncode == 0, r.stderr
+
+
+def test_published_log_table_times_back_to_its_time_column() -> None:
+    """NVIDIA/nccl-tests#309 (16 H100, 2 nodes): the table's busbw is the time columns', the lesser of a row's two
+    halves, so the tables' model gives back each such time at or above every earlier one (the L-inf isotonic fit
+    moves the rest: 64 KiB's 33.08 us after 32 KiB's 33.47). The printed out-of-place busbw put 256 B (94.40 us
+    out of place, a stall; 25.90 in place) at 48.0 us and held every size up to 4 MiB near 94.4 us."""
+    from pathlib import Path
+
+    from schedsim.hardware.profile import HardwareProfile, load_profile
+    from schedsim.network.links import LinkTables
+
+    (log,) = read_nccl_tests(Path(__file__).parents[1] / "data" / "nccl_tests_309_h100_2x8_ib.log",
+                             collective="all_reduce")
+    tab = dict(log.table())
+    assert len(tab) == len(log.rows) == 32  # 8 B .. 16 GiB, none dropped for a busbw printed 0.00
+    assert tab[8] == 0.000607287  # 8 B x 2·15/16 / 24.70 us (in place; 68.52 out of place)
+    assert tab[256] == 0.0185328  # 256 B x 1.875 / 25.90 us (in place; 94.40 out of place)
+    assert tab[17179869184] == 469.211  # / 68652 us out of place (68668 in place); printed 469.21
+    d = load_profile("h200").model_dump()
+    d["collectives"]["tables"] = {"all_reduce": {16: [list(r) for r in log.table()]}}
+    d["collectives"]["nodes"] = {"all_reduce": {16: 2}}
+    lt = LinkTables(HardwareProfile.model_validate(d))
+    times = [r.time_us for r in log.rows]
+    exact = 0
+    for k, r in enumerate(log.rows):
+        if times[k] >= max(times[:k], default=0.0) and times[k] <= min(times[k:]):  # the fit leaves it
+            got = lt.time("all_reduce", r.size_bytes, tuple(range(16)), nodes=2) * 1e6
+            assert got == pytest.approx(r.time_us, rel=1e-5), r.size_bytes
+            exact += 1
+    assert exact == 30  # all but 32 KiB and 64 KiB (33.47, 33.08 us)

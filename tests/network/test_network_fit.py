@@ -14,7 +14,7 @@ import yaml
 
 from schedsim.hardware.profile import HardwareProfile, load_profile
 from schedsim.network import NcclNetwork
-from schedsim.network.fit import _row_time, fit_profile
+from schedsim.network.fit import fit_profile
 from schedsim.network.links import bus_factor
 from schedsim.network.nccl_tests import NcclTestsLog, parse_nccl_tests, read_nccl_tests
 
@@ -77,6 +77,30 @@ def test_a_log_written_from_known_figures_fits_back_to_them():
     assert fitted.topology.scale_up is not None and fitted.topology.scale_up.timing["ring/LL"].provenance == "fitted"
 
 
+def test_latency_bound_rows_fit_the_latency_alone():
+    """Rows whose bandwidth term is a sliver of their time do not fit a bandwidth (module doc: "sizes all
+    latency-bound"): an 8 B and a 16 B all_reduce over 4 H200s, 20.0 and 21.0 us, fitted ring/LL's factor to
+    0.002 (the 1 us between them taken for bandwidth), a 64 KiB all_reduce 36.7 us for 22.3. Now h alone: the least
+    squares of relative error of h x c_h over (t - c0 - c_b), with NCCL's own factor."""
+    from schedsim.network.fit import BANDWIDTH_SHARE_MIN, _observations
+
+    text = "\n".join(["# nThread 1 nGpus 4", "#  size count type redop root time algbw busbw #wrong time algbw busbw "
+                      "#wrong", "8 2 float sum -1 20.00 0.00 0.00 0 20.00 0.00 0.00 0",
+                      "16 4 float sum -1 21.00 0.00 0.00 0 21.00 0.00 0.00 0"]) + "\n"
+    log = parse_nccl_tests(text, collective="all_reduce")
+    base = load_profile("h200")
+    (obs,) = _observations(base, [log], "scale_up")[0].values()
+    assert max(o.cb / o.t for o in obs) < BANDWIDTH_SHARE_MIN
+    _fitted, figs, _ = fit_profile(base, [log], "synthetic")
+    (f,) = figs
+    assert (f.key, f.bw_factor) == ("ring/LL", None)
+    w = [1 / o.t for o in obs]  # h = sum(x y) / sum(x x), x = c_h / t, y = (t - c0 - c_b) / t
+    h = (sum(o.ch * wi * (o.t - o.c0 - o.cb) * wi for o, wi in zip(obs, w, strict=True))
+         / sum((o.ch * wi) ** 2 for o, wi in zip(obs, w, strict=True)))
+    assert f.hw_latency_us == pytest.approx(h, rel=1e-12)
+    assert 20.0 < f.hw_latency_us * obs[0].ch + obs[0].c0 + obs[0].cb < 21.0  # the fitted time lies between
+
+
 def _rms(profile: HardwareProfile, log: NcclTestsLog) -> tuple[float, list[str]]:
     net = NcclNetwork(profile)
     ranks = tuple(range(16))
@@ -84,7 +108,7 @@ def _rms(profile: HardwareProfile, log: NcclTestsLog) -> tuple[float, list[str]]
     for r in log.rows:
         got = net.collective("all_reduce", r.size_bytes, ranks)
         assert got is not None
-        t = _row_time(r)
+        t = r.time_us
         errs.append((got.seconds * 1e6 - t) / t)
         choice.append(f"{got.algo}/{got.proto}")
     return 100 * math.sqrt(sum(e * e for e in errs) / len(errs)), choice

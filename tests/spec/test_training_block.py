@@ -496,3 +496,43 @@ def test_memory_per_rank_is_the_most_loaded_rank_with_a_small_first_stage() -> N
     m = memory_per_rank(t, plan)
     assert m["activations"] == pytest.approx(24 * act_bytes_per_layer(t, plan), rel=1e-12)
     assert m["params"] == 8 * _params_per_layer(t, plan) * 2
+
+
+UNEVEN = """\
+schema_version: 1
+name: uneven_memory
+world_size: 2
+training:
+  num_layers: 4
+  hidden_size: 64
+  num_attention_heads: 4
+  seq_length: 32
+  vocab_size: 1000
+  micro_batch_size: 1
+  global_batch_size: 4
+  pp: 2
+  bf16: true
+  decoder_last_pipeline_num_layers: 3
+"""
+
+
+def test_uneven_stages_memory_counts_the_last_stages_output_layer(tmp_path: Path) -> None:
+    """Stages (1, 3), m = 4, bf16 (2 + 4 + 12 bytes a parameter). A layer: QKV 64·192 + 192, projection 64·64 + 64,
+    fc1 64·256 + 256, fc2 256·64 + 64, LayerNorms 4·64 = 49,984 parameters; 90,112 activation bytes a microbatch
+    (tests/report/test_memory_uneven_stages.py). Rank 0: 1 layer + the word and position embeddings 1024·64 +
+    32·64 (V padded to 1024) = 117,568 parameters, 2 microbatches in flight: 2,296,448 bytes. Rank 1: 3 layers + the
+    output layer's copy of the word embeddings 1024·64 = 215,488 parameters, 1 microbatch of 3 layers: 4,149,120
+    (without the output layer 2,969,472: 28 % short). The report names the stage."""
+    spec = load_text(UNEVEN)
+    t = spec.training
+    assert t is not None
+    mem = memory_per_rank(t, training_plan(t, 2))
+    n = 3 * 49_984 + 1024 * 64
+    assert mem == {"params": 2 * n, "grads": 4 * n, "optimizer": 12 * n, "activations": 3 * 90_112,
+                   "total": 18 * n + 3 * 90_112, "stage": 1}
+    assert mem["total"] == 4_149_120
+    path = tmp_path / "u.yaml"
+    path.write_text(UNEVEN)
+    r = CliRunner().invoke(app, ["predict", str(path), "--no-gantt", "--no-trace", "--out", str(tmp_path / "o")])
+    assert r.exit_code == 0, r.output
+    assert "memory per GPU, pipeline stage 1 (the most loaded): params 420.88 KiB, grads 841.75 KiB" in r.output

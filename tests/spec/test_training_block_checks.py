@@ -156,3 +156,26 @@ def test_activation_memory_scales_the_mlp_with_ffn_hidden_size(sp: bool) -> None
     assert got == pytest.approx(8 * (50 * sbh / 2 if sp else 30 * sbh))
     assert memory_per_rank(t4, training_plan(t4, 8))["activations"] == pytest.approx(8 * (34 * sbh / 2 if sp else
                                                                                           22 * sbh))
+
+
+@pytest.mark.parametrize("seq,tp,pp,cp,refused,fix", [
+    (1023, 2, 2, 1, "seq_length (1023) is not divisible by tensor_model_parallel_size (2)", "a multiple of 2"),
+    (1028, 4, 1, 2, "seq_length / cp (514) is not divisible by tensor_model_parallel_size (4)", "a multiple of 8"),
+    (1032, 4, 1, 2, None, None)])
+def test_sequence_parallel_needs_the_sequence_to_split_over_tp(tmp_path: Path, seq: int, tp: int, pp: int, cp: int,
+                                                               refused: str | None, fix: str | None) -> None:
+    """Sequence parallelism splits s/cp over the tp ranks (Megatron Core mappings.py
+    _reduce_scatter_along_first_dim asserts it divides): 1023 over tp 2 is refused on seq_length; 1028 with cp 2 is
+    a multiple of 2·cp, but its 514 per CP rank do not split over tp 4 (the fix: a multiple of cp · lcm(tp, 2) = 8);
+    1032 (516 = 4 · 129) runs. Without sequence parallelism any length runs."""
+    text = (BASE.replace("seq_length: 1024", f"seq_length: {seq}").replace("tp: 2", f"tp: {tp}")
+            .replace("pp: 2", f"pp: {pp}") + f"  cp: {cp}\n  global_batch_size: 16\n")
+    (tmp_path / "t.yaml").write_text(text + "  sequence_parallel: true\n")
+    r = _cli("check", "t.yaml", cwd=tmp_path)
+    if refused:
+        assert r.returncode == 2 and f"t.yaml:8:15: training.seq_length: {refused}" in r.stderr, r.stderr
+        assert f"fix: use a seq_length that is {fix}, or set sequence_parallel: false" in r.stderr
+    else:
+        assert r.returncode == 0, r.stderr
+    (tmp_path / "t.yaml").write_text(text)
+    assert _cli("check", "t.yaml", cwd=tmp_path).returncode == 0

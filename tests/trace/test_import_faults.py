@@ -523,3 +523,110 @@ def test_nsys_kernel_lasting_years_is_refused(tmp_path):
     make_tiny_db(p, [{"start": 1_000, "end": 1_000 + 2**62, "name": "k"}])
     with pytest.raises(TraceError, match=r"KERNEL row 1 \('k'\) lasts 4,611,686,018,427,387,904 ns"):
         import_nsys(p)
+
+
+# -- files of one import on clocks that disagree --------------------------------------------------------------
+
+
+def _two_ranks(tmp_path: Path, shift_ns: int = 0, drop_base_of_1: bool = False) -> list[Path]:
+    """kinetogen's two ranks (rank 0's first all_reduce kernel at 105-155 us from its first GPU event), rank 1's
+    clock ``shift_ns`` ahead."""
+    out = []
+    for r in (0, 1):
+        d = kineto_doc(r)
+        d["baseTimeNanoseconds"] += shift_ns * r
+        if drop_base_of_1 and r == 1:
+            d.pop("baseTimeNanoseconds")
+        out.append(write_kineto(tmp_path / f"r{r}.json", d))
+    return out
+
+
+class TestClocksOfSeveralFiles:
+    def test_a_collective_that_ends_before_its_peer_starts_is_refused(self, tmp_path):
+        # Before: makespan 5000.410 ms for a 410 us step (rank 1's host clock 5 s ahead)
+        files = _two_ranks(tmp_path, shift_ns=5_000_000_000)
+        code, out = cli("import", "kineto", *files, "--out", tmp_path / "imp")
+        assert code == 2
+        # rank 1's all_reduce starts at 5e6 + 105 us, rank 0's ended at 155 us: 4999950 us apart
+        assert "r1.json (rank 1): all_reduce #0 on process group 0 starts at 5000105.000 us, 4999950.000 us after " \
+               "it ended on" in out and "(at 155.000 us;" in out
+        assert "fix: profile every rank over the same steps" in out and "Traceback" not in out
+        assert not (tmp_path / "imp" / "timeline.json").exists()
+
+    def test_analyze_and_nsys_are_held_to_it_too(self, tmp_path):
+        """analyze reads the files without building a replay schedule: the same check (before: makespan 5000.410
+        ms). nsys reports whose sessions started 5 s apart on clocks 5 s apart: nsysdb's first all_reduce runs
+        423-573 us on each, so rank 1's starts 5,000,423 us, 4,999,850 after rank 0's ended."""
+        files = _two_ranks(tmp_path, shift_ns=5_000_000_000)
+        code, out = cli("analyze", *files)
+        assert code == 2 and "4999950.000 us after it ended on" in out
+        a, b = tmp_path / "a.sqlite", tmp_path / "b.sqlite"
+        make_nsys_db(a, pids=(100,))
+        make_nsys_db(b, pids=(101,), session_start_ns=1_700_000_000_000_000_000 + 5_000_000_000)
+        for args in (("analyze", a, b), ("import", "nsys", a, b, "--out", tmp_path / "imp")):
+            code, out = cli(*args)
+            assert code == 2 and f"{b} (rank 1): all_reduce #0 on process group default starts at 5000423.000 us, " \
+                f"4999850.000 us after it ended on {a} (rank 0) (at 573.000 us;" in out, out
+
+    def test_captures_that_begin_at_different_collectives_are_refused(self, tmp_path):
+        """Rank 1's capture lacks the first iteration: its first all_reduce (the run's second, at 360-410 us) is
+        matched with rank 0's first (105-155 us): 205 us apart, refused (before: replayed as one rendezvous)."""
+        files = []
+        for r in (0, 1):
+            d = kineto_doc(r)
+            if r == 1:
+                d["traceEvents"] = [e for e in d["traceEvents"] if e.get("ts", 1e9) >= 1255 - 30]
+            files.append(write_kineto(tmp_path / f"r{r}.json", d))
+        code, out = cli("import", "kineto", *files, "--out", tmp_path / "imp")
+        assert code == 2 and "all_reduce #0 on process group 0 starts at 360.000 us, 205.000 us after it ended" \
+            in out, out
+        assert "or the captures begin at different collectives" in out
+
+    def test_all_to_all_is_not_held_to_it(self, tmp_path):
+        """all_to_all is grouped send/recv: with per-peer sizes a rank may exchange with some peers only, so its
+        members need not overlap; the same 5 s offset imports (the makespan is the trace's, 5000.410 ms)."""
+        files = []
+        for r in (0, 1):
+            d = kineto_doc(r)
+            d["baseTimeNanoseconds"] += 5_000_000_000 * r
+            for e in d["traceEvents"]:
+                if e.get("args", {}).get("Collective name") == "allreduce":
+                    e["args"]["Collective name"] = "all_to_all"
+                if "AllReduce" in e["name"]:
+                    e["name"] = "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)"
+            files.append(write_kineto(tmp_path / f"r{r}.json", d))
+        code, out = cli("import", "kineto", *files, "--out", tmp_path / "imp")
+        assert code == 0, out
+        assert "makespan 5000.410 ms" in out and "4 collective entries matched" in out
+
+    @pytest.mark.parametrize("shift_us,ok", [(40, True), (60, True), (61, False)])
+    def test_the_clock_slack_is_ten_microseconds(self, tmp_path, shift_us, ok):
+        # rank 1 starts its all_reduce at 105 + shift us, rank 0's ends at 155: a gap of shift - 50 us
+        files = _two_ranks(tmp_path, shift_ns=shift_us * 1000)
+        code, out = cli("import", "kineto", *files, "--out", tmp_path / "imp")
+        assert code == (0 if ok else 2), out
+        if not ok:
+            assert "11.000 us after it ended" in out
+
+    def test_files_on_two_time_bases_are_refused(self, tmp_path):
+        # Before: makespan 1700000000.00 s (rank 1 without baseTimeNanoseconds: its events near the epoch)
+        files = _two_ranks(tmp_path, drop_base_of_1=True)
+        with pytest.raises(TraceError) as e:
+            import_kineto(files)
+        # rank 0's first GPU event at 1.7e18 ns + 1000 us, rank 1's at 1000 us: 1.7e15 us apart
+        assert str(e.value).startswith(f"{files[0]}: it starts 1.7e+15 us after {files[1]}")
+        assert "r0.json baseTimeNanoseconds 1700000000000000000, r1.json without baseTimeNanoseconds" in str(e.value)
+
+    def test_nsys_files_on_two_time_bases_are_refused(self, tmp_path):
+        # Before: a warning ("its times are not aligned") and a timeline 54 years long
+        a, b = tmp_path / "a.sqlite", tmp_path / "b.sqlite"
+        make_nsys_db(a, pids=(100,))
+        make_nsys_db(b, pids=(200,), drop_tables=("TARGET_INFO_SESSION_START_TIME",))
+        code, out = cli("import", "nsys", a, b, "--out", tmp_path / "imp")
+        assert code == 2 and f"{a}: it starts 1.7e+15 us after {b}" in out
+        assert "a.sqlite TARGET_INFO_SESSION_START_TIME.utcEpochNs 1700000000000000000, b.sqlite without " \
+               "TARGET_INFO_SESSION_START_TIME" in out
+        # one file without the table, alone or beside one whose session started at 0: read as before
+        c = tmp_path / "c.sqlite"
+        make_nsys_db(c, pids=(100,), session_start_ns=0)
+        assert cli("import", "nsys", c, b, "--out", tmp_path / "imp2")[0] == 0
