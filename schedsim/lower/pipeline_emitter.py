@@ -233,7 +233,8 @@ class _Emitter:
 
     def action(self, act: Any, batch_id: int | None) -> None:
         """Emit the ops of one action (a compute, a send/recv, or DualPipe's overlapped F&B pair)."""
-        self.pair_deps = []
+        if self.pair_deps:
+            self.pair_deps = []
         subs = act.sub_actions
         if len(subs) > 1:  # DualPipe's overlapped F&B chunk starts when both inputs exist
             for sub in subs:
@@ -287,56 +288,56 @@ class _Emitter:
         tmpl, stream, peer, name_pre, msg_pre, src_phase, value, chunk, is_send = \
             self._p2p_const(typ, s) if c is None else c
         table = self.table
-        kept = self.p2p_ids.get((typ, s, j)) if self.shared_p2p_tags else None
+        shared = self.shared_p2p_tags
+        kept = self.p2p_ids.get((typ, s, j)) if shared else None
         if kept is None:
             sj = str(j)
+            name = name_pre + sj
             fresh = self.fresh
             if fresh is None:
-                opname = table.names(name_pre + sj)
+                opname = table.names(name)
             else:  # the name of a send or recv not written yet is new (fresh's rule); the other ranks' find it there
-                opname = fresh.get(name_pre + sj, -1)
+                opname = fresh.get(name, -1)
                 if opname < 0:
-                    opname = fresh[name_pre + sj] = table.names.reserve_new(1, [name_pre + sj], emitted_name)
+                    opname = fresh[name] = table.names.reserve_new(1, [name], emitted_name)
             msg = msg_pre + sj  # the message: who produced it, which mb
             tset = (("chunk", chunk), ("mb", j), ("msg", msg), ("pp_op", value), ("stage", s))
-            tags = table.tag_id(tset) if self.shared_p2p_tags else table.new_tag_id(tset)
+            # Table.tag_id (interned) or Table.new_tag_id (no lookup)
+            tags = table.tags(tset) if shared else table.tags.append(tset)
         else:  # another rank's of this stage: the same name, tag set and message (all interned)
             opname, tags, msg_id = kept
-        deps = []
-        if src_phase is not None:
-            src = self.prev_of.get((s, src_phase, j))
-            if src is not None:
-                deps.append(src)
+        src = None if src_phase is None else self.prev_of.get((s, src_phase, j))
+        deps: tuple[int, ...] = () if src is None else (src,)
         batched = self.plan.mode == "batched"
         if batched and self.last_compute is not None and self.last_compute not in deps:
             # Megatron's batch_p2p_sync (default on) calls torch.cuda.synchronize() around each
             # batch, so the host posts it only after all work issued before it has finished
-            deps.append(self.last_compute)
+            deps += (self.last_compute,)
         bid = -1 if batch_id is None else self._batch(batch_id)
         if kept is None:
             msg_id = table.strs(msg)
-            if self.shared_p2p_tags:
+            if shared:
                 self.p2p_ids[(typ, s, j)] = (opname, tags, msg_id)
-        table.add_ids(tmpl, self.rank, opname, tags, stream, tuple(deps), peer, bid, msg_id)
+        table.add_ids(tmpl, self.rank, opname, tags, stream, deps, peer, bid, msg_id)
         self.prev_of[(s, value, j)] = opname
         if is_send and batched:
             self.pending_sends.append(opname)
 
-    def _input(self, s: int, j: int, phase: str) -> list[int]:
+    def _input(self, s: int, j: int, phase: str) -> tuple[int, ...]:
         """What the first op of phase ``phase`` of (stage ``s``, microbatch ``j``) waits for."""
         prev_of = self.prev_of
         if phase == "F":
             for key in ((s, "RECV_F", j), (s - 1, "F", j) if s > 0 else None):
                 if key is not None and key in prev_of:
-                    return [prev_of[key]]
+                    return (prev_of[key],)
         elif phase == "I":
             last = self.plan.num_stages - 1
             for key in ((s, "RECV_B", j), (s + 1, "I", j) if s < last else None, (s, "F", j)):
                 if key is not None and key in prev_of:
-                    return [prev_of[key]]
+                    return (prev_of[key],)
         elif (s, "I", j) in prev_of:  # W needs its I
-            return [prev_of[(s, "I", j)]]
-        return []
+            return (prev_of[(s, "I", j)],)
+        return ()
 
     def _run(self, s: int, phase: str) -> _Run | None:
         """Phase ``phase`` of stage ``s`` as one run of rows (:class:`_Run`; ops placed by their row, the
@@ -445,15 +446,17 @@ class _Emitter:
         table = self.table
         runs = self.runs
         for phase, label in _PARTS.get(typ, _PARTS_B):
-            deps = self._input(s, j, phase)
-            if self.pair_deps:
-                deps.extend(d for d in self.pair_deps if d not in deps)
-                self.pair_deps = []
-            if self.pending_sends:  # batched p2p: the call returns when its sends completed too
-                deps.extend(self.pending_sends)
-                self.pending_sends = []
-            tags = table.tag_id((("chunk", chunk), ("mb", j), ("phase", phase), ("pp_op", label), ("stage", s)))
-            first = tuple(deps)
+            first = self._input(s, j, phase)
+            if self.pair_deps or self.pending_sends:
+                deps = list(first)
+                if self.pair_deps:
+                    deps.extend(d for d in self.pair_deps if d not in deps)
+                    self.pair_deps = []
+                if self.pending_sends:  # batched p2p: the call returns when its sends completed too
+                    deps.extend(self.pending_sends)
+                    self.pending_sends = []
+                first = tuple(deps)
+            tags = table.tags((("chunk", chunk), ("mb", j), ("phase", phase), ("pp_op", label), ("stage", s)))
             pre = f"{label}{s}.{j}." if label == phase else f"B{s}.{j}.{phase}."
             run = runs[(s, phase)] if (s, phase) in runs else self._run(s, phase)
             if run is not None and run.lead_after_compute and self.last_on_compute is not None \
