@@ -195,9 +195,10 @@ class _Emitter:
     compute_stream: int = -1
     ranks: tuple[int, ...] = ()
     on_op: Any = None  # called after each compute op as on_op(stage, mb, phase, op name, name id)
-    # on_op_at(stage, mb, phase): whether on_op may act in that phase (None: any); the other phases are written
-    # as one run of rows (Table.add_run, or Table.add_placed where ops are placed by their row) instead of op by op
-    on_op_at: Any = None
+    # on_op_last[stage]: the one microbatch whose W phase of that stage on_op may act in (None: any phase); the
+    # other phases are written as one run of rows (Table.add_run, or Table.add_placed where ops are placed by their
+    # row) instead of op by op (reduce_after_last_backward's rule, checked inline: no call per phase)
+    on_op_last: Mapping[int, int] | None = None
     # (name prefix, the phase's op names) -> their name ids: the same on every rank of a stage, so an emitter
     # that shares it with the other ranks' (the training block) interns each name once
     name_ids: dict[tuple[str, int], Any] = field(default_factory=dict)  # keyed by (prefix, _Run.nid)
@@ -224,6 +225,10 @@ class _Emitter:
     # (sorted op names' suffix_id) -> (nid, names, per op its (group, message) suffixes) of the first run with
     # those ops: a later run with them in another order is its alias (_Run.alias). Shared like name_ids.
     orders: dict[int, tuple[int, tuple[str, ...], dict[int, tuple[str, str]]]] = field(default_factory=dict)
+    # (a phase's rows, as a tuple) -> its _Run, shared like orders (None: not kept): a rank whose stage list holds
+    # the rows another rank's held (every rank of a stage but the ring positions' own rows) takes that _Run. Its
+    # alias is the same: the first run with its ops registered in ``orders`` stays the first.
+    run_cache: dict[tuple[Any, ...], Any] | None = None
 
     def __post_init__(self) -> None:
         self.compute_stream = self.table.streams("compute")
@@ -346,6 +351,13 @@ class _Emitter:
         if key not in self.runs:
             rows = self.protos[key]
             run = None
+            cache, ck = self.run_cache, None
+            if cache is not None and rows:
+                ck = tuple(rows)
+                run = cache.get(ck)
+                if run is not None:
+                    self.runs[key] = run
+                    return run  # type: ignore[no-any-return]
             if rows:
                 cs, n = self.compute_stream, len(rows)
                 names = tuple([r[0] for r in rows])
@@ -386,6 +398,8 @@ class _Emitter:
                            lead_after_compute=0 in at and at[0].after_compute,
                            alias=self._alias(names, {k: (a.batch, a.msg) for k, a in at.items()}) if distinct
                            else None)
+                if ck is not None and cache is not None:
+                    cache[ck] = run
             self.runs[key] = run
         return self.runs[key]  # type: ignore[no-any-return]
 
@@ -463,7 +477,7 @@ class _Emitter:
                     and self.last_on_compute not in first:
                 first += (self.last_on_compute,)
             if run is not None and (self.on_op is None or (
-                    self.on_op_at is not None and not self.on_op_at(s, j, phase))):
+                    self.on_op_last is not None and (phase != "W" or j != self.on_op_last.get(s)))):
                 self._write_run(s, j, phase, pre, run, tags, first)
             else:
                 self._write_rows(s, j, phase, pre, run, tags, first)
@@ -604,4 +618,4 @@ def reduce_after_last_backward(em: _Emitter, last: Mapping[int, int], ready: Map
             issue(s, b, nid)
 
     em.on_op = on_op
-    em.on_op_at = lambda s, j, phase: phase == "W" and j == last.get(s)
+    em.on_op_last = last

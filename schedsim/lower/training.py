@@ -534,6 +534,7 @@ class _Ranks:
         self.placed_ids: dict[tuple[str, int], Any] = {}  # likewise (_Emitter.placed_ids)
         self.orders: dict[int, Any] = {}  # likewise (_Emitter.orders)
         self.p2p_ids: dict[tuple[Any, int, int], tuple[int, int, int]] = {}  # likewise (_Emitter.p2p_ids)
+        self.run_cache: dict[tuple[Any, ...], Any] = {}  # likewise (_Emitter.run_cache)
         from schedsim.lower.pipeline_emitter import emitted_name, emitted_str
 
         # likewise (_Emitter.fresh): kept where no name written before the block's could be the emitter's
@@ -872,7 +873,7 @@ def _emit_rank(ranks: _Ranks, g: int, pplan: Any, steps: dict[int, list[tuple[An
                                 dp_group=dp_group if t.use_torch_fsdp2 else ())
     em = _Emitter(ranks.table, pplan, protos, p2p_tmpl, chunk_of, g, 0, ranks=pp_ranks, name_ids=ranks.name_ids,
                   placed_ids=ranks.placed_ids, shared_p2p_tags=True, fresh=ranks.fresh, fresh_strs=ranks.fresh_strs,
-                  orders=ranks.orders, p2p_ids=ranks.p2p_ids)
+                  orders=ranks.orders, p2p_ids=ranks.p2p_ids, run_cache=ranks.run_cache)
     multi = len(dp_group) > 1
     fsdp = t.use_torch_fsdp2 and multi  # FSDP2 reduce-scatters each unit's gradients inside the backward
     shard = plan.dp * plan.cp if t.use_distributed_optimizer or fsdp else 1
