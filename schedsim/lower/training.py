@@ -100,6 +100,7 @@ import numpy as np
 from schedsim.errors import PipelineScheduleError, SchedsimError, SpecError
 from schedsim.graph.info import PipelineInfo
 from schedsim.graph.ops import Op
+from schedsim.kinds import P2P_KINDS
 from schedsim.lower.pipeline_emitter import ProtoPlace, _Emitter, last_backward, reduce_after_last_backward
 from schedsim.lower.pipeline_plan import StageCost, block_info, plan_of, split_fix
 from schedsim.lower.pipeline_steps import _lowered_steps, interleaved_steps_kept
@@ -787,6 +788,7 @@ def expand_training(spec: ScheduleSpec, table: Table, symmetric: bool = False) -
                         "stages") from None
     assert isinstance(steps, dict)
     ns = pplan.num_stages
+    empty = table.empty()
     ranks = _Ranks(spec, table, t, plan, ns)
     elem = DTYPE_BYTES[plan.dtype]
     act_bytes = t.seq_length // plan.cp * t.micro_batch_size * t.hidden_size * elem // (
@@ -798,6 +800,16 @@ def expand_training(spec: ScheduleSpec, table: Table, symmetric: bool = False) -
     params = _stage_params(t, plan, ns)
     for g in reps or range(spec.world_size):
         _emit_rank(ranks, g, pplan, steps, p2p_tmpl, chunk_of, rank_stages, params)
+    own = set(p2p_tmpl.values())
+    if empty and ranks.p2p_ids and not any(x.kind in P2P_KINDS for i, x in enumerate(table.templates) if i not in own):
+        # the pipeline's sends' and recvs' tag sets (_Emitter.p2p) each name the message that is their ops' message
+        # column, and (the table held no op before the block) no other op has them: with no other send or recv
+        # (no ring: cp = 1, no tp_comm_overlap) the pairing compares the column alone (Table.mark_msg_tags,
+        # schedsim.lower.p2p._msg_values) instead of reading each set
+        tids = np.unique(np.fromiter((x[1] for x in ranks.p2p_ids.values()), np.int64, len(ranks.p2p_ids)))
+        mask = np.zeros(int(tids[-1] - tids[0]) + 1, bool)
+        mask[tids - tids[0]] = True
+        table.mark_msg_tags(int(tids[0]), mask)
     mem, per_stage = stage_activation_memory(t, plan)  # each stage chunk's own layers (uneven stages)
     cost = StageCost({}, act_bytes, mem, dtype=plan.dtype, stage_mem_bytes=per_stage)
     info = block_info(pb.model_copy(update={"transformer": None, "stage": None}), pplan, cost)
