@@ -497,3 +497,47 @@ def test_chunks_alike_share_their_lists_and_rows_with_the_program_of_lists_per_c
     fast = _state_of(lower(spec))
     monkeypatch.setattr(tr, "per_chunk_shape", lambda make, layers: {s: make(s) for s in range(len(layers))})
     _assert_same(fast, _state_of(lower(spec)))
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_runs_kept_by_their_rows_make_the_same_program(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A phase's :class:`~schedsim.lower.pipeline_emitter._Run` is kept by its rows for the other ranks of the
+    lowering (``_Emitter.run_cache``), alias included: the Program is the one each rank making its own gives."""
+    world, extra = CASES[case]
+    text = _text(world, extra)
+    fast = _state(text)
+    _patch_ranks(monkeypatch, "run_cache", _Forgetful)
+    slow = _state(text)
+    _assert_same(fast, slow)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_marked_pipeline_tag_sets_pair_as_the_read_ones(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the block lowers no send or recv but the pipeline's (no CP or TP ring), their tag sets are marked as
+    their message column (``Table.mark_msg_tags``): the pairing reads none of them (``_msg_values`` answers None)
+    and the Program (its pairs and warnings included) is the one reading each set gives."""
+    from schedsim.lower import p2p, table
+
+    world, extra = CASES[case]
+    text = _text(world, extra)
+    marked: list[int] = []
+    answers: list[Any] = []
+    mark, values = table.Table.mark_msg_tags, p2p._msg_values
+
+    def spy_mark(self: Any, base: int, mask: Any) -> None:
+        marked.append(int(mask.sum()))
+        mark(self, base, mask)
+
+    def spy_values(*a: Any) -> Any:
+        answers.append(values(*a))
+        return answers[-1]
+
+    monkeypatch.setattr(table.Table, "mark_msg_tags", spy_mark)
+    monkeypatch.setattr(p2p, "_msg_values", spy_values)
+    fast = _state(text)
+    ring = "cp:" in extra or "tp_comm_overlap" in extra
+    assert bool(marked) is not ring
+    assert not marked or (marked[0] > 0 and all(x is None for x in answers))
+    monkeypatch.setattr(table.Table, "mark_msg_tags", lambda *a: None)
+    slow = _state(text)
+    _assert_same(fast, slow)
