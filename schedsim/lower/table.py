@@ -186,7 +186,12 @@ class _Interner:
         self._unreg = [g for g in self._unreg if g is not seg]
 
     def _touch(self, x: Any) -> None:
-        for seg in [g for g in self._unreg if g[2] is None or g[2](x)]:
+        u = self._unreg
+        if len(u) == 1:  # (most often one span)
+            if u[0][2] is None or u[0][2](x):
+                self._register(u[0])
+            return
+        for seg in [g for g in u if g[2] is None or g[2](x)]:
             self._register(seg)
 
     def touch_all(self, xs: Any) -> None:
@@ -530,9 +535,11 @@ class Table:
             if dep_at and dep_at[0] == 0:  # op 0's own after first's
                 cnt[-1] += dep_n[0]
                 dep_at, dep_n = dep_at[1:], dep_n[1:]
-        at.extend(map(base.__add__, dep_at))
-        cnt.extend(dep_n)
-        self._dep.extend(dep)
+        if dep_at:  # (a plain run has none)
+            at.extend(map(base.__add__, dep_at))
+            cnt.extend(dep_n)
+        if dep:  # (op 0's own, where dep_at's first was op 0, are here too)
+            self._dep.extend(dep)
         self.o_tmpl.extend(tmpls)
         self.o_name.extend(names)
         self._seg.append(n)
