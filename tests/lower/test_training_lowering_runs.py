@@ -388,16 +388,19 @@ class _Forgetful(dict):  # type: ignore[type-arg]
         pass
 
 
+@pytest.mark.parametrize("kept", ["p2p_ids", "run_cache"])
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_sends_and_recvs_kept_per_stage_make_the_same_program(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_sends_recvs_and_runs_kept_make_the_same_program(case: str, kept: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A send's or recv's name, tag set and message ids are kept per (type, stage, microbatch) for the other ranks
-    of its stage (``_Emitter.p2p_ids``): the Program is the one each rank interning its own gives (every rank is
-    written here, so the TP and DP ranks of a stage reuse them)."""
+    of its stage (``_Emitter.p2p_ids``), and a phase's :class:`~schedsim.lower.pipeline_emitter._Run` by its rows
+    for the other ranks of the lowering (``_Emitter.run_cache``, its alias included): the Program is the one each
+    rank interning (or making) its own gives (every rank is written here, so the TP and DP ranks of a stage reuse
+    them)."""
 
     world, extra = CASES[case]
     text = _text(world, extra)
     fast = _state(text)
-    _patch_ranks(monkeypatch, "p2p_ids", _Forgetful)
+    _patch_ranks(monkeypatch, kept, _Forgetful)
     slow = _state(text)
     _assert_same(fast, slow)
 
@@ -497,18 +500,6 @@ def test_chunks_alike_share_their_lists_and_rows_with_the_program_of_lists_per_c
     fast = _state_of(lower(spec))
     monkeypatch.setattr(tr, "per_chunk_shape", lambda make, layers: {s: make(s) for s in range(len(layers))})
     _assert_same(fast, _state_of(lower(spec)))
-
-
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_runs_kept_by_their_rows_make_the_same_program(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A phase's :class:`~schedsim.lower.pipeline_emitter._Run` is kept by its rows for the other ranks of the
-    lowering (``_Emitter.run_cache``), alias included: the Program is the one each rank making its own gives."""
-    world, extra = CASES[case]
-    text = _text(world, extra)
-    fast = _state(text)
-    _patch_ranks(monkeypatch, "run_cache", _Forgetful)
-    slow = _state(text)
-    _assert_same(fast, slow)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

@@ -632,12 +632,13 @@ def test_program_share_keeps_the_last_map_for_the_same_groups_and_work():
     assert np.array_equal(c.map.demand, again.map.demand) and not np.array_equal(c.map.demand, a.map.demand)
 
 
-def test_kept_refills_are_the_refills(monkeypatch: pytest.MonkeyPatch):
-    # two flows on one NIC link (capacity 50), demands 40 and 30: each gets 25 (shares 0.625, 0.8333...); the second
-    # LinkShare over the same values finds the refill kept (maxmin_small not called) and gives the same shares
+def _two_flows_counted(monkeypatch: pytest.MonkeyPatch) -> tuple[LinkMap, list[int]]:
+    """Two flows on one NIC link (capacity 50), demands 40 and 30, with the kept refills and flow signatures emptied
+    and each :func:`maxmin_small` call counted (the list)."""
     lm = LinkMap(np.array([0, 1, 2]), np.array([0, 0], np.int64), np.ones(2), np.array([40.0, 30.0]),
                  np.array([50.0, 50.0]), 1, 2, np.zeros(2))
     monkeypatch.setattr(share, "_REFILLS", {})
+    monkeypatch.setattr(share, "_SIGS", {})
     calls: list[int] = []
     real = share.maxmin_small
 
@@ -646,6 +647,13 @@ def test_kept_refills_are_the_refills(monkeypatch: pytest.MonkeyPatch):
         return real(*a)  # type: ignore[arg-type]
 
     monkeypatch.setattr(share, "maxmin_small", counted)
+    return lm, calls
+
+
+def test_kept_refills_are_the_refills(monkeypatch: pytest.MonkeyPatch):
+    # the two flows each get 25 (shares 0.625, 0.8333...); the second LinkShare over the same values finds the refill
+    # kept (maxmin_small not called) and gives the same shares
+    lm, calls = _two_flows_counted(monkeypatch)
     got = []
     for _ in range(2):
         ls = LinkShare(lm)
@@ -662,21 +670,10 @@ def test_kept_refills_are_the_refills(monkeypatch: pytest.MonkeyPatch):
 
 
 def test_refills_are_kept_by_their_flows_signatures(monkeypatch: pytest.MonkeyPatch):
-    # the same two flows as above on another LinkMap object with the same values: the same signature ids, the refill
-    # found; a capacity changed: new ids, a new refill (demands 40 and 30 on capacity 40: 20 each); the signature
-    # table forgotten when full: new ids for the first values seen again, the refill made again, the same shares
-    lm = LinkMap(np.array([0, 1, 2]), np.array([0, 0], np.int64), np.ones(2), np.array([40.0, 30.0]),
-                 np.array([50.0, 50.0]), 1, 2, np.zeros(2))
-    monkeypatch.setattr(share, "_REFILLS", {})
-    monkeypatch.setattr(share, "_SIGS", {})
-    calls: list[int] = []
-    real = share.maxmin_small
-
-    def counted(*a: object) -> list[float]:
-        calls.append(1)
-        return real(*a)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(share, "maxmin_small", counted)
+    # the two flows on another LinkMap object with the same values: the same signature ids, the refill found; a
+    # capacity changed: new ids, a new refill (demands 40 and 30 on capacity 40: 20 each); the signature table
+    # forgotten when full: new ids for the first values seen again, the refill made again, the same shares
+    lm, calls = _two_flows_counted(monkeypatch)
 
     def shares(m: LinkMap) -> tuple[list[float], list[int]]:
         ls = LinkShare(m)
