@@ -1,11 +1,12 @@
-"""The tail of a ``training:`` block's rank (:func:`schedsim.lower.training._emit_rank`): the
+"""The tail of a ``training:`` block's rank (:func:`schedsim.lower.training._emit_rank`; ``ranks`` is its
+``_Ranks``, not imported here: training imports this module): the
 ``overlap_param_gather`` all-gathers at the step's start, what follows the optimizer step, and the marking of the
 pipeline's send/recv tag sets as their message column (:func:`mark_pipeline_msg_tags`)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -14,7 +15,6 @@ from schedsim.units import DTYPE_BYTES
 
 if TYPE_CHECKING:
     from schedsim.lower.table import Table
-    from schedsim.lower.training import _Ranks
 
 #: Tags of the optimizer's kernels (the step and the gradient passes before it).
 OPT_STEP_TAG = (("pp_op", "optimizer"),)
@@ -36,7 +36,7 @@ def mark_pipeline_msg_tags(table: Table, p2p_ids: Iterable[tuple[int, int, int]]
     table.mark_msg_tags(int(tids[0]), mask)
 
 
-def _param_gathers_at_start(ranks: _Ranks, g: int, stages: list[int], params: dict[int, float],
+def _param_gathers_at_start(ranks: Any, g: int, stages: list[int], params: dict[int, float],
                             dp_group: tuple[int, ...], edp_group: tuple[int, ...]) -> None:
     """Rank ``g``'s ``overlap_param_gather`` all-gathers of its stage chunks' parameters (``params``, per TP rank):
     the dense ones over ``dp_group``, the experts' over their own ``edp_group`` (where it has more than one rank),
@@ -50,7 +50,7 @@ def _param_gathers_at_start(ranks: _Ranks, g: int, stages: list[int], params: di
             ranks.one("all_gather", f"dp_expert_param_allgather_s{s}", g, edp_group, ex * param_e, plan.dtype, ())
 
 
-def _after_step(ranks: _Ranks, g: int, opt: int, mine: float, stepped: float,
+def _after_step(ranks: Any, g: int, opt: int, mine: float, stepped: float,
                 gathers: list[tuple[str, tuple[int, ...], float]], zero: bool = True) -> None:
     """Rank ``g``'s ops after its optimizer step (name id ``opt``) over ``stepped`` of its ``mine`` parameters:
     the 16-bit model weights from the fp32 main ones, the parameter all-gathers ``gathers`` (name, group,
