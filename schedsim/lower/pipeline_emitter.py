@@ -79,6 +79,13 @@ def _id_range(base: int, n: int) -> array:
     return got[base:hi]
 
 
+def _gather(src: array, at: np.ndarray) -> array:
+    """``array("i", [src[k] for k in at])`` (``src`` an ``array("i")``, ``at`` intp[n], n >= 1) as one numpy gather:
+    converting item by item from an iterator costs about 1,000 instructions an item (an alias run of 68 ops: 69 k
+    against 6 k)."""
+    return array("i", np.frombuffer(src, np.intc)[at].tobytes())
+
+
 def emitted_name(x: Any) -> bool:
     """Whether op name ``x`` may be one the training block's emitter appends without a lookup
     (:attr:`_Emitter.fresh`, :meth:`~schedsim.lower.table._Interner.reserve_new`): a compute phase's (``F``, ``I``,
@@ -159,7 +166,7 @@ class _Run:
     # recv before its send, training's _ring_order): that run's nid and, per op here, the index of the op of the
     # same name there (its NCCL group and message suffixes the same): under one prefix, op k's name and string ids
     # are that run's at perm[k] (_Emitter.compute)
-    alias: tuple[int, tuple[int, ...]] | None = None
+    alias: tuple[int, np.ndarray] | None = None  # (nid, perm: intp[n])
 
 
 @dataclass
@@ -188,9 +195,10 @@ class _Emitter:
     compute_stream: int = -1
     ranks: tuple[int, ...] = ()
     on_op: Any = None  # called after each compute op as on_op(stage, mb, phase, op name, name id)
-    # on_op_at(stage, mb, phase): whether on_op may act in that phase (None: any); the other phases are written
-    # as one run of rows (Table.add_run, or Table.add_placed where ops are placed by their row) instead of op by op
-    on_op_at: Any = None
+    # on_op_last[stage]: the one microbatch whose W phase of that stage on_op may act in (None: any phase); the
+    # other phases are written as one run of rows (Table.add_run, or Table.add_placed where ops are placed by their
+    # row) instead of op by op (reduce_after_last_backward's rule, checked inline: no call per phase)
+    on_op_last: Mapping[int, int] | None = None
     # (name prefix, the phase's op names) -> their name ids: the same on every rank of a stage, so an emitter
     # that shares it with the other ranks' (the training block) interns each name once
     name_ids: dict[tuple[str, int], Any] = field(default_factory=dict)  # keyed by (prefix, _Run.nid)
@@ -217,6 +225,10 @@ class _Emitter:
     # (sorted op names' suffix_id) -> (nid, names, per op its (group, message) suffixes) of the first run with
     # those ops: a later run with them in another order is its alias (_Run.alias). Shared like name_ids.
     orders: dict[int, tuple[int, tuple[str, ...], dict[int, tuple[str, str]]]] = field(default_factory=dict)
+    # (a phase's rows, as a tuple) -> its _Run, shared like orders (None: not kept): a rank whose stage list holds
+    # the rows another rank's held (every rank of a stage but the ring positions' own rows) takes that _Run. Its
+    # alias is the same: the first run with its ops registered in ``orders`` stays the first.
+    run_cache: dict[tuple[Any, ...], Any] | None = None
 
     def __post_init__(self) -> None:
         self.compute_stream = self.table.streams("compute")
@@ -226,7 +238,8 @@ class _Emitter:
 
     def action(self, act: Any, batch_id: int | None) -> None:
         """Emit the ops of one action (a compute, a send/recv, or DualPipe's overlapped F&B pair)."""
-        self.pair_deps = []
+        if self.pair_deps:
+            self.pair_deps = []
         subs = act.sub_actions
         if len(subs) > 1:  # DualPipe's overlapped F&B chunk starts when both inputs exist
             for sub in subs:
@@ -280,56 +293,56 @@ class _Emitter:
         tmpl, stream, peer, name_pre, msg_pre, src_phase, value, chunk, is_send = \
             self._p2p_const(typ, s) if c is None else c
         table = self.table
-        kept = self.p2p_ids.get((typ, s, j)) if self.shared_p2p_tags else None
+        shared = self.shared_p2p_tags
+        kept = self.p2p_ids.get((typ, s, j)) if shared else None
         if kept is None:
             sj = str(j)
+            name = name_pre + sj
             fresh = self.fresh
             if fresh is None:
-                opname = table.names(name_pre + sj)
+                opname = table.names(name)
             else:  # the name of a send or recv not written yet is new (fresh's rule); the other ranks' find it there
-                opname = fresh.get(name_pre + sj, -1)
+                opname = fresh.get(name, -1)
                 if opname < 0:
-                    opname = fresh[name_pre + sj] = table.names.reserve_new(1, [name_pre + sj], emitted_name)
+                    opname = fresh[name] = table.names.reserve_new(1, [name], emitted_name)
             msg = msg_pre + sj  # the message: who produced it, which mb
             tset = (("chunk", chunk), ("mb", j), ("msg", msg), ("pp_op", value), ("stage", s))
-            tags = table.tag_id(tset) if self.shared_p2p_tags else table.new_tag_id(tset)
+            # Table.tag_id (interned) or Table.new_tag_id (no lookup)
+            tags = table.tags(tset) if shared else table.tags.append(tset)
         else:  # another rank's of this stage: the same name, tag set and message (all interned)
             opname, tags, msg_id = kept
-        deps = []
-        if src_phase is not None:
-            src = self.prev_of.get((s, src_phase, j))
-            if src is not None:
-                deps.append(src)
+        src = None if src_phase is None else self.prev_of.get((s, src_phase, j))
+        deps: tuple[int, ...] = () if src is None else (src,)
         batched = self.plan.mode == "batched"
         if batched and self.last_compute is not None and self.last_compute not in deps:
             # Megatron's batch_p2p_sync (default on) calls torch.cuda.synchronize() around each
             # batch, so the host posts it only after all work issued before it has finished
-            deps.append(self.last_compute)
+            deps += (self.last_compute,)
         bid = -1 if batch_id is None else self._batch(batch_id)
         if kept is None:
             msg_id = table.strs(msg)
-            if self.shared_p2p_tags:
+            if shared:
                 self.p2p_ids[(typ, s, j)] = (opname, tags, msg_id)
-        table.add_ids(tmpl, self.rank, opname, tags, stream, tuple(deps), peer, bid, msg_id)
+        table.add_ids(tmpl, self.rank, opname, tags, stream, deps, peer, bid, msg_id)
         self.prev_of[(s, value, j)] = opname
         if is_send and batched:
             self.pending_sends.append(opname)
 
-    def _input(self, s: int, j: int, phase: str) -> list[int]:
+    def _input(self, s: int, j: int, phase: str) -> tuple[int, ...]:
         """What the first op of phase ``phase`` of (stage ``s``, microbatch ``j``) waits for."""
         prev_of = self.prev_of
         if phase == "F":
             for key in ((s, "RECV_F", j), (s - 1, "F", j) if s > 0 else None):
                 if key is not None and key in prev_of:
-                    return [prev_of[key]]
+                    return (prev_of[key],)
         elif phase == "I":
             last = self.plan.num_stages - 1
             for key in ((s, "RECV_B", j), (s + 1, "I", j) if s < last else None, (s, "F", j)):
                 if key is not None and key in prev_of:
-                    return [prev_of[key]]
+                    return (prev_of[key],)
         elif (s, "I", j) in prev_of:  # W needs its I
-            return [prev_of[(s, "I", j)]]
-        return []
+            return (prev_of[(s, "I", j)],)
+        return ()
 
     def _run(self, s: int, phase: str) -> _Run | None:
         """Phase ``phase`` of stage ``s`` as one run of rows (:class:`_Run`; ops placed by their row, the
@@ -338,6 +351,13 @@ class _Emitter:
         if key not in self.runs:
             rows = self.protos[key]
             run = None
+            cache, ck = self.run_cache, None
+            if cache is not None and rows:
+                ck = tuple(rows)
+                run = cache.get(ck)
+                if run is not None:
+                    self.runs[key] = run
+                    return run  # type: ignore[no-any-return]
             if rows:
                 cs, n = self.compute_stream, len(rows)
                 names = tuple([r[0] for r in rows])
@@ -378,10 +398,12 @@ class _Emitter:
                            lead_after_compute=0 in at and at[0].after_compute,
                            alias=self._alias(names, {k: (a.batch, a.msg) for k, a in at.items()}) if distinct
                            else None)
+                if ck is not None and cache is not None:
+                    cache[ck] = run
             self.runs[key] = run
         return self.runs[key]  # type: ignore[no-any-return]
 
-    def _alias(self, names: tuple[str, ...], pairs: dict[int, tuple[str, str]]) -> tuple[int, tuple[int, ...]] | None:
+    def _alias(self, names: tuple[str, ...], pairs: dict[int, tuple[str, str]]) -> tuple[int, np.ndarray] | None:
         """:attr:`_Run.alias` of a run of ops ``names`` (distinct) with NCCL group and message suffixes ``pairs``
         (by op index; ``("", "")`` where absent), registering it in :attr:`orders` when it is the first with these
         ops."""
@@ -395,7 +417,7 @@ class _Emitter:
         theirs = first[2]
         if any(theirs.get(i, none) != pairs.get(k, none) for k, i in enumerate(perm)):
             return None
-        return first[0], perm
+        return first[0], np.array(perm, np.intp)
 
     def _placed_cols(self, pre: str, run: _Run, ids: Any, new: bool) -> tuple[Any, Any, list[int], array, array]:
         """Of a run with placed ops under name prefix ``pre`` (name ids ``ids``): the ops that wait for ops of
@@ -411,7 +433,7 @@ class _Emitter:
             alias = None if run.alias is None else self.placed_ids.get((pre, run.alias[0]))
             if alias is not None and run.alias is not None:  # the same strings as the other order's (_Run.alias)
                 perm = run.alias[1]
-                batch, msg = array("i", map(alias[3].__getitem__, perm)), array("i", map(alias[4].__getitem__, perm))
+                batch, msg = _gather(alias[3], perm), _gather(alias[4], perm)
             elif new:
                 base = self.table.strs.reserve_new(len(run.uniq), partial(_full_names, pre, run.uid, run.uniq),
                                                    emitted_str) if run.uniq else 0
@@ -438,22 +460,24 @@ class _Emitter:
         table = self.table
         runs = self.runs
         for phase, label in _PARTS.get(typ, _PARTS_B):
-            deps = self._input(s, j, phase)
-            if self.pair_deps:
-                deps.extend(d for d in self.pair_deps if d not in deps)
-                self.pair_deps = []
-            if self.pending_sends:  # batched p2p: the call returns when its sends completed too
-                deps.extend(self.pending_sends)
-                self.pending_sends = []
-            tags = table.tag_id((("chunk", chunk), ("mb", j), ("phase", phase), ("pp_op", label), ("stage", s)))
-            first = tuple(deps)
+            first = self._input(s, j, phase)
+            if self.pair_deps or self.pending_sends:
+                deps = list(first)
+                if self.pair_deps:
+                    deps.extend(d for d in self.pair_deps if d not in deps)
+                    self.pair_deps = []
+                if self.pending_sends:  # batched p2p: the call returns when its sends completed too
+                    deps.extend(self.pending_sends)
+                    self.pending_sends = []
+                first = tuple(deps)
+            tags = table.tags((("chunk", chunk), ("mb", j), ("phase", phase), ("pp_op", label), ("stage", s)))
             pre = f"{label}{s}.{j}." if label == phase else f"B{s}.{j}.{phase}."
             run = runs[(s, phase)] if (s, phase) in runs else self._run(s, phase)
             if run is not None and run.lead_after_compute and self.last_on_compute is not None \
                     and self.last_on_compute not in first:
                 first += (self.last_on_compute,)
             if run is not None and (self.on_op is None or (
-                    self.on_op_at is not None and not self.on_op_at(s, j, phase))):
+                    self.on_op_last is not None and (phase != "W" or j != self.on_op_last.get(s)))):
                 self._write_run(s, j, phase, pre, run, tags, first)
             else:
                 self._write_rows(s, j, phase, pre, run, tags, first)
@@ -470,7 +494,7 @@ class _Emitter:
         table, fresh, new = self.table, self.fresh, False
         alias = None if run.alias is None else self.name_ids.get((pre, run.alias[0]))
         if alias is not None and run.alias is not None:  # the other order's names, interned (_Run.alias)
-            ids = array("i", map(alias.__getitem__, run.alias[1]))
+            ids = _gather(alias, run.alias[1])
         elif fresh is not None and run.distinct and pre not in fresh:  # every name new (fresh's rule)
             base = table.names.reserve_new(len(run.names), partial(_full_names, pre, run.nid, run.names),
                                            emitted_name)
@@ -594,4 +618,4 @@ def reduce_after_last_backward(em: _Emitter, last: Mapping[int, int], ready: Map
             issue(s, b, nid)
 
     em.on_op = on_op
-    em.on_op_at = lambda s, j, phase: phase == "W" and j == last.get(s)
+    em.on_op_last = last

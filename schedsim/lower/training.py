@@ -105,6 +105,7 @@ from schedsim.lower.pipeline_plan import StageCost, block_info, plan_of, split_f
 from schedsim.lower.pipeline_steps import _lowered_steps, interleaved_steps_kept
 from schedsim.lower.stage_templates import Renamed, StageTemplates, per_chunk_shape
 from schedsim.lower.table import Table
+from schedsim.lower.training_tail import OPT_STEP_TAG, _after_step, _param_gathers_at_start, mark_pipeline_msg_tags
 from schedsim.spec.model import ScheduleSpec
 from schedsim.spec.pipeline_block import (
     CORE_F,
@@ -125,8 +126,6 @@ __all__ = ["expand_training", "rank_classes", "rank_groups", "represented_ranks"
 DP_TAG = (("comm", "dp"),)
 #: Tags of the optimizer's found-inf and gradient-norm all-reduces.
 OPT_TAG = (("comm", "optimizer"),)
-#: Tags of the optimizer's kernels (the step and the gradient passes before it).
-OPT_STEP_TAG = (("pp_op", "optimizer"),)
 #: Tag the report reads to tell TP collectives apart (they also carry their action's pipeline tags).
 TP_TAG = "tp_"
 DP_STREAM = "dp_comm"
@@ -534,6 +533,7 @@ class _Ranks:
         self.placed_ids: dict[tuple[str, int], Any] = {}  # likewise (_Emitter.placed_ids)
         self.orders: dict[int, Any] = {}  # likewise (_Emitter.orders)
         self.p2p_ids: dict[tuple[Any, int, int], tuple[int, int, int]] = {}  # likewise (_Emitter.p2p_ids)
+        self.run_cache: dict[tuple[Any, ...], Any] = {}  # likewise (_Emitter.run_cache)
         from schedsim.lower.pipeline_emitter import emitted_name, emitted_str
 
         # likewise (_Emitter.fresh): kept where no name written before the block's could be the emitter's
@@ -786,6 +786,7 @@ def expand_training(spec: ScheduleSpec, table: Table, symmetric: bool = False) -
                         "stages") from None
     assert isinstance(steps, dict)
     ns = pplan.num_stages
+    empty = table.empty()
     ranks = _Ranks(spec, table, t, plan, ns)
     elem = DTYPE_BYTES[plan.dtype]
     act_bytes = t.seq_length // plan.cp * t.micro_batch_size * t.hidden_size * elem // (
@@ -797,6 +798,8 @@ def expand_training(spec: ScheduleSpec, table: Table, symmetric: bool = False) -
     params = _stage_params(t, plan, ns)
     for g in reps or range(spec.world_size):
         _emit_rank(ranks, g, pplan, steps, p2p_tmpl, chunk_of, rank_stages, params)
+    if empty:  # no op before the block: the pipeline's send/recv tag sets are its own
+        mark_pipeline_msg_tags(table, ranks.p2p_ids.values(), set(p2p_tmpl.values()))
     mem, per_stage = stage_activation_memory(t, plan)  # each stage chunk's own layers (uneven stages)
     cost = StageCost({}, act_bytes, mem, dtype=plan.dtype, stage_mem_bytes=per_stage)
     info = block_info(pb.model_copy(update={"transformer": None, "stage": None}), pplan, cost)
@@ -872,7 +875,7 @@ def _emit_rank(ranks: _Ranks, g: int, pplan: Any, steps: dict[int, list[tuple[An
                                 dp_group=dp_group if t.use_torch_fsdp2 else ())
     em = _Emitter(ranks.table, pplan, protos, p2p_tmpl, chunk_of, g, 0, ranks=pp_ranks, name_ids=ranks.name_ids,
                   placed_ids=ranks.placed_ids, shared_p2p_tags=True, fresh=ranks.fresh, fresh_strs=ranks.fresh_strs,
-                  orders=ranks.orders, p2p_ids=ranks.p2p_ids)
+                  orders=ranks.orders, p2p_ids=ranks.p2p_ids, run_cache=ranks.run_cache)
     multi = len(dp_group) > 1
     fsdp = t.use_torch_fsdp2 and multi  # FSDP2 reduce-scatters each unit's gradients inside the backward
     shard = plan.dp * plan.cp if t.use_distributed_optimizer or fsdp else 1
@@ -961,39 +964,3 @@ def _emit_rank(ranks: _Ranks, g: int, pplan: Any, steps: dict[int, list[tuple[An
         if multi and t.use_distributed_optimizer and not t.overlap_param_gather else []
     _after_step(ranks, g, opt, mine, stepped, [x for x in gathers if x[2] and len(x[1]) > 1],
                 zero=not t.use_torch_fsdp2)
-
-
-def _param_gathers_at_start(ranks: _Ranks, g: int, stages: list[int], params: dict[int, float],
-                            dp_group: tuple[int, ...], edp_group: tuple[int, ...]) -> None:
-    """Rank ``g``'s ``overlap_param_gather`` all-gathers of its stage chunks' parameters (``params``, per TP rank):
-    the dense ones over ``dp_group``, the experts' over their own ``edp_group`` (where it has more than one rank),
-    each chunk's on ``dp_comm`` with no dependence."""
-    plan = ranks.plan
-    param_e = DTYPE_BYTES[plan.dtype]
-    for s in stages:
-        ex = ranks.held[s]["experts"] / plan.tp
-        ranks.one("all_gather", f"dp_param_allgather_s{s}", g, dp_group, (params[s] - ex) * param_e, plan.dtype, ())
-        if ex and len(edp_group) > 1:
-            ranks.one("all_gather", f"dp_expert_param_allgather_s{s}", g, edp_group, ex * param_e, plan.dtype, ())
-
-
-def _after_step(ranks: _Ranks, g: int, opt: int, mine: float, stepped: float,
-                gathers: list[tuple[str, tuple[int, ...], float]], zero: bool = True) -> None:
-    """Rank ``g``'s ops after its optimizer step (name id ``opt``) over ``stepped`` of its ``mine`` parameters:
-    the 16-bit model weights from the fp32 main ones, the parameter all-gathers ``gathers`` (name, group,
-    parameters: the distributed optimizer's, when not overlapped), and with ``zero`` the memset of the gradient
-    buffer (Megatron's FSDP2 wrapper has none: its ``zero_grad_buffer`` does nothing)."""
-    plan = ranks.plan
-    grad_e, param_e = DTYPE_BYTES[plan.grad_dtype], DTYPE_BYTES[plan.dtype]
-    if param_e != 4:  # MixedPrecisionOptimizer.step's _copy_main_params_to_model_params (multi_tensor_scale):
-        # read 4, write param_e, on the rank's shard
-        opt = ranks.one("compute", "optimizer_param_copy", g, (), (4 + param_e) * stepped, "fp32", (opt,),
-                        stream="compute", tags=OPT_STEP_TAG)
-    for name, group, count in gathers:
-        opt = ranks.one("all_gather", name, g, group, count * param_e, plan.dtype, (opt,), stream="compute")
-    # the gradient buffer zeroed for the next step (train_step's zero_grad_buffer, a memset of the rank's whole
-    # buffer, distributed optimizer or not): issued at the next step's start, written here, where it costs the
-    # same compute-stream time
-    if zero:
-        ranks.one("compute", "zero_grad_buffer", g, (), grad_e * mine, plan.grad_dtype, (opt,), stream="compute",
-                  tags=OPT_STEP_TAG)

@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass
+from itertools import count
 from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
@@ -112,12 +113,21 @@ SMALL_REFILL = 256
 
 
 #: In this process: :func:`maxmin_small`'s answers by their arguments' values (the demands, the entries, the
-#: capacities of the entries' links), kept across refills and runs: a pipeline's sends and recvs meet on the same
-#: NICs in the same numbers microbatch after microbatch and point after point of a ``schedsim search`` (95 % of a
-#: search's refills were seen before). At most :data:`REFILLS_KEPT`, then forgotten all at once. A pure cache:
-#: the function depends on those values alone.
+#: capacities of the entries' links: the refilled flows' signature ids, :data:`_SIGS`), kept across refills and
+#: runs: a pipeline's sends and recvs meet on the same NICs in the same numbers microbatch after microbatch and
+#: point after point of a ``schedsim search`` (95 % of a search's refills were seen before). At most
+#: :data:`REFILLS_KEPT`, then forgotten all at once. A pure cache: the function depends on those values alone.
 REFILLS_KEPT = 1024
 _REFILLS: dict[tuple[Any, ...], list[float]] = {}
+#: In this process: an id per distinct flow *signature* (its demand, its (link, weight) pairs and those links'
+#: capacities, :meth:`LinkShare._signature`), so that :data:`_REFILLS` is keyed by the refilled flows' ids, in
+#: order: equal id sequences are equal arguments of :func:`maxmin_small` (its entries, demands and capacities are
+#: the flows' signatures laid end to end), and a short tuple of ints is hashed and compared instead of the
+#: arguments themselves. Ids are never reused (:data:`_SIG_IDS` counts on), so forgetting the table when it
+#: holds :data:`SIGS_KEPT` gives a signature seen again a new id: a refill not found, never a wrong one.
+SIGS_KEPT = 1 << 16
+_SIGS: dict[tuple[Any, ...], int] = {}
+_SIG_IDS = count()
 
 
 def maxmin_small(demand: list[float], cap: dict[int, float], entries: list[tuple[int, int, float]]) -> list[float]:
@@ -214,6 +224,7 @@ class LinkShare:
         self.on: dict[int, set[int]] = {}  # the flows on a link that carries two or more
         self._lists: dict[int, list[tuple[int, float]]] = {}  # a flow's (link, weight) pairs (_entries)
         self._caps: dict[int, float] = {}  # the capacity of each link of those flows
+        self._sig: dict[int, tuple[int, float, int]] = {}  # a flow's (signature id, demand, links): _signature
 
     def loop_args(self) -> tuple[object, ...]:
         """The compiled loop's ``share`` argument: :meth:`event`, :attr:`share`, :attr:`flag`, and where no flow
@@ -250,6 +261,28 @@ class LinkShare:
             links = lm.link[a:b].tolist()
             got = self._lists[h] = list(zip(links, lm.weight[a:b].tolist(), strict=True))
             self._caps.update(zip(links, lm.cap[lm.link[a:b]].tolist(), strict=True))
+        return got
+
+    def _signature(self, h: int) -> tuple[int, float, int]:
+        """Flow ``h``'s signature id (:data:`_SIGS`), its demand and its number of links, made at its first refill
+        (with :meth:`_entries`) for a flow of at most :data:`SMALL_REFILL` links; a larger flow's id is -1 (its
+        refills go to :func:`maxmin`)."""
+        got = self._sig.get(h)
+        if got is None:
+            lm = self.map
+            n = int(lm.ptr[h + 1] - lm.ptr[h])
+            d = float(lm.demand[h])
+            sid = -1
+            if n <= SMALL_REFILL:
+                pairs = self._entries(h)
+                caps = self._caps
+                key = (d, tuple(pairs), tuple([caps[k] for k, _w in pairs]))
+                sid = _SIGS.get(key, -1)
+                if sid < 0:
+                    if len(_SIGS) >= SIGS_KEPT:
+                        _SIGS.clear()
+                    sid = _SIGS[key] = next(_SIG_IDS)
+            got = self._sig[h] = (sid, d, n)
         return got
 
     def _component(self, seeds: set[int]) -> tuple[list[int], list[int]]:
@@ -332,16 +365,18 @@ class LinkShare:
         comp, busy = self._component(seeds) if seeds else ([], [])
         new = dict.fromkeys(comp, 1.0)
         lm = self.map
-        if busy and int(sum(lm.ptr[h + 1] - lm.ptr[h] for h in busy)) <= SMALL_REFILL:  # scalars: no numpy per round
-            entries = [(i, k, w) for i, h in enumerate(busy) for k, w in self._entries(h)]
-            want: list[float] = lm.demand[busy].tolist()
-            caps = self._caps
-            key = (tuple(want), tuple(entries), tuple([caps[k] for _i, k, _w in entries]))
+        sigs = [self._signature(h) for h in busy]
+        if busy and sum([x[2] for x in sigs]) <= SMALL_REFILL:  # scalars: no numpy per round
+            # the refill's arguments (entries, demands, capacities) are its flows' signatures in order: kept by
+            # their ids (_SIGS), the arguments made only for a refill not seen yet
+            want = [x[1] for x in sigs]
+            key = tuple([x[0] for x in sigs])
             got = _REFILLS.get(key)
             if got is None:  # a refill not seen yet (the store emptied first when full)
                 if len(_REFILLS) >= REFILLS_KEPT:
                     _REFILLS.clear()
-                got = _REFILLS[key] = maxmin_small(want, caps, entries)
+                entries = [(i, k, w) for i, h in enumerate(busy) for k, w in self._entries(h)]
+                got = _REFILLS[key] = maxmin_small(want, self._caps, entries)
             new.update(zip(busy, [1.0 if r >= d else r / d for r, d in zip(got, want, strict=True)], strict=True))
         elif busy:
             sizes = np.array([lm.ptr[h + 1] - lm.ptr[h] for h in busy], I64)

@@ -99,7 +99,9 @@ def simulate(G: Program, profile: HardwareProfile, *, launch: str | None = None,
         True where only the timeline's makespan and ``meta`` are read (``schedsim search``): the ``waves`` model's
         critical path is not walked (left empty) and the eager kernels' dispatch gap (:func:`kernel_gaps`) is not
         cut from their spans' starts; the makespan is the same (the gap only moves starts later, and runs start
-        at 0 or later), and so is a ``power`` curve's duty (read before the gap).
+        at 0 or later), and so is a ``power`` curve's duty (read before the gap). An imported schedule's NCCL
+        kernels written as compute ops keep the resource ``compute`` (:func:`recorded_nccl_is_comm` not run:
+        the resource does not move a span).
 
     Raises
     ------
@@ -138,7 +140,9 @@ def simulate(G: Program, profile: HardwareProfile, *, launch: str | None = None,
         tl = _simulate_once(G, profile, info, mode, model, conns, model_executor, makespan_only)
     if mode == "eager" and model != "replay" and not makespan_only:
         kernel_gaps(tl, _table_kernels(G), profile.launch.kernel_gap_s)
-    if G.may_have_tag("nccl"):  # an imported schedule's (a lowering's other ops have none)
+    # an imported schedule's (a lowering's other ops have none); the spans' resources alone change, which a
+    # makespan does not read
+    if not makespan_only and G.may_have_tag("nccl"):
         recorded_nccl_is_comm(tl)
     return tl
 

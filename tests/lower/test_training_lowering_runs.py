@@ -388,16 +388,19 @@ class _Forgetful(dict):  # type: ignore[type-arg]
         pass
 
 
+@pytest.mark.parametrize("kept", ["p2p_ids", "run_cache"])
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_sends_and_recvs_kept_per_stage_make_the_same_program(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_sends_recvs_and_runs_kept_make_the_same_program(case: str, kept: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A send's or recv's name, tag set and message ids are kept per (type, stage, microbatch) for the other ranks
-    of its stage (``_Emitter.p2p_ids``): the Program is the one each rank interning its own gives (every rank is
-    written here, so the TP and DP ranks of a stage reuse them)."""
+    of its stage (``_Emitter.p2p_ids``), and a phase's :class:`~schedsim.lower.pipeline_emitter._Run` by its rows
+    for the other ranks of the lowering (``_Emitter.run_cache``, its alias included): the Program is the one each
+    rank interning (or making) its own gives (every rank is written here, so the TP and DP ranks of a stage reuse
+    them)."""
 
     world, extra = CASES[case]
     text = _text(world, extra)
     fast = _state(text)
-    _patch_ranks(monkeypatch, "p2p_ids", _Forgetful)
+    _patch_ranks(monkeypatch, kept, _Forgetful)
     slow = _state(text)
     _assert_same(fast, slow)
 
@@ -497,3 +500,35 @@ def test_chunks_alike_share_their_lists_and_rows_with_the_program_of_lists_per_c
     fast = _state_of(lower(spec))
     monkeypatch.setattr(tr, "per_chunk_shape", lambda make, layers: {s: make(s) for s in range(len(layers))})
     _assert_same(fast, _state_of(lower(spec)))
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_marked_pipeline_tag_sets_pair_as_the_read_ones(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the block lowers no send or recv but the pipeline's (no CP or TP ring), their tag sets are marked as
+    their message column (``Table.mark_msg_tags``): the pairing reads none of them (``_msg_values`` answers None)
+    and the Program (its pairs and warnings included) is the one reading each set gives."""
+    from schedsim.lower import p2p, table
+
+    world, extra = CASES[case]
+    text = _text(world, extra)
+    marked: list[int] = []
+    answers: list[Any] = []
+    mark, values = table.Table.mark_msg_tags, p2p._msg_values
+
+    def spy_mark(self: Any, base: int, mask: Any) -> None:
+        marked.append(int(mask.sum()))
+        mark(self, base, mask)
+
+    def spy_values(*a: Any) -> Any:
+        answers.append(values(*a))
+        return answers[-1]
+
+    monkeypatch.setattr(table.Table, "mark_msg_tags", spy_mark)
+    monkeypatch.setattr(p2p, "_msg_values", spy_values)
+    fast = _state(text)
+    ring = "cp:" in extra or "tp_comm_overlap" in extra
+    assert bool(marked) is not ring
+    assert not marked or (marked[0] > 0 and all(x is None for x in answers))
+    monkeypatch.setattr(table.Table, "mark_msg_tags", lambda *a: None)
+    slow = _state(text)
+    _assert_same(fast, slow)

@@ -632,12 +632,13 @@ def test_program_share_keeps_the_last_map_for_the_same_groups_and_work():
     assert np.array_equal(c.map.demand, again.map.demand) and not np.array_equal(c.map.demand, a.map.demand)
 
 
-def test_kept_refills_are_the_refills(monkeypatch: pytest.MonkeyPatch):
-    # two flows on one NIC link (capacity 50), demands 40 and 30: each gets 25 (shares 0.625, 0.8333...); the second
-    # LinkShare over the same values finds the refill kept (maxmin_small not called) and gives the same shares
+def _two_flows_counted(monkeypatch: pytest.MonkeyPatch) -> tuple[LinkMap, list[int]]:
+    """Two flows on one NIC link (capacity 50), demands 40 and 30, with the kept refills and flow signatures emptied
+    and each :func:`maxmin_small` call counted (the list)."""
     lm = LinkMap(np.array([0, 1, 2]), np.array([0, 0], np.int64), np.ones(2), np.array([40.0, 30.0]),
                  np.array([50.0, 50.0]), 1, 2, np.zeros(2))
     monkeypatch.setattr(share, "_REFILLS", {})
+    monkeypatch.setattr(share, "_SIGS", {})
     calls: list[int] = []
     real = share.maxmin_small
 
@@ -646,6 +647,13 @@ def test_kept_refills_are_the_refills(monkeypatch: pytest.MonkeyPatch):
         return real(*a)  # type: ignore[arg-type]
 
     monkeypatch.setattr(share, "maxmin_small", counted)
+    return lm, calls
+
+
+def test_kept_refills_are_the_refills(monkeypatch: pytest.MonkeyPatch):
+    # the two flows each get 25 (shares 0.625, 0.8333...); the second LinkShare over the same values finds the refill
+    # kept (maxmin_small not called) and gives the same shares
+    lm, calls = _two_flows_counted(monkeypatch)
     got = []
     for _ in range(2):
         ls = LinkShare(lm)
@@ -659,3 +667,28 @@ def test_kept_refills_are_the_refills(monkeypatch: pytest.MonkeyPatch):
     ls.event(0, 1)
     ls.event(1, 1)
     assert ls.share.tolist() == [30.0 / 40.0, 1.0] and len(calls) == 2 and len(share._REFILLS) == 1
+
+
+def test_refills_are_kept_by_their_flows_signatures(monkeypatch: pytest.MonkeyPatch):
+    # the two flows on another LinkMap object with the same values: the same signature ids, the refill found; a
+    # capacity changed: new ids, a new refill (demands 40 and 30 on capacity 40: 20 each); the signature table
+    # forgotten when full: new ids for the first values seen again, the refill made again, the same shares
+    lm, calls = _two_flows_counted(monkeypatch)
+
+    def shares(m: LinkMap) -> tuple[list[float], list[int]]:
+        ls = LinkShare(m)
+        ls.event(0, 1)
+        ls.event(1, 1)
+        return ls.share.tolist(), [ls._signature(h)[0] for h in (0, 1)]
+
+    a, ids_a = shares(lm)
+    b, ids_b = shares(LinkMap(lm.ptr.copy(), lm.link.copy(), lm.weight.copy(), lm.demand.copy(), lm.cap.copy(), 1, 2,
+                              lm.nbytes))
+    assert a == b == [25.0 / 40.0, 25.0 / 30.0] and ids_a == ids_b and len(calls) == 1
+    c, ids_c = shares(LinkMap(lm.ptr, lm.link, lm.weight, lm.demand, np.array([40.0, 40.0]), 1, 2, lm.nbytes))
+    assert c == [20.0 / 40.0, 20.0 / 30.0] and set(ids_c).isdisjoint(ids_a) and len(calls) == 2
+    monkeypatch.setattr(share, "SIGS_KEPT", 2)  # full (four signatures): the next new one empties it first
+    e, _ids = shares(LinkMap(lm.ptr, lm.link, lm.weight, lm.demand, np.array([60.0, 60.0]), 1, 2, lm.nbytes))
+    assert e == [30.0 / 40.0, 1.0] and len(share._SIGS) == 2 and len(calls) == 3
+    d, ids_d = shares(lm)
+    assert d == a and set(ids_d).isdisjoint(ids_a) and len(calls) == 4
