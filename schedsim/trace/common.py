@@ -291,7 +291,9 @@ def check_collective_clocks(acts_by_rank: dict[int, list[Activity]], where: Call
     (``pg_name`` tag), kind (:func:`collective_kind`) and occurrence (the n-th on that group); a member starting
     more than :data:`CLOCK_SLACK_US` after another ended means the ranks' files are on clocks that disagree (a 5 s
     offset between two hosts' clocks made a 410 µs step 5 s long), or that the captures begin at different
-    collectives. ``where`` names a rank's file.
+    collectives. ``where`` names a rank's file. A kernel without a ``pg_name`` (an nsys report's: its kernels name
+    no communicator) is not matched, for the n-th all_reduce of two ranks may be two communicators' (tp=2 × pp=2:
+    stage 1's tensor-parallel all_reduces run after stage 0's have ended).
 
     Raises
     ------
@@ -307,8 +309,10 @@ def check_collective_clocks(acts_by_rank: dict[int, list[Activity]], where: Call
             if a.cat != "kernel" or not is_nccl_kernel(a.name):
                 continue
             tags = a.tags or {}
+            if "pg_name" not in tags:  # the communicator unknown: its counterparts on other ranks too
+                continue
             kind = collective_kind(a.name, tags.get("collective"))
-            pg = str(tags.get("pg_name", "default"))
+            pg = str(tags["pg_name"])
             n = seq[(pg, kind)]
             seq[(pg, kind)] = n + 1
             if kind in WAITS_FOR_ALL:
