@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import stat
 import sys
 import time
@@ -181,6 +180,8 @@ def clean_stale_staging(out: Path, now: float | None = None) -> list[Path]:
         pid, host = owner
         here = host_id() if here is None else here
         if age > STALE_AFTER_S or (host == here and pid != os.getpid() and not _alive(pid)):
+            import shutil  # here: `check` does not import it (nor bz2 and lzma, which it imports)
+
             shutil.rmtree(d, ignore_errors=True)
             removed.append(d)
     return removed
@@ -567,4 +568,6 @@ def output_set(outdir: str | Path, command: str, *, inputs: Iterable[str | Path]
                     moved[f.name] = after
             finish_set(out, command, written, m, moved)
     finally:
+        import shutil
+
         shutil.rmtree(stage, ignore_errors=True)

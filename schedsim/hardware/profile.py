@@ -6,11 +6,8 @@ in ``schedsim/hardware/profiles/*.yaml`` and are chosen with
 ``--profile NAME|PATH``.
 """
 
-from __future__ import annotations
-
 from collections.abc import Mapping
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -364,7 +361,7 @@ class ScaleUp(_B):
     source: str
 
     @model_validator(mode="after")
-    def _nvls_needs_nvswitch(self) -> ScaleUp:
+    def _nvls_needs_nvswitch(self) -> "ScaleUp":
         """NVLS is NVSwitch multicast: NCCL enables it only where the GPU reports multicast support
         (``ncclNvlsInit``, src/transport/nvls.cc) and its search finds NVLS channels through an NVSwitch node
         (``ncclTopoSearchTryNvls``, src/graph/search.cc). PCIe or direct NVLink has neither. ``p2p: false`` on
@@ -497,7 +494,7 @@ class Topology(_B):
         return check_placement(v, info.data.get("gpus_per_node"), info.data.get("nodes"))
 
     @model_validator(mode="after")
-    def _cluster(self) -> Topology:
+    def _cluster(self) -> "Topology":
         if self.scale_up is not None and self.arch is None:
             raise ValueError("scale_up needs arch (volta, ampere, hopper or blackwell) for NCCL's tuning constants")
         if self.nics is not None and self.scale_up is None:
@@ -761,7 +758,7 @@ class HardwareProfile(_B):
         "(recorded durations, no contention: replaying an imported trace; :mod:`schedsim.sim.engine`).")
     power: Power | None = Field(default=None, description="Sustained-load GEMM slowdown (waves model); omit for none.")
 
-    def with_gemm_slowdown(self, factor: float) -> HardwareProfile:
+    def with_gemm_slowdown(self, factor: float) -> "HardwareProfile":
         """This profile with every GEMM ``factor`` times slower: table times × factor, dense peaks / factor
         (the SM clock falls for every kernel class; :mod:`schedsim.gpu.power`). ``factor`` >= 1."""
         entries = [(d, m, n, k, t * factor) for d, m, n, k, t in self.gemm.entries]
@@ -770,7 +767,7 @@ class HardwareProfile(_B):
         gpu = self.gpu.model_copy(update={"peak_tflops": {d: v / factor for d, v in self.gpu.peak_tflops.items()}})
         return self.model_copy(update={"gemm": gemm, "gpu": gpu})
 
-    def timed_graph(self) -> HardwareProfile:
+    def timed_graph(self) -> "HardwareProfile":
         """This profile for predicting a CUDA-graph replay timed op by op, as ``schedsim execute --cuda-graph``
         times it: ``launch.graph_timed`` set, so that every op of a graph also holds
         ``launch.graph_timing_event_us``, the span its pair of external event-record nodes adds
@@ -787,7 +784,7 @@ class HardwareProfile(_B):
         launch = self.launch.model_copy(update={"graph_timed": True})
         return self.model_copy(update={"launch": launch, "name": self.name + TIMED_GRAPH_SUFFIX})
 
-    def timed_eager(self, per_op_us: float) -> HardwareProfile:
+    def timed_eager(self, per_op_us: float) -> "HardwareProfile":
         """This profile for predicting an eager run timed op by op, as ``schedsim execute`` times it (an event
         record before and after every op): ``launch.executor_extra_per_op_us`` set to ``per_op_us``, the host time
         per op that timing adds, which the run itself measures (``meta.timing_host_per_op_us``,
@@ -818,7 +815,7 @@ class HardwareProfile(_B):
                                                 "eager_timed": True})
         return self.model_copy(update={"launch": launch, "name": self.name + TIMED_EAGER_SUFFIX})
 
-    def with_nccl_env(self, env: Mapping[Any, Any], where: Mapping[str, str] | None = None) -> HardwareProfile:
+    def with_nccl_env(self, env: Mapping[Any, Any], where: Mapping[str, str] | None = None) -> "HardwareProfile":
         """This profile with a schedule's ``NCCL_ALGO`` / ``NCCL_PROTO`` (its ``env``) in place of ``nccl.algo`` /
         ``nccl.proto``, and ``NCCL_MIN_CTAS`` and the other keys of :data:`NCCL_ENV_FIELDS` in place of their
         fields, as NCCL reads the environment over its defaults; ``self`` when ``env`` sets none.
@@ -862,7 +859,9 @@ with plugins_off():  # the parts first, so HardwareProfile reuses their schemas
 
 
 def _builtin_dir() -> Path:
-    return Path(str(resources.files("schedsim.hardware") / "profiles"))
+    # the package's folder: what importlib.resources.files gave as a str, without importing importlib.resources
+    # (and the zipfile, tempfile and shutil modules it imports: ~2% of a cold `predict`'s instructions)
+    return Path(__file__).parent / "profiles"
 
 
 def list_profiles() -> list[str]:

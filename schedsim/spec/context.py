@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -178,6 +177,8 @@ class _Plan:
 
 
 def _suggest(key: str, valid: Sequence[str]) -> str | None:
+    import difflib  # here: only a misspelt key needs it
+
     close = difflib.get_close_matches(key, list(valid), n=1, cutoff=0.5)
     return close[0] if close else None
 

@@ -14,8 +14,6 @@ buffer on the root. Write ``buffer: shard`` to give the per-rank piece instead
 size.
 """
 
-from __future__ import annotations
-
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator

@@ -55,8 +55,6 @@ its backward (:func:`_head_ops`). Stored activations per layer and microbatch ar
 recomputation, 16-bit).
 """
 
-from __future__ import annotations
-
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator

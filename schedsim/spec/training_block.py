@@ -43,8 +43,6 @@ Formulas the report uses, each with its source:
   interleaved (Korthikanti et al. §4.2.3: ``L·(1 + (p−1)/(p·v))``).
 """
 
-from __future__ import annotations
-
 import itertools
 import math
 from dataclasses import dataclass

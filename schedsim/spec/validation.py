@@ -7,7 +7,6 @@ field path, the values it got and a fix, in the style of torchtitan's
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -64,6 +63,8 @@ def check_spec(spec: ScheduleSpec, doc: Any, file: str) -> None:
         if spec.streams is not None:
             stream = op.stream or KINDS[op.kind].resource  # the default stream is named after the resource
             if stream not in spec.streams:
+                import difflib  # here: only a misspelt stream needs it
+
                 s = difflib.get_close_matches(stream, spec.streams, n=1)
                 raise err(i, "stream", f"stream {stream!r}{'' if op.stream else ' (the default for ' + op.kind + ')'} "
                           f"is not declared in `streams` {spec.streams}",
