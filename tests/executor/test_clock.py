@@ -183,9 +183,11 @@ def test_the_host_probe_reads_a_procfs_laid_out_otherwise_as_fields_the_system_l
 
 def test_the_host_probe_run_time_of_a_busy_thread_is_its_cpu_time_not_a_tick_stale_sum() -> None:
     """The calling thread spins 0.3 ms, 60 times: each row's run time is at most its wall time (one thread cannot
-    run longer than the wall), and together they hold most of the spinning. Linux's schedstat field 1 of a running
-    thread is its sum as of the last scheduler tick or switch, so rows read from it are 0 or a whole tick (4 ms at
-    HZ=250), longer than the row's wall; ``time.thread_time`` (CLOCK_THREAD_CPUTIME_ID) is brought up to date.
+    run longer than the wall), and every row ran some: the thread executes the spin and both reads inside its row,
+    whatever else the machine runs (a share of the wall, as the first form asserted, fails on a 2-core VM at load
+    10). Linux's schedstat field 1 of a running thread is its sum as of the last scheduler tick or switch, so rows
+    read from it are 0 (a row inside one tick: most rows of 0.3 ms) or a whole tick (4 ms at HZ=250), longer than
+    the row's wall; ``time.thread_time`` (CLOCK_THREAD_CPUTIME_ID) is brought up to date.
     The row's wall runs from ``a``'s clock before its run read to ``b``'s clock after its own: with one wall
     read before each run read, an interrupt charged to the thread between ``b``'s two reads made about 1 row in
     1,000 run up to 16 µs longer than its wall on a loaded 2-core VM."""
@@ -201,4 +203,4 @@ def test_the_host_probe_run_time_of_a_busy_thread_is_its_cpu_time_not_a_tick_sta
         rows.append(dict(zip(HOST_FIELDS, p.delta(a, p.read()), strict=True)))
     p.close()
     assert all(0 <= r["run_s"] <= r["wall_s"] + 2e-6 for r in rows)
-    assert sum(r["run_s"] for r in rows) > 0.2 * sum(r["wall_s"] for r in rows)
+    assert all(r["run_s"] > 0 for r in rows)
