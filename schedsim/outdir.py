@@ -488,8 +488,7 @@ def trace_wanted(n_ops: int, trace: bool | None, name: str = "trace.json",
     ops are). ``predict``'s gantt.svg follows the same rule (``flag`` ``--svg``): past :data:`TRACE_MAX_OPS` ops
     (ten times ``chart_base.RASTER_MIN_BOXES``) the Gantt paints its boxes under 4 px, its waits and exposed bands
     into one raster image, which the SVG embeds as it is, so the SVG holds gantt.png's picture with the text as
-    vector paths; writing it cost ~0.15 CPU s of pp=32 m=512 v=4's ~3 s ``predict`` (docs/validation.md, "pp=32:
-    gantt.svg on request past 100,000 ops").
+    vector paths (its cost measured in docs/validation.md, "pp=32: gantt.svg on request past 100,000 ops").
 
     >>> trace_wanted(10, None), trace_wanted(10**6, True)
     ((True, None), (True, None))
