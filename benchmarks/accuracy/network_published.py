@@ -72,6 +72,7 @@ def from_busbw(kind: str, n: int, nbytes: int, busbw_GBps: float) -> float:
 
 A100_4NIC = {"cpu_vendor": "intel", "nics": {"per_node": 4, "bandwidth_Gbps": 200, "source": "nccl-tests#119: 4x HDR"}}
 KiB = 1 << 10
+A100_4X_HDR = {"nics": {"per_node": 4, "bandwidth_Gbps": 200, "source": "NVIDIA/nccl#652: 4x HDR"}}
 #: Rows of one published log are taken at sizes fixed before looking at the model: 16 B, 1 KiB, 1 MiB, 16 MiB,
 #: 1 GiB and the log's largest, where the log has them.
 NCCL_309_2N = ("NVIDIA/nccl-tests#309 (qoofyk, 2025-05-21): all_reduce_perf_mpi -b 8 -e 16g on 2x Dell XE9680 "
@@ -243,6 +244,39 @@ ROWS = [
     Row("2xH100 2 nodes, 1 rail RoCE (nccl#2409), 2.31.2", "dgx_h100", "sendrecv", 2, 1, GiB,
         from_busbw("sendrecv", 2, GiB, 48.4), f"{NCCL_2409}: sendrecv_perf, 2 ranks (one a node), one rail, 1 GiB "
         "48.4 GB/s", topology=ROCE_H100, nccl={"version": "2.31.2"}, held_out=True),
+    # added by net35p (issue 35, 2026-12-07), held out: kinds the rows above have few of (32 nodes, one GPU a
+    # node, small sizes across nodes, all_to_all small, H200 NVLS, RoCE with 4 NICs a node, forced algorithms);
+    # sizes by the rule above from what each source prints; none looked at before the model's figures were set
+    Row("8xH200 1 node (Azure ND H200 v5)", "h200", "all_reduce", 1, 8, 16 * GiB, 62639.0,
+        "Azure/azurehpc-health-checks#142 (yosoyjay, 2025-06-11): all_reduce_perf -b 16G -e 16G -g 8 -c 1 in one "
+        "process on an Azure H200 VM (8 NVIDIA H200), out-of-place 62639 us (479.97 GB/s busbw); NCCL version not "
+        "printed", held_out=True),
+    Row("256xA100 32 nodes, 4x HDR per node", "dgx_a100", "all_reduce", 32, 8, 16, 62.85,
+        "NVIDIA/nccl#652 (manjunaths, 2022-03-18): all_reduce on 32 nodes of 8 A100-SXM4, 4 HDR IB cards per node "
+        "(100 GB/s a node), out-of-place 16 B 62.85 us (the log's first sizes; NCCL of early 2022, older than "
+        "modelled: 2.30.7's constants)", topology=A100_4X_HDR, held_out=True),
+    Row("2xA100 2 nodes, 1 GPU a node, HDR IB", "dgx_a100", "all_reduce", 2, 1, 16, 20.67,
+        "NVIDIA/nccl-tests#150 (scvance, 2023-06-29): all_reduce_perf -b 8 -e 128M -g 1 on two nodes of 8 A100 "
+        "80GB, one GPU a node, HDR InfiniBand, out-of-place 16 B 20.67 us (NCCL version not printed)",
+        held_out=True),
+    Row("16xA100 2 DGX A100, NCCL_ALGO=Ring, 2.16.5", "dgx_a100", "all_reduce", 2, 8, 16, 93.30,
+        "NVIDIA/nccl#812 (elevenxiang, 2023-03-30): 2 DGX A100 'with RDMA network connection', NCCL 2.16.5 (older "
+        "than modelled: 2.30.7's constants), NCCL_ALGO=Ring, out-of-place 16 B 93.30 us", nccl={"algo": "ring"},
+        held_out=True),
+    Row("8xH20 1 node", "dgx_h100", "all_to_all", 1, 8, KiB, 10.80,
+        "deepseek-ai/DeepEP#303: alltoall_perf on 8 H20 in one node (NVLink 4, 18 links like H100), out-of-place "
+        "1024 B 10.80 us", topology=H20_NODE, held_out=True),
+    *[Row("2xH100 2 nodes, 1 GPU a node, RoCE, NCCL_ALGO=Tree", "dgx_h100", "all_reduce", 2, 1, size, t,
+          "NVIDIA/nccl-tests#232 (ProHuper, 2024-07): all_reduce_perf -b 2M -e 16G -g 1, 2 ranks (one H100 a node), "
+          "NCCL_ALGO=Tree NCCL_IB_GID_INDEX=3 (RoCE), 4 HCAs in NCCL_IB_HCA of which the GPU is PIX to one "
+          f"(NVIDIA/nccl#1357, the same run's topology), out-of-place {size} B {t} us", topology=ROCE_H100,
+          nccl={"algo": "tree"}, held_out=True)
+      for size, t in ((2 * MiB, 113.2), (16 * MiB, 420.5))],
+    Row("40xH100 5 nodes, 4x400G RoCE, NCCL_ALGO=Ring, 2.20", "dgx_h100", "all_reduce", 5, 8, MiB, 354.9,
+        "NVIDIA/nccl#1368 (wangdaw2023, 2024-07-18): 5 nodes of 8 H100, 4x 400G RoCE per node (NCCL_IB_HCA 4 "
+        "ports, NCCL_IB_GID_INDEX=3), NCCL 2.20 (nccl220), NCCL_ALGO=Ring, out-of-place 1 MiB 354.9 us (ring "
+        "reaches 190 GB/s busbw at 1 GiB)", topology={"nics": {"per_node": 4, "transport": "roce"}},
+        nccl={"algo": "ring", "version": "2.20.3"}, held_out=True),
 ]
 
 
