@@ -62,7 +62,7 @@ if TYPE_CHECKING:
     from schedsim.hardware.profile import HardwareProfile
 
 __all__ = ["CollectiveCost", "NcclNetwork", "GroupShape", "fewest_graph", "net_crossings", "rank_nodes",
-           "dtree_parents", "tree_depths"]
+           "dtree_parents", "tree_depths", "TWO_NODE_TREE", "tree_run_scale"]
 
 _Table = dict[tuple[str, str], tuple[float, float]]
 
@@ -243,6 +243,33 @@ def tree_depths(parent: np.ndarray, leaves: tuple[int, ...], hop: float, spine: 
     return d
 
 
+#: How much faster than NCCL's estimate a tree all_reduce over exactly two nodes moves its bytes: ``tune`` converts
+#: a tree's bus bandwidth to algorithm bandwidth x .5 (``ncclTopoTuneModel``, src/graph/tuning.cc, NCCL 2.30.7:
+#: ``else ratio *= .5``), the double binary tree's share where a node is interior in one tree (two children and a
+#: parent: each byte crosses its NIC twice each way, reduce up then broadcast down). On two nodes neither tree has
+#: an interior node: each is one edge between the nodes, and each byte crosses each NIC once each way, as in a
+#: ring of two nodes (ring ratio nRanks / nSteps), so the run moves its bytes at the bus bandwidth (x 1). NCCL's
+#: maintainer: "2 nodes is a special case. With Tree, on 2 nodes, ... we have 2x less traffic on the network ...
+#: the Tree performance can go up to ~2x the network speed" (NVIDIA/nccl#946, sjeaugey). NCCL still chooses with
+#: its estimate (x .5); only the time of the run it chose changes. Simple only: LL's and LL128's bandwidths in
+#: NCCL's model (tree LL: busBw / 3.8, at most llMaxBw; LL128: per-channel caps) are the protocols' own rates on the
+#: GPU, which reads and writes each byte on both passes however many nodes there are; on the published 2 x 8 H100
+#: InfiniBand log (tests/data/nccl_tests_309_h100_2x8_ib.log, NVIDIA/nccl-tests#309) tree/LL's 8-128 KiB rows match
+#: NCCL's estimate as it is (x 2 takes 128 KiB from -0.3 % to -17.7 %), and tree/LL128's 512 KiB row too (x 2:
+#: -29.9 to -33.7 %).
+TWO_NODE_TREE = 2.0
+
+
+def tree_run_scale(func: str, nodes: int, proto: str = "Simple") -> float:
+    """Factor on NCCL's estimated bandwidth of a tree ``func`` over ``nodes`` nodes in ``proto`` for the time of its
+    run: :data:`TWO_NODE_TREE` for all_reduce on exactly two nodes in Simple, 1 otherwise.
+
+    >>> tree_run_scale("allreduce", 2), tree_run_scale("allreduce", 3), tree_run_scale("allreduce", 2, "LL128")
+    (2.0, 1.0, 1.0)
+    """
+    return TWO_NODE_TREE if func == "allreduce" and nodes == 2 and proto == "Simple" else 1.0
+
+
 def timing_table(func: str, t: TuneInput) -> dict[tuple[str, str], tuple[float, float]]:
     """``(latency µs, bandwidth GB/s)`` per enabled (algorithm, protocol), as :func:`~schedsim.network.tuning.tune`
     gives them, to time a run rather than choose it: for a release before 2.28 (``t.consts.nvls_eff`` None) NVLS
@@ -252,8 +279,13 @@ def timing_table(func: str, t: TuneInput) -> dict[tuple[str, str], tuple[float, 
     crossing) is added to each pair's latency :func:`net_crossings` times. NCCL chooses
     with its own release's figures
     (:meth:`NcclNetwork.collective`). Published: 8 x GB200 of one rack, NVLS, NCCL 2.27.3: 18.97 ms at 8 GiB
-    (453 GB/s algbw); 2.27.3's estimate 532 GB/s, 2.28.3's 411 (``benchmarks/accuracy/network_published.py``)."""
+    (453 GB/s algbw); 2.27.3's estimate 532 GB/s, 2.28.3's 411 (``benchmarks/accuracy/network_published.py``).
+    A tree all_reduce over exactly two nodes runs Simple at :data:`TWO_NODE_TREE` times its estimated bandwidth
+    (:func:`tree_run_scale`)."""
     got = tune(func, t)
+    if tree_run_scale(func, t.nodes) != 1.0:
+        got = {key: (v[0], v[1] * tree_run_scale(func, t.nodes, key[1])) if key[0] == "tree" else v
+               for key, v in got.items()}
     if t.lat_hop:  # what NCCL does not see, once per network crossing of the chain (net_crossings)
         ppn = t.ranks // t.nodes
         got = {key: (v[0] + net_crossings(func, key[0], t.nodes, ppn, t.node_ranks, t.lat_hop, t.node_leaves,
@@ -545,7 +577,8 @@ class NcclNetwork:
         intra, inter, bus = self.timing_figures(shape.nodes > 1)
         timed = table
         ti = self._timed_input(shape, t, intra, inter, bus)
-        if intra or inter or bus or ti.lat_hop or t.consts.nvls_eff is None:
+        two_node_tree = tree_run_scale(func, t.nodes) != 1.0
+        if intra or inter or bus or ti.lat_hop or t.consts.nvls_eff is None or two_node_tree:
             full = timing_table(func, ti)
             timed = {k: full[k] for k in table}
         return table, timed, t
