@@ -260,9 +260,10 @@ ROWS = [
         "80GB, one GPU a node, HDR InfiniBand, out-of-place 16 B 20.67 us (NCCL version not printed)",
         held_out=True),
     Row("16xA100 2 DGX A100, NCCL_ALGO=Ring, 2.16.5", "dgx_a100", "all_reduce", 2, 8, 16, 93.30,
-        "NVIDIA/nccl#812 (elevenxiang, 2023-03-30): 2 DGX A100 'with RDMA network connection', NCCL 2.16.5 (older "
-        "than modelled: 2.30.7's constants), NCCL_ALGO=Ring, out-of-place 16 B 93.30 us", nccl={"algo": "ring"},
-        held_out=True),
+        "NVIDIA/nccl#812 (elevenxiang, 2023-03-30): 2 DGX A100 'with RDMA network connection', 'each node has 8 x "
+        "100Gbps NICs' (transport not stated: InfiniBand taken), NCCL 2.16.5 (older than modelled: 2.30.7's "
+        "constants), NCCL_ALGO=Ring, out-of-place 16 B 93.30 us", topology={"nics": {"bandwidth_Gbps": 100}},
+        nccl={"algo": "ring"}, held_out=True),
     Row("8xH20 1 node", "dgx_h100", "all_to_all", 1, 8, KiB, 10.80,
         "deepseek-ai/DeepEP#303: alltoall_perf on 8 H20 in one node (NVLink 4, 18 links like H100), out-of-place "
         "1024 B 10.80 us", topology=H20_NODE, held_out=True),

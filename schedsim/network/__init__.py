@@ -243,31 +243,39 @@ def tree_depths(parent: np.ndarray, leaves: tuple[int, ...], hop: float, spine: 
     return d
 
 
-#: How much faster than NCCL's estimate a tree all_reduce over exactly two nodes moves its bytes: ``tune`` converts
-#: a tree's bus bandwidth to algorithm bandwidth x .5 (``ncclTopoTuneModel``, src/graph/tuning.cc, NCCL 2.30.7:
-#: ``else ratio *= .5``), the double binary tree's share where a node is interior in one tree (two children and a
-#: parent: each byte crosses its NIC twice each way, reduce up then broadcast down). On two nodes neither tree has
-#: an interior node: each is one edge between the nodes, and each byte crosses each NIC once each way, as in a
-#: ring of two nodes (ring ratio nRanks / nSteps), so the run moves its bytes at the bus bandwidth (x 1). NCCL's
-#: maintainer: "2 nodes is a special case. With Tree, on 2 nodes, ... we have 2x less traffic on the network ...
-#: the Tree performance can go up to ~2x the network speed" (NVIDIA/nccl#946, sjeaugey). NCCL still chooses with
-#: its estimate (x .5); only the time of the run it chose changes. Simple only: LL's and LL128's bandwidths in
-#: NCCL's model (tree LL: busBw / 3.8, at most llMaxBw; LL128: per-channel caps) are the protocols' own rates on the
-#: GPU, which reads and writes each byte on both passes however many nodes there are; on the published 2 x 8 H100
-#: InfiniBand log (tests/data/nccl_tests_309_h100_2x8_ib.log, NVIDIA/nccl-tests#309) tree/LL's 8-128 KiB rows match
-#: NCCL's estimate as it is (x 2 takes 128 KiB from -0.3 % to -17.7 %), and tree/LL128's 512 KiB row too (x 2:
-#: -29.9 to -33.7 %).
+#: How much faster than NCCL's estimate a tree all_reduce of two ranks on two nodes (one GPU a node) moves its
+#: bytes. ``tune`` converts a tree's bus bandwidth to algorithm bandwidth x .5 (``ncclTopoTuneModel``,
+#: src/graph/tuning.cc, NCCL 2.30.7, commit 5067397c: ``else ratio *= .5``): a rank that sends both up its tree (the
+#: reduce) and down it (the broadcast) through one port moves each byte twice, as an interior node of the double
+#: binary tree does through its NIC and a GPU inside a node's chain does through NVLink (on up to two nodes NCCL
+#: estimates the tree from the chain's speed, ``bw = nNodes <= 2 ? bwIntra : bwInter``). Two ranks on two nodes have
+#: neither: each of the two trees is one edge between the nodes, and each byte crosses each NIC once each way, as in
+#: a ring of two (ring ratio nRanks / nSteps = 1), so the run moves its bytes at the bus bandwidth (x 1). NCCL's
+#: model takes the two-node case into NVLS-tree's estimate ("Handle 2 node case of NVLSTree": ``interBw = bwInter *
+#: ((nNodes <= 2 && a == NCCL_ALGO_NVLS_TREE) ? 2 : 1)``, the same tuning.cc) but not into the tree's; its
+#: maintainers: "2 nodes is a special case. With Tree, on 2 nodes, ... we have 2x less traffic on the network"
+#: (NVIDIA/nccl#946, sjeaugey), "Tree performs better on two nodes as there are fewer inter-node data
+#: transmissions" (NVIDIA/nccl#812, AddyLaddy). Published: NVIDIA/nccl-tests#232, 2 x 1 H100 over RoCE with
+#: NCCL_ALGO=Tree, 41.3 GB/s at 32 MiB where NCCL's estimate gives 18.8 (benchmarks/accuracy/network_published.py).
+#: NCCL still chooses with its estimate; only the time of the run it chose changes. Simple and LL128 (their
+#: bandwidths are the path's: busBw x .92, x 120/128); not LL, whose rate in NCCL's model (busBw / 3.8, at most
+#: llMaxBw) is the LL protocol's own on the GPU, no network figure. Not with more than one GPU on a node: the
+#: chain's GPUs move each byte twice (on the published 2 x 8 H100 InfiniBand log,
+#: tests/data/nccl_tests_309_h100_2x8_ib.log, x 2 would take tree/LL 128 KiB from -0.3 % to -17.7 % and tree/LL128
+#: 512 KiB from -29.9 to -33.7 %).
 TWO_NODE_TREE = 2.0
 
 
-def tree_run_scale(func: str, nodes: int, proto: str = "Simple") -> float:
-    """Factor on NCCL's estimated bandwidth of a tree ``func`` over ``nodes`` nodes in ``proto`` for the time of its
-    run: :data:`TWO_NODE_TREE` for all_reduce on exactly two nodes in Simple, 1 otherwise.
+def tree_run_scale(func: str, nodes: int, ranks: int, proto: str = "Simple") -> float:
+    """Factor on NCCL's estimated bandwidth of a tree ``func`` of ``ranks`` ranks over ``nodes`` nodes in ``proto``
+    for the time of its run: :data:`TWO_NODE_TREE` for all_reduce of two ranks on two nodes in Simple or LL128, 1
+    otherwise.
 
-    >>> tree_run_scale("allreduce", 2), tree_run_scale("allreduce", 3), tree_run_scale("allreduce", 2, "LL128")
+    >>> tree_run_scale("allreduce", 2, 2), tree_run_scale("allreduce", 2, 16), tree_run_scale("allreduce", 2, 2, "LL")
     (2.0, 1.0, 1.0)
     """
-    return TWO_NODE_TREE if func == "allreduce" and nodes == 2 and proto == "Simple" else 1.0
+    one_edge = func == "allreduce" and nodes == 2 and ranks == 2
+    return TWO_NODE_TREE if one_edge and proto in ("Simple", "LL128") else 1.0
 
 
 def timing_table(func: str, t: TuneInput) -> dict[tuple[str, str], tuple[float, float]]:
@@ -280,11 +288,11 @@ def timing_table(func: str, t: TuneInput) -> dict[tuple[str, str], tuple[float, 
     with its own release's figures
     (:meth:`NcclNetwork.collective`). Published: 8 x GB200 of one rack, NVLS, NCCL 2.27.3: 18.97 ms at 8 GiB
     (453 GB/s algbw); 2.27.3's estimate 532 GB/s, 2.28.3's 411 (``benchmarks/accuracy/network_published.py``).
-    A tree all_reduce over exactly two nodes runs Simple at :data:`TWO_NODE_TREE` times its estimated bandwidth
-    (:func:`tree_run_scale`)."""
+    A tree all_reduce of two ranks on two nodes runs Simple and LL128 at :data:`TWO_NODE_TREE` times its estimated
+    bandwidth (:func:`tree_run_scale`)."""
     got = tune(func, t)
-    if tree_run_scale(func, t.nodes) != 1.0:
-        got = {key: (v[0], v[1] * tree_run_scale(func, t.nodes, key[1])) if key[0] == "tree" else v
+    if tree_run_scale(func, t.nodes, t.ranks) != 1.0:
+        got = {key: (v[0], v[1] * tree_run_scale(func, t.nodes, t.ranks, key[1])) if key[0] == "tree" else v
                for key, v in got.items()}
     if t.lat_hop:  # what NCCL does not see, once per network crossing of the chain (net_crossings)
         ppn = t.ranks // t.nodes
@@ -577,7 +585,7 @@ class NcclNetwork:
         intra, inter, bus = self.timing_figures(shape.nodes > 1)
         timed = table
         ti = self._timed_input(shape, t, intra, inter, bus)
-        two_node_tree = tree_run_scale(func, t.nodes) != 1.0
+        two_node_tree = tree_run_scale(func, t.nodes, t.ranks) != 1.0
         if intra or inter or bus or ti.lat_hop or t.consts.nvls_eff is None or two_node_tree:
             full = timing_table(func, ti)
             timed = {k: full[k] for k in table}

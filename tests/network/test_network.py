@@ -240,12 +240,10 @@ def test_tree_ll_all_reduce_2x2():
 
 
 def test_tree_simple_and_ll128_all_reduce_2x2():
-    # Simple: bw 88.32 x .5 = 44.16 (NCCL's estimate), run on two nodes x 2 (TWO_NODE_TREE) = 88.32, correction
-    # log2(1 MiB / 64) = 14 -> .5; lat 8.4 + 2 x (4.0 + 14.0) = 44.4
+    # Simple: bw 88.32 x .5 = 44.16, correction log2(1 MiB / 64) = 14 -> .5; lat 8.4 + 2 x (4.0 + 14.0) = 44.4
     got = forced(TOPO22, "tree", "Simple").collective("all_reduce", MiB, R4)
-    assert got is not None and us(got) == pytest.approx(44.4 + MiB / (1000 * 44.16 * 2 * .5), rel=1e-9)
-    # LL128: min(88.32 x 120/128, 4 x 36.7) = 82.8 x .5 = 41.4 (NCCL's estimate, run as it is), correction
-    # [1][14] = .6; lat 14 + 2 x (1.25 + 8.5)
+    assert got is not None and us(got) == pytest.approx(44.4 + MiB / (1000 * 44.16 * .5), rel=1e-9)
+    # LL128: min(88.32 x 120/128, 4 x 36.7) = 82.8 x .5 = 41.4, correction [1][14] = .6; lat 14 + 2 x (1.25 + 8.5)
     got = forced(TOPO22, "tree", "LL128").collective("all_reduce", MiB, R4)
     assert got is not None and us(got) == pytest.approx(33.5 + MiB / (1000 * 41.4 * .6), rel=1e-9)
 
@@ -490,7 +488,7 @@ def test_fabric_switch_hop_is_not_counted_again_for_simples_flush_2x2():
     # tree Simple 1 MiB over 2 x 2 (test_tree_simple_and_ll128_all_reduce_2x2): 8.4 + 2 x (4.0 + 14.0) = 44.4 us.
     # A 2 us switch hop: the tree's 2 crossings (up, down), 44.4 + 4 = 48.4; the plugin's 2 us instead enters
     # NCCL's network step twice on Simple (the flush, tuning.cc): 8.4 + 2 x (4.0 + 14.0 + 2 + 2) = 52.4
-    bw = 44.16 * 2 * .5  # tree algbw (NCCL's estimate) x 2 (two nodes: TWO_NODE_TREE) x the tree correction at 1 MiB
+    bw = 44.16 * .5  # tree algbw x the tree correction at 1 MiB
     switch = hopper(2, 2, fabric={"kind": "single_switch", "latency_us": 2.0, "source": "test"})
     got = forced(switch, "tree", "Simple").collective("all_reduce", MiB, R4)
     assert got is not None and us(got) == pytest.approx(48.4 + MiB / (1000 * bw), rel=1e-9)

@@ -1,6 +1,7 @@
-"""A tree all_reduce in Simple over exactly two nodes runs at its bus bandwidth, twice NCCL's estimate
-(:data:`schedsim.network.TWO_NODE_TREE`): neither of NCCL's two trees has an interior node there, so each byte
-crosses each NIC once each way. NCCL still chooses with its estimate. Times computed by hand from NCCL 2.30.7's
+"""A tree all_reduce of two ranks on two nodes (one GPU a node) runs Simple and LL128 at its bus bandwidth, twice
+NCCL's estimate (:data:`schedsim.network.TWO_NODE_TREE`): each of NCCL's two trees is one edge between the nodes, so
+each byte crosses each NIC once each way. NCCL still chooses with its estimate; LL, and groups with more than one
+GPU on a node, run as NCCL estimates. Times computed by hand from NCCL 2.30.7's
 constants (src/graph/tuning.cc) on a Hopper node of one GPU and one 400 Gb/s NIC.
 
 The channel search gives 2 channels of 24 GB/s (48 fits one channel, which NCCL duplicates). Tree Simple:
@@ -46,15 +47,32 @@ def test_choice_table_keeps_nccls_estimate():
     assert timing_table("allreduce", t)[("ring", "Simple")] == tune("allreduce", t)[("ring", "Simple")]
 
 
-@pytest.mark.parametrize(("func", "nodes", "want"), [("allreduce", 2, TWO_NODE_TREE), ("allreduce", 1, 1.0),
-                                                     ("allreduce", 4, 1.0), ("reduce", 2, 1.0)])
-def test_tree_run_scale(func: str, nodes: int, want: float):
-    assert tree_run_scale(func, nodes) == want
+@pytest.mark.parametrize(("func", "nodes", "ranks", "proto", "want"),
+                         [("allreduce", 2, 2, "Simple", TWO_NODE_TREE), ("allreduce", 2, 2, "LL128", TWO_NODE_TREE),
+                          ("allreduce", 2, 2, "LL", 1.0), ("allreduce", 2, 4, "Simple", 1.0),
+                          ("allreduce", 3, 3, "Simple", 1.0), ("reduce", 2, 2, "Simple", 1.0)])
+def test_tree_run_scale(func: str, nodes: int, ranks: int, proto: str, want: float):
+    assert tree_run_scale(func, nodes, ranks, proto) == want
 
 
-@pytest.mark.parametrize("proto", ["LL", "LL128"])
-def test_two_nodes_tree_ll_and_ll128_run_as_estimated(proto: str):
-    # the LL protocols' bandwidths are the GPU's rate on both passes: NCCL's estimate stands on two nodes too
-    net = forced(hopper(1, 1), "tree", proto)
+def test_two_nodes_tree_ll_runs_as_estimated():
+    # LL's rate in NCCL's model is the protocol's own on the GPU: NCCL's estimate stands
+    net = forced(hopper(1, 1), "tree", "LL")
     t = net.tune_input(net.shape((0, 1)))
-    assert timing_table("allreduce", t)[("tree", proto)] == tune("allreduce", t)[("tree", proto)]
+    assert timing_table("allreduce", t)[("tree", "LL")] == tune("allreduce", t)[("tree", "LL")]
+
+
+def test_two_nodes_tree_ll128_runs_at_its_bus_bandwidth():
+    # LL128: tree all_reduce min(48 x .92, 2 x 41.4) = 44.16; min(44.16 x 120/128 = 41.4, 2 x 36.7) = 41.4; x .85
+    # = 35.19; NCCL's estimate x .5 = 17.595, run x 2 = 35.19
+    net = forced(hopper(1, 1), "tree", "LL128")
+    t = net.tune_input(net.shape((0, 1)))
+    assert tune("allreduce", t)[("tree", "LL128")][1] == pytest.approx(17.595)
+    assert timing_table("allreduce", t)[("tree", "LL128")][1] == pytest.approx(35.19)
+
+
+def test_two_gpus_a_node_keep_nccls_estimate():
+    # 2 nodes x 2 GPUs: the chain's GPUs send up and down through NVLink; NCCL's estimate stands (every pair)
+    net = forced(hopper(2, 2), "tree", "Simple")
+    t = net.tune_input(net.shape((0, 1, 2, 3)))
+    assert timing_table("allreduce", t) == tune("allreduce", t)
