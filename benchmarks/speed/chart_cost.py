@@ -1,7 +1,8 @@
 """What ``predict``'s default charts cost on a large run, chart by chart (CPU and wall seconds).
 
 Simulates the schedule once (not timed), imports matplotlib (timed on its own: every run with charts pays it
-once), then calls :func:`schedsim.report.charts.write_charts` as ``predict`` does: once plain (the figures to
+once; without its artists' property tables where the checkout's command process skips them,
+``clicore.lean_artist_docs``), then calls :func:`schedsim.report.charts.write_charts` as ``predict`` does: once plain (the figures to
 quote) and once under cProfile, whose cumulative times (inflated ~1.5-2x by the profiler) say where the time
 goes: each writer, matplotlib's ``savefig``, and the text drawn. Works on any checkout that has
 ``write_charts`` (``PYTHONPATH=<tree> python benchmarks/speed/chart_cost.py``), so before/after runs compare.
@@ -36,6 +37,10 @@ def main() -> None:
     a = ap.parse_args()
     gc.disable()  # as predict does
     import schedsim
+    import schedsim.clicore as clicore
+
+    if hasattr(clicore, "lean_artist_docs"):  # as the command's process does (a checkout that has it)
+        clicore.lean_artist_docs()
     from schedsim.api import load, predict
 
     print(f"schedsim from {os.path.dirname(schedsim.__file__)}; load average {os.getloadavg()[0]:.2f}")
