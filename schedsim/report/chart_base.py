@@ -446,14 +446,22 @@ def _coverage(starts: Any, ends: Any, edges: Any) -> Any:
     values, in the units of the edges (numpy; ``edges`` ascending, the intervals in any order). The busy time
     before an edge e is Σ_{s < e} (e − s) − Σ_{t < e} (e − t) over the sorted starts s and ends t: two counts
     (:func:`_counts`) and two cumulative sums, no loop over intervals (exact for intervals that do not overlap each
-    other; overlaps count twice)."""
+    other; overlaps count twice). Intervals given in order (a lane's boxes, as the charts add them) are not sorted
+    again: :func:`_ascending` tells, a pass of compares where a sort of sorted floats took ~10× as long."""
     import numpy as np
 
-    st, en = np.sort(starts), np.sort(ends)
+    st = starts if _ascending(starts) else np.sort(starts)
+    en = ends if _ascending(ends) else np.sort(ends)
     cs, ce = np.concatenate([[0.0], np.cumsum(st)]), np.concatenate([[0.0], np.cumsum(en)])
     ks = _counts(st, edges, "right", True)
     ke = _counts(en, edges, "right", True)
     return np.diff((edges * ks - cs[ks]) - (edges * ke - ce[ke]))
+
+
+def _ascending(a: Any) -> bool:
+    """Whether the 1-D float array ``a`` is non-decreasing, so that ``np.sort(a)`` would equal it (False where it holds
+    a NaN, which ``np.sort`` moves to the end)."""
+    return bool((a[1:] >= a[:-1]).all())
 
 
 def _counts(vals: Any, edges: Any, side: Literal["left", "right"], ordered: bool = False) -> Any:
