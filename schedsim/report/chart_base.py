@@ -651,6 +651,9 @@ class _AggGlyphs:
     #: Each text's (width, height, descent) in pixels as ``RendererAgg.get_text_width_height_descent`` gives it,
     #: shared likewise: (text, font properties, dpi, :attr:`setting`) -> the three.
     metrics: ClassVar[dict[tuple[Any, ...], tuple[float, float, float]]] = {}
+    #: Each font's line metrics as ``Text._get_layout`` reads them from its tables (:func:`_font_heights`), shared
+    #: likewise: (font properties, dpi, :attr:`setting`) -> (ascent, descent, line gap) in pixels, or Nones.
+    heights: ClassVar[dict[tuple[Any, ...], tuple[Any, Any, Any]]] = {}
     #: The ``font.*`` and ``text.*`` rcParams each renderer was made under, numbered: a FontProperties names a
     #: family ("sans-serif") that those settings resolve to a font file (``font.sans-serif``), and they set the
     #: kerning and hinting; the same properties under other settings are other glyphs. Never emptied (a number
@@ -806,6 +809,16 @@ def _agg_canvas() -> Any:
                                   super().get_text_width_height_descent(s, prop, ismath))
                 return got
 
+            def _get_font_height_metrics(self, prop: Any) -> tuple[Any, Any, Any]:
+                # matplotlib 3.11's ``Text._get_layout`` asks a renderer that has this for a font's line metrics
+                # (ascent, descent, line gap) before it reads them from the font's tables itself: the same values
+                # (:func:`_font_heights`), looked up once per font, size and dpi, not at each text's layout
+                got = _AggGlyphs.heights.get((prop, self.dpi, self.glyphs.setting))
+                if got is None:
+                    got = _cached(_AggGlyphs.heights, (prop.copy(), self.dpi, self.glyphs.setting),
+                                  _font_heights(prop, self.dpi))
+                return got
+
         glyphs = _AggGlyphs.usable()  # else another matplotlib: its own text drawing, the PNG writer still ours
 
         class Canvas(FigureCanvasAgg):
@@ -835,6 +848,27 @@ def _agg_canvas() -> Any:
 
         _Canvas = Canvas
     return _Canvas
+
+
+def _font_heights(prop: Any, dpi: float) -> tuple[Any, Any, Any]:
+    """(ascent, descent, line gap) in pixels of the font of ``prop`` at ``dpi``, as matplotlib 3.11's
+    ``Text._get_layout`` reads them when the renderer does not give them: the first of the font's OS/2
+    (``sTypoAscender``, ``sTypoDescender``, ``sTypoLineGap``) and hhea (``ascent``, ``descent``, ``lineGap``)
+    tables it has, in font units scaled by size in points × dpi / 72 / ``unitsPerEm``, in the same operations;
+    (None, None, None) when it has neither (``_get_layout`` then measures the text "lp")."""
+    from matplotlib.font_manager import fontManager, get_font
+
+    font = get_font(fontManager._find_fonts_by_props(prop))
+    for table_name, linegap_key, ascent_key, descent_key in (
+            ("OS/2", "sTypoLineGap", "sTypoAscender", "sTypoDescender"), ("hhea", "lineGap", "ascent", "descent")):
+        table = font.get_sfnt_table(table_name)
+        if table is None:
+            continue
+        fontsize = prop.get_size_in_points()
+        units_per_em = font.get_sfnt_table("head")["unitsPerEm"]
+        scale = 1 / units_per_em * fontsize * dpi / 72
+        return table[ascent_key] * scale, -table[descent_key] * scale, table[linegap_key] * scale
+    return None, None, None
 
 
 def png_bytes(rgba: Any, dpi: float, metadata: dict[str, Any] | None = None) -> bytes:

@@ -271,3 +271,35 @@ def test_a_raster_drawn_again_on_the_same_pixels_is_painted_once(tmp_path, monke
     monkeypatch.setattr(B, "_paint", lambda *a: calls.append(1) or paint(*a))
     G.write_gantt(tmp_path / "g", [("predicted", _small_pipeline())], "pp")
     assert len(calls) == 1
+
+
+def test_text_layout_line_metrics_are_matplotlibs():
+    # the renderer's _get_font_height_metrics (a font's ascent, descent and line gap, looked up once) gives
+    # Text._get_layout what it reads from the font's tables itself: the same layout of one- and three-line texts,
+    # at several sizes, weights, families and dpis, and under another font.sans-serif
+    import matplotlib
+    from matplotlib.backends.backend_agg import RendererAgg
+    from matplotlib.figure import Figure
+
+    if not B._AggGlyphs.usable():
+        pytest.skip("matplotlib without per-glyph text rendering")
+
+    def layouts(fig: Figure, renderer) -> list:
+        return [(bbox.bounds, lines, box) for bbox, lines, box in (t._get_layout(renderer) for t in fig.texts)]
+
+    def check() -> None:
+        for dpi in (72, 110, 200):
+            fig = Figure(dpi=dpi)
+            for k, (size, weight, family) in enumerate([(7, "normal", "sans-serif"), (9, "bold", "sans-serif"),
+                                                        (12, "normal", "serif"), (8, "normal", "monospace")]):
+                for j, text in enumerate(("rank 3 (stage 3,7)", "a\nbc\nlp", "W")):
+                    fig.text(0.1 + 0.2 * j, 0.1 + 0.2 * k, text, fontsize=size, fontweight=weight, family=family)
+            ours = B._agg_canvas()(fig).get_renderer()
+            got = layouts(fig, ours)
+            want = layouts(fig, RendererAgg(ours.width, ours.height, dpi))
+            assert hasattr(ours, "_get_font_height_metrics") and got == want
+
+    check()
+    with matplotlib.rc_context({"font.sans-serif": ["DejaVu Serif"]}):
+        check()
+    assert B._AggGlyphs.heights
