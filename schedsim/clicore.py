@@ -274,6 +274,54 @@ def keep_freed_memory() -> bool:
     return bool(mallopt(m_mmap_max, 0)) and bool(mallopt(m_trim_threshold, 2**31 - 1))
 
 
+#: What matplotlib's ``kwdoc`` returns in a command's process (:func:`lean_artist_docs`).
+LEAN_KWDOC = "Properties:\n    (not listed in schedsim's command-line process)"
+
+
+def lean_artist_docs() -> None:
+    """In this process, matplotlib's property tables are not built into its artists' docstrings.
+
+    matplotlib builds, for every ``Artist`` subclass as it is defined, the docstring of its ``set()``: a table of
+    every property by ``matplotlib.artist.kwdoc``, which inspects each setter and parses its docstring
+    (``ArtistInspector.pprint_setters``: ~120 classes in ``import matplotlib.figure`` and the charts' own
+    artists; the same tables fill the ``%(...:kwdoc)s`` fields of other docstrings). A command's process draws
+    charts and exits: nothing reads those docstrings (``help()``, Sphinx). A finder first on ``sys.meta_path``
+    waits for ``matplotlib.artist``'s import, if one comes, and once it has run, replaces its ``kwdoc`` by
+    :data:`LEAN_KWDOC` (the ``set()`` signatures, which ``inspect.signature`` reads, are built as before).
+    Nothing else of matplotlib changes: every chart is drawn the same. Importing the API as a library does
+    not call this (its users' ``help()`` keeps matplotlib's tables). Cost on pp=32's charts:
+    docs/validation.md, "fast38o"."""
+    if "matplotlib.artist" in sys.modules:
+        sys.modules["matplotlib.artist"].kwdoc = _lean_kwdoc  # type: ignore[attr-defined]
+        return
+
+    class LeanDocs:  # a meta path finder (importlib.abc.MetaPathFinder's protocol, without importing it)
+        def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+            if name != "matplotlib.artist":
+                return None
+            sys.meta_path.remove(self)  # once: the module's own spec, from the finders after this one
+            spec = next((got for f in list(sys.meta_path) if hasattr(f, "find_spec")
+                         for got in (f.find_spec(name, path, target),) if got is not None), None)
+            loader = spec.loader if spec is not None else None
+            if loader is None or not hasattr(loader, "exec_module"):
+                return spec
+            run_module = loader.exec_module
+
+            def exec_module(module: Any) -> None:
+                run_module(module)
+                module.kwdoc = _lean_kwdoc
+
+            loader.exec_module = exec_module  # type: ignore[method-assign]
+            return spec
+
+    if not any(type(f).__name__ == "LeanDocs" for f in sys.meta_path):
+        sys.meta_path.insert(0, LeanDocs())
+
+
+def _lean_kwdoc(artist: Any) -> str:
+    return LEAN_KWDOC
+
+
 def run_process(run: Callable[[], None], *, workload: bool = False) -> None:
     """Run a command line's ``run`` (which exits with the command's code) as the whole process.
 
@@ -288,6 +336,7 @@ def run_process(run: Callable[[], None], *, workload: bool = False) -> None:
       starts one BLAS thread per core, which cost ~70 ms CPU of a 0.16 s ``import numpy`` (2-core VM),
       and schedsim's own arrays never call BLAS. Must run before anything imports numpy.
     * freed memory stays mapped for reuse (:func:`keep_freed_memory`).
+    * matplotlib, if a chart imports it, builds no property tables into its docstrings (:func:`lean_artist_docs`).
     * the cyclic garbage collector stays off for the whole command, which then exits: a command leaves no
       cyclic garbage worth collecting (none after a ``sweep`` point), and each pass rescans the
       modules and models the start-up made. At the end the heap is frozen (:func:`gc.freeze`), so the
@@ -374,6 +423,7 @@ def _run_set_up(run: Callable[[], None], workload: bool) -> None:
         return
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     keep_freed_memory()
+    lean_artist_docs()
     gc.disable()
     try:
         run()

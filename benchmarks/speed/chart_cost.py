@@ -1,9 +1,10 @@
 """What ``predict``'s default charts cost on a large run, chart by chart (CPU and wall seconds).
 
 Simulates the schedule once (not timed), imports matplotlib (timed on its own: every run with charts pays it
-once), then calls :func:`schedsim.report.charts.write_charts` as ``predict`` does: once plain (the figures to
-quote) and once under cProfile, whose cumulative times (inflated ~1.5-2x by the profiler) say where the time
-goes: each writer, matplotlib's ``savefig``, and the text drawn. Works on any checkout that has
+once; without its artists' property tables where the checkout's command process skips them,
+``clicore.lean_artist_docs``), then calls :func:`schedsim.report.charts.write_charts` as ``predict`` does: once
+plain (the figures to quote) and once under cProfile, whose cumulative times (inflated ~1.5-2x by the profiler)
+say where the time goes: each writer, matplotlib's ``savefig``, and the text drawn. Works on any checkout that has
 ``write_charts`` (``PYTHONPATH=<tree> python benchmarks/speed/chart_cost.py``), so before/after runs compare.
 
 Usage: python benchmarks/speed/chart_cost.py [FILE.yaml] [--set k=v ...]   (default benchmarks/data/pp8_dp128.yaml)
@@ -36,6 +37,10 @@ def main() -> None:
     a = ap.parse_args()
     gc.disable()  # as predict does
     import schedsim
+    import schedsim.clicore as clicore
+
+    if hasattr(clicore, "lean_artist_docs"):  # as the command's process does (a checkout that has it)
+        clicore.lean_artist_docs()
     from schedsim.api import load, predict
 
     print(f"schedsim from {os.path.dirname(schedsim.__file__)}; load average {os.getloadavg()[0]:.2f}")
@@ -67,7 +72,7 @@ def main() -> None:
                             ("pipeline_chart.py", "write_pipeline"), ("pipeline_chart.py", "draw_pipeline"),
                             ("pipeline_chart.py", "pipeline_view"), ("pipeline_chart.py", "_steps_by_arrays"),
                             ("memory_chart.py", "write_memory_plot"), ("figure.py", "savefig"),
-                            ("chart_base.py", "png_bytes"), ("chart_base.py", "_paint"), ("text.py", "draw"),
+                            ("chart_png.py", "png_bytes"), ("chart_base.py", "_paint"), ("text.py", "draw"),
                             ("backend_agg.py", "draw_text"), ("chart_base.py", "draw_text"),
                             ("backend_svg.py", "print_svg")):
         n, t = _cum(st, file_part, func)

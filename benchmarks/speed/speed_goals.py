@@ -42,7 +42,8 @@ in place compiles every module at every start, ~0.1-0.3 s that no installed copy
   lowering with comms, ``_simulate_comms_compute``, as ``benchmarks/speed/pipeline_vs_torch.py``'s ``torch_side``).
   Goals: <= 2 µs and <= 200 B per op; 100,000 ranks at 1M ops <= 2 s; unpaired ``check`` <= 1 s; the
   pipeline with charts >= 10x faster than torch's dry run. ``pp32`` (not run by default) runs that last pair alone,
-  ``trace`` (not run by default) the 100k-op trace.json row alone (goal 0.2 s: 2 µs per op).
+  ``trace`` (not run by default) the 100k-op trace.json row alone (goal 0.2 s: 2 µs per op), ``ring`` (not run by
+  default) the `rank` ring's row alone (goal 2 s).
 
 * ``search`` (issue 36): ``schedsim search -j 2`` of the 1.3B model of ``schedules/megatron_gpt_train.yaml`` on
   64 GPUs (global batch 256, ``dgx_h100``) over :data:`SEARCH_GRID` (256 configurations, 182 simulated; the others
@@ -51,12 +52,12 @@ in place compiles every module at every start, ~0.1-0.3 s that no installed copy
   <= 60 s on 2 cores.
 
 ``--base DIR`` (a checkout of another commit, its extension built: ``python setup.py build_ext --inplace``): the
-``million``, ``cold``, ``shapes``, ``pp32``, ``trace``, ``tenm`` and ``search`` cases run from a copy of it and from
-this tree in turn, run by run (so the load of a shared machine falls on both alike), a row for each (``before``
+``million``, ``cold``, ``shapes``, ``pp32``, ``trace``, ``ring``, ``tenm`` and ``search`` cases run from a copy of it
+and from this tree in turn, run by run (so the load of a shared machine falls on both alike), a row for each (``before``
 and ``after``).
 
 Usage: python benchmarks/speed/speed_goals.py [--repeat 3] [--cases million pipeline cold pp8dp128 scaling shapes
-       pp32 trace tenm search] [--base DIR] [--max-ops N]
+       pp32 trace ring tenm search] [--base DIR] [--max-ops N]
        python benchmarks/speed/speed_goals.py --cases throughput [--max-ops 1000000] [--gpu-model waves replay]
 """
 
@@ -303,6 +304,11 @@ def _before_after_cases(cases: list[str], tmp: str, roots: list[tuple[str, Path]
     ``--base``."""
     if {"shapes", "pp32"} & set(cases):
         (shapes if "shapes" in cases else pp32)(tmp, roots, repeat)
+    if "ring" in cases and "shapes" not in cases:
+        print("\nthe `rank` ring of batched p2p, whole processes:\n")
+        print("| case | ops | wall s | CPU s | CPU µs/op | peak RSS MiB | peak B/op | goal |")
+        print("|---|---:|---:|---:|---:|---:|---:|---|")
+        _ring_rows(tmp, roots, repeat)
     if "trace" in cases and "shapes" not in cases:
         print("\n`predict --no-gantt` of 100k ops with its default trace.json, whole processes:\n")
         print("| case | ops | wall s | CPU s | CPU µs/op | peak RSS MiB | peak B/op | goal |")
@@ -370,8 +376,8 @@ def main() -> None:
     ap.add_argument("--gpu-model", nargs="+", default=["waves", "replay"], choices=["waves", "replay"],
                     help="GPU models of the throughput case.")
     ap.add_argument("--base", type=Path, default=None,
-                    help="A checkout of another commit (extension built): million, cold, shapes, pp32, trace and "
-                    "search run from it too.")
+                    help="A checkout of another commit (extension built): million, cold, shapes, pp32, trace, ring "
+                    "and search run from it too.")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="schedsim_goals_")
     print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {platform.node()}: {os.cpu_count()} CPUs, "
@@ -465,16 +471,27 @@ def shapes(tmp: str, roots: list[tuple[str, Path]], repeat: int) -> None:
             print(f"| {tag + ': ' if tag else ''}{label} | {ops:,} | {r[0]:.2f} | {r[1]:.2f} | "
                   f"{r[1] / ops * 1e6:.2f} | {r[2]:,.0f} | {r[2] * 2**20 / ops:,.0f} | {goal} |", flush=True)
 
-    per_op = "≤ 2 µs, ≤ 200 B per op"
-    lines("ring of batched p2p written with `rank`, 8 ranks, `predict --no-gantt`", 1_000_000,
-          lambda tag: schedsim("predict", files["ring_rank.yaml"], "--no-gantt", "--set", "chunks=62500",
-                               "--out", f"{tmp}/{tag}ring"), per_op)
+    _ring_rows(tmp, roots, repeat, files["ring_rank.yaml"])
     lines("send/recv whose names don't pair (`s{k}` / `r{k}`), `check`", 96_000,
           lambda tag: schedsim("check", files["unpaired_names.yaml"]), "≤ 1 s")
     lines("GEMM + all_reduce per chunk over 100,000 ranks, `predict --no-gantt`", 1_000_000,
           lambda tag: schedsim("predict", files["dp_ranks.yaml"], "--no-gantt", "--out", f"{tmp}/{tag}dp"), "≤ 2 s")
     _trace_rows(tmp, roots, repeat)
     pp32(tmp, roots, repeat, files)
+
+
+def _ring_rows(tmp: str, roots: list[tuple[str, Path]], repeat: int, path: str | None = None) -> None:
+    """The ``shapes`` case's `rank` ring rows (``ring`` runs them alone): a row per root of ``roots``, run by run
+    alternated; ``path`` the ring's YAML (written under ``tmp`` when None)."""
+    if path is None:
+        path = f"{tmp}/ring_rank.yaml"
+        Path(path).write_text(SHAPES["ring_rank.yaml"])
+    rs = median_runs(lambda tag: schedsim("predict", path, "--no-gantt", "--set", "chunks=62500", "--out",
+                                          f"{tmp}/{tag}ring"), repeat, roots)
+    for (tag, _root), r in zip(roots, rs, strict=True):
+        print(f"| {tag + ': ' if tag else ''}ring of batched p2p written with `rank`, 8 ranks, `predict --no-gantt` | "
+              f"1,000,000 | {r[0]:.2f} | {r[1]:.2f} | {r[1]:.2f} | {r[2]:,.0f} | {r[2] * 2**20 / 1e6:,.0f} | "
+              "≤ 2 µs, ≤ 200 B per op |", flush=True)
 
 
 def _trace_rows(tmp: str, roots: list[tuple[str, Path]], repeat: int) -> None:

@@ -1,4 +1,4 @@
-"""The PNG writer of the charts (``chart_base.png_bytes``, through ``chart_base._agg_canvas``): the pixels, size,
+"""The PNG writer of the charts (``chart_png.png_bytes``, through ``chart_base._agg_canvas``): the pixels, size,
 resolution and text chunks read back by PIL, and every chart the same pixels as matplotlib's own Agg canvas and PNG
 writer drew (``tests/oracle/agg_png.py``), its text included."""
 
@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from schedsim.report import chart_base as B
+from schedsim.report import chart_png as PNG
 from schedsim.report import gantt as G
 from schedsim.report import pipeline_chart as P
 from schedsim.sim.timeline import Span, Timeline
@@ -37,7 +38,7 @@ def test_png_bytes_round_trip_opaque_as_rgb_and_translucent_as_rgba():
     rng = np.random.default_rng(7)
     img = rng.integers(0, 256, (5, 7, 4), dtype=np.uint8)
     img[..., 3] = 255
-    png = B.png_bytes(img, 110, {"Title": "gantt", "Author": "Zoë Ω", "Skip": None})
+    png = PNG.png_bytes(img, 110, {"Title": "gantt", "Author": "Zoë Ω", "Skip": None})
     got = Image.open(io.BytesIO(png))
     assert got.mode == "RGB" and got.size == (7, 5)
     assert (pixels(png) == img).all()
@@ -52,7 +53,7 @@ def test_png_bytes_round_trip_opaque_as_rgb_and_translucent_as_rgba():
     assert (raw[:, 0] == 2).all() and (raw[0, 1:] == img[0, :, :3].reshape(-1)).all()
     assert (raw[1:, 1:] == (img[1:, :, :3].astype(int) - img[:-1, :, :3]).reshape(4, -1) % 256).all()
     img[2, 3, 3] = 17  # one translucent pixel: RGBA kept
-    png = B.png_bytes(img, 72)
+    png = PNG.png_bytes(img, 72)
     assert Image.open(io.BytesIO(png)).mode == "RGBA" and (pixels(png) == img).all()
 
 
@@ -64,11 +65,11 @@ def test_png_bytes_of_several_row_blocks_and_a_strided_image():
     rng = np.random.default_rng(3)
     img = rng.integers(0, 256, (200, 3000, 4), dtype=np.uint8)
     img[..., 3] = 255
-    assert (pixels(B.png_bytes(img, 110)) == img).all()
+    assert (pixels(PNG.png_bytes(img, 110)) == img).all()
     img[190:, 5, 3] = 9
     wide = np.zeros((200, 6000, 4), np.uint8)
     wide[:, ::2] = img
-    got = B.png_bytes(wide[:, ::2], 110)
+    got = PNG.png_bytes(wide[:, ::2], 110)
     assert Image.open(io.BytesIO(got)).mode == "RGBA" and (pixels(got) == img).all()
 
 
@@ -91,14 +92,14 @@ def test_png_bytes_runs_of_repeated_rows(rgba):
     blank, r = [], 0
     for k in runs:
         img[r:r + k] = rng.integers(0, 256, (1, w, 4), dtype=np.uint8)
-        if k - 1 >= B.BLANK_RUN_MIN:
+        if k - 1 >= PNG.BLANK_RUN_MIN:
             blank.append((r + 1, r + k))
         r += k
     img[..., 3] = 255
     if rgba:
         img[:, 7, 3] = 40  # translucent in every row: RGBA rows, the runs kept
     c = 4 if rgba else 3
-    png = B.png_bytes(img, 110)
+    png = PNG.png_bytes(img, 110)
     assert (pixels(png) == img).all()
     want = np.empty((h, w * c + 1), np.uint8)
     want[:, 0] = 2
@@ -106,7 +107,7 @@ def test_png_bytes_runs_of_repeated_rows(rgba):
     want[0, 1:] = px[0]
     want[1:, 1:] = px[1:] - px[:-1]
     assert (_idat_rows(png, h, w * c + 1) == want).all()
-    assert B._blank_runs(want) == blank and (6, 10) in blank and (2, 5) not in blank
+    assert PNG._blank_runs(want) == blank and (6, 10) in blank and (2, 5) not in blank
     assert (54, 94) in blank and blank[-1][1] < h  # 40 rows across a block's end; the last 3 rows left to zlib
 
 
@@ -115,9 +116,9 @@ def test_blank_rows_adler32_and_segments():
     zlib's own, for widths that make B and A wrap past 65,521."""
     for n, k, start in ((13, 1, 1), (3001, 17, 1), (12055, 40, 0x2F3A11C5), (70001, 3, 7)):
         rows = (b"\x02" + bytes(n - 1)) * k
-        assert B._adler_blank(start, n, k) == zlib.adler32(rows, start)
+        assert PNG._adler_blank(start, n, k) == zlib.adler32(rows, start)
         d = zlib.decompressobj(-15)
-        assert d.decompress(B._blank_deflate(n, k)) == rows and not d.eof  # no final block: the stream goes on
+        assert d.decompress(PNG._blank_deflate(n, k)) == rows and not d.eof  # no final block: the stream goes on
 
 
 def _small_pipeline() -> Timeline:
@@ -271,3 +272,35 @@ def test_a_raster_drawn_again_on_the_same_pixels_is_painted_once(tmp_path, monke
     monkeypatch.setattr(B, "_paint", lambda *a: calls.append(1) or paint(*a))
     G.write_gantt(tmp_path / "g", [("predicted", _small_pipeline())], "pp")
     assert len(calls) == 1
+
+
+def test_text_layout_line_metrics_are_matplotlibs():
+    # the renderer's _get_font_height_metrics (a font's ascent, descent and line gap, looked up once) gives
+    # Text._get_layout what it reads from the font's tables itself: the same layout of one- and three-line texts,
+    # at several sizes, weights, families and dpis, and under another font.sans-serif
+    import matplotlib
+    from matplotlib.backends.backend_agg import RendererAgg
+    from matplotlib.figure import Figure
+
+    if not B._AggGlyphs.usable():
+        pytest.skip("matplotlib without per-glyph text rendering")
+
+    def layouts(fig: Figure, renderer) -> list:
+        return [(bbox.bounds, lines, box) for bbox, lines, box in (t._get_layout(renderer) for t in fig.texts)]
+
+    def check() -> None:
+        for dpi in (72, 110, 200):
+            fig = Figure(dpi=dpi)
+            for k, (size, weight, family) in enumerate([(7, "normal", "sans-serif"), (9, "bold", "sans-serif"),
+                                                        (12, "normal", "serif"), (8, "normal", "monospace")]):
+                for j, text in enumerate(("rank 3 (stage 3,7)", "a\nbc\nlp", "W")):
+                    fig.text(0.1 + 0.2 * j, 0.1 + 0.2 * k, text, fontsize=size, fontweight=weight, family=family)
+            ours = B._agg_canvas()(fig).get_renderer()
+            got = layouts(fig, ours)
+            want = layouts(fig, RendererAgg(ours.width, ours.height, dpi))
+            assert hasattr(ours, "_get_font_height_metrics") and got == want
+
+    check()
+    with matplotlib.rc_context({"font.sans-serif": ["DejaVu Serif"]}):
+        check()
+    assert B._AggGlyphs.heights

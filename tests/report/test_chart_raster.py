@@ -220,6 +220,29 @@ def test_counts_are_searchsorted_of_the_sorted_values():
             assert (B._counts(np.sort(vals), edges, side, ordered=True) == want).all()
 
 
+def _coverage_by_loop(starts, ends, edges):
+    """Σ over the intervals of their overlap with each bin, one interval and bin at a time (the definition)."""
+    return np.array([sum(max(0.0, min(e, hi) - max(s, lo)) for s, e in zip(starts, ends, strict=True))
+                     for lo, hi in zip(edges[:-1], edges[1:], strict=True)])
+
+
+def test_coverage_of_ordered_and_shuffled_intervals():
+    # intervals given in order (not sorted again, B._ascending) and the same shuffled (sorted first): the same bins,
+    # as the loop over intervals and bins computes them; ties, zero widths and values on the edges included
+    rng = np.random.default_rng(7)
+    for _ in range(300):
+        n = int(rng.integers(0, 40))
+        cuts = np.sort(rng.integers(0, 64, 2 * n) / 4)
+        starts, ends = cuts[0::2], cuts[1::2]  # disjoint, in order
+        edges = np.sort(rng.integers(0, 64, int(rng.integers(2, 30))) / 4)
+        want = _coverage_by_loop(starts, ends, edges)
+        assert np.allclose(B._coverage(starts, ends, edges), want)
+        p = rng.permutation(n)
+        assert np.allclose(B._coverage(starts[p], ends[p], edges), want)
+    assert B._ascending(np.array([0.0, 1.0, 1.0])) and not B._ascending(np.array([1.0, 0.0]))
+    assert not B._ascending(np.array([0.0, np.nan, 2.0]))  # np.sort would move the NaN: sorted first
+
+
 def test_dense_lane_is_one_image_and_sparse_lane_vector_bars(monkeypatch):
     """Past RASTER_MIN_BOXES ops, rank 0's 400 sub-pixel matmuls are painted into the axes' one raster artist (drawn as
     one image), and rank 1's three boxes of 100 ms (~90 px wide each) stay a PolyCollection of three rectangles."""

@@ -1,0 +1,78 @@
+"""``clicore.lean_artist_docs``: in a command's process matplotlib's ``kwdoc`` property tables are not built into
+its artists' docstrings; the ``set()`` signatures are, and a process that does not call it (a library user's)
+keeps matplotlib's tables. The charts drawn are the same pixels."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+ROOT = Path(__file__).resolve().parents[2]
+
+PROBE = """\
+import inspect, json, sys
+{setup}
+import matplotlib.figure, matplotlib.lines
+from matplotlib.artist import kwdoc
+print(json.dumps({{"doc": matplotlib.lines.Line2D.set.__doc__, "kwdoc": kwdoc(matplotlib.lines.Line2D),
+                   "params": list(inspect.signature(matplotlib.lines.Line2D.set).parameters),
+                   "finders": [type(f).__name__ for f in sys.meta_path]}}))
+"""
+
+
+def _probe(setup: str) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", PROBE.format(setup=setup)], cwd=ROOT, env=env, capture_output=True,
+                         text=True, check=True).stdout
+    return json.loads(out)
+
+
+def test_command_process_skips_property_tables_library_keeps_them() -> None:
+    lean = _probe("from schedsim.clicore import lean_artist_docs, LEAN_KWDOC\nlean_artist_docs()")
+    full = _probe("")
+    from schedsim.clicore import LEAN_KWDOC
+
+    assert LEAN_KWDOC in lean["doc"] and lean["kwdoc"] == LEAN_KWDOC
+    assert "zorder: float" in full["doc"] and LEAN_KWDOC not in full["doc"]  # matplotlib's own table
+    assert lean["params"] == full["params"] and "linewidth" in lean["params"]  # set()'s signature as before
+    assert "LeanDocs" not in lean["finders"]  # the finder leaves sys.meta_path once it has seen the module
+
+
+def test_after_matplotlib_is_imported_too() -> None:
+    late = _probe("import matplotlib.artist\nfrom schedsim.clicore import lean_artist_docs, LEAN_KWDOC\n"
+                  "lean_artist_docs()")
+    from schedsim.clicore import LEAN_KWDOC
+
+    assert late["kwdoc"] == LEAN_KWDOC
+
+
+CHARTS = """\
+import sys
+if sys.argv[2] == "lean":
+    from schedsim.clicore import lean_artist_docs
+    lean_artist_docs()
+from schedsim.api import load, predict
+from schedsim.report.charts import write_charts
+tl = predict(load("schedules/megatron_gpt_pp4.yaml")).timeline
+print(sorted(p.name for p in write_charts(sys.argv[1], tl, tl.schedule)))
+"""
+
+
+def test_charts_the_same_pixels(tmp_path: Path) -> None:
+    """The charts of one timeline drawn in a process with lean docs and in one without: the same pixels."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    names = [subprocess.run([sys.executable, "-c", CHARTS, str(tmp_path / mode), mode], cwd=ROOT, env=env,
+                            capture_output=True, text=True, check=True).stdout for mode in ("lean", "full")]
+    assert names[0] == names[1] and "pipeline.png" in names[0]
+    pngs = sorted((tmp_path / "full").glob("*.png"))
+    assert len(pngs) >= 3
+    for p in pngs:
+        a = np.asarray(Image.open(p))
+        b = np.asarray(Image.open(tmp_path / "lean" / p.name))
+        assert a.shape == b.shape and (a == b).all(), p.name
