@@ -20,9 +20,9 @@ def png_bytes(rgba: Any, dpi: float, metadata: dict[str, Any] | None = None) -> 
     ISO/IEC 15948, §9 filtering, §11 chunks); a run of :data:`BLANK_RUN_MIN` or more rows equal to the row above
     (all filtered bytes 0) is written as copies of a deflate segment made once per row width (:func:`_blank_deflate`,
     the rows before it ended by a full flush), and the zlib stream's Adler-32 computed here. Level 3 is zlib's
-    fast matcher (``deflate_fast``, levels 1-3): on pp=32's three charts (3,960 × 1,638, 1,320 × 1,638, 1,320 ×
-    1,286 px) 0.04, 0.019, 0.017 CPU s against level 6's (PIL's default) 0.11, 0.037, 0.038, for 239, 135, 133 KB
-    against 157, 111, 115 (2-vCPU VM). PIL's writer of the RGBA pixels took 0.21 s for the first."""
+    fast matcher (``deflate_fast``, levels 1-3), several times faster than PIL's default level 6 on lane charts
+    for somewhat larger files (measured on pp=32's charts: docs/validation.md, "fast38o" and "pp=32: gantt.svg on
+    request past 100,000 ops")."""
     import struct
     import zlib
 
@@ -114,8 +114,8 @@ def _blank_block(n: int, k: int) -> bytes:
 
 def _blank_deflate(n: int, k: int) -> bytes:
     """Raw deflate segments of ``k`` blank PNG rows of ``n`` bytes (:func:`_blank_block`): copies of the segment of
-    16 rows, then one of the rest. Deflating them cost zlib ~300 MB/s of zero bytes, ~40% of the PNGs' deflate in
-    pp=32's charts (docs/validation.md, "pp=32: gantt.svg on request past 100,000 ops")."""
+    16 rows, then one of the rest: deflating long runs of zero bytes was a large share of the PNGs' deflate on
+    pipeline charts (docs/validation.md, "pp=32: gantt.svg on request past 100,000 ops")."""
     whole, rest = divmod(k, 16)
     return _blank_block(n, 16) * whole + (_blank_block(n, rest) if rest else b"")
 
