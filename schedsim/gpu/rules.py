@@ -467,7 +467,22 @@ def node_work_columns(work: np.ndarray, node_s: np.ndarray | float, timing_s: fl
     if np.isscalar(node_s) and np.isscalar(extra_s) and not (node_s or timing_s or empty_s or extra_s):
         work += 0.0  # eager without rule graph-nodes terms: one pass, no temporaries
         return
-    work += np.where(work > 0, (node_s + timing_s) + extra_s, empty_s)
+    if np.isscalar(node_s) and np.isscalar(extra_s):
+        work += np.where(work > 0, (node_s + timing_s) + extra_s, empty_s)
+        return
+    # one fresh array of the terms, ``empty_s`` written over it where there is no work: the values of
+    # ``np.where(work > 0, (node_s + timing_s) + extra_s, empty_s)`` (a sum of two is the same either way round)
+    # without the sum's second array
+    if np.isscalar(node_s):
+        terms = np.add(extra_s, node_s + timing_s)
+    else:
+        terms = np.add(node_s, timing_s)
+        terms += extra_s
+    idle = work > 0
+    np.logical_not(idle, out=idle)
+    np.copyto(terms, empty_s, where=idle)
+    del idle
+    work += terms
 
 
 def l2_cold_fraction(ws: np.ndarray, profile: HardwareProfile) -> np.ndarray:
@@ -564,7 +579,7 @@ def stream_queue_columns(rank: np.ndarray, stream: np.ndarray, max_connections: 
     n = len(rank)
     if not n:
         return np.zeros(0, np.int64)
-    rank, stream = rank.astype(np.int64), stream.astype(np.int64)
+    rank, stream = np.asarray(rank, np.int64), np.asarray(stream, np.int64)  # int64 columns as they are (read only)
     if int(stream.min()) < 0 or int(stream.max()) >= 4 * n + 64:  # codes the C's table does not take: 0..k-1
         stream = unique_keys(stream)[2].astype(np.int64)
     codes = required("rank_codes")
