@@ -528,11 +528,13 @@ def memory_terms(tps: Sequence[Op], tmpl: np.ndarray, rank: np.ndarray, world: i
     # one cold fraction for every rank, bit for bit (ranks alike): that value, not a gather of it per op (the same
     # products)
     bits = np.ascontiguousarray(cold, np.float64).view(np.int64)
-    extra = textra[tmpl] * (cold[0] if bool((bits == bits[0]).all()) else cold[rank])
+    extra = textra[tmpl]  # then in place: the same products and differences, no array of N per operation
+    extra *= cold[0] if bool((bits == bits[0]).all()) else cold[rank]
     if mode != "cuda_graph":  # a back-to-back table time: less the HBM reads it already holds (CostModel.table_hbm_s)
         held = np.array([cost.table_hbm_s(t) for t in tps], float)
         if held.any():
-            extra = np.maximum(0.0, extra - held[tmpl])
+            extra -= held[tmpl]
+            np.maximum(0.0, extra, out=extra)
     return node, extra
 
 
