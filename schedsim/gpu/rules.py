@@ -467,17 +467,11 @@ def node_work_columns(work: np.ndarray, node_s: np.ndarray | float, timing_s: fl
     if np.isscalar(node_s) and np.isscalar(extra_s) and not (node_s or timing_s or empty_s or extra_s):
         work += 0.0  # eager without rule graph-nodes terms: one pass, no temporaries
         return
-    if np.isscalar(node_s) and np.isscalar(extra_s):
-        work += np.where(work > 0, (node_s + timing_s) + extra_s, empty_s)
+    terms = np.add(node_s + timing_s, extra_s)  # (node_s + timing_s) + extra_s, a fresh array when either is one
+    if terms.shape != work.shape:  # scalars: where it is not
+        work += np.where(work > 0, terms, empty_s)
         return
-    # one fresh array of the terms, ``empty_s`` written over it where there is no work: the values of
-    # ``np.where(work > 0, (node_s + timing_s) + extra_s, empty_s)`` (a sum of two is the same either way round)
-    # without the sum's second array
-    if np.isscalar(node_s):
-        terms = np.add(extra_s, node_s + timing_s)
-    else:
-        terms = np.add(node_s, timing_s)
-        terms += extra_s
+    # ``empty_s`` written over the terms where there is no work: np.where(work > 0, terms, empty_s) in place
     idle = work > 0
     np.logical_not(idle, out=idle)
     np.copyto(terms, empty_s, where=idle)

@@ -548,9 +548,9 @@ def _compute(tl: Timeline, classes: Sequence[int] | np.ndarray | None = None) ->
         o = np.lexsort((start, gkey))  # stable: a group's ties stay in program order
         order, gkey, start = order[o], gkey[o], start[o]
     end = c.end_s[order]
-    lo, hi = (int(c.rank.min()), int(c.rank.max())) if len(gkey) else (0, -1)
-    if 0 <= lo and hi < 4 * len(gkey) + 64:  # the ranks with rows, ascending: a count per rank, no per-row array
-        present = np.flatnonzero(np.bincount(c.rank, minlength=hi + 1))
+    rlo, rhi = (int(c.rank.min()), int(c.rank.max())) if len(gkey) else (0, -1)
+    if 0 <= rlo and rhi < 4 * len(gkey) + 64:  # the ranks with rows, ascending: a count per rank, no per-row array
+        present = np.flatnonzero(np.bincount(c.rank, minlength=rhi + 1))
     else:
         rank = gkey >> 2
         present = rank[np.flatnonzero(np.r_[True, rank[1:] != rank[:-1]])] if len(rank) else rank  # ascending

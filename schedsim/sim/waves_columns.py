@@ -246,10 +246,10 @@ def _link_ends(gptr: np.ndarray, gidx: np.ndarray, rank: np.ndarray, C: int, one
     top = max(int(cr.max()) if nc else 0, int(pr.max()) if P else 0)  # the largest rank with an end
     it = I32 if kk and max(4 * (top + 1), kk * nc + 2 * P + 1) < 2**31 else I64
     if kk:
-        km, off = None, np.arange(kk, dtype=it)
-        ends = np.empty(kk * nc + 2 * P, it)  # the collectives' ends, then the pairs'
-        np.add((4 * cr.astype(it))[:, None], off, out=ends[:kk * nc].reshape(nc, kk))
-        cends = ends[:kk * nc]
+        km, offk = None, np.arange(kk, dtype=it)  # a member's ends: 2·tier + d
+        ends: np.ndarray = np.empty(kk * nc + 2 * P, it)  # the collectives' ends, then the pairs'
+        np.add((4 * cr.astype(it))[:, None], offk, out=ends[:kk * nc].reshape(nc, kk))
+        cends: np.ndarray = ends[:kk * nc]
     else:
         km = np.repeat(k, sizes)
         first = np.cumsum(km) - km  # each member's first end, over all collective ends
@@ -281,7 +281,7 @@ def _link_ends(gptr: np.ndarray, gidx: np.ndarray, rank: np.ndarray, C: int, one
         slot = np.arange(nc, dtype=it)
         slot -= np.repeat(gptr[:C].astype(it), sizes)
         pos = np.empty(nce + 2 * P, it)
-        np.add((kk * slot)[:, None], off, out=pos[:nce].reshape(nc, kk))
+        np.add((kk * slot)[:, None], offk, out=pos[:nce].reshape(nc, kk))
         del slot
         pos[nce:] = ppos
         pptr = np.empty(nc + 1 + 2 * P, it)  # each member's ends' end (from 0), then each pair end's
