@@ -99,7 +99,7 @@ def host_issue_columns(rank: np.ndarray, stream: np.ndarray, hclass: np.ndarray,
         call_extra = None
     if not n:
         return np.zeros(0), np.zeros(0)
-    rank = rank.astype(np.int64)
+    rank = np.asarray(rank, np.int64)  # no copy of an int64 column (read, never written)
     order = None if n < 2 or bool(np.all(rank[1:] >= rank[:-1])) else np.argsort(rank, kind="stable")
     if order is not None:  # the sums run per rank in program order (a Program's ranks ascend already)
         rank, stream, hclass, repeat, host_s, batch, cross_stream_deps = (

@@ -467,7 +467,16 @@ def node_work_columns(work: np.ndarray, node_s: np.ndarray | float, timing_s: fl
     if np.isscalar(node_s) and np.isscalar(extra_s) and not (node_s or timing_s or empty_s or extra_s):
         work += 0.0  # eager without rule graph-nodes terms: one pass, no temporaries
         return
-    work += np.where(work > 0, (node_s + timing_s) + extra_s, empty_s)
+    terms = np.add(node_s + timing_s, extra_s)  # (node_s + timing_s) + extra_s, a fresh array when either is one
+    if terms.shape != work.shape:  # scalars: where it is not
+        work += np.where(work > 0, terms, empty_s)
+        return
+    # ``empty_s`` written over the terms where there is no work: np.where(work > 0, terms, empty_s) in place
+    idle = work > 0
+    np.logical_not(idle, out=idle)
+    np.copyto(terms, empty_s, where=idle)
+    del idle
+    work += terms
 
 
 def l2_cold_fraction(ws: np.ndarray, profile: HardwareProfile) -> np.ndarray:
@@ -513,11 +522,13 @@ def memory_terms(tps: Sequence[Op], tmpl: np.ndarray, rank: np.ndarray, world: i
     # one cold fraction for every rank, bit for bit (ranks alike): that value, not a gather of it per op (the same
     # products)
     bits = np.ascontiguousarray(cold, np.float64).view(np.int64)
-    extra = textra[tmpl] * (cold[0] if bool((bits == bits[0]).all()) else cold[rank])
+    extra = textra[tmpl]  # then in place: the same products and differences, no array of N per operation
+    extra *= cold[0] if bool((bits == bits[0]).all()) else cold[rank]
     if mode != "cuda_graph":  # a back-to-back table time: less the HBM reads it already holds (CostModel.table_hbm_s)
         held = np.array([cost.table_hbm_s(t) for t in tps], float)
         if held.any():
-            extra = np.maximum(0.0, extra - held[tmpl])
+            extra -= held[tmpl]
+            np.maximum(0.0, extra, out=extra)
     return node, extra
 
 
@@ -564,7 +575,7 @@ def stream_queue_columns(rank: np.ndarray, stream: np.ndarray, max_connections: 
     n = len(rank)
     if not n:
         return np.zeros(0, np.int64)
-    rank, stream = rank.astype(np.int64), stream.astype(np.int64)
+    rank, stream = np.asarray(rank, np.int64), np.asarray(stream, np.int64)  # int64 columns as they are (read only)
     if int(stream.min()) < 0 or int(stream.max()) >= 4 * n + 64:  # codes the C's table does not take: 0..k-1
         stream = unique_keys(stream)[2].astype(np.int64)
     codes = required("rank_codes")

@@ -491,6 +491,8 @@ def rendezvous_groups(prog: Program) -> tuple[np.ndarray, np.ndarray, int, int, 
     cptr, cidx, lone = split_one_rank(prog.coll_ptr, prog.coll_idx, group_sizes(prog) if prog.represented else None)
     C = len(cptr) - 1
     P = len(prog.p2p)
+    if not P:  # no send/recv pairs: the collectives' CSR as it is (read only), not a copy of its members
+        return cptr, cidx, C, C, lone
     pairs = np.asarray(prog.p2p, np.int64).reshape(-1)
     ptr = np.concatenate([cptr, int(cptr[-1]) + 2 * np.arange(1, P + 1)])
     return ptr, np.concatenate([cidx, pairs]), C + P, C, lone

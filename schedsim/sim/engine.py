@@ -198,7 +198,15 @@ def kernel_gaps(tl: Timeline, kernels: np.ndarray, gap_s: float) -> None:
         return
     c = tl.columns
     start, end = np.asarray(c.start_s, np.float64), np.asarray(c.end_s, np.float64)
-    shift = np.where(kernels & (end > start), np.minimum(gap_s, 0.5 * (end - start)), 0.0)
+    # np.where(kernels & (end > start), np.minimum(gap_s, 0.5 * (end - start)), 0.0), in place on one array
+    shift = np.subtract(end, start)
+    shift *= 0.5
+    np.minimum(gap_s, shift, out=shift)
+    keep = end > start
+    keep &= kernels
+    np.logical_not(keep, out=keep)
+    np.copyto(shift, 0.0, where=keep)
+    del keep
     c.start_s = start + shift
     tl._spans = None  # rows are rebuilt from the shifted columns
 

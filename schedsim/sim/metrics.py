@@ -540,16 +540,21 @@ def _compute(tl: Timeline, classes: Sequence[int] | np.ndarray | None = None) ->
     for k, name in enumerate(("compute", "comm", "copy")):
         if code[name] >= 0:
             cls[code[name]] = k
-    gkey = c.rank.astype(np.int64) * 4 + cls[res_codes]
+    gkey = np.left_shift(c.rank, 2, dtype=np.int64)  # rank * 4, then the class added in place: one fresh array
+    gkey += cls[res_codes]
     order = stable_order(gkey)
     gkey, start = gkey[order], c.start_s[order]
     if len(gkey) > 1 and bool(((start[1:] < start[:-1]) & (gkey[1:] == gkey[:-1])).any()):
         o = np.lexsort((start, gkey))  # stable: a group's ties stay in program order
         order, gkey, start = order[o], gkey[o], start[o]
     end = c.end_s[order]
-    rank = gkey >> 2
-    present = rank[np.flatnonzero(np.r_[True, rank[1:] != rank[:-1]])] if len(rank) else rank  # ascending
-    del rank  # the per-row temporaries go as soon as they are used: the peak of a 1M-op predict
+    rlo, rhi = (int(c.rank.min()), int(c.rank.max())) if len(gkey) else (0, -1)
+    if 0 <= rlo and rhi < 4 * len(gkey) + 64:  # the ranks with rows, ascending: a count per rank, no per-row array
+        present = np.flatnonzero(np.bincount(c.rank, minlength=rhi + 1))
+    else:
+        rank = gkey >> 2
+        present = rank[np.flatnonzero(np.r_[True, rank[1:] != rank[:-1]])] if len(rank) else rank  # ascending
+        del rank  # the per-row temporaries go as soon as they are used: the peak of a 1M-op predict
     nr = int(present[-1]) + 1 if len(present) else 0
     # NCCL kernels occupy their stream from when it reaches them (ready) to the end of the transfer,
     # spinning while the peer is late; nsys shows that span as kernel time

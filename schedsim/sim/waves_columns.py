@@ -240,9 +240,16 @@ def _link_ends(gptr: np.ndarray, gidx: np.ndarray, rank: np.ndarray, C: int, one
     k = np.where(span, 4, 2).astype(I64)  # ends per member: 2 (scale-up link) or 4 (and the NIC)
     # one count of ends for every member (no group spans nodes, or all do): a member's ends by broadcasting
     kk = int(k[0]) if len(k) and bool((k == k[0]).all()) else 0
+    P = len(pr)
+    # the loop's int32 where every end, position and pointer fits (made so here: no int64 arrays of the ends to
+    # narrow after, each as long as the collectives' members times their ends)
+    top = max(int(cr.max()) if nc else 0, int(pr.max()) if P else 0)  # the largest rank with an end
+    it = I32 if kk and max(4 * (top + 1), kk * nc + 2 * P + 1) < 2**31 else I64
     if kk:
-        km, off = None, np.arange(kk, dtype=I64)
-        cends = ((4 * cr)[:, None] + off).reshape(-1)
+        km, offk = None, np.arange(kk, dtype=it)  # a member's ends: 2·tier + d
+        ends: np.ndarray = np.empty(kk * nc + 2 * P, it)  # the collectives' ends, then the pairs'
+        np.add((4 * cr.astype(it))[:, None], offk, out=ends[:kk * nc].reshape(nc, kk))
+        cends: np.ndarray = ends[:kk * nc]
     else:
         km = np.repeat(k, sizes)
         first = np.cumsum(km) - km  # each member's first end, over all collective ends
@@ -251,8 +258,11 @@ def _link_ends(gptr: np.ndarray, gidx: np.ndarray, rank: np.ndarray, C: int, one
     t = 2 * (node[pr[:, 0]] != node[pr[:, 1]]).astype(I64) if node is not None and len(pr) else 0
     se, re_ = 4 * pr[:, 0] + t, 4 * pr[:, 1] + t + 1
     pends = np.stack([np.minimum(se, re_), np.maximum(se, re_)], 1).reshape(-1)  # each pair's two ends in order
-    ends = np.concatenate([cends, pends])
-    P = len(pr)
+    if km is None:
+        ends[len(cends):] = pends
+    else:
+        ends = np.concatenate([cends, pends])
+    del cends
     cptr = np.concatenate([np.zeros(1, I64), np.cumsum(k * sizes)])
     eptr = np.concatenate([cptr, cptr[-1] + 2 * np.arange(1, P + 1)])
     if one_way != 1.0:
@@ -264,13 +274,25 @@ def _link_ends(gptr: np.ndarray, gidx: np.ndarray, rank: np.ndarray, C: int, one
         return (eptr, ends, rptr, rev, *_epos_generic(eptr, ends, gptr, gidx, rank))
     # distinct ranks per group: collective member slot s of a group with k ends per member owns positions
     # k·s .. k·s + k - 1; a send owns the lower end when its rank is below the receiver's
-    slot = np.arange(nc) - np.repeat(gptr[:C], sizes)
-    cpos = ((kk * slot)[:, None] + off).reshape(-1) if km is None else np.repeat(km * slot, km) + off
     up = (pr[:, 0] > pr[:, 1]).astype(I64)
     ppos = np.stack([up, 1 - up], 1).reshape(-1)
+    if km is None:  # into the arrays the loop reads, in place
+        nce = kk * nc
+        slot = np.arange(nc, dtype=it)
+        slot -= np.repeat(gptr[:C].astype(it), sizes)
+        pos = np.empty(nce + 2 * P, it)
+        np.add((kk * slot)[:, None], offk, out=pos[:nce].reshape(nc, kk))
+        del slot
+        pos[nce:] = ppos
+        pptr = np.empty(nc + 1 + 2 * P, it)  # each member's ends' end (from 0), then each pair end's
+        pptr[:nc + 1] = np.arange(0, kk * nc + 1, kk, dtype=it)
+        pptr[nc + 1:] = np.arange(nce + 1, nce + 2 * P + 1, dtype=it)
+        return eptr, ends, rptr, rev, pptr, pos
+    slot = np.arange(nc) - np.repeat(gptr[:C], sizes)
+    cpos = np.repeat(km * slot, km) + off
     pos = np.concatenate([cpos, ppos])
-    nce = kk * nc if km is None else int(km.sum())
-    mptr = kk * np.arange(1, nc + 1, dtype=I64) if km is None else np.cumsum(km)  # each member's ends' end
+    nce = int(km.sum())
+    mptr = np.cumsum(km)  # each member's ends' end
     pptr = np.concatenate([np.zeros(1, I64), mptr, nce + np.arange(1, 2 * P + 1)])
     return eptr, ends, rptr, rev, pptr, pos
 
