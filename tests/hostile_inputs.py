@@ -693,8 +693,11 @@ def run_subprocess(case: Case, ind: Path, out: Path, timeout: float = CASE_TIMEO
     else:
         cmd = [sys.executable, "-m", "schedsim", *expand(case.args, ind, out)]
         shell = False
+    # Ctrl-C reaches a foreground process whose SIGINT is at its default; a test run started in the background by
+    # a shell without job control (`pytest &`) inherits SIGINT ignored, and so would the case: restore it there.
+    sigint = (lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)) if case.interrupt_after_s is not None else None
     with subprocess.Popen(cmd, shell=shell, executable="/bin/bash" if shell else None, cwd=cwd, env=env,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE) as p:
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=sigint) as p:
         try:
             if case.interrupt_after_s is not None:
                 try:
