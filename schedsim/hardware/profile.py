@@ -282,11 +282,20 @@ class Launch(_B):
         return (self.eager_per_op_us if self.memcpy_call_us is None else self.memcpy_call_us) * 1e-6
 
 
+#: The most µs a network latency field of a profile may give (``topology.scale_up.latency_us``,
+#: ``topology.nics.latency_us``, ``transport_latency_us``, ``topology.fabric.latency_us``, ``links.<class>.latency_us``):
+#: 1 s a crossing or switch hop, some 10^5 times any
+#: fabric's (InfiniBand, RoCE and TCP hops take 1-100 µs); more is a unit slip (ms or ns written as µs), and a
+#: figure near float's limit sums, over a collective's crossings, to an infinite time that the loader never names
+NET_LATENCY_MAX_US = 1e6
+
+
 class Link(_B):
     """One link class for the alpha-beta fallback: t = steps·latency + factor·bytes / bandwidth (Thakur et al. 2005)."""
 
     bandwidth_GBps: float = Field(ge=1e-6, description="Per-GPU unidirectional bandwidth, GB/s: the busbw a large collective reaches.")
-    latency_us: float = Field(ge=0, description="Per-step latency alpha, µs.")
+    latency_us: float = Field(ge=0, le=NET_LATENCY_MAX_US, description="Per-step latency alpha, µs; at most 1e6 "
+                              "(NET_LATENCY_MAX_US: more is a unit slip).")
     source: str
 
 
@@ -297,11 +306,6 @@ GpuArch = Literal["volta", "ampere", "hopper", "blackwell"]
 #: Where a network figure comes from: a specification or paper (published), a guess (assumed), a run on this
 #: machine (measured), or ``schedsim calibrate --from-nccl-tests`` on nccl-tests logs (fitted)
 Provenance = Literal["published", "assumed", "measured", "fitted"]
-#: The most µs a network latency field of a profile may give (``topology.scale_up.latency_us``,
-#: ``topology.nics.latency_us``, ``transport_latency_us``, ``topology.fabric.latency_us``): 1 s a crossing or switch hop, some 10^5 times any
-#: fabric's (InfiniBand, RoCE and TCP hops take 1-100 µs); more is a unit slip (ms or ns written as µs), and a
-#: figure near float's limit sums, over a collective's crossings, to an infinite time that the loader never names
-NET_LATENCY_MAX_US = 1e6
 #: NCCL's algorithm and protocol names as schedsim spells them (schedsim.network.tuning.ALGOS, PROTOS)
 _TIMING_ALGOS = ("tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat")
 _TIMING_PROTOS = ("LL", "LL128", "Simple")

@@ -61,3 +61,25 @@ def test_a_rate_below_its_floor_names_its_field_and_exits_2(tmp_path: Path, sect
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and out.stderr.startswith("error: ") and name in out.stderr
     assert "solo duration" not in out.stderr and "Traceback" not in out.stderr
+
+
+def test_a_link_class_latency_beyond_the_bound_names_its_field_and_exits_2(tmp_path: Path):
+    """``links.<class>.latency_us`` (the alpha-beta fallback of profiles without a topology, pcie2's) had no bound:
+    1e9 µs (ms written as µs, 1e3 times over) printed a 2,000 s makespan for a 1 GiB all_reduce on two ranks
+    (2 steps x 1,000 s), 1e200 a makespan of 2e194 s, and 1e308 stopped on the op's "solo duration of inf s"."""
+    d = yaml.safe_load((ROOT / "schedsim/hardware/profiles/pcie2.yaml").read_text())
+    d["links"]["pcie"]["latency_us"] = NET_LATENCY_MAX_US
+    (ok := tmp_path / "ok.yaml").write_text(yaml.safe_dump(d))
+    assert load_profile(str(ok)).links["pcie"].latency_us == NET_LATENCY_MAX_US  # the bound holds
+    sched = tmp_path / "ar.yaml"
+    sched.write_text("schema_version: 1\nname: ar\nworld_size: 2\nops: [{name: x, kind: all_reduce, bytes: 1073741824}]\n")
+    for value in (1e9, 1e200, 1e308):
+        d["links"]["pcie"]["latency_us"] = value
+        (path := tmp_path / f"lat_{value:g}.yaml").write_text(yaml.safe_dump(d))
+        with pytest.raises(ProfileError) as e:
+            load_profile(str(path))
+        assert "links.pcie.latency_us" in str(e.value) and "fix: give links.pcie.latency_us at most 1e+06" in str(e.value)
+        out = subprocess.run([sys.executable, "-m", "schedsim", "predict", str(sched), "--profile", str(path),
+                              "--no-gantt", "-o", str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 2 and out.stderr.startswith("error: ") and "links.pcie.latency_us" in out.stderr
+        assert "makespan" not in out.stdout and "solo duration" not in out.stderr and "Traceback" not in out.stderr
