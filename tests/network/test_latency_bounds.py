@@ -72,13 +72,15 @@ def test_a_link_class_latency_beyond_the_bound_names_its_field_and_exits_2(tmp_p
     (ok := tmp_path / "ok.yaml").write_text(yaml.safe_dump(d))
     assert load_profile(str(ok)).links["pcie"].latency_us == NET_LATENCY_MAX_US  # the bound holds
     sched = tmp_path / "ar.yaml"
-    sched.write_text("schema_version: 1\nname: ar\nworld_size: 2\nops: [{name: x, kind: all_reduce, bytes: 1073741824}]\n")
+    sched.write_text("schema_version: 1\nname: ar\nworld_size: 2\n"
+                     "ops: [{name: x, kind: all_reduce, bytes: 1073741824}]\n")
     for value in (1e9, 1e200, 1e308):
         d["links"]["pcie"]["latency_us"] = value
         (path := tmp_path / f"lat_{value:g}.yaml").write_text(yaml.safe_dump(d))
         with pytest.raises(ProfileError) as e:
             load_profile(str(path))
-        assert "links.pcie.latency_us" in str(e.value) and "fix: give links.pcie.latency_us at most 1e+06" in str(e.value)
+        msg = str(e.value)
+        assert "links.pcie.latency_us" in msg and "fix: give links.pcie.latency_us at most 1e+06" in msg
         out = subprocess.run([sys.executable, "-m", "schedsim", "predict", str(sched), "--profile", str(path),
                               "--no-gantt", "-o", str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
         assert out.returncode == 2 and out.stderr.startswith("error: ") and "links.pcie.latency_us" in out.stderr
