@@ -32,6 +32,21 @@ def test_a_boolean_for_a_number_is_refused_naming_the_field(body: str, field: st
     assert f"{field}: a number, not a boolean (YAML true/false)" in e.value.message
 
 
+@pytest.mark.parametrize("value", ["true", "false", '"{2 > 1}"'])
+def test_a_boolean_world_size_is_refused(tmp_path: Path, value: str) -> None:
+    """``world_size: true`` (or an expression giving True) loaded as a world of 1 rank, ``false`` as 0 (then
+    refused only as "greater than 0"): the top level's number had no boolean check."""
+    text = HEAD.replace("world_size: 2", f"world_size: {value}") + "ops:\n  - {name: ar, kind: all_reduce, bytes: 8}\n"
+    with pytest.raises(SchedsimError) as e:
+        load_text(text, "b.yaml")
+    assert e.value.path == "world_size" and e.value.message.startswith("a number of ranks, not a boolean (YAML")
+    (f := tmp_path / "b.yaml").write_text(text)
+    r = CliRunner().invoke(app, ["check", str(f)])
+    assert r.exit_code == 2 and "world_size: a number of ranks, not a boolean" in r.stderr
+    assert "Traceback" not in r.stderr
+    assert load_text(HEAD + "ops:\n  - {name: ar, kind: all_reduce, bytes: 8}\n").world_size == 2
+
+
 def test_the_number_itself_still_loads_and_a_boolean_field_keeps_its_boolean() -> None:
     spec = load_text(HEAD + "ops:\n  - {name: ar, kind: all_reduce, bytes: 1}\n", "b.yaml")
     assert spec.ops[0].bytes == 1
