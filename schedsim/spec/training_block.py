@@ -424,6 +424,11 @@ def _uneven_rules(t: TrainingSpec, first: int | None, last: int | None) -> list[
         return [(key, "uneven pipeline stages need pipeline parallelism (pp > 1)", f"remove {key}, or set pp > 1")]
     middle = pp - (first is not None) - (last is not None)
     rest = L - (first or 0) - (last or 0)
+    if middle == 0 and rest:  # first and last are every stage: no stage is left for the rest
+        return [(key, f"the first ({first}) and last ({last}) stages hold {L - rest} layers, not num_layers "
+                 f"({L}): with pp = 2 they are every stage (Megatron-LM transformer_config.py, uneven pipeline "
+                 "parallelism)", f"make decoder_first_pipeline_num_layers + decoder_last_pipeline_num_layers = {L}, "
+                 "or drop one of them")]
     if rest < 0 or (middle == 0 and rest) or (middle and (rest % middle or rest == 0)):
         return [(key, f"the {rest} layers left after the first ({first}) and last ({last}) stages do not split "
                  f"evenly over the {middle} middle pipeline stage(s) (Megatron-LM transformer_config.py, uneven "

@@ -510,6 +510,21 @@ def test_uneven_first_and_last_stages(tmp_path: Path) -> None:
     assert code == 2 and "please use --num-virtual-stages-per-pipeline-rank" in err
 
 
+def test_uneven_first_and_last_stages_over_two_stages_must_hold_every_layer(tmp_path: Path) -> None:
+    """pp = 2 with both decoder_first and decoder_last: no middle stage takes the rest, so they must sum to
+    num_layers. 3 + 4 of 8 was refused with "leave a positive multiple of 1 layers", which 1 layer left is."""
+    for first, last in ((3, 4), (5, 4)):
+        code, err = _check(tmp_path, _edit("num_layers: 2", f"num_layers: 8\n  decoder_first_pipeline_num_layers: "
+                                           f"{first}\n  decoder_last_pipeline_num_layers: {last}"))
+        assert code == 2 and f"the first ({first}) and last ({last}) stages hold {first + last} layers, not " \
+            "num_layers (8)" in err
+        assert "fix: make decoder_first_pipeline_num_layers + decoder_last_pipeline_num_layers = 8" in err
+        assert "positive multiple" not in err
+    code, _ = _check(tmp_path, _edit("num_layers: 2", "num_layers: 8\n  decoder_first_pipeline_num_layers: 5\n"
+                                     "  decoder_last_pipeline_num_layers: 3"))
+    assert code == 0
+
+
 def test_memory_per_rank_is_the_most_loaded_rank_with_a_small_first_stage() -> None:
     """decoder_first_pipeline_num_layers 1 of 25 over pp 4: stages (1, 8, 8, 8). 1F1B rank r holds min(m, p − r)
     microbatches (Narayanan et al. SC'21 §2.2): rank 0 4 × 1 layer, rank 1 3 × 8 = 24 layers, and rank 1's 8
