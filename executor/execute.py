@@ -53,7 +53,8 @@ def _precheck(file: Path, sets: list[str], opts: Any, *, compare: bool, profile:
               parent: bool = False) -> tuple[Any, Any, Any]:
     """Everything that can be checked before any process group exists: the schedule, its graph, the
     world size, --cuda-graph without CUDA, the --compare profile, the output folder (``out``, default
-    ``schedsim_out/<name>_execute``: a folder or nothing). Returns ``(spec, G, profile)``.
+    ``schedsim_out/<name>_execute``: a folder or nothing, whose ``timeline.json``, ``trace.json`` and ``env.json``
+    are none or execute's own: :func:`schedsim.outdir.check_targets`). Returns ``(spec, G, profile)``.
 
     On bad input in one process, or in the ``parent`` that starts ``world`` ranks
     (:mod:`executor.launch`), the :class:`SchedsimError` is raised (the CLI prints it and exits 2).
@@ -73,7 +74,12 @@ def _precheck(file: Path, sets: list[str], opts: Any, *, compare: bool, profile:
         check_world_size(spec.world_size, world, str(file), "world_size" in spec.params, started=not parent)
         from schedsim.io import output_dir
 
-        output_dir(out or default_outdir(spec), create=False)
+        outdir = output_dir(out or default_outdir(spec), create=False)
+        from schedsim.outdir import check_targets
+
+        # the files every run writes there: another command's (a predict folder's timeline.json) or a user's are
+        # refused now, not after the run, when the other ranks would see rank 0 leave mid-collective
+        check_targets(outdir, "execute", ("timeline.json", "trace.json", "env.json"), inputs=[file])
         graph = bool(cuda_graph) if cuda_graph is not None else spec.launch == "cuda_graph"
         if graph and device == "cpu":
             raise ExecError("--cuda-graph needs CUDA (streams and graphs do not exist on CPU ranks)\n"

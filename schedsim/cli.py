@@ -165,6 +165,11 @@ def _parse_sweep(items: list[str]) -> list[tuple[str, list[Any]]]:
         vals = [parse_value(x, f"--set {printable(k, 80)}") for x in v.split(",") if x.strip() != ""]
         if not vals:
             raise SchedsimError(f"--set {item!r} gives no values\n  fix: write e.g. --set {k}=1,2,4")
+        texts = [x.strip() for x in v.split(",") if x.strip() != ""]
+        twice = next((x for i, x in enumerate(texts) if x in texts[:i]), None)
+        if twice is not None:  # the same point twice: simulated twice, one timeline_*.json kept for both
+            raise SchedsimError(f"--set {printable(k, 80)}=... lists {printable(twice, 80)!r} twice",
+                                fix=f"list each value of {printable(k, 80)} once")
         if k in [a for a, _ in axes]:
             raise SchedsimError(f"--set {k}=... is given twice\n  fix: list all values once: --set {k}=v1,v2,...")
         axes.append((k, vals))

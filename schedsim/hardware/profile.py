@@ -69,6 +69,10 @@ def check_gpu_model(model: str, where: str) -> None:
 LinkClass = Literal["nvlink", "pcie", "network"]
 GemmDType = DType
 NonNegFloat = Annotated[float, Field(ge=0)]
+#: The most a rate field (GB/s, Gb/s, TFLOP/s) may give: 1 PB/s is ~50x the fastest HBM, 1e6 TFLOP/s ~50x any GPU's
+#: peak; more is a unit slip (B/s written as GB/s, FLOP/s as TFLOP/s) that would time the ops using it as free
+RATE_MAX = 1e6
+Rate = Annotated[float, Field(gt=0, le=RATE_MAX)]  # a rate in its field's unit
 
 
 # Default factories are lambdas, not list or dict: see the note in schedsim.spec.model. The models are built
@@ -92,8 +96,8 @@ class GPU(_B):
     """Per-GPU rates. Peaks in TFLOP/s (1e12 FLOP/s), bandwidth in GB/s (1e9 B/s), times in µs; ``source`` says where."""
 
     name: str = Field(description="GPU model.")
-    hbm_GBps: float = Field(ge=1e-6, description="Achievable HBM bandwidth, GB/s (1e9 B/s).")
-    peak_tflops: dict[GemmDType, PositiveFloat] = Field(description="Dense peak per dtype, TFLOP/s (roofline fallback).")
+    hbm_GBps: float = Field(ge=1e-6, le=RATE_MAX, description="Achievable HBM bandwidth, GB/s (1e9 B/s).")
+    peak_tflops: dict[GemmDType, Rate] = Field(description="Dense peak per dtype, TFLOP/s (roofline fallback).")
     gemm_efficiency: float = Field(default=0.75, gt=0, le=1,
                                    description="Fraction of peak a large GEMM reaches when no table entry exists.")
     kernel_floor_us: float = Field(default=5.0, ge=0, description="Shortest kernel time, µs (latency floor).")
@@ -109,7 +113,7 @@ class GPU(_B):
         description="GPU-side delay, µs, before a kernel released by an op on another stream (an event wait) "
         "reaches the GPU, beyond a same-stream successor's (waves model).")
     sm_stream_GBps: float | None = Field(
-        default=None, gt=0,
+        default=None, gt=0, le=RATE_MAX,
         description="HBM bandwidth, GB/s, one SM reaches in an elementwise kernel that holds few SMs (waves rule "
         "5: a memory-bound kernel's CTAs run up to sms x this / hbm_GBps times their full-GPU speed). One H200, "
         "69 (bf16 add_ of 12.6 and 50.3 MB on the 4 SMs a 128-CTA GEMM leaves free: 0.275 TB/s; "
@@ -282,11 +286,19 @@ class Launch(_B):
         return (self.eager_per_op_us if self.memcpy_call_us is None else self.memcpy_call_us) * 1e-6
 
 
+#: The most µs a network latency field of a profile may give (``topology.scale_up.latency_us``,
+#: ``topology.nics.latency_us``, ``transport_latency_us``, ``topology.fabric.latency_us``, ``links.<class>.latency_us``):
+#: 1 s a crossing or switch hop, some 10^5 times any
+#: fabric's (InfiniBand, RoCE and TCP hops take 1-100 µs); more is a unit slip (ms or ns written as µs), and a
+#: figure near float's limit sums, over a collective's crossings, to an infinite time that the loader never names
+NET_LATENCY_MAX_US = 1e6
+
+
 class Link(_B):
     """One link class for the alpha-beta fallback: t = steps·latency + factor·bytes / bandwidth (Thakur et al. 2005)."""
 
-    bandwidth_GBps: float = Field(ge=1e-6, description="Per-GPU unidirectional bandwidth, GB/s: the busbw a large collective reaches.")
-    latency_us: float = Field(ge=0, description="Per-step latency alpha, µs.")
+    bandwidth_GBps: float = Field(ge=1e-6, le=RATE_MAX, description="Per-GPU unidirectional bandwidth, GB/s: the busbw a large collective reaches.")
+    latency_us: float = Field(ge=0, le=NET_LATENCY_MAX_US, description="Per-step latency alpha, µs (at most 1e6).")
     source: str
 
 
@@ -297,11 +309,6 @@ GpuArch = Literal["volta", "ampere", "hopper", "blackwell"]
 #: Where a network figure comes from: a specification or paper (published), a guess (assumed), a run on this
 #: machine (measured), or ``schedsim calibrate --from-nccl-tests`` on nccl-tests logs (fitted)
 Provenance = Literal["published", "assumed", "measured", "fitted"]
-#: The most µs a network latency field of a profile may give (``topology.scale_up.latency_us``,
-#: ``topology.nics.latency_us``, ``transport_latency_us``, ``topology.fabric.latency_us``): 1 s a crossing or switch hop, some 10^5 times any
-#: fabric's (InfiniBand, RoCE and TCP hops take 1-100 µs); more is a unit slip (ms or ns written as µs), and a
-#: figure near float's limit sums, over a collective's crossings, to an infinite time that the loader never names
-NET_LATENCY_MAX_US = 1e6
 #: NCCL's algorithm and protocol names as schedsim spells them (schedsim.network.tuning.ALGOS, PROTOS)
 _TIMING_ALGOS = ("tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat")
 _TIMING_PROTOS = ("LL", "LL128", "Simple")
@@ -342,7 +349,7 @@ class ScaleUp(_B):
 
     kind: Literal["nvswitch", "nvlink", "pcie"] = Field(description="How the GPUs of a node reach each other; "
                                                        "pcie: NCCL's PCI latencies, no LL128.")
-    bandwidth_GBps: float = Field(ge=1e-6, description="Per-GPU, one-direction bandwidth, GB/s, in NCCL's topology "
+    bandwidth_GBps: float = Field(ge=1e-6, le=RATE_MAX, description="Per-GPU, one-direction bandwidth, GB/s, in NCCL's topology "
                                   "units: NVLink links x NCCL's per-link figure (src/graph/topo.h: SM80_NVLINK_BW 20, "
                                   "SM90_NVLINK_BW 20.6, SM100_NVLINK_BW 40.1; H100 SXM 18 x 20.6 = 370.8), or the "
                                   "PCIe path's (PCI_BW 12 for Gen3 x16, 24 Gen4, 48 Gen5; without peer-to-peer the "
@@ -379,7 +386,7 @@ class Nics(_B):
     every node on rail i; NCCL's rings pair same-rail NICs, so rails cross the spine only between leaves)."""
 
     per_node: int = Field(gt=0, le=640, description="Compute NICs per node (NCCL_TOPO_MAX_NODES: 640 at most).")
-    bandwidth_Gbps: float = Field(ge=1e-3, description="Line rate of one NIC, Gb/s (NCCL: speed / 8000 GB/s; "
+    bandwidth_Gbps: float = Field(ge=1e-3, le=RATE_MAX, description="Line rate of one NIC, Gb/s (NCCL: speed / 8000 GB/s; "
                                   "400 Gb/s NDR -> 50 GB/s).")
     goodput: float | None = Field(default=None, ge=1e-3, le=1, description="Share of line rate a NIC moves for "
                                   "send/recv and all_to_all and as a shared link (RDMA's goodput; NCCL's maintainers: "
@@ -506,9 +513,9 @@ class Topology(_B):
 class Memcpy(_B):
     """Copy-engine bandwidths in GB/s (pinned host memory; d2d counts bytes read plus written) and a latency in µs."""
 
-    h2d_GBps: float = Field(ge=1e-6)
-    d2h_GBps: float = Field(ge=1e-6)
-    d2d_GBps: float = Field(ge=1e-6, description="Bytes read plus written per second.")
+    h2d_GBps: float = Field(ge=1e-6, le=RATE_MAX)
+    d2h_GBps: float = Field(ge=1e-6, le=RATE_MAX)
+    d2d_GBps: float = Field(ge=1e-6, le=RATE_MAX, description="Bytes read plus written per second.")
     latency_us: float = Field(default=5.0, ge=0)
     source: str
 
@@ -587,7 +594,7 @@ class CollectiveTables(_B):
     """busbw-vs-size tables in the nccl-tests convention (``doc/PERFORMANCE.md``), per collective and group size."""
 
     source: str
-    tables: dict[TableKey, dict[PositiveInt, Annotated[list[tuple[PositiveFloat, PositiveFloat]], Field(min_length=1)]]] = Field(
+    tables: dict[TableKey, dict[PositiveInt, Annotated[list[tuple[PositiveFloat, Rate]], Field(min_length=1)]]] = Field(
         default_factory=lambda: {},
         description="collective -> group size -> [[size_bytes, busbw_GBps], ...] in the nccl-tests convention "
         "(size = the size column; busbw = algbw * factor). Keys: all_reduce, all_gather, reduce_scatter, "

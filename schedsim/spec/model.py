@@ -423,6 +423,17 @@ class ScheduleSpec(_Base):
         "(catches typos). Omit to allow any.",
     )
 
+    @field_validator("world_size", mode="before")
+    @classmethod
+    def _world_size_no_bool(cls, v: object) -> object:
+        """A YAML ``true`` / ``false`` (or an expression giving one, ``"{tp > 1}"``) is no rank count: pydantic's
+        lax mode would read it as 1 / 0, as the ops' numbers refuse (``_no_bool_number``)."""
+        if isinstance(v, bool):
+            from pydantic_core import PydanticCustomError
+
+            raise PydanticCustomError("bool_for_number", "a number of ranks, not a boolean (YAML true/false)")
+        return v
+
     @field_validator("env", mode="before")
     @classmethod
     def _env_no_bool(cls, v: object) -> object:

@@ -14,6 +14,8 @@ Derived sizes (Megatron-LM ``megatron/training/arguments.py`` ``validate_args``)
 * virtual stages per rank ``v = num_layers / pp / num_layers_per_virtual_pipeline_stage`` (interleaved 1F1B
   when v > 1, else 1F1B; ZB-H1 with the Zero Bubble fork's ``enable_zero_bubble``), num_layers padded to a
   multiple of pp with the fork's ``allow_padding_num_layers`` (:func:`padded_layers`);
+* MLP width ``f``: ``ffn_hidden_size``, else ``int(4h·2/3 / 64)·64`` with ``swiglu`` (``validate_args``: the gated
+  fc1's two projections at about the parameters of 4h, a multiple of 64) and ``4h`` without (:func:`ffn_size`);
 * padded vocabulary: ``vocab_size`` rounded up to a multiple of ``make_vocab_size_divisible_by · tp``
   (``megatron/training/tokenizer/tokenizer.py`` ``_vocab_size_with_padding``);
 * gradients are reduced in fp32 under bf16 (``arguments.py``: "bfloat16 requires gradient accumulation and
@@ -76,7 +78,8 @@ class TrainingSpec(BaseModel):
 
     num_layers: int = Field(gt=0, description="--num-layers L.")
     hidden_size: int = Field(gt=0, description="--hidden-size h.")
-    ffn_hidden_size: int | None = Field(default=None, gt=0, description="--ffn-hidden-size f (default 4h).")
+    ffn_hidden_size: int | None = Field(default=None, gt=0, description="--ffn-hidden-size f (default 4h; with "
+                                        "--swiglu int(4h·2/3 / 64)·64, Megatron's validate_args).")
     num_attention_heads: int = Field(gt=0, description="--num-attention-heads a.")
     num_query_groups: int | None = Field(default=None, gt=0, description="--num-query-groups g (GQA; default a).")
     seq_length: int = Field(gt=0, description="--seq-length s.")
@@ -250,13 +253,22 @@ def training_plan(t: TrainingSpec, world_size: int) -> TrainingPlan:
     return TrainingPlan(tp=tp, pp=pp, cp=cp, dp=dp, v=v, m=max(1, gbs // (t.micro_batch_size * dp)),
                         global_batch=gbs, sp=t.sequence_parallel and tp > 1, dtype=dtype,
                         grad_dtype="fp32" if dtype in ("bf16", "fp32") else "fp16",
-                        vocab=-(-t.vocab_size // unit) * unit, ffn=t.ffn_hidden_size or 4 * t.hidden_size,
+                        vocab=-(-t.vocab_size // unit) * unit, ffn=ffn_size(t),
                         groups=t.num_query_groups or t.num_attention_heads, stage_layers=layers,
                         ep=t.expert_model_parallel_size, experts=t.num_experts or 0,
                         zero_bubble=t.enable_zero_bubble)
 
 
 # ---------------------------------------------------------------- Megatron's validation
+def ffn_size(t: TrainingSpec) -> int:
+    """The MLP width f (fc1's output columns, ``2f`` with SwiGLU): ``ffn_hidden_size``, else Megatron-LM's default
+    (``megatron/training/arguments.py`` ``validate_args``): ``int((4·h·2/3) / 64)·64`` with ``swiglu`` (about
+    the parameters of a 4h MLP in the gated fc1's two projections, a multiple of 64), ``4·h`` without."""
+    if t.ffn_hidden_size:
+        return t.ffn_hidden_size
+    return int((4 * t.hidden_size * 2 / 3) / 64) * 64 if t.swiglu else 4 * t.hidden_size
+
+
 def _rules(t: TrainingSpec, world_size: int) -> list[tuple[str, str, str]]:
     """Every rule Megatron would refuse, as (field, message, fix); the first broken one is reported."""
     tp, pp, cp = t.tensor_model_parallel_size, t.pipeline_model_parallel_size, t.context_parallel_size
@@ -286,7 +298,7 @@ def _limit_rules(t: TrainingSpec) -> list[tuple[str, str, str]]:
     its largest tensors ``s·b·max(h, 2f, V)`` and the attention scores ``b·a·s²``, taken here at 16 bytes an
     element (4-byte values, up to four per kernel) so that every lowered op stays within the bytes limit."""
     s, b, h, a = t.seq_length, t.micro_batch_size, t.hidden_size, t.num_attention_heads
-    f = t.ffn_hidden_size or 4 * h
+    f = ffn_size(t)
     ffn_key = "ffn_hidden_size" if t.ffn_hidden_size else "hidden_size"
     tok_key = "seq_length" if s >= b else "micro_batch_size"
     dims = [(tok_key, "tokens s·b", s * b), ("hidden_size", "QKV width 3h", 3 * h),
@@ -355,12 +367,18 @@ def _model_rules(t: TrainingSpec) -> list[tuple[str, str, str]]:
     if a % g:
         out.append(("num_query_groups", f"num_attention_heads ({a}) is not a multiple of num_query_groups ({g})",
                     "give query groups that divide the heads"))
-    f = t.ffn_hidden_size
-    if f is not None and f % tp:  # 4h otherwise, whole over tp since the heads are
-        out.append(("ffn_hidden_size", f"ffn_hidden_size ({f}) is not divisible by tensor_model_parallel_size "
+    f, key = ffn_size(t), "ffn_hidden_size" if t.ffn_hidden_size else "swiglu"
+    if not f:  # swiglu's default below 24 hidden units
+        out.append(("hidden_size", f"with swiglu and no ffn_hidden_size Megatron's default ffn_hidden_size, "
+                    f"int(4h·2/3 / 64)·64 (Megatron-LM arguments.py validate_args), is 0 for hidden_size {h}",
+                    "give ffn_hidden_size, or a hidden_size of at least 24"))
+    elif (t.ffn_hidden_size or t.swiglu) and f % tp:  # 4h otherwise, whole over tp since the heads are
+        out.append((key, f"ffn_hidden_size ({f}{'' if t.ffn_hidden_size else ', the swiglu default'}) is not "
+                    f"divisible by tensor_model_parallel_size "
                     f"({tp}) (Megatron Core tensor_parallel/layers.py: fc1's ColumnParallelLinear and fc2's "
                     f"RowParallelLinear split it with divide(): '{f} is not divisible by {tp}')",
-                    f"use a multiple of {tp}, e.g. {-(-f // tp) * tp}"))
+                    f"use {'a multiple' if t.ffn_hidden_size else 'ffn_hidden_size: a multiple'} of {tp}, e.g. "
+                    f"{-(-f // tp) * tp}"))
     return out
 
 
@@ -406,6 +424,11 @@ def _uneven_rules(t: TrainingSpec, first: int | None, last: int | None) -> list[
         return [(key, "uneven pipeline stages need pipeline parallelism (pp > 1)", f"remove {key}, or set pp > 1")]
     middle = pp - (first is not None) - (last is not None)
     rest = L - (first or 0) - (last or 0)
+    if middle == 0 and rest:  # first and last are every stage: no stage is left for the rest
+        return [(key, f"the first ({first}) and last ({last}) stages hold {L - rest} layers, not num_layers "
+                 f"({L}): with pp = 2 they are every stage (Megatron-LM transformer_config.py, uneven pipeline "
+                 "parallelism)", f"make decoder_first_pipeline_num_layers + decoder_last_pipeline_num_layers = {L}, "
+                 "or drop one of them")]
     if rest < 0 or (middle == 0 and rest) or (middle and (rest % middle or rest == 0)):
         return [(key, f"the {rest} layers left after the first ({first}) and last ({last}) stages do not split "
                  f"evenly over the {middle} middle pipeline stage(s) (Megatron-LM transformer_config.py, uneven "

@@ -144,6 +144,10 @@ def _construct(node: yaml.Node, file: str, depth: int = 0) -> Any:
     assert isinstance(node, yaml.ScalarNode)
     try:
         return _scalar(node)
+    except _Yaml11Number as e:
+        what, value, fix = e.args
+        raise SpecError(f"{node.value} is {what} to YAML 1.1, which schedsim reads: {value!r}", file=file,
+                        line=_mark(node)[0], column=_mark(node)[1], fix=fix) from None
     except ValueError:  # an integer of more than 4,300 digits (Python's int limit; no schedule number needs it)
         _SCALAR_LOADER.constructed_objects.clear()
         raise SpecError(f"a number of {len(node.value):,} characters is too long to read", file=file,
@@ -165,14 +169,45 @@ _STR_TAG = "tag:yaml.org,2002:str"
 _SHARED_TAGS = frozenset(f"tag:yaml.org,2002:{t}" for t in ("int", "float", "bool", "null"))
 
 
+_NUMBER_TAGS = frozenset(f"tag:yaml.org,2002:{t}" for t in ("int", "float"))
+
+
+class _Yaml11Number(ValueError):
+    """A plain scalar YAML 1.1 reads as an octal or base-60 number other than it looks (``010`` is 8, ``1:30``
+    is 90); ``args``: (what it is, the value read, a fix)."""
+
+
+def _yaml11_surprise(text: str, value: Any) -> tuple[str, str] | None:
+    """(what, fix) where ``value``, PyYAML's YAML 1.1 reading of the int or float ``text``, is not the number
+    the text looks like (YAML 1.2 and Python read ``010`` as 10 or a syntax error, ``1:30`` as a string): an
+    octal (``[-+]?0[0-7_]+``) whose decimal reading differs, or a sexagesimal number (``:``-separated base-60
+    digits); None otherwise (``00``, ``0_1`` and every other number read as written)."""
+    t = text.lstrip("+-")
+    if ":" in t:
+        return "a base-60 (sexagesimal) number", f"write {value!r} if that is meant, or quote the text as a string"
+    if len(t) > 1 and t[0] == "0" and all(c in "01234567_" for c in t) and int(t.replace("_", "")) != abs(value):
+        return "an octal number", f"write {value!r} if that is meant, else {text[:len(text) - len(t)]}" \
+            f"{int(t.replace('_', ''))} without the leading zero"
+    return None
+
+
 def _scalar(node: yaml.ScalarNode) -> Any:
     """The value of a scalar node, as ``yaml.safe_load`` makes it; a string (the tag the resolver gave most
     scalars of a schedule) is the node's text itself, as ``SafeConstructor.construct_yaml_str`` returns it,
-    without a pass through the constructor (half the time of constructing a literal schedule's scalars)."""
+    without a pass through the constructor (half the time of constructing a literal schedule's scalars).
+
+    Raises
+    ------
+    _Yaml11Number
+        A plain number YAML 1.1 reads as octal or base 60 (``bytes: 010`` was 8 bytes, ``duration_us: 1:30``
+        90 µs, silently; :func:`_yaml11_number`).
+    """
     if node.tag == _STR_TAG:
         return node.value
     value = _SCALAR_LOADER.construct_object(node, deep=True)
     _SCALAR_LOADER.constructed_objects.clear()
+    if node.tag in _NUMBER_TAGS and not node.style and (got := _yaml11_surprise(node.value, value)) is not None:
+        raise _Yaml11Number(got[0], value, got[1])
     return value
 
 

@@ -246,6 +246,15 @@ def test_sweep_degenerate_grid_exit_2(tmp_path, sets):
     assert_clean_exit_2(run("sweep", "schedules/allgather_mm.yaml", *args, "--out", str(tmp_path)))
 
 
+def test_sweep_value_listed_twice_exit_2(tmp_path):
+    """``--set chunks=2,2`` simulated the point twice, wrote one timeline_*.json for both and said "wrote ... and 2
+    timeline_*.json"; it is refused like a key given twice."""
+    r = run("sweep", "schedules/allgather_mm.yaml", "--set", "chunks=2, 4,2", "--keep-timelines", "--out",
+            str(tmp_path / "sw"))
+    assert_clean_exit_2(r, "--set chunks=... lists '2' twice")
+    assert "fix: list each value of chunks once" in r.stderr and not (tmp_path / "sw").exists()
+
+
 # 10. Errors that do not name the file.
 @pytest.mark.parametrize("body", [
     "pipeline:\n  {schedule: 1f1b, p: 2, m: 1, stage: {forward: [{name: f, kind: compute, duration_us: 1}]}}\n",

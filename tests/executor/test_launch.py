@@ -73,6 +73,29 @@ def test_bad_input_is_refused_before_any_rank_starts(tmp_path: Path) -> None:
     assert not list(tmp_path.glob("schedsim_out*"))
 
 
+def test_an_output_folder_of_another_command_is_refused_before_any_rank_starts(tmp_path: Path) -> None:
+    """``--out`` naming a predict folder (its timeline.json): the ranks ran the whole measurement, rank 0 then
+    refused the folder (exit 2) and rank 1, its peer gone, printed "internal error: RuntimeError ... Connection
+    closed by peer ... please report this bug". Now the parent refuses it before any rank starts; a user's own
+    env.json likewise, and an execute folder is written again."""
+    out = tmp_path / "pred"
+    assert schedsim(["predict", "schedules/allgather_mm8.yaml", "--no-gantt", "--out", str(out)], timeout=120
+                    ).returncode == 0
+    user = tmp_path / "user"
+    user.mkdir()
+    (user / "env.json").write_text("{}")
+    for folder, what in ((out, "timeline.json: holds `predict`'s output of that name"),
+                         (user, "env.json: exists and schedsim did not record writing it")):
+        t0 = time.monotonic()
+        r = schedsim(["execute", "--nproc-per-node", "2", "schedules/allgather_mm8.yaml", *SMALL, "--out",
+                      str(folder)], timeout=120)
+        assert r.returncode == 2 and r.stderr.startswith("error: execute: ") and what in r.stderr, r.stderr[-2000:]
+        assert "schedsim execute" not in r.stdout and "internal error" not in r.stderr  # no rank ran
+        _clean(r)
+        assert time.monotonic() - t0 < 30
+    assert (user / "env.json").read_text() == "{}"
+
+
 def test_a_good_run_and_a_failing_rank(tmp_path: Path) -> None:
     out = tmp_path / "ok"
     r = schedsim(["execute", "--nproc-per-node", "2", "schedules/allgather_mm8.yaml", *SMALL, "--out", str(out)],

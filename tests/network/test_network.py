@@ -982,6 +982,29 @@ def test_a_multi_node_table_times_only_groups_over_as_many_nodes(tmp_path: Path)
         6 * link.latency_us * 1e-6 + 1.5 * MiB / (link.bandwidth_GBps * 1e9), rel=1e-9)
 
 
+def test_a_multi_node_table_is_not_overruled_by_a_model_of_its_node(tmp_path: Path):
+    """The node floor (``NetworkModel._node_floor``: across nodes no more busbw than on the fullest node's ranks)
+    took the node's part from ``links.pcie``'s alpha-beta on a base without a topology (``pcie2``, assumed 10 µs,
+    7.65 GB/s) and overruled the log's own times: 1 MiB over 2 nodes x 2 ranks 235.6 µs for the measured 203.2,
+    2 MiB 441.2 for 252.9. A group its table times is bounded only by a measured table of the node's ranks."""
+    from executor.calibrate_logs import profile_from_nccl_tests
+    from schedsim.network.links import bus_factor
+
+    f = tmp_path / "ar.log"
+    f.write_text(TWO_HOST_LOG)
+    profile_from_nccl_tests([f], out=tmp_path / "p.yaml", name="p", base="pcie2", collective="all_reduce",
+                            nranks=None)
+    cm = CostModel(load_profile(str(tmp_path / "p.yaml")))
+    group = (0, 1, 8, 9)  # pcie2: 8 GPUs a node
+    assert cm.net.collective("all_reduce", MiB, group) == pytest.approx(203.2e-6, rel=1e-6)
+    assert cm.net.collective("all_reduce", 2 * MiB, group) == pytest.approx(252.9e-6, rel=1e-5)  # 6 digits
+    # a group no table times still takes the floor: 4 ranks over 2 nodes as 2 + 2 of 6 ranks (no 6-rank table)
+    six = (0, 1, 2, 8, 9, 10)
+    local = cm.net.collective("all_reduce", MiB, (0, 1, 2))
+    assert cm.net.collective("all_reduce", MiB, six) >= local * bus_factor("all_reduce", 6) / bus_factor(
+        "all_reduce", 3) * (1 - 1e-12)
+
+
 @pytest.mark.parametrize("name", ["h200", "h200x2", "h200_calibrated", "dgx_h100", "dgx_a100", "gb200_nvl72",
                                   "pcie2", "rtx3090_pcie1x4"])
 def test_crossing_the_node_boundary_never_raises_busbw(name: str) -> None:

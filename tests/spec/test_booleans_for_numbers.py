@@ -32,6 +32,21 @@ def test_a_boolean_for_a_number_is_refused_naming_the_field(body: str, field: st
     assert f"{field}: a number, not a boolean (YAML true/false)" in e.value.message
 
 
+@pytest.mark.parametrize("value", ["true", "false", '"{2 > 1}"'])
+def test_a_boolean_world_size_is_refused(tmp_path: Path, value: str) -> None:
+    """``world_size: true`` (or an expression giving True) loaded as a world of 1 rank, ``false`` as 0 (then
+    refused only as "greater than 0"): the top level's number had no boolean check."""
+    text = HEAD.replace("world_size: 2", f"world_size: {value}") + "ops:\n  - {name: ar, kind: all_reduce, bytes: 8}\n"
+    with pytest.raises(SchedsimError) as e:
+        load_text(text, "b.yaml")
+    assert e.value.path == "world_size" and e.value.message.startswith("a number of ranks, not a boolean (YAML")
+    (f := tmp_path / "b.yaml").write_text(text)
+    r = CliRunner().invoke(app, ["check", str(f)])
+    assert r.exit_code == 2 and "world_size: a number of ranks, not a boolean" in r.stderr
+    assert "Traceback" not in r.stderr
+    assert load_text(HEAD + "ops:\n  - {name: ar, kind: all_reduce, bytes: 8}\n").world_size == 2
+
+
 def test_the_number_itself_still_loads_and_a_boolean_field_keeps_its_boolean() -> None:
     spec = load_text(HEAD + "ops:\n  - {name: ar, kind: all_reduce, bytes: 1}\n", "b.yaml")
     assert spec.ops[0].bytes == 1
@@ -93,3 +108,36 @@ def test_values_without_a_boolean_are_never_a_boolean_number() -> None:
     assert len(anns) > 100
     assert not any(bool_for_number(v, a) for v in plain for a in anns)
     assert all(any(bool_for_number(v, a) for a in anns) for v in with_bool[:-2])  # the walk still finds these
+
+
+@pytest.mark.parametrize(("value", "read", "fix"), [
+    ("010", 8, "fix: write 8 if that is meant, else 10 without the leading zero"),
+    ("-010", -8, "fix: write -8 if that is meant, else -10 without the leading zero"),
+    ("1:30", 90, "fix: write 90 if that is meant, or quote the text as a string"),
+    ("1:30.5", 90.5, "fix: write 90.5 if that is meant, or quote the text as a string"),
+])
+def test_a_yaml_11_octal_or_base_60_number_is_refused(tmp_path: Path, value: str, read: float, fix: str) -> None:
+    """YAML 1.1, which PyYAML reads, takes ``010`` as octal 8 and ``1:30`` as base-60 90: ``bytes: 010`` was 8
+    bytes and ``duration_us: 1:30`` 90 µs, silently (a quoted ``"010"`` is refused by the expression parser for its
+    leading zero). Refused in a schedule, through ``--set`` and in a profile; numbers read as written still load."""
+    text = HEAD + f"ops:\n  - {{name: c, kind: compute, duration_us: {value}}}\n"
+    with pytest.raises(SchedsimError) as e:
+        load_text(text, "b.yaml")
+    assert str(e.value).startswith(f"b.yaml:5:43: {value} is ") and f"to YAML 1.1, which schedsim reads: {read!r}" \
+        in str(e.value) and fix in str(e.value)
+    (f := tmp_path / "b.yaml").write_text(HEAD + "params: {n: 1}\nops:\n  - {name: c, kind: compute, duration_us: n}\n")
+    r = CliRunner().invoke(app, ["check", str(f), "--set", f"n={value}"])
+    assert r.exit_code == 2 and f"{value} is " in r.stderr and fix in r.stderr and "Traceback" not in r.stderr
+    import yaml
+
+    from schedsim.spec.yaml_reader import parse_yaml
+
+    for same in ("00", "0_1", "07", "0x10", "0o10", "0b11", "1_000", "0.50", "'1:30'", "1e3"):  # read as written
+        assert parse_yaml(f"n: {same}\n", "b.yaml")["n"] == yaml.safe_load(f"n: {same}")["n"]
+    from schedsim.errors import ProfileError
+    from schedsim.hardware.profile import load_profile
+
+    prof = tmp_path / "p.yaml"
+    prof.write_text(f"base: h200\nname: p\nlaunch: {{eager_per_op_us: {value}}}\n")
+    with pytest.raises(ProfileError, match="to YAML 1.1"):
+        load_profile(str(prof))

@@ -169,6 +169,34 @@ def test_model_flops_is_megatrons_formula() -> None:
     assert model_flops(t2, p2) == pytest.approx(by_hand2, rel=1e-12)
 
 
+def test_swiglu_without_ffn_hidden_size_takes_megatrons_default_width(tmp_path: Path) -> None:
+    """Megatron-LM's validate_args gives --swiglu without --ffn-hidden-size f = int((4h·2/3) / 64)·64, not 4h:
+    h = 1024 -> 2688 (h = 64 -> 128). schedsim took 4h: MLP GEMMs 1.52x too wide, the FLOP count (MFU) 21 %
+    too high for h = 1024, L = 8, s = 1024, V 50304."""
+    t = TrainingSpec(num_layers=8, hidden_size=1024, num_attention_heads=16, seq_length=1024, vocab_size=50257,
+                     micro_batch_size=1, global_batch_size=8, swiglu=True, bf16=True)
+    plan = training_plan(t, 8)
+    assert plan.ffn == 2688 and plan.vocab == 50304
+    B, s, L, h, V = 8, 1024, 8, 1024, 50304
+    by_hand = 12 * B * s * L * h * h * ((1 + 1 + s / h) + (2688 / h) * 1.5 + V / (2 * L * h))
+    assert model_flops(t, plan) == pytest.approx(by_hand, rel=1e-12)
+    assert training_plan(t.model_copy(update={"ffn_hidden_size": 4096}), 8).ffn == 4096  # given: kept
+    assert training_plan(t.model_copy(update={"swiglu": False}), 8).ffn == 4096  # no swiglu: 4h
+    # the lowered fc1 (TINY: h = 64, tp = 2): 2f / tp = 2 * 128 / 2 columns
+    fc1 = [o for o in _ops(TINY.replace("bf16: true", "bf16: true\n  swiglu: true")) if o.name == "F0.0.l0.fc1"]
+    assert fc1 and {o.n for o in fc1} == {128}
+    # below h = 24 the default is 0: refused, naming hidden_size
+    code, err = _check(tmp_path, TINY.replace("hidden_size: 64", "hidden_size: 16").replace(
+        "bf16: true", "bf16: true\n  swiglu: true"))
+    assert code == 2 and "training.hidden_size" in err and "is 0 for hidden_size 16" in err
+    # a default not divisible by tp: h = 96 -> f = 256, tp 3 (heads 6) -> refused on swiglu, the fix names the key
+    text = TINY.replace("hidden_size: 64", "hidden_size: 96").replace("num_attention_heads: 4",
+                        "num_attention_heads: 6").replace("tp: 2", "tp: 3").replace("world_size: 8", "world_size: 12")
+    code, err = _check(tmp_path, text.replace("bf16: true", "bf16: true\n  swiglu: true"))
+    assert code == 2 and "ffn_hidden_size (256, the swiglu default) is not divisible" in err
+    assert "ffn_hidden_size: a multiple of 3" in err
+
+
 def test_activation_memory_is_korthikanti_table2() -> None:
     """Korthikanti et al. 2022 Table 2, per layer: GPT-3 175B shapes (s=2048, h=12288, a=96), b=1, t=8."""
     base = dict(num_layers=96, hidden_size=12288, num_attention_heads=96, seq_length=2048, vocab_size=51200,
@@ -480,6 +508,21 @@ def test_uneven_first_and_last_stages(tmp_path: Path) -> None:
     code, err = _check(tmp_path, _edit("num_layers: 2", "num_layers: 4\n  decoder_last_pipeline_num_layers: 1\n"
                                        "  num_layers_per_virtual_pipeline_stage: 1"))
     assert code == 2 and "please use --num-virtual-stages-per-pipeline-rank" in err
+
+
+def test_uneven_first_and_last_stages_over_two_stages_must_hold_every_layer(tmp_path: Path) -> None:
+    """pp = 2 with both decoder_first and decoder_last: no middle stage takes the rest, so they must sum to
+    num_layers. 3 + 4 of 8 was refused with "leave a positive multiple of 1 layers", which 1 layer left is."""
+    for first, last in ((3, 4), (5, 4)):
+        code, err = _check(tmp_path, _edit("num_layers: 2", f"num_layers: 8\n  decoder_first_pipeline_num_layers: "
+                                           f"{first}\n  decoder_last_pipeline_num_layers: {last}"))
+        assert code == 2 and f"the first ({first}) and last ({last}) stages hold {first + last} layers, not " \
+            "num_layers (8)" in err
+        assert "fix: make decoder_first_pipeline_num_layers + decoder_last_pipeline_num_layers = 8" in err
+        assert "positive multiple" not in err
+    code, _ = _check(tmp_path, _edit("num_layers: 2", "num_layers: 8\n  decoder_first_pipeline_num_layers: 5\n"
+                                     "  decoder_last_pipeline_num_layers: 3"))
+    assert code == 0
 
 
 def test_memory_per_rank_is_the_most_loaded_rank_with_a_small_first_stage() -> None:
