@@ -109,6 +109,21 @@ def test_sweep_chunks(tmp_path):
     assert (tmp_path / "sweep.png").stat().st_size > 0
 
 
+def test_sweep_table_prints_no_overlap_ratio_without_communication(tmp_path):
+    # docs/metrics.md: the overlap ratio is 0 where there is no communication and tables print "–", as predict's
+    # summary does; the sweep's table printed 0.000 (nothing hidden) for a schedule of compute only
+    sched = tmp_path / "compute_only.yaml"
+    sched.write_text("schema_version: 1\nname: compute_only\nworld_size: 1\nparams: {d: 5}\n"
+                     "ops:\n  - {name: a, kind: compute, duration_us: d}\n")
+    p = run("sweep", str(sched), "--set", "d=5,7", "--profile", "tests/data/unit_profile.yaml",
+            "--out", str(tmp_path / "o"))
+    assert p.returncode == 0, p.stderr
+    rows = [ln for ln in p.stdout.splitlines() if "µs" in ln]
+    assert len(rows) == 2 and all("0.000" not in ln and "–" in ln for ln in rows), p.stdout
+    assert "–" in run("predict", str(sched), "--profile", "tests/data/unit_profile.yaml",
+                      "--out", str(tmp_path / "p")).stdout
+
+
 @pytest.mark.parametrize("schedule", sorted(p.name for p in (ROOT / "schedules").glob("*.yaml")))
 def test_every_shipped_schedule_checks_and_opens_with_a_comment(schedule):
     text = (ROOT / "schedules" / schedule).read_text()
