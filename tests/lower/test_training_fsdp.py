@@ -102,8 +102,8 @@ def test_backward_prefetches_the_previous_layer_and_reduce_scatters_after_its_gr
 def test_tp_and_microbatches() -> None:
     """tp 2, dp 2 (world 4), two microbatches: the units are split over tp (half the bytes, but the position
     embeddings'), the FSDP group is the dp group (0, 2) of rank 0, every microbatch all-gathers each unit in its
-    forward and in its backward and reduce-scatters it (Megatron's FSDP2 wrapper has no ``no_sync``), and CUDA_DEVICE_MAX_CONNECTIONS is not
-    forced to 1 (Megatron asks FSDP to run without it)."""
+    forward and in its backward and reduce-scatters it (Megatron's FSDP2 wrapper has no ``no_sync``), and
+    CUDA_DEVICE_MAX_CONNECTIONS is not forced to 1 (Megatron asks FSDP to run without it)."""
     from schedsim.api import lower_spec
     from schedsim.spec.loader import load_text
 
