@@ -284,7 +284,7 @@ def sweep(
     from rich.markup import escape
     from rich.table import Table
 
-    from schedsim.report.summary import fmt_time, make_console
+    from schedsim.report.summary import _ratio, fmt_time, make_console
 
     t = Table()
     for k, _ in axes:
@@ -298,7 +298,10 @@ def sweep(
     for r in rows:
         cells = [escape(printable(r["setting"][k], 80)) for k, _ in axes] + [fmt_time(r["makespan_s"]),
                                                                             fmt_time(r["exposed_comm_s"]),
-                                                            f"{r['overlap_ratio']:.3f}"]
+                                                            # "–" without communication (docs/metrics.md): a ratio
+                                                            # of 0 with nothing exposed means |N| = 0
+                                                            _ratio(r["overlap_ratio"],
+                                                                   float(r["overlap_ratio"] or r["exposed_comm_s"]))]
         if has_mem:
             cells += [f"{r.get('peak_memory_bytes', 0) / 2**20:.1f} MiB", f"{r.get('bubble_ratio') or 0:.3f}"]
         t.add_row(*cells)

@@ -15,9 +15,9 @@ off where tp = 1 (as Megatron turns it off). A candidate is
   optimizer states, activations of the most loaded pipeline stage) passes the limit;
 * otherwise *simulated* (:func:`run_point`, in ``jobs`` local processes) on the profile.
 
-A simulated point is on the Pareto front when no other simulated point is both faster and lighter
-(:func:`pareto`). Points run in worker processes; each worker rebuilds its schedule from the block's plain
-form, so the results do not depend on ``jobs``.
+A simulated point is on the Pareto front when no other simulated point is as fast and as light and strictly
+better in one of them (:func:`pareto`: points tied on both are on it together). Points run in worker processes;
+each worker rebuilds its schedule from the block's plain form, so the results do not depend on ``jobs``.
 """
 
 from __future__ import annotations
@@ -248,12 +248,15 @@ def _warm_for_workers(profile: Any) -> None:
 
 
 def pareto(points: list[SearchPoint]) -> None:
-    """Mark the simulated points no other simulated point beats on both iteration time and memory."""
+    """Mark the simulated points that no other simulated point beats: none is as fast and as light and strictly
+    better in one of iteration time and memory (so points tied on both are on the front together)."""
     done = sorted((p for p in points if p.status == "simulated"), key=lambda p: (p.iteration_s, p.memory_bytes))
     best = float("inf")
+    last: tuple[float, float] | None = None  # (time, memory) of the last point on the front
     for p in done:
-        p.pareto = p.memory_bytes < best
-        best = min(best, p.memory_bytes)
+        p.pareto = p.memory_bytes < best or (p.iteration_s, p.memory_bytes) == last
+        if p.memory_bytes < best:
+            best, last = p.memory_bytes, (p.iteration_s, p.memory_bytes)
 
 
 def search(name: str, world: int, points: list[SearchPoint], profile: str, jobs: int = 1,

@@ -42,7 +42,9 @@ def explain_rows(program: Program, cost: CostModel) -> list[ExplainRow]:
     (alpha-beta on the profile's link class), and ``-``; ``recorded`` and ``-`` for ops given ``duration_us`` (an
     imported run's), which the prediction runs for that long: ``time_us`` is then the median of their recorded
     durations (per op template). ``nodes`` is None where the profile has no cluster topology. Sends are listed,
-    not their recvs (one transfer).
+    not their recvs (one transfer). An all_to_all with per-peer sizes is one row per distinct op: ``bytes`` its
+    largest member's (the larger of what it sends and receives), ``time_us`` the op's, its busiest member's
+    (:meth:`schedsim.network.model.NetworkModel.all_to_all_split`), as the simulator runs it.
     """
     seen: set[tuple[Any, ...]] = set()
     rows: list[ExplainRow] = []
@@ -71,9 +73,14 @@ def explain_rows(program: Program, cost: CostModel) -> list[ExplainRow]:
             proto, t = "-", cost.net.collective(kind, nbytes, ranks)
         row(kind, nbytes, ranks, algo, proto, t)
 
-    for t in program.templates:
-        if t.kind in COLLECTIVE_KINDS:
+    split = set()
+    for k, t in enumerate(program.templates):
+        if t.kind in COLLECTIVE_KINDS and t.splits is not None and t.duration_s is None:
+            split.add(k)
+        elif t.kind in COLLECTIVE_KINDS:
             add(t.kind, t.nbytes, tuple(t.group), t.duration_s)
+    for args in _split_rows(program, cost, split):
+        row(*args)
     sends = [i for i, t in enumerate(program.templates) if t.kind in P2P_KINDS and KINDS[t.kind].sender]
     if sends:
         import numpy as np
@@ -86,6 +93,35 @@ def explain_rows(program: Program, cost: CostModel) -> list[ExplainRow]:
         row(kind, nbytes, ranks, "recorded", "-", statistics.median(ds))
     rows.sort(key=lambda x: (x["kind"], x["bytes"], x["ranks"], x["group"]))
     return rows
+
+
+def _split_rows(program: Program, cost: CostModel, split: set[int]) -> list[tuple[str, float, tuple[int, ...], str,
+                                                                                   str, float]]:
+    """``(kind, bytes, group, algo, proto, seconds)`` of each distinct all_to_all whose members' templates (indices
+    ``split``) carry per-peer sizes: its largest member's bytes and its time, its busiest member's
+    (:meth:`schedsim.network.model.NetworkModel.all_to_all_split`, as the simulator times each member); ``algo`` /
+    ``proto`` as for the uniform all_to_all of those bytes."""
+    if not split:
+        return []
+    out = []
+    seen: set[tuple[object, ...]] = set()
+    tm, rk = program.tmpl.tolist(), program.rank.tolist()
+    for members in program.collectives().values():
+        if tm[members[0]] not in split:
+            continue
+        ts = [(rk[i], program.templates[tm[i]]) for i in members]
+        kind, group = ts[0][1].kind, tuple(ts[0][1].group)
+        key = (kind, group, tuple((r, t.splits) for r, t in ts))
+        if key in seen:
+            continue
+        seen.add(key)
+        nbytes = max(t.nbytes for _r, t in ts)
+        got = cost.net.cost(kind, nbytes, group)
+        algo, proto = (got.algo, got.proto) if got is not None else (
+            "table" if cost.net.has_table(KINDS[kind].table, group) else "links", "-")
+        out.append((kind, nbytes, group, algo, proto,
+                    max(cost.net.all_to_all_split(r, group, *(t.splits or ((), ()))) for r, t in ts)))
+    return out
 
 
 def _group(kind: str, ranks: tuple[int, ...]) -> str:

@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from schedsim.report.summary import critical_path_parts, fmt_time, pick_ranks
+from schedsim.report.summary import _ratio, critical_path_parts, fmt_time, pick_ranks
 from schedsim.sim.metrics import Metrics, represented
 from schedsim.sim.timeline import Timeline
 from schedsim.trace.analyze import kernel_share_table, nccl_volume_table, pipeline_bubbles
@@ -79,10 +79,10 @@ def format_report(res: ImportResult, max_cp: int = 10, full: bool = False, top: 
         d = m.ranks[r]
         out.append(f"{r:>4} {_fmt_t(m.makespan_s):>12} {_fmt_t(d.busy_compute_s):>12} "
                    f"{_fmt_t(d.busy_comm_s):>12} {_fmt_t(d.busy_copy_s):>12} {_fmt_t(d.idle_s):>12} "
-                   f"{_fmt_t(d.exposed_comm_s):>13} {d.overlap_ratio:>8.3f}")
+                   f"{_fmt_t(d.exposed_comm_s):>13} {_ratio(d.overlap_ratio, d.busy_comm_s):>8}")
     if left:
         out.append(f"... {left} more ranks (worst 3 and best 3 by idle + exposed comm shown; --full prints all)")
-    out.append(f"all  overlap ratio {m.overlap_ratio:.3f}, exposed comm {_fmt_t(m.exposed_comm_s)}"
+    out.append(f"all  overlap ratio {_ratio(m.overlap_ratio, m.busy_comm_s)}, exposed comm {_fmt_t(m.exposed_comm_s)}"
                + ("" if m.copy_overlap_ratio is None else f", copy overlap {m.copy_overlap_ratio:.3f}"))
     bub = pipeline_bubbles(tl, m)
     if bub:

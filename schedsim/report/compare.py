@@ -103,7 +103,7 @@ def print_comparison(res: Comparison, console: Console | None = None) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from schedsim.report.summary import _clip, fmt_time, make_console
+    from schedsim.report.summary import _clip, _ratio, fmt_time, make_console
 
     con = console or make_console()
     ms = res.makespan
@@ -142,7 +142,9 @@ def print_comparison(res: Comparison, console: Console | None = None) -> None:
                 con.print(escape(line))
     ov = res.overlap
     if ov is not None:
-        con.print(f"overlap ratio: predicted {ov.overlap_ratio.pred:.3f}, measured {ov.overlap_ratio.meas:.3f}; "
+        # "–" for a side without communication (docs/metrics.md)
+        con.print(f"overlap ratio: predicted {_ratio(ov.overlap_ratio.pred, ov.busy_comm_s.pred)}, measured "
+                  f"{_ratio(ov.overlap_ratio.meas, ov.busy_comm_s.meas)}; "
                   f"exposed comm (sum over ranks): predicted {fmt_time(ov.exposed_comm_s.pred)}, measured "
                   f"{fmt_time(ov.exposed_comm_s.meas)}")
     t = Table(title="per rank: busy time by resource, predicted / measured")

@@ -738,8 +738,10 @@ def _memory_of_rank(t: TrainingSpec, plan: TrainingPlan, rank: int) -> dict[str,
     # the rank's layers: its chunks rank, rank + pp, ... (virtual-stage order), which padding
     # (allow_padding_num_layers) leaves uneven
     lps = sum(plan.stage_layers[rank::plan.pp])
-    emb = plan.vocab * t.hidden_size + t.seq_length * t.hidden_size if rank == 0 else 0
-    n = (lps * _params_per_layer(t, plan) + emb) / plan.tp
+    # the word embeddings split over tp (VocabParallelEmbedding), the position embeddings whole on every TP rank
+    # (Megatron-LM LanguageModelEmbedding: "Position embedding (serial)", a torch.nn.Embedding)
+    emb = plan.vocab * t.hidden_size / plan.tp + t.seq_length * t.hidden_size if rank == 0 else 0
+    n = lps * _params_per_layer(t, plan) / plan.tp + emb
     if (plan.pp == 1 and t.untie_embeddings_and_output_weights) or (plan.pp > 1 and rank == plan.pp - 1):
         n += plan.vocab * t.hidden_size / plan.tp  # the output layer (memory_per_rank)
     pb, gb, opt = {"bf16": (2, 4, 12), "fp16": (2, 2, 16), "fp32": (4, 4, 8)}[plan.dtype]
@@ -771,12 +773,13 @@ def _memory_of_rank(t: TrainingSpec, plan: TrainingPlan, rank: int) -> dict[str,
 def fsdp_units(t: TrainingSpec, plan: TrainingPlan) -> dict[str, float]:
     """Parameters of each FSDP unit on one TP rank with ``use_torch_fsdp2`` (pp = 1): Megatron-LM's
     ``TorchFullyShardedDataParallel`` calls ``fully_shard`` on every ``TransformerLayer`` (``l0`` …), the
-    ``LanguageModelEmbedding`` (``embedding``: word and position embeddings, ``V·h + s·h``) and the output layer
-    (``ColumnParallelLinear``, ``output``: ``V·h``, with the final LayerNorm's ``2h``, which the root unit holds,
-    counted here), each divided by tp (``megatron/core/distributed/torch_fully_sharded_data_parallel.py``)."""
+    ``LanguageModelEmbedding`` (``embedding``: word and position embeddings, ``V·h/t + s·h``: the position embeddings
+    are not split over tp, "Position embedding (serial)") and the output layer (``ColumnParallelLinear``, ``output``:
+    ``V·h``, with the final LayerNorm's ``2h``, which the root unit holds, counted here), each divided by tp but
+    the position embeddings (``megatron/core/distributed/torch_fully_sharded_data_parallel.py``)."""
     h, tp = t.hidden_size, plan.tp
     layer = _params_per_layer(t, plan) / tp
-    out = {"embedding": (plan.vocab * h + t.seq_length * h) / tp}
+    out = {"embedding": plan.vocab * h / tp + t.seq_length * h}
     out |= {f"l{k}": layer for k in range(t.num_layers)}
     out["output"] = (plan.vocab * h + 2 * h) / tp
     return out

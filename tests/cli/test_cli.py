@@ -109,6 +109,45 @@ def test_sweep_chunks(tmp_path):
     assert (tmp_path / "sweep.png").stat().st_size > 0
 
 
+def test_sweep_table_prints_no_overlap_ratio_without_communication(tmp_path):
+    # docs/metrics.md: the overlap ratio is 0 where there is no communication and tables print "–", as predict's
+    # summary does; the sweep's table printed 0.000 (nothing hidden) for a schedule of compute only
+    sched = tmp_path / "compute_only.yaml"
+    sched.write_text("schema_version: 1\nname: compute_only\nworld_size: 1\nparams: {d: 5}\n"
+                     "ops:\n  - {name: a, kind: compute, duration_us: d}\n")
+    p = run("sweep", str(sched), "--set", "d=5,7", "--profile", "tests/data/unit_profile.yaml",
+            "--out", str(tmp_path / "o"))
+    assert p.returncode == 0, p.stderr
+    rows = [ln for ln in p.stdout.splitlines() if "µs" in ln]
+    assert len(rows) == 2 and all("0.000" not in ln and "–" in ln for ln in rows), p.stdout
+    assert "–" in run("predict", str(sched), "--profile", "tests/data/unit_profile.yaml",
+                      "--out", str(tmp_path / "p")).stdout
+
+
+def test_analyze_and_compare_print_no_overlap_ratio_without_communication(tmp_path):
+    # the same rule in analyze's per-rank lines and its "all" line, and in compare's overlap line: a timeline of
+    # compute only has no ratio to give (they printed 0.000); with communication the ratio is printed
+    from schedsim.sim.timeline import Span, Timeline
+
+    def tl(source: str, end: float, comm: bool = False) -> Timeline:
+        spans = [Span("a@r0", "a", 0, "s", "matmul", "compute", 0.0, end)]
+        if comm:
+            spans.append(Span("b@r0", "b", 0, "c", "all_reduce", "comm", end / 2, 2 * end))
+        return Timeline("x", source, 1, spans=spans)
+
+    for name, t in (("p", tl("predict", 1e-3)), ("m", tl("execute", 2e-3)), ("pc", tl("predict", 1e-3, True))):
+        t.write_json(tmp_path / f"{name}.json")
+    a = run("analyze", str(tmp_path / "p.json"))
+    assert a.returncode == 0, a.stderr
+    lines = [ln for ln in a.stdout.splitlines() if ln.startswith(("   0 ", "all  overlap"))]
+    assert len(lines) == 2 and all("0.000" not in ln and "–" in ln for ln in lines), a.stdout
+    c = run("compare", str(tmp_path / "p.json"), str(tmp_path / "m.json"), "--out", str(tmp_path / "c"))
+    assert c.returncode == 0, c.stderr
+    assert "overlap ratio: predicted –, measured –;" in c.stdout, c.stdout
+    c = run("compare", str(tmp_path / "pc.json"), str(tmp_path / "m.json"), "--out", str(tmp_path / "c2"))
+    assert "overlap ratio: predicted 0.333, measured –;" in c.stdout, c.stdout
+
+
 @pytest.mark.parametrize("schedule", sorted(p.name for p in (ROOT / "schedules").glob("*.yaml")))
 def test_every_shipped_schedule_checks_and_opens_with_a_comment(schedule):
     text = (ROOT / "schedules" / schedule).read_text()

@@ -100,10 +100,10 @@ def test_backward_prefetches_the_previous_layer_and_reduce_scatters_after_its_gr
 
 
 def test_tp_and_microbatches() -> None:
-    """tp 2, dp 2 (world 4), two microbatches: the units are split over tp (half the bytes), the FSDP group is the
-    dp group (0, 2) of rank 0, every microbatch all-gathers each unit in its forward and in its backward and
-    reduce-scatters it (Megatron's FSDP2 wrapper has no ``no_sync``), and CUDA_DEVICE_MAX_CONNECTIONS is not
-    forced to 1 (Megatron asks FSDP to run without it)."""
+    """tp 2, dp 2 (world 4), two microbatches: the units are split over tp (half the bytes, but the position
+    embeddings'), the FSDP group is the dp group (0, 2) of rank 0, every microbatch all-gathers each unit in its
+    forward and in its backward and reduce-scatters it (Megatron's FSDP2 wrapper has no ``no_sync``), and
+    CUDA_DEVICE_MAX_CONNECTIONS is not forced to 1 (Megatron asks FSDP to run without it)."""
     from schedsim.api import lower_spec
     from schedsim.spec.loader import load_text
 
@@ -115,8 +115,10 @@ def test_tp_and_microbatches() -> None:
     rss = [o for o in ops if o.kind == "reduce_scatter"]
     assert len(ags) == 2 * 2 * 4 and len(rss) == 2 * 4
     assert {o.group for o in ags + rss} == {(0, 2)}
-    for unit, size in (("l0", LAYER), ("embedding", EMB), ("output", OUT)):  # the parameters of a TP rank
-        assert {o.nbytes for o in ags if o.name.endswith(f"fsdp_ag_{unit}")} == {2 * size / 2}
+    # the parameters of a TP rank: half of each, but the position embeddings (32·64), which every TP rank holds
+    # whole (Megatron-LM LanguageModelEmbedding: "Position embedding (serial)")
+    for unit, size in (("l0", LAYER / 2), ("embedding", 1024 * 64 / 2 + 32 * 64), ("output", OUT / 2)):
+        assert {o.nbytes for o in ags if o.name.endswith(f"fsdp_ag_{unit}")} == {2 * size}
 
 
 def test_one_data_parallel_rank_keeps_fsdp2_gradients() -> None:

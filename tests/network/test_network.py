@@ -673,6 +673,46 @@ def test_predict_explain_without_communication_says_so(tmp_path: Path):
 
 
 
+A2A_SPLITS = """schema_version: 1
+name: a2a_splits
+world_size: 4
+ops:
+  - {name: a2, kind: all_to_all, send_bytes: [[0, 100000, 200000, 300000], [100000, 0, 0, 0], [100000, 0, 0, 0],
+                                              [100000, 0, 0, 0]]}
+"""
+
+
+@pytest.mark.parametrize("prof", ["unit", "dgx_h100"])
+def test_explain_times_an_all_to_all_with_per_peer_sizes_as_the_prediction_runs_it(tmp_path: Path, prof: str):
+    """An all_to_all with per-peer sizes runs as long as its busiest member
+    (:meth:`~schedsim.network.model.NetworkModel.all_to_all_split`); --explain gave each member's larger sum as a
+    uniform all_to_all of that size (on link tables 15 + 0.75 · 600,000 B / 100 GB/s = 19.5 us for rank 0, where
+    it runs the uniform all_to_all of 4/3 · 600,000 B: 15 + 6 = 21 us), one row per member, none the op's time.
+    Now one row: the largest member's bytes and the op's time."""
+    import json
+
+    from schedsim.sim.timeline import Timeline
+    from tests.cli.test_cli import run
+
+    f = tmp_path / "a2a.yaml"
+    f.write_text(A2A_SPLITS)
+    pf = "dgx_h100"
+    if prof == "unit":  # alpha-beta on one link class: 5 us a step, 100 GB/s
+        pf = str(tmp_path / "lat.yaml")
+        Path(pf).write_text((ROOT / "tests/data/unit_profile.yaml").read_text().replace(
+            "bandwidth_GBps: 1000, latency_us: 0", "bandwidth_GBps: 100, latency_us: 5"))
+    r = run("predict", str(f), "--profile", pf, "--explain", "--format", "json", "--no-gantt", "-o",
+            str(tmp_path / "o"))
+    assert r.returncode == 0, r.stderr
+    rows = [x for x in json.loads(r.stdout)["explain"] if x["kind"] == "all_to_all"]
+    c = Timeline.read_json(tmp_path / "o" / "timeline.json").columns
+    spans = {(c.end_s[i] - c.start_s[i]) * 1e6 for i in range(len(c))}
+    assert len(spans) == 1 and len(rows) == 1 and rows[0]["bytes"] == 600_000
+    assert rows[0]["time_us"] == pytest.approx(spans.pop(), rel=1e-9)
+    if prof == "unit":
+        assert rows[0]["time_us"] == pytest.approx(21.0, rel=1e-9)
+
+
 def test_explain_table_keeps_its_columns_for_long_cells():
     """collnet_direct/Simple (21 characters) and a group of 5+ scattered ranks overflowed the 18-wide columns, so
     the time column moved right on those rows; every row's time now ends where the header's does."""

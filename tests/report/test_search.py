@@ -44,6 +44,15 @@ def test_pareto_front_by_hand() -> None:
     assert [(p.iteration_s, p.pareto) for p in pts] == [(3, False), (1, True), (4, True), (2, True)]
 
 
+def test_pareto_front_keeps_every_copy_of_a_tied_point() -> None:
+    """(time, memory): two configurations as fast and as light as each other (recompute none and selective with
+    use_flash_attn store and run the same) are both on the front, since neither beats the other; one as fast and
+    heavier, or as light and slower, is beaten."""
+    pts = [SearchPoint({}, {}, memory_bytes=m, iteration_s=t) for t, m in ((1, 5), (1, 5), (1, 6), (2, 5), (2, 3))]
+    pareto(pts)
+    assert [p.pareto for p in pts] == [True, True, False, False, True]
+
+
 def test_search_command_ranks_and_writes(tmp_path: Path) -> None:
     """The command ranks the simulated configurations by iteration time, marks the front, writes search.json
     and search.png, and gives the same rows with 2 worker processes as with 1."""

@@ -541,6 +541,18 @@ def test_memory_per_rank_is_the_most_loaded_rank_with_a_small_first_stage() -> N
     assert m["params"] == 8 * _params_per_layer(t, plan) * 2
 
 
+def test_memory_per_rank_keeps_the_position_embeddings_whole_on_every_tp_rank() -> None:
+    """tp 2, pp 1: a TP rank holds half of each layer's 49,984 parameters (tests below) and of the word embeddings
+    (V = 1000 padded to 1024, a multiple of 128 · 2: 1024 · 64 / 2 = 32,768), but the whole position embeddings,
+    32 · 64 = 2,048 (Megatron-LM ``LanguageModelEmbedding``: "Position embedding (serial)", a
+    ``torch.nn.Embedding`` on every TP rank): 49,984 + 32,768 + 2,048 = 84,800 parameters, 2 bytes each under
+    bf16 (the count divided whole by tp gave 83,776)."""
+    t = TrainingSpec(num_layers=2, hidden_size=64, num_attention_heads=4, seq_length=32, vocab_size=1000,
+                     micro_batch_size=1, global_batch_size=1, bf16=True, tensor_model_parallel_size=2)
+    m = memory_per_rank(t, training_plan(t, 2))
+    assert (m["params"], m["grads"], m["optimizer"]) == (2 * 84_800, 4 * 84_800, 12 * 84_800)
+
+
 UNEVEN = """\
 schema_version: 1
 name: uneven_memory
