@@ -306,12 +306,22 @@ def lean_artist_docs() -> None:
             if loader is None or not hasattr(loader, "exec_module"):
                 return spec
             run_module = loader.exec_module
+            own = "exec_module" in getattr(loader, "__dict__", {})  # an instance's own, to be put back as it was
 
             def exec_module(module: Any) -> None:
+                # once: a loader may serve other modules too (zipimport's, a frozen application's: one per archive)
+                if own:
+                    loader.exec_module = run_module  # type: ignore[method-assign]
+                else:
+                    del loader.exec_module
                 run_module(module)
-                module.kwdoc = _lean_kwdoc
+                if module.__name__ == name:
+                    module.kwdoc = _lean_kwdoc
 
-            loader.exec_module = exec_module  # type: ignore[method-assign]
+            try:
+                loader.exec_module = exec_module  # type: ignore[method-assign]
+            except (AttributeError, TypeError):  # a loader that takes no attributes (__slots__, C): as it is
+                pass
             return spec
 
     if not any(type(f).__name__ == "LeanDocs" for f in sys.meta_path):

@@ -76,3 +76,58 @@ def test_charts_the_same_pixels(tmp_path: Path) -> None:
         a = np.asarray(Image.open(p))
         b = np.asarray(Image.open(tmp_path / "lean" / p.name))
         assert a.shape == b.shape and (a == b).all(), p.name
+
+
+ZIPPED = """\
+import json, sys, zipfile
+z = sys.argv[1]
+with zipfile.ZipFile(z, "w") as f:  # a stand-in matplotlib: zipimport's one loader serves every module of the zip
+    f.writestr("matplotlib/__init__.py", "")
+    f.writestr("matplotlib/artist.py", "def kwdoc(a):\\n    return 'full'\\n")
+    f.writestr("matplotlib/lines.py", "from matplotlib.artist import kwdoc as table\\n")
+sys.path.insert(0, z)
+from schedsim.clicore import lean_artist_docs, LEAN_KWDOC
+lean_artist_docs()
+import matplotlib.artist, matplotlib.lines
+print(json.dumps({"lean": matplotlib.artist.kwdoc(None) == LEAN_KWDOC, "lines": hasattr(matplotlib.lines, "kwdoc"),
+                  "loader": "exec_module" in vars(matplotlib.artist.__spec__.loader)}))
+"""
+
+
+def test_a_loader_that_serves_other_modules_is_left_as_it_was(tmp_path: Path) -> None:
+    """matplotlib.artist loaded by a loader shared with other modules (zipimport's, a frozen application's): only
+    matplotlib.artist gets the lean ``kwdoc``, and the loader is given back its own ``exec_module``."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", ZIPPED, str(tmp_path / "mpl.zip")], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, check=True).stdout
+    assert json.loads(out) == {"lean": True, "lines": False, "loader": False}
+
+
+SLOTTED = """\
+import importlib.machinery, json, sys
+class Loader:  # takes no attributes: its exec_module cannot be wrapped
+    __slots__ = ()
+    def create_module(self, spec):
+        return None
+    def exec_module(self, module):
+        module.kwdoc = lambda a: "full"
+class Finder:
+    def find_spec(self, name, path, target=None):
+        if name in ("matplotlib", "matplotlib.artist"):
+            return importlib.machinery.ModuleSpec(name, Loader(), is_package=name == "matplotlib")
+        return None
+sys.meta_path.insert(0, Finder())
+from schedsim.clicore import lean_artist_docs
+lean_artist_docs()
+import matplotlib.artist
+print(json.dumps(matplotlib.artist.kwdoc(None)))
+"""
+
+
+def test_a_loader_that_takes_no_attributes_imports_as_it_was() -> None:
+    """A loader whose ``exec_module`` cannot be wrapped (``__slots__``): matplotlib.artist still imports, with its
+    own ``kwdoc`` (before: the AttributeError of the assignment failed the import)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    got = subprocess.run([sys.executable, "-c", SLOTTED], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert got.returncode == 0, got.stderr[-2000:]
+    assert json.loads(got.stdout) == "full"

@@ -13,6 +13,8 @@ NCCL's estimate x .5 = 18.768 GB/s. Latency: tree Simple baseLat 8.4 + 2 x (log2
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from schedsim.network import TWO_NODE_TREE, timing_table, tree_run_scale
 from schedsim.network.tuning import tune
@@ -76,3 +78,22 @@ def test_two_gpus_a_node_keep_nccls_estimate():
     net = forced(hopper(2, 2), "tree", "Simple")
     t = net.tune_input(net.shape((0, 1, 2, 3)))
     assert timing_table("allreduce", t) == tune("allreduce", t)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(g=st.sampled_from([1, 2, 4, 8]), proto=st.sampled_from(["Simple", "LL128", "LL"]), data=st.data(),
+       size=st.sampled_from([64.0, 12288.0, float(1 << 20), float(3 << 22), GIB]))
+def test_any_two_ranks_on_two_nodes_run_as_one_gpu_a_node(g: int, proto: str, data: st.DataObject,
+                                                          size: float) -> None:
+    # whichever two ranks of a cluster of g GPUs a node (any order, any nodes): on two nodes the group is NCCL's
+    # one GPU a node, the same time as (0, 1) of one-GPU nodes; on one node NCCL's estimate, as before the rule
+    a, b = data.draw(st.lists(st.integers(0, 3 * g - 1), min_size=2, max_size=2, unique=True))
+    net = forced(hopper(g, g), "tree", proto)
+    got = net.collective("all_reduce", size, (a, b))
+    assert got is not None and got.algo == "tree"
+    if a // g != b // g:
+        one = forced(hopper(1, 1), "tree", proto).collective("all_reduce", size, (0, 1))
+        assert one is not None and got.seconds == one.seconds
+    else:
+        t = net.tune_input(net.shape((a, b)))
+        assert timing_table("allreduce", t)[("tree", proto)] == tune("allreduce", t)[("tree", proto)]
