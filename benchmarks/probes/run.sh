@@ -119,10 +119,12 @@ issuing_thread() {
 # issue time and, from the stamped iterations (meta.host_call_end_s), the first all_reduce call and the median of the
 # others; then per case the medians and execute/reference - 1 of each form. Then (DEPTH=1) tpa_eager once more per
 # form and the reference with all_reduce wrapped (a sitecustomize on PYTHONPATH): the Python stack's depth at each
-# call on NCCL. Starts no case past BUDGET s. ~25 s a round and case: ~4.5 min with the defaults.
-#   OUT=dir [ROUNDS=3] [BUDGET=200] [DEPTH=1] [PIN=numa:4] bash benchmarks/probes/run.sh issuing_thread
+# call on NCCL. Then (SMOKE=1) the thread on CUDA's other paths, 3 + 2 iterations each: tpa as a captured CUDA graph,
+# small_ops_segment (graph segments beside eager ops), tp_ffn tp=1 with --profiler --check (Kineto maps the ops, the
+# check passes). Starts no case past BUDGET s. ~25 s a round and case: ~4.5 min with the defaults.
+#   OUT=dir [ROUNDS=3] [BUDGET=180] [DEPTH=1] [SMOKE=1] [PIN=numa:4] bash benchmarks/probes/run.sh issuing_thread
 set -uo pipefail
-OUT=${OUT:-probe_issuing_thread_out}; ROUNDS=${ROUNDS:-3}; BUDGET=${BUDGET:-200}; mkdir -p "$OUT"
+OUT=${OUT:-probe_issuing_thread_out}; ROUNDS=${ROUNDS:-3}; BUDGET=${BUDGET:-180}; mkdir -p "$OUT"
 . benchmarks/device_env.sh  # multicast off, carried wheels, PYTHONPATH
 export SCHEDSIM_PIN_CPUS=${PIN:-numa:4}
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$OUT/gpu.txt"
@@ -227,6 +229,19 @@ PY
     --out "$OUT/depth_ref_run.json" > "$OUT/depth_ref.log" 2>&1 || echo "depth ref FAILED"
   for f in main thread ref; do echo "depth at all_reduce, $f:"; cat "$OUT/depth_$f.json" 2>/dev/null; echo; done \
     | tee "$OUT/depth.txt"
+fi
+if [ "${SMOKE:-1}" = 1 ]; then  # the thread on CUDA's other paths: a captured graph, graph segments, --profiler --check
+  for c in "graph|tp_allreduce_graph|$ONE --cuda-graph" "segments|small_ops_segment|" "prof_check|tp_ffn|--set tp=1 --profiler --check"; do
+    IFS='|' read -r tag sched sets <<< "$c"
+    # shellcheck disable=SC2086
+    timeout 60 python3 -m torch.distributed.run --standalone --nproc-per-node 1 -m schedsim execute "schedules/$sched.yaml" \
+      $sets --no-gantt --iters 3 --warmup 2 --timeout 30 --out "$OUT/smoke_$tag" > "$OUT/smoke_$tag.log" 2>&1
+    rc=$?
+    echo "smoke $tag: exit $rc $(grep -hoE 'check (PASSED|FAILED)|captured [0-9]+ CUDA graph segment' "$OUT/smoke_$tag.log" | head -1)" \
+      "$( [ -f "$OUT/smoke_$tag/profiler_ops.json" ] && python3 -c "import json,sys; d=json.load(open(sys.argv[1])); \
+print('profiler maps', sum(len(v['ops']) for v in d.values()), 'ops')" "$OUT/smoke_$tag/profiler_ops.json")" | tee -a "$OUT/smoke.txt"
+    rm -f "$OUT/smoke_$tag/trace.json"
+  done
 fi
 echo "=== done ($(date -u +%H:%M:%S), $(( $(date +%s) - T0 )) s)"
 }
