@@ -65,6 +65,7 @@ measured (peak rates, topology, links when world = 1) comes from ``--base``.
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 import os
 import sys
@@ -87,6 +88,7 @@ from executor.calibrate_host import (
 )
 from executor.calibrate_logs import base_profile_dict, default_profile_name, write_profile
 from executor.calibrate_nccl import nccl_beside_gemm
+from executor.dist import on_issuing_thread
 
 __all__ = ["run_calibrate"]
 
@@ -118,7 +120,11 @@ def run_calibrate(o: CalibrateOptions) -> dict[str, Any]:
     # the host cost of communication calls first, before the GEMM measurements run torch.profiler (after it, a
     # process's launches cost ~20 % more: benchmarks/probes/host/call_patterns.py --only after_profiler;
     # docs/validation.md, "Evidence cited by the code")
-    comm_host = comm_host_costs(b)
+    # on the thread execute issues its iterations from (executor.dist.on_issuing_thread): PyTorch's NCCL Flight
+    # Recorder gathers the caller's Python stack on every collective, so the probes' calls are made as deep as
+    # execute's, not from the CLI's ~20 frames
+    issuing = functools.partial(on_issuing_thread, device=ctx.device if ctx.cuda else None)
+    comm_host = issuing(functools.partial(comm_host_costs, b))
     # a CUDA graph replay's host time and start likewise (a replay's start holds its call's host time)
     replay = graph_replay_figures(b) if ctx.cuda and ctx.rank == 0 else None
     if ctx.rank == 0:
@@ -143,7 +149,7 @@ def run_calibrate(o: CalibrateOptions) -> dict[str, Any]:
         raw["launch"] = _measure_launch(b, log, replay)
         # rule host-issue's gemm.call rows: the host call of each GEMM short enough for the host to bound it
         calls = [(r[0], r[1], r[2], r[3]) for r in raw["gemm"] if ctx.cuda and r[4] * 1e-3 <= CALL_ROW_MAX_S]
-        raw["host"] = host_costs(b, log, calls)
+        raw["host"] = issuing(functools.partial(host_costs, b, log, calls))
         n_fresh = o.host_processes if o.host_processes is not None else (3 if ctx.cuda else 0)
         if n_fresh > 0:
             fresh = fresh_process_costs("cuda" if ctx.cuda else "cpu", n_fresh, log, gemms=calls)

@@ -811,9 +811,18 @@ def median_costs(runs: Sequence[dict[str, float]]) -> dict[str, float]:
     return res
 
 
+def _fresh_costs(b: Any, gemms: Sequence[tuple[str, int, int, int]]) -> dict[str, float]:
+    """A fresh process's figures (:func:`main`): :func:`host_costs` and :func:`comm_host_costs` (a world of one: the
+    call-side figures, :data:`WORLD_FREE_COMM`, are the ones to use), settled."""
+    res = host_costs(b, lambda _msg: None, gemms)
+    res.update(comm_host_costs(b))
+    return settle_costs(res)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m executor.calibrate_host [--device cuda|cpu]``: print :func:`host_costs` and
-    :func:`comm_host_costs` (a world of one) as one JSON line."""
+    :func:`comm_host_costs` (a world of one) as one JSON line, measured on the thread ``execute`` issues from
+    (:func:`executor.dist.on_issuing_thread`: the same depth of Python stack at each call)."""
     import argparse
 
     ap = argparse.ArgumentParser(prog="python -m executor.calibrate_host", description=main.__doc__)
@@ -832,10 +841,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     try:
+        from executor.dist import on_issuing_thread
+
         b = _Bench(ctx, 1)
-        res = host_costs(b, lambda _msg: None, gemms)
-        res.update(comm_host_costs(b))  # a world of one: the call-side figures (WORLD_FREE_COMM) are the ones to use
-        settle_costs(res)
+        res = on_issuing_thread(functools.partial(_fresh_costs, b, gemms), ctx.device if ctx.cuda else None)
     finally:
         import torch.distributed as dist
 

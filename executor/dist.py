@@ -18,15 +18,15 @@ import datetime
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from executor import ExecError
 
 __all__ = ["DistContext", "check_world_size", "env_world", "resolve_backend", "setup_dist", "ArrivalTracker",
-           "PIN_CPUS", "PIN_ISSUER", "issuer_alone", "pin_issuer",
+           "PIN_CPUS", "PIN_ISSUER", "issuer_alone", "pin_issuer", "ISSUE_THREAD", "issue_thread", "on_issuing_thread",
            "parse_cpulist", "gpu_local_cpus", "pinned_cpus", "pin_process", "cuda_pci_bus_id",
            "run_with_deadline", "exit_now", "wait_for_all_ranks", "oversubscription_warning", "warn_oversubscribed"]
 
@@ -164,10 +164,22 @@ def pin_issuer() -> bool:
     ExecError
         The variable is neither 0 nor 1.
     """
-    flag = os.environ.get(PIN_ISSUER, "0").strip()
+    return _switch(PIN_ISSUER, False)
+
+
+def _switch(name: str, default: bool) -> bool:
+    """The 0/1 environment variable ``name`` (unset or empty: ``default``).
+
+    Raises
+    ------
+    ExecError
+        The variable is neither 0 nor 1.
+    """
+    flag = os.environ.get(name, "").strip()
     if flag not in ("0", "1", ""):
-        raise ExecError(f"{PIN_ISSUER}={flag!r} is neither 0 nor 1", fix=f"unset {PIN_ISSUER}, or set it to 1")
-    return flag == "1"
+        other = "0" if default else "1"
+        raise ExecError(f"{name}={flag!r} is neither 0 nor 1", fix=f"unset {name}, or set it to {other}")
+    return default if flag == "" else flag == "1"
 
 
 @contextmanager
@@ -203,6 +215,104 @@ def issuer_alone() -> Iterator[int | None]:
         yield mine[0]
     finally:
         _pin_threads(lambda tid: sorted(before.get(tid, cpus)))
+
+
+ISSUE_THREAD = "SCHEDSIM_ISSUE_THREAD"
+"""Environment variable: ``1`` (the default) issues ``execute``'s iterations and ``calibrate``'s host probes from a
+thread of their own (:func:`on_issuing_thread`); ``0`` from the calling thread, as before (an A/B switch)."""
+
+_T = TypeVar("_T")
+
+
+def issue_thread() -> bool:
+    """Whether ``SCHEDSIM_ISSUE_THREAD`` (default 1) asks for :func:`on_issuing_thread`'s own thread (``execute``
+    reads it before anything runs).
+
+    Raises
+    ------
+    ExecError
+        The variable is neither 0 nor 1.
+    """
+    return _switch(ISSUE_THREAD, True)
+
+
+class _Issuer(threading.Thread):
+    """The thread of :func:`on_issuing_thread`: ``fn()`` on a Python stack of its own (``_bootstrap``,
+    ``_bootstrap_inner`` and ``run`` under it), its result or exception kept for the caller."""
+
+    def __init__(self, fn: Callable[[], Any], device: Any) -> None:
+        super().__init__(name="schedsim-issuer", daemon=True)
+        self.fn, self.device = fn, device
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        try:
+            if self.device is not None:  # CUDA's current device is the calling host thread's
+                import torch
+
+                torch.cuda.set_device(self.device)
+            self.result = self.fn()
+        except BaseException as e:  # handed to the caller, KeyboardInterrupt included
+            self.error = e
+        finally:
+            self.fn = _noop
+            self.done.set()
+
+
+def _noop() -> None:
+    return None
+
+
+def on_issuing_thread(fn: Callable[[], _T], device: Any = None, *, stop_wait_s: float = 2.0) -> _T:
+    """``fn()`` run on a thread of its own whose Python stack starts fresh, as a script's starts at its module; the
+    caller waits for it. Returns what ``fn`` returns and raises what it raises (the same exception object, so
+    messages and exit codes do not change). With ``SCHEDSIM_ISSUE_THREAD=0``, ``fn()`` on the calling thread.
+
+    Why: PyTorch's NCCL Flight Recorder (on by default) gathers the calling thread's whole Python stack on every
+    collective (``FlightRecorder::record``, ``CapturedTraceback::gather``), at a cost per frame: on one H100, 17 frames
+    deeper cost +0.5 to +0.9 µs per steady all_reduce and +6 to +14 µs on an iteration's first
+    (``benchmarks/probes/host/collective_call.py --after``; docs/validation.md, "what differs between calibrate's
+    pair and the executor's tp layers"). ``schedsim execute`` called its iterations ~26 frames deep (runpy, the CLI,
+    the runner), a hand-written script ~4; on this thread the lean loop's call is 7 deep (3 of them ``threading``'s).
+
+    What the thread changes, and how it is handled: ``device`` (a CUDA ``torch.device``, or None on CPU ranks)
+    becomes the thread's current CUDA device (it is per host thread; so is torch's current stream, which every
+    issue loop sets itself). Anything pinned to "the calling thread" (:func:`issuer_alone`, ``torch.profiler``'s
+    CPU-side recording, CUDA graph capture in ``thread_local`` mode, the garbage collector's freeze, which is
+    process-wide) is entered inside ``fn``, on this thread. Signals reach the main thread only: when the wait is
+    interrupted (Ctrl-C, or ``execute``'s SIGTERM handler raising KeyboardInterrupt), KeyboardInterrupt is raised in
+    the thread too (``PyThreadState_SetAsyncExc``; it lands at its next Python instruction), the caller waits up to
+    ``stop_wait_s`` for it to stop and then raises its own.
+
+    Raises
+    ------
+    BaseException
+        Whatever ``fn`` raised, or the caller's own interruption.
+    """
+    if not issue_thread():
+        return fn()
+    t = _Issuer(fn, device)
+    t.start()
+    try:
+        t.done.wait()  # an Event, not join(): an interrupted join() of Python 3.11 marks the thread stopped
+    except BaseException:
+        _interrupt(t)
+        t.done.wait(stop_wait_s)
+        raise
+    if t.error is not None:
+        err, t.error = t.error, None
+        raise err
+    return t.result  # type: ignore[no-any-return]
+
+
+def _interrupt(t: threading.Thread) -> None:
+    """Raise KeyboardInterrupt in ``t`` at its next Python instruction (CPython's ``PyThreadState_SetAsyncExc``)."""
+    import ctypes
+
+    if t.ident is not None and t.is_alive():
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(t.ident), ctypes.py_object(KeyboardInterrupt))
 
 
 def _thread_affinities() -> dict[int, set[int]]:

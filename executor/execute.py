@@ -165,11 +165,12 @@ def run_execute(file: Path, sets: list[str], out: Path | None, opts: Any, *, com
         Bad schedule, world-size mismatch, unsupported op, missing profile (before anything runs).
     """
     from executor.clock import start_margin_s
-    from executor.dist import pin_issuer
+    from executor.dist import issue_thread, pin_issuer
 
     teardown_s = _teardown_s()  # a bad SCHEDSIM_* number is refused before anything runs
     start_margin_s()
     pin_issuer()
+    issue_thread()
     if max_connections is not None:
         if max_connections < 1 or max_connections > 32:
             raise ExecError(f"--max-connections {max_connections}: CUDA accepts 1 to 32\n  fix: use 1 (issue order, "

@@ -64,7 +64,7 @@ from typing import Any, Callable
 
 from executor import ExecError, ExecTimeout
 from executor.clock import IterationClock, thread_run_times, threads_between, threads_snapshot_at, wait_events
-from executor.dist import ArrivalTracker, DistContext, issuer_alone
+from executor.dist import ArrivalTracker, DistContext, issuer_alone, on_issuing_thread
 from executor.kernels import Binding, Materializer, OpImpl
 from executor.lean import BatchedP2P, compile_cpu, compile_cuda, p2p_batches, run_cpu, tf32_plan
 from executor.streams import ANCHOR, cuda_streams
@@ -433,10 +433,20 @@ class RankRunner:
     def run(self) -> _Times:
         """Warm up, (capture), time, time uninstrumented, profile and check; returns the timed data.
 
+        Every phase that issues ops runs on one thread of its own (:func:`executor.dist.on_issuing_thread`; the
+        caller waits): its Python stack starts fresh, as a script's does, so that PyTorch's NCCL Flight Recorder,
+        which gathers the calling thread's stack on every collective, costs what it costs a script (the lean loop's
+        collective is called 7 frames deep there, from ~26 on the CLI's thread). Its exceptions reach the caller
+        unchanged.
+
         Raises
         ------
         ExecTimeout, ExecError
         """
+        return on_issuing_thread(self._phases, self.ctx.device if self.ctx.cuda else None)
+
+    def _phases(self) -> _Times:
+        """:meth:`run`'s phases, on the issuing thread."""
         o = self.opts
         self.phase = "warm-up"
         for k in range(o.warmup):

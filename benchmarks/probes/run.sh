@@ -109,6 +109,143 @@ done
 echo "=== done ($(date -u +%H:%M:%S))"
 }
 
+issuing_thread() {
+# Issue 39, branch gpu39aa: execute's iterations issued from a thread of their own (a shallow Python stack, as a
+# script's; executor.dist.on_issuing_thread) against main's form (SCHEDSIM_ISSUE_THREAD=0: the CLI's thread, ~26
+# frames deep at each collective, where PyTorch's NCCL Flight Recorder gathers the stack), and the hand-written
+# reference, in alternating fresh processes under torchrun: tpa_eager, tpffn_tp1 and tpw_eager with the one-GPU
+# suite's flags less --compare/--profiler (no calibration). Per round and case: main's form, the thread, the reference
+# (the two execute forms swap places every other round). Prints per process the uninstrumented makespan, the lean
+# issue time and, from the stamped iterations (meta.host_call_end_s), the first all_reduce call and the median of the
+# others; then per case the medians and execute/reference - 1 of each form. Then (DEPTH=1) tpa_eager once more per
+# form and the reference with all_reduce wrapped (a sitecustomize on PYTHONPATH): the Python stack's depth at each
+# call on NCCL. Then (SMOKE=1) the thread on CUDA's other paths, 3 + 2 iterations each: tpa as a captured CUDA graph,
+# small_ops_segment (graph segments beside eager ops), tp_ffn tp=1 with --profiler --check (Kineto maps the ops, the
+# check passes). Starts no case past BUDGET s. ~25 s a round and case: ~4.5 min with the defaults.
+#   OUT=dir [ROUNDS=3] [BUDGET=180] [DEPTH=1] [SMOKE=1] [PIN=numa:4] bash benchmarks/probes/run.sh issuing_thread
+set -uo pipefail
+OUT=${OUT:-probe_issuing_thread_out}; ROUNDS=${ROUNDS:-3}; BUDGET=${BUDGET:-180}; mkdir -p "$OUT"
+. benchmarks/device_env.sh  # multicast off, carried wheels, PYTHONPATH
+export SCHEDSIM_PIN_CPUS=${PIN:-numa:4}
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$OUT/gpu.txt"
+T0=$(date +%s); ONE="--set world_size=1"
+CASES=("tpa_eager|tp_allreduce_graph|$ONE --eager|tp_allreduce.py"
+       "tpffn_tp1|tp_ffn|--set tp=1|tp_ffn.py"
+       "tpw_eager|tp_allreduce_graph|$ONE --set layers=96 --set input_size=2048 --set output_size=2048 --eager|tp_allreduce.py")
+x() {  # x TAG FORM(main|thread) SCHEDULE SETS...: one execute process
+  local tag=$1 form=$2 sched=$3; shift 3; local d=$OUT/$tag
+  SCHEDSIM_ISSUE_THREAD=$([ "$form" = main ] && echo 0 || echo 1) timeout 90 python3 -m torch.distributed.run \
+    --standalone --nproc-per-node 1 -m schedsim execute "schedules/$sched.yaml" "$@" --no-gantt --iters 20 --warmup 5 \
+    --timeout 60 --out "$d" > "$d.log" 2>&1 || { echo "$tag FAILED"; tail -3 "$d.log"; }
+  rm -f "$d/trace.json"
+}
+for r in $(seq "$ROUNDS"); do
+  for c in "${CASES[@]}"; do
+    IFS='|' read -r case sched sets ref <<< "$c"
+    [ $(( $(date +%s) - T0 )) -lt "$BUDGET" ] || { echo "budget spent: round $r stops before $case"; break 2; }
+    forms="main thread"; [ $((r % 2)) = 0 ] && forms="thread main"
+    echo "=== round $r $case ($(date -u +%H:%M:%S)): $forms, reference"
+    for f in $forms; do
+      # shellcheck disable=SC2086
+      x "${case}_${f}_$r" "$f" "$sched" $sets
+    done
+    # shellcheck disable=SC2086
+    timeout 60 python3 -m torch.distributed.run --standalone --nproc-per-node 1 "benchmarks/accuracy/handwritten/$ref" \
+      ${sets/--eager/} --iters 20 --warmup 25 --out "$OUT/${case}_ref_$r.json" > "$OUT/${case}_ref_$r.log" 2>&1 \
+      || { echo "${case} ref FAILED"; tail -3 "$OUT/${case}_ref_$r.log"; }
+  done
+done
+python3 - "$OUT" <<'PY' | tee "$OUT/table.txt"
+import json, statistics, sys
+from pathlib import Path
+out = Path(sys.argv[1])
+def execute(d):
+    try:
+        m = json.loads((d / "timeline.json").read_text())["meta"]
+    except (OSError, ValueError):
+        return None
+    calls = m.get("host_call_end_s") or {}
+    ends = list(calls.values())
+    us = {k: (v - (ends[i - 1] if i else 0.0)) * 1e6 for i, (k, v) in enumerate(calls.items())}
+    ar = [v for k, v in us.items() if "allreduce" in k]
+    issue = [x for x in m.get("host_issue_uninstrumented_s") or [] if x is not None]
+    return {"ms": m["makespan_uninstrumented_s"] * 1e3, "issue_ms": issue[0] * 1e3 if issue else float("nan"),
+            "ar1_us": ar[0] if ar else float("nan"), "ar_rest_us": statistics.median(ar[1:]) if ar[1:] else float("nan")}
+rows = {}
+print(f"{'case':10s} {'process':8s} {'makespan ms':>11s} {'lean issue ms':>13s} {'1st all_reduce us':>17s} {'others us':>9s}")
+for case in ("tpa_eager", "tpffn_tp1", "tpw_eager"):
+    for r in range(1, 99):
+        got = {f: execute(out / f"{case}_{f}_{r}") for f in ("main", "thread")}
+        try:
+            got["ref"] = {"ms": json.loads((out / f"{case}_ref_{r}.json").read_text())["makespan_median_s"] * 1e3}
+        except (OSError, ValueError):
+            got["ref"] = None
+        if all(v is None for v in got.values()):
+            break
+        for f, v in got.items():
+            if v is None:
+                print(f"{case:10s} {f}{r:<4d} failed")
+                continue
+            rows.setdefault((case, f), []).append(v["ms"])
+            extra = "" if f == "ref" else f" {v['issue_ms']:13.4f} {v['ar1_us']:17.1f} {v['ar_rest_us']:9.1f}"
+            print(f"{case:10s} {f + str(r):8s} {v['ms']:11.4f}{extra}")
+print("\nper case, median over processes (ms); execute vs hand-written:")
+for case in ("tpa_eager", "tpffn_tp1", "tpw_eager"):
+    med = {f: statistics.median(rows[(case, f)]) for f in ("main", "thread", "ref") if rows.get((case, f))}
+    if "ref" not in med:
+        continue
+    txt = "  ".join(f"{f} {v:.4f} ({v / med['ref'] * 100 - 100:+.1f} %)" for f, v in med.items() if f != "ref")
+    print(f"{case:10s} ref {med['ref']:.4f}  {txt}  [n={len(rows[(case, 'ref')])}]")
+PY
+if [ "${DEPTH:-1}" = 1 ]; then  # the Python stack's depth at each all_reduce, on NCCL (cheap runs: 2 + 1 iterations)
+  SC=/tmp/issuing_thread_depth; mkdir -p $SC
+  cat > $SC/sitecustomize.py <<'PY'
+import os
+if os.environ.get("DEPTH_OUT"):
+    import json, sys, threading
+    import torch.distributed as dist
+    _orig, _seen = dist.all_reduce, {}
+    def all_reduce(*a, **k):
+        f, names = sys._getframe(1), []
+        while f is not None:
+            names.append(f.f_code.co_name)
+            f = f.f_back
+        key = f"{len(names)} {threading.current_thread().name}: " + " < ".join(names[:8])
+        if key not in _seen:
+            _seen[key] = 1
+            with open(os.environ["DEPTH_OUT"], "w") as fh:
+                json.dump(sorted(_seen), fh, indent=0)
+        return _orig(*a, **k)
+    dist.all_reduce = all_reduce
+PY
+  for f in main thread; do
+    DEPTH_OUT=$OUT/depth_$f.json PYTHONPATH=$SC:$PYTHONPATH SCHEDSIM_ISSUE_THREAD=$([ $f = main ] && echo 0 || echo 1) \
+      timeout 60 python3 -m torch.distributed.run --standalone --nproc-per-node 1 -m schedsim execute \
+      schedules/tp_allreduce_graph.yaml $ONE --eager --no-gantt --iters 2 --warmup 1 --out "$OUT/depth_x_$f" \
+      > "$OUT/depth_x_$f.log" 2>&1 || echo "depth $f FAILED"
+  done
+  DEPTH_OUT=$OUT/depth_ref.json PYTHONPATH=$SC:$PYTHONPATH timeout 60 python3 -m torch.distributed.run --standalone \
+    --nproc-per-node 1 benchmarks/accuracy/handwritten/tp_allreduce.py $ONE --iters 2 --warmup 1 \
+    --out "$OUT/depth_ref_run.json" > "$OUT/depth_ref.log" 2>&1 || echo "depth ref FAILED"
+  for f in main thread ref; do echo "depth at all_reduce, $f:"; cat "$OUT/depth_$f.json" 2>/dev/null; echo; done \
+    | tee "$OUT/depth.txt"
+fi
+if [ "${SMOKE:-1}" = 1 ]; then  # the thread on CUDA's other paths: a captured graph, graph segments, --profiler --check
+  for c in "graph|tp_allreduce_graph|$ONE --cuda-graph" "segments|small_ops_segment|" "prof_check|tp_ffn|--set tp=1 --profiler --check"; do
+    IFS='|' read -r tag sched sets <<< "$c"
+    # shellcheck disable=SC2086
+    timeout 60 python3 -m torch.distributed.run --standalone --nproc-per-node 1 -m schedsim execute "schedules/$sched.yaml" \
+      $sets --no-gantt --iters 3 --warmup 2 --timeout 30 --out "$OUT/smoke_$tag" > "$OUT/smoke_$tag.log" 2>&1
+    rc=$?
+    echo "smoke $tag: exit $rc $(grep -hoE 'check (PASSED|FAILED)|captured [0-9]+ CUDA graph segment' "$OUT/smoke_$tag.log" | head -1)" \
+      "$( [ -f "$OUT/smoke_$tag/profiler_ops.json" ] && python3 -c "import json,sys; d=json.load(open(sys.argv[1])); \
+print('profiler maps', sum(len(v['ops']) for v in d.values()), 'ops')" "$OUT/smoke_$tag/profiler_ops.json")" | tee -a "$OUT/smoke.txt"
+    rm -f "$OUT/smoke_$tag/trace.json"
+  done
+fi
+echo "=== done ($(date -u +%H:%M:%S), $(( $(date +%s) - T0 )) s)"
+}
+
 coresidence() {
 # One GPU, ~3 min: GEMM co-residence on several streams (benchmarks/probes/sm/coresidence.py), then allgather_mm's GEMM pattern
 # measured by schedsim execute on one rank (world_size=1, M=16384: the 2-rank run's GEMM shapes), chunks
@@ -484,6 +621,6 @@ echo "=== done ($(date -u +%H:%M:%S))"
 }
 
 case "${1:-}" in
-  collective_after|collective_host|coresidence|dispatch_order|elementwise_host|first_calls|graph_events|host_bound|host_calls|host_same_process|host_spread|l2_residency|post_start|scenarios_peer_wait|stream_dispatch) name=$1; shift; "$name" "$@" ;;
-  *) echo "usage: [VAR=...] bash benchmarks/probes/run.sh NAME [ARGS...]; NAME is one of: collective_after collective_host coresidence dispatch_order elementwise_host first_calls graph_events host_bound host_calls host_same_process host_spread l2_residency post_start scenarios_peer_wait stream_dispatch" >&2; exit 2 ;;
+  collective_after|collective_host|coresidence|dispatch_order|elementwise_host|first_calls|graph_events|host_bound|host_calls|host_same_process|host_spread|issuing_thread|l2_residency|post_start|scenarios_peer_wait|stream_dispatch) name=$1; shift; "$name" "$@" ;;
+  *) echo "usage: [VAR=...] bash benchmarks/probes/run.sh NAME [ARGS...]; NAME is one of: collective_after collective_host coresidence dispatch_order elementwise_host first_calls graph_events host_bound host_calls host_same_process host_spread issuing_thread l2_residency post_start scenarios_peer_wait stream_dispatch" >&2; exit 2 ;;
 esac

@@ -126,6 +126,11 @@ def gloo2_jobs(base: Path) -> dict[str, list[str]]:
         "lean_probe": ["python", str(DATA / "lean_order_probe.py"), str(base / "lean_order")],
         **{f"toy_comm_{k}": ["python", str(DATA / "toy_comm_kinds.py"), str(base / "toy_comm_kinds"), k]
            for k in ("toy", "shipped")},
+        # the depth of the Python stack at each all_reduce execute issues (test_issuing_thread)
+        "depth": ["python", str(DATA / "collective_depth_probe.py"), str(base / "depth"),
+                  "schedules/tp_allreduce_graph.yaml", "--eager", "--set", "input_size=64", "--set", "output_size=64",
+                  "--set", "layers=2", "--iters", "2", "--warmup", "1", "--no-gantt", "--measure-host", "--profiler",
+                  "--out", str(base / "depth" / "run"), "--timeout", "30"],
         # last: test_lean times how soon the launch exits after this run's last write
         "tp_allreduce": ["execute", "schedules/tp_allreduce_graph.yaml", "--eager", "--set", "input_size=64",
                          "--set", "output_size=64", "--set", "layers=2", "--iters", "2", "--warmup", "1",

@@ -45,7 +45,7 @@ def test_measure_host_runs_under_the_collector_of_the_timed_loops(monkeypatch):
         def __init__(self) -> None:
             self.opts = SimpleNamespace(warmup=0, iters=1, lean_iters=0, measure_host=True, profiler=False,
                                         check=False)
-            self.ctx = None
+            self.ctx = SimpleNamespace(cuda=False, device=None)  # a CPU rank: run() reads no more
             self.times = None
 
         def _prepare(self) -> None:
@@ -83,7 +83,7 @@ def test_measure_host_and_the_profiler_run_after_every_timed_iteration(monkeypat
 
         def __init__(self) -> None:
             self.opts = RunOptions(warmup=2, iters=3, lean_iters=4, measure_host=True, profiler=True)
-            self.ctx, self.clock, self.times, self.profile_iters = None, None, _Times(), 1
+            self.ctx, self.clock, self.times, self.profile_iters = SimpleNamespace(cuda=False), None, _Times(), 1
             self.log = lambda msg: None
 
         def _prepare(self) -> None:
@@ -142,7 +142,7 @@ def test_the_threads_snapshot_comes_one_untimed_iteration_before_the_first_timed
 
         def __init__(self) -> None:
             self.opts = RunOptions(warmup=3, iters=1, lean_iters=2, host_call_iters=0)
-            self.ctx, self.clock, self.times, self.profile_iters = None, None, _Times(), 1
+            self.ctx, self.clock, self.times, self.profile_iters = SimpleNamespace(cuda=False), None, _Times(), 1
             self.log = lambda msg: None
 
         def _one(self, record: bool, profile: bool = False) -> Any:
