@@ -271,9 +271,9 @@ def on_issuing_thread(fn: Callable[[], _T], device: Any = None, *, stop_wait_s: 
     messages and exit codes do not change). With ``SCHEDSIM_ISSUE_THREAD=0``, ``fn()`` on the calling thread.
 
     Why: PyTorch's NCCL Flight Recorder (on by default) gathers the calling thread's whole Python stack on every
-    collective (``FlightRecorder::record``, ``CapturedTraceback::gather``), at a cost per frame: on one H100, 17 frames
-    deeper cost +0.5 to +0.9 µs per steady all_reduce and +6 to +14 µs on an iteration's first
-    (``benchmarks/probes/host/collective_call.py --after``; docs/validation.md, "what differs between calibrate's
+    collective (``FlightRecorder::record``, ``CapturedTraceback::gather``), at a cost per frame, largest on an
+    iteration's first collective (measured with ``benchmarks/probes/host/collective_call.py --after``:
+    docs/validation.md, "what differs between calibrate's
     pair and the executor's tp layers"). ``schedsim execute`` called its iterations ~26 frames deep (runpy, the CLI,
     the runner), a hand-written script ~4; on this thread the lean loop's call is 7 deep (3 of them ``threading``'s).
 
