@@ -704,8 +704,9 @@ def _run_program_once(prog: Program, profile: HardwareProfile, mode: str, rules:
     host's last call (:func:`schedsim.gpu.host.host_waited` is then true, whatever the later ends) and return None.
 
     Memory: the loop's per-op, per-kernel and per-group buffers are int32 (indices below 2**31) and every
-    int64 temporary of the preparation is freed before the loop starts, so a run holds about 4 float64 and
-    15 int32 arrays of length N at its peak (plus the timeline's columns).
+    int64 temporary of the preparation is freed before the loop starts, and the loop writes its deps_t into the
+    release column where that column is this pass's own, so a run holds about 4 float64 and 15 int32 arrays of
+    length N at its peak (plus the timeline's columns).
 
     Raises
     ------
