@@ -5,7 +5,6 @@ that keeps it (a separate deps_t), on ops bound by the host and ops bound by the
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from schedsim.gpu import rules as gm
@@ -15,6 +14,7 @@ from schedsim.sim.engine import _rate_tables
 from schedsim.sim.loop import HOST, compiled_loop
 from schedsim.spec.loader import load_text
 from tests.gpu.test_gpu_model import FULL, HEAD, TINY, waves_profile
+from tests.sim.test_waves_cold_halt import _same
 
 
 @pytest.mark.parametrize("per_op_us", [1.0, 20.0])
@@ -33,12 +33,7 @@ def test_deps_written_into_the_release_column_give_the_same_run(per_op_us: float
     into = wc._run_program_once(*args, None)  # no preparation kept: deps_t in the release column
     apart = wc._run_program_once(*args, {})  # the preparation kept for a second pass: a deps_t of its own
     assert into is not None and apart is not None
-    for f in into._fields:
-        x, y = getattr(into, f), getattr(apart, f)
-        if isinstance(x, np.ndarray):
-            assert x.dtype == y.dtype and np.array_equal(x, y), f
-        else:
-            assert x == y, f
+    _same(into, apart)
     assert into.stream_t[0] == 0.0  # no predecessor, its call begun at 0: not its release (0.8 µs or more)
     # both of the loop's branches: ops released by their predecessors (1 µs calls), by the host (20 µs ones)
     assert into.binding.tolist() == ([HOST, 0, 0, 2, 2, 4, 4, 6] if per_op_us == 1.0 else [HOST] * 8)
