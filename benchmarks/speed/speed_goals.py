@@ -54,7 +54,8 @@ in place compiles every module at every start, ~0.1-0.3 s that no installed copy
 ``--base DIR`` (a checkout of another commit, its extension built: ``python setup.py build_ext --inplace``): the
 ``million``, ``cold``, ``shapes``, ``pp32``, ``trace``, ``ring``, ``tenm`` and ``search`` cases run from a copy of it
 and from this tree in turn, run by run (so the load of a shared machine falls on both alike), a row for each (``before``
-and ``after``).
+and ``after``). The order alternates round by round (before first, then after first: ABBA): the second process of a
+pair finds guest memory the first one touched, which on this VM is worth ~1-3 CPU s at 10M ops (docs/validation.md).
 
 Usage: python benchmarks/speed/speed_goals.py [--repeat 3] [--cases million pipeline cold pp8dp128 scaling shapes
        pp32 trace ring tenm search] [--base DIR] [--max-ops N]
@@ -113,13 +114,23 @@ def median_run(args: list[str], repeat: int, root: Path = ROOT, **env_set: str) 
             statistics.median(r[2] for r in runs), runs[-1][3])
 
 
+def abba(i: int, roots: list[tuple[str, Path]]) -> list[tuple[int, tuple[str, Path]]]:
+    """The roots of the ``i``-th round of a before/after comparison, with their indices: in the order of ``roots``
+    in even rounds and reversed in odd ones (ABBA), so that neither copy always runs first. On a shared VM the
+    second process of a pair finds guest memory the first one touched (fewer fresh pages to zero), which favoured
+    whichever ran second when "before" always ran first (docs/validation.md, fast38n)."""
+    order = list(enumerate(roots))
+    return order[::-1] if i % 2 else order
+
+
 def median_runs(make: Callable[[str], list[str]], repeat: int, roots: list[tuple[str, Path]]
                 ) -> list[tuple[float, float, float, str]]:
     """``make(tag)`` (the command, with its output folder named after ``tag``) run ``repeat`` times from each of
-    ``roots`` (``(tag, package copy)``) in turn; :func:`median_run`'s medians per root, in the order of ``roots``."""
+    ``roots`` (``(tag, package copy)``) in turn, the order alternated round by round (:func:`abba`);
+    :func:`median_run`'s medians per root, in the order of ``roots``."""
     runs: list[list[tuple[float, float, float, str]]] = [[] for _ in roots]
-    for _ in range(repeat):
-        for k, (tag, root) in enumerate(roots):
+    for i in range(repeat):
+        for k, (tag, root) in abba(i, roots):
             runs[k].append(run(make(tag), root))
     return [(statistics.median(r[0] for r in rs), statistics.median(r[1] for r in rs),
              statistics.median(r[2] for r in rs), rs[-1][3]) for rs in runs]
@@ -127,11 +138,12 @@ def median_runs(make: Callable[[str], list[str]], repeat: int, roots: list[tuple
 
 def cold_runs(args: list[str], repeat: int, roots: list[tuple[str, Path]]) -> list[tuple[float, float, float, str]]:
     """``args`` run ``repeat`` times from each of ``roots`` in turn (alternated, so that the load of a shared machine
-    falls on each alike), with ``PYTHONDONTWRITEBYTECODE=1`` (a copy without bytecode compiles its sources at every
-    start); :func:`median_run`'s medians per root, in the order of ``roots``."""
+    falls on each alike, the order reversed every other round: :func:`abba`), with ``PYTHONDONTWRITEBYTECODE=1``
+    (a copy without bytecode compiles its sources at every start); :func:`median_run`'s medians per root, in the
+    order of ``roots``."""
     runs: list[list[tuple[float, float, float, str]]] = [[] for _ in roots]
-    for _ in range(repeat):
-        for k, (_tag, root) in enumerate(roots):
+    for i in range(repeat):
+        for k, (_tag, root) in abba(i, roots):
             runs[k].append(run(args, root, PYTHONDONTWRITEBYTECODE="1"))
     return [(statistics.median(r[0] for r in rs), statistics.median(r[1] for r in rs),
              statistics.median(r[2] for r in rs), rs[-1][3]) for rs in runs]
@@ -330,8 +342,8 @@ def tenm(tmp: str, roots: list[tuple[str, Path]], repeat: int) -> None:
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for ops in (1_000_000, 10_000_000):
         runs: list[list[tuple[float, Any, str]]] = [[] for _ in roots]
-        for _ in range(repeat):
-            for k, (tag, root) in enumerate(roots):
+        for i in range(repeat):
+            for k, (tag, root) in abba(i, roots):
                 out = f"{tmp}/{tag}tenm{ops}"
                 runs[k].append(run_usage(gen_predict(8, ops // 16, out) + ["--no-trace", "--max-ops", str(ops)], root))
                 shutil.rmtree(out)  # ~1 GB of timeline.json at 10M ops: not left for the next run to replace
@@ -387,6 +399,9 @@ def main() -> None:
     if a.base is not None:
         roots = [("before", package_copy(Path(tmp) / "base", bytecode=True, src=a.base.resolve())),
                  ("after", installed)]
+    if a.base is not None:
+        print("before/after: each round runs both copies, the order alternated round by round (before first, then "
+              "after first: ABBA), so that neither always finds the memory the other touched\n")
     print("| case | wall s | CPU s | peak RSS MiB | peak B/op | goal |")
     print("|---|---:|---:|---:|---:|---|")
     if "million" in a.cases:
@@ -513,10 +528,11 @@ def pp32(tmp: str, roots: list[tuple[str, Path]], repeat: int, files: dict[str, 
         print("| shape | ops | wall s | CPU s | CPU µs/op | peak RSS MiB | peak B/op | goal |")
         print("|---|---:|---:|---:|---:|---:|---:|---|")
     runs = []
-    for _ in range(repeat):  # side by side: torch's process, then ours (from each root), each time
+    for i in range(repeat):  # side by side: torch's process, then ours (from each root, order alternated), each time
         t = run([sys.executable, "-c", TORCH_DRY_RUN])
-        runs.append((t, [run(schedsim("predict", files["interleaved.yaml"], "--out", f"{tmp}/{tag}pp32"), root)
-                         for tag, root in roots]))
+        ours = sorted((k, run(schedsim("predict", files["interleaved.yaml"], "--out", f"{tmp}/{tag}pp32"), root))
+                      for k, (tag, root) in abba(i, roots))
+        runs.append((t, [r for _k, r in ours]))
     t = tuple(statistics.median(x[0][k] for x in runs) for k in range(3))
     actions = int(runs[-1][0][3].strip().splitlines()[-1])
     print(f"| torch's dry run of interleaved 1F1B pp=32 m=512 v=4, whole process ({actions:,} actions) | — | "

@@ -715,10 +715,11 @@ static void release(W *w, i64 i, double t) {
         i64 v = w->succ_idx[p];
         if (--w->npred[v]) continue;
         double tv = (w->xlat != 0.0 && w->sid[v] != w->sid[i] && w->orank[v] == w->orank[i]) ? t + w->xlat : t;
+        double iv = w->issue[v]; /* read before deps_t[v] is written: deps_t may be the issue buffer itself */
         w->deps_t[v] = tv;
-        if (w->issue[v] > tv) {
+        if (iv > tv) {
             w->binding[v] = HOST;
-            push_ready(w, v, w->issue[v]);
+            push_ready(w, v, iv);
             continue;
         }
         w->binding[v] = i;
@@ -873,9 +874,11 @@ static void place_all(W *w, double t) {
 static void loop(W *w) {
     for (i64 i = 0; i < w->N && !w->oom; i++)
         if (w->npred[i] == 0) {
-            if (w->issue[i] > 0.0) {
+            double iv = w->issue[i];
+            w->deps_t[i] = 0.0; /* no dependency; after the read: deps_t may be the issue buffer itself */
+            if (iv > 0.0) {
                 w->binding[i] = HOST;
-                push_ready(w, i, w->issue[i]);
+                push_ready(w, i, iv);
             } else {
                 op_ready(w, i, 0.0);
             }
@@ -934,8 +937,9 @@ static void loop(W *w) {
  * join_rows, cut, item_bounds and held_samples, the trace writer's JSON text and counters, and overlaps and
  * merge_pieces, the metrics' pieces; 16: run's ktau of one entry too, and every one-entry buffer read by compute
  * kernels alone, kmem, ktail_tau, kgain and ktau, holds the value of every compute kernel: the others' are never
- * read). */
-#define LAYOUT 16
+ * read); 17: run's deps_t may be its issue buffer (read before it is written; deps_t of an op without
+ * predecessors 0). */
+#define LAYOUT 17
 /* Entries of the copy rate table: 3 engines x reverse engine busy x compute resident (gpu.rates.rate_tables) */
 #define COPY_TAB 12
 /* Each buffer's type, in argument order: d float64, i int32 (see the struct's fields and run()'s unpacking) */

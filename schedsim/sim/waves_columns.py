@@ -704,8 +704,9 @@ def _run_program_once(prog: Program, profile: HardwareProfile, mode: str, rules:
     host's last call (:func:`schedsim.gpu.host.host_waited` is then true, whatever the later ends) and return None.
 
     Memory: the loop's per-op, per-kernel and per-group buffers are int32 (indices below 2**31) and every
-    int64 temporary of the preparation is freed before the loop starts, so a run holds about 4 float64 and
-    15 int32 arrays of length N at its peak (plus the timeline's columns).
+    int64 temporary of the preparation is freed before the loop starts, and the loop writes its deps_t into the
+    release column where that column is this pass's own, so a run holds about 4 float64 and 15 int32 arrays of
+    length N at its peak (plus the timeline's columns).
 
     Raises
     ------
@@ -734,7 +735,13 @@ def _run_program_once(prog: Program, profile: HardwareProfile, mode: str, rules:
     tmpl, tps, res, work, ogrp, gptr, gidx, G, K, kern = p.tmpl, p.tps, p.res, p.work, p.ogrp, p.gptr, p.gidx, p.G, \
         p.K, p.kern
     qptr, qidx, link = p.qptr, p.qidx, p.link
-    start, ready_t, deps_t, khand = np.zeros(N), np.zeros(N), np.zeros(N), np.zeros(K)
+    start, ready_t, khand = np.zeros(N), np.zeros(N), np.zeros(K)
+    # deps_t written into the release column where it is this pass's alone (not the issue or call times, not a
+    # view, not kept for a second pass): the loop reads an op's release before it writes its deps_t, and no
+    # release after it (``_cwaves.c``, LAYOUT 17): one float64 array of N fewer at the loop's peak
+    deps_t = release if (p.host is None and release is not issue and release is not call0 and release.base is None
+                         and release.dtype == np.float64 and release.flags.c_contiguous
+                         and release.flags.writeable and release.shape == (N,)) else np.zeros(N)
     end, binding = np.full(N, -1.0), np.full(N, -1, I32)
     kneed0 = kneed.copy()
     arrays = (
