@@ -47,13 +47,14 @@ def _graph_of(tl: Timeline) -> ProgramFlows | None:
 
 def write_comparison(pred: Timeline, meas: Timeline, outdir: str | Path, *, title: str = "",
                      gantt: bool = True, pred_timed: Timeline | None = None,
-                     inputs: Iterable[str | Path] = (), trace: bool | None = None) -> tuple[Comparison, list[Path]]:
+                     inputs: Iterable[str | Path] = (), trace: bool | None = None,
+                     different_schedules: bool = False) -> tuple[Comparison, list[Path]]:
     """Compare and write ``compare.json``, ``compare_trace.json`` (Perfetto, both timelines; ``trace`` None:
     only up to :data:`schedsim.outdir.TRACE_MAX_OPS` ops in the two, as predict's trace.json)
     and ``compare_gantt.png/svg`` (predicted and measured lanes stacked per rank × stream) into ``outdir``,
     as compare's set of files (:func:`schedsim.outdir.output_set`: all or nothing, replacing only compare's own
     earlier files, never one of ``inputs``). With ``pred_timed`` (:func:`compare_timelines`), the trace and
-    the Gantt show it against the measured ops.
+    the Gantt show it against the measured ops; ``different_schedules`` as :func:`compare_timelines`.
 
     Returns
     -------
@@ -63,14 +64,15 @@ def write_comparison(pred: Timeline, meas: Timeline, outdir: str | Path, *, titl
     Raises
     ------
     SchedsimError
-        ``outdir`` is not a folder or holds a file of those names that compare did not write.
+        ``outdir`` is not a folder or holds a file of those names that compare did not write; timelines of
+        different schedules (:func:`compare_timelines`).
     """
     from schedsim.outdir import output_set, trace_wanted
     from schedsim.report.chrome import write_chrome_trace
 
     out = Path(outdir)
     pred, meas = as_trace_ids(pred, meas), as_trace_ids(meas, pred)  # the trace and Gantt under the same ids
-    res = compare_timelines(pred, meas, pred_timed=pred_timed)
+    res = compare_timelines(pred, meas, pred_timed=pred_timed, different_schedules=different_schedules)
     if pred_timed is not None:
         pred = pred_timed
     write_trace, note = trace_wanted(len(pred) + len(meas), trace, "compare_trace.json",
