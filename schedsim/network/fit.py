@@ -19,9 +19,10 @@ itself, :meth:`schedsim.network.NcclNetwork.timed_with`). A row is timed as a pr
 size or, where the same choice runs faster there, at its next channel step or tree correction bucket
 (:meth:`~schedsim.network.NcclNetwork.timed_size`, picked with the profile's figures before the fit: the
 three-point solve needs one affine time per row, and the least of several is not affine, so a fit that moves the
-figures far enough to change which size is fastest leaves that row timed at the old one). One-node logs fit the scale-up tier; logs over
-several nodes fit the NICs' tier (``nics.timing``: the network hop's latency and the bus bandwidth of groups
-across nodes) given the scale-up tier, which is fitted first when the same logs hold one-node runs.
+figures far enough to change which size is fastest leaves that row timed at the old one). One-node logs fit the
+scale-up tier; logs over several nodes fit the NICs' tier (``nics.timing``: the network hop's latency and the bus
+bandwidth of groups across nodes) given the scale-up tier, which is fitted first when the same logs hold one-node
+runs.
 
 An (algorithm, protocol) whose rows do not separate the two figures (fewer than two sizes, or sizes all
 latency-bound) gets its latency only; one no row used is not written (NCCL's constants stay).
