@@ -567,7 +567,11 @@ def compare(pred: Run | Timeline | str | Path, meas: Timeline | str | Path, *,
 
     p = pred.timeline if isinstance(pred, Run) else pred if isinstance(pred, Timeline) else load_timeline_arg(pred)
     m = meas if isinstance(meas, Timeline) else load_timeline_arg(meas)
-    return compare_timelines(p, m, different_schedules=different_schedules)
+    if not different_schedules:
+        from schedsim.report.compare import refuse_different_schedules
+
+        refuse_different_schedules(p, m)
+    return compare_timelines(p, m)
 
 
 def _tl(x: Run | Timeline) -> Timeline:

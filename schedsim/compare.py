@@ -49,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from schedsim.errors import SchedsimError, TraceError, printable
+from schedsim.errors import TraceError
 from schedsim.hardware.profile import TIMED_EAGER_SUFFIX, TIMED_GRAPH_SUFFIX, HardwareProfile
 from schedsim.kinds import P2P_KINDS, KindList
 from schedsim.results import OMIT_NONE, from_dict, to_dict
@@ -59,7 +59,7 @@ from schedsim.sim.timeline import Timeline
 __all__ = ["compare_timelines", "event_timed", "op_window", "load_timeline_arg", "Comparison", "Pair", "MakespanError",
            "Uninstrumented", "Match", "OpErrors", "OpRow", "WorstOp", "KindErrors", "Delta", "Overlap",
            "ResourceDelta", "RankComparison", "measured_makespans", "makespan_lines", "MAKESPAN_LABELS",
-           "profiled_profile", "refuse_different_schedules"]
+           "profiled_profile"]
 
 
 @dataclass(frozen=True)
@@ -617,29 +617,6 @@ def _drift_warning(meas: Timeline) -> list[str]:
             f"compare several processes" + (f" ({host})" if host else "")]
 
 
-def _other_schedule(p: Timeline, meas: Timeline) -> bool:
-    """``p`` and ``meas`` are timelines of different schedules (a replay of an import is named ``<its>_replay``)."""
-    return p.schedule != meas.schedule and not (_replayed(p, meas) and p.schedule == f"{meas.schedule}_replay")
-
-
-def refuse_different_schedules(pred: Timeline, meas: Timeline, pred_timed: Timeline | None = None) -> None:
-    """Refuse to compare timelines of two different schedules: its makespan and op errors would hold one schedule
-    against another. An imported timeline is exempt: it is named after its trace file, not the schedule it ran.
-
-    Raises
-    ------
-    SchedsimError
-        ``pred`` (or ``pred_timed``) names another schedule than ``meas`` and neither is an import.
-    """
-    for p, what in ((pred, "PRED"), (pred_timed, "--pred-timed")):
-        if p is not None and "import" not in (p.source, meas.source) and _other_schedule(p, meas):
-            raise SchedsimError(
-                f"{what} is a timeline of schedule {printable(p.schedule, 80)!r}, MEAS one of "
-                f"{printable(meas.schedule, 80)!r}: their errors would hold one schedule against another",
-                fix="compare a prediction with a run of the same schedule, or pass --different-schedules if "
-                    "the two are meant to differ")
-
-
 def _warnings(pred: Timeline, meas: Timeline, pred_timed: Timeline | None = None) -> list[str]:
     """Why the timelines may not be comparable: different schedules, ``--set`` values or world sizes (of
     ``pred``, and of ``pred_timed`` when given, against ``meas``), a replay holding ops the import it is held
@@ -649,7 +626,7 @@ def _warnings(pred: Timeline, meas: Timeline, pred_timed: Timeline | None = None
     warnings: list[str] = []
     for p in (pred,) if pred_timed is None else (pred, pred_timed):
         tag = "" if p is pred else " (--pred-timed)"
-        if _other_schedule(p, meas):
+        if p.schedule != meas.schedule and not (_replayed(p, meas) and p.schedule == f"{meas.schedule}_replay"):
             warnings.append(f"different schedules{tag}: {p.schedule!r} vs {meas.schedule!r}")
         sp = p.meta.get("set") if isinstance(p.meta, dict) else None
         sm = meas.meta.get("set") if isinstance(meas.meta, dict) else None
@@ -724,7 +701,7 @@ def _rank_delta(p: Metrics, m: Metrics, r: int, key: str) -> ResourceDelta:
 
 
 def compare_timelines(pred: Timeline, meas: Timeline, *, max_ops_listed: int = 100000,
-                      pred_timed: Timeline | None = None, different_schedules: bool = False) -> Comparison:
+                      pred_timed: Timeline | None = None) -> Comparison:
     """Compare a predicted timeline with a measured one.
 
     Parameters
@@ -743,9 +720,6 @@ def compare_timelines(pred: Timeline, meas: Timeline, *, max_ops_listed: int = 1
         The ops, the (instrumented) makespan,
         the overlap and the per-rank busy times are then compared with it, and the uninstrumented makespan
         with ``pred``.
-    different_schedules : bool
-        Compare timelines of different schedules (their ``schedule`` names) anyway, with a warning; else such a
-        pair is refused (:func:`refuse_different_schedules`).
 
     Returns
     -------
@@ -763,14 +737,7 @@ def compare_timelines(pred: Timeline, meas: Timeline, *, max_ops_listed: int = 1
     >>> m = Timeline("x", "execute", 1, spans=[Span("a@r0", "a", 0, "s", "matmul", "compute", 0.0, 1.0)])
     >>> round(compare_timelines(p, m).makespan.error, 3)
     0.1
-
-    Raises
-    ------
-    SchedsimError
-        ``pred`` (or ``pred_timed``) and ``meas`` are of different schedules, without ``different_schedules``.
     """
-    if not different_schedules:
-        refuse_different_schedules(pred, meas, pred_timed)
     untimed = None
     pred, meas = as_trace_ids(pred, meas), as_trace_ids(meas, pred)
     warns = _warnings(pred, meas, pred_timed)

@@ -184,7 +184,7 @@ def test_compare_checks_that_the_pred_timed_inputs_belong_together() -> None:
 
     other = Timeline("y", "predict", 2, spans=[Span("a@r0", "a", 0, "s", "matmul", "compute", 0.0, 2e-6)],
                      launch="cuda_graph")
-    w = compare_timelines(other, meas, pred_timed=timed, different_schedules=True).warnings
+    w = compare_timelines(other, meas, pred_timed=timed).warnings
     assert "different schedules: 'y' vs 'x'" in w and "different world sizes: 2 vs 1" in w
 
 
@@ -250,6 +250,6 @@ def test_an_eager_run_timed_op_by_op_is_compared_with_its_timed_prediction(sim_t
     assert any("not timed op by op" in w for w in compare_timelines(plain, meas, pred_timed=timed).warnings)
     meas.meta["timing_host_per_op_us"] = 3.0
     graph_timed = _tl("predict", [("g0", 0.0, 2e-6)], timed_graph=True)
-    wrong = compare_timelines(plain, meas, pred_timed=graph_timed, different_schedules=True)  # _tl names it x
+    wrong = compare_timelines(plain, meas, pred_timed=graph_timed)
     assert any("not a prediction of a timed eager run" in w for w in wrong.warnings)
     assert "timed graph" in wrong.ops.span  # the span says which prediction the ops met
