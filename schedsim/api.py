@@ -557,14 +557,20 @@ def sweep(path: str | Path, profile: str = "h200", **grid: list[Any]) -> list[di
     return rows
 
 
-def compare(pred: Run | Timeline | str | Path, meas: Timeline | str | Path) -> Comparison:
+def compare(pred: Run | Timeline | str | Path, meas: Timeline | str | Path, *,
+            different_schedules: bool = False) -> Comparison:
     """:func:`schedsim.compare.compare_timelines` of a prediction and a measured timeline (objects or
-    ``timeline.json`` paths / folders)."""
+    ``timeline.json`` paths / folders); timelines of different schedules are refused (``SchedsimError``) unless
+    ``different_schedules``."""
     from schedsim.compare import compare_timelines, load_timeline_arg
     from schedsim.sim.timeline import Timeline
 
     p = pred.timeline if isinstance(pred, Run) else pred if isinstance(pred, Timeline) else load_timeline_arg(pred)
     m = meas if isinstance(meas, Timeline) else load_timeline_arg(meas)
+    if not different_schedules:
+        from schedsim.report.compare import refuse_different_schedules
+
+        refuse_different_schedules(p, m)
     return compare_timelines(p, m)
 
 

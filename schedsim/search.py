@@ -96,9 +96,20 @@ def candidates(block: Any, world: int, *, tps: list[int], pps: list[int], mbss: 
             pt.memory_bytes = memory_per_rank(t, training_plan(t, world))["total"]
             if pt.memory_bytes > memory_limit:
                 pt.status = "over memory"
-                pt.reason = f"{pt.memory_bytes / 2**30:.1f} GiB > {memory_limit / 2**30:.1f} GiB"
+                pt.reason = _over(pt.memory_bytes, memory_limit)
         out.append(pt)
     return out
+
+
+def _over(need: float, limit: float) -> str:
+    """``"need GiB > limit GiB"`` with the fewest decimals (1 to 6) that tell the two apart, else in bytes
+    (a bare 1-decimal form read "80.0 GiB > 80.0 GiB" for a need a few MiB over)."""
+    for d in range(1, 7):
+        a, b = f"{need / 2**30:.{d}f}", f"{limit / 2**30:.{d}f}"
+        if a != b:
+            return f"{a} GiB > {b} GiB"
+    a, b = f"{need:,.0f}", f"{limit:,.0f}"
+    return f"{a} B > {b} B" if a != b else f"{need!r} B > {limit!r} B"
 
 
 def run_point(name: str, world: int, block: dict[str, Any], profile: Any,

@@ -504,24 +504,28 @@ def _transformer(t: TrainingSpec, plan: TrainingPlan) -> TransformerSpec:
                            hidden_dropout=t.hidden_dropout, flash_attention=t.use_flash_attn)
 
 
-def _held(t: TrainingSpec, plan: TrainingPlan, num_stages: int) -> dict[int, dict[str, int]]:
-    """Parameters of the whole model per stage chunk, split as :func:`schedsim.pipeline.memory.stage_params`
+def _held(t: TrainingSpec, plan: TrainingPlan, num_stages: int) -> dict[int, dict[str, float]]:
+    """Parameters one TP rank holds per stage chunk, split as :func:`schedsim.pipeline.memory.stage_params`
     splits them (layers, embedding on the first, output layer on the last when untied or, tied, Megatron's copy
-    of the word embedding there), with each stage's own layer count (uneven first/last stages); ``experts``:
-    the layers' expert parameters one EP rank holds (0 for a dense model), apart from ``layers``."""
+    of the word embedding there; the position embeddings and final LayerNorm whole), with each stage's own layer
+    count (uneven first/last stages), a layer's LayerNorms, row-parallel biases and router whole on every TP rank
+    (:func:`~schedsim.spec.training_block.tp_replicated_params_per_layer`); ``experts``: the layers' expert
+    parameters one EP rank holds (0 for a dense model) over tp, apart from ``layers``."""
     from schedsim.pipeline.memory import stage_params
-    from schedsim.spec.training_block import _params_per_layer, expert_params_per_layer
+    from schedsim.spec.training_block import _params_per_layer, expert_params_per_layer, tp_replicated_params_per_layer
 
     ex = expert_params_per_layer(t, plan)
-    per = _params_per_layer(t, plan) - ex  # the dense part; the experts' ("experts") reduce over their own group
-    held = stage_params(num_stages, 1, per, hidden=t.hidden_size, seq=t.seq_length, vocab=plan.vocab)
-    return {s: {**d, "layers": per * plan.stage_layers[s], "experts": ex * plan.stage_layers[s]}
+    rep = tp_replicated_params_per_layer(t, plan)
+    # the dense part; the experts' ("experts") reduce over their own group
+    per = (_params_per_layer(t, plan) - ex - rep) / plan.tp + rep
+    held = stage_params(num_stages, 1, 0, hidden=t.hidden_size, seq=t.seq_length, vocab=plan.vocab, tp=plan.tp)
+    return {s: {**d, "layers": per * plan.stage_layers[s], "experts": ex / plan.tp * plan.stage_layers[s]}
             for s, d in held.items()}
 
 
 def _stage_params(t: TrainingSpec, plan: TrainingPlan, num_stages: int) -> dict[int, float]:
-    """Parameters one TP rank holds per stage chunk (:func:`_held` divided by tp)."""
-    return {s: sum(d.values()) / plan.tp for s, d in _held(t, plan, num_stages).items()}
+    """Parameters one TP rank holds per stage chunk (the sum of :func:`_held`'s)."""
+    return {s: sum(d.values()) for s, d in _held(t, plan, num_stages).items()}
 
 
 class _Ranks:
@@ -585,7 +589,7 @@ class _Ranks:
         layer_of = [n.split(".")[0] if n.startswith("l") and "." in n else "" for n in names]
         for i, name in enumerate(names):  # a layer's parameters are ready after its last weight-gradient kernel
             done = layer_of[i] and (i + 1 == len(names) or layer_of[i + 1] != layer_of[i])
-            acc += (own.get(name, 0.0) + (held["layers"] / lps if done else 0)) / plan.tp
+            acc += own.get(name, 0.0) + (held["layers"] / lps if done else 0)
             if acc >= size or (name == names[-1] and acc):
                 out[name] = (len(out), acc)
                 acc = 0.0
@@ -905,7 +909,7 @@ def _emit_rank(ranks: _Ranks, g: int, pplan: Any, steps: dict[int, list[tuple[An
     for act, bid in steps[p_]:
         em.action(act, bid)
     last = () if em.last_compute is None else (em.last_compute,)
-    experts = sum(ranks.held[s]["experts"] for s in rank_stages[p_]) / plan.tp
+    experts = sum(ranks.held[s]["experts"] for s in rank_stages[p_])
     # the parameters the rank's optimizer steps: the distributed optimizer shards the dense state over the dp·cp
     # ranks and the experts' over their own data-parallel group (Megatron Core's DDP builds the expert buffers on
     # ``intra_expt_dp_group``; distrib_optimizer.py shards each buffer over its group)

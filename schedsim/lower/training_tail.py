@@ -44,7 +44,7 @@ def _param_gathers_at_start(ranks: Any, g: int, stages: list[int], params: dict[
     plan = ranks.plan
     param_e = DTYPE_BYTES[plan.dtype]
     for s in stages:
-        ex = ranks.held[s]["experts"] / plan.tp
+        ex = ranks.held[s]["experts"]
         ranks.one("all_gather", f"dp_param_allgather_s{s}", g, dp_group, (params[s] - ex) * param_e, plan.dtype, ())
         if ex and len(edp_group) > 1:
             ranks.one("all_gather", f"dp_expert_param_allgather_s{s}", g, edp_group, ex * param_e, plan.dtype, ())

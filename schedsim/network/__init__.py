@@ -710,18 +710,40 @@ class NcclNetwork:
         if ch is None:
             return None
         a, p = ch
+        return self._least_step(shape, func, a, p, nbytes)[0], a, p
+
+    def _least_step(self, shape: GroupShape, func: str, a: str, p: str, nbytes: float) -> tuple[float, float]:
+        """(µs, bytes): the least time, with the profile's figures, of (``a``, ``p``) at ``nbytes`` or at its next
+        channel step or tree correction bucket (``channel_steps``, ``correction_steps``), and the size that has it
+        (``nbytes`` on a tie)."""
         _table, timed, t_in = self._tables(shape, func)
         lat, bw = timed[(a, p)]
-        ring = t_in.ring
 
         def timed_at(nb: float) -> float:
             return algo_time(func, a, p, lat, bw * self._bw_scale(shape, func, a, p, nb, t_in), nb, shape.nodes,
                              shape.ranks, self._comm_channels(t_in), self.arch,
                              consts=self.consts) + self._fill(func, a, nb, shape, t_in)
 
-        steps = channel_steps(a, p, nbytes, shape.ranks, ring, channel_ceiling(t_in))
+        steps = channel_steps(a, p, nbytes, shape.ranks, t_in.ring, channel_ceiling(t_in))
         steps += correction_steps(func, a, nbytes)
-        return min([timed_at(nbytes)] + [timed_at(m) for m in steps]), a, p
+        t, _i, m = min((timed_at(m), i, m) for i, m in enumerate([nbytes, *steps]))
+        return t, m
+
+    def timed_size(self, kind: str, nbytes: float, ranks: tuple[int, ...], algo: str, proto: str) -> float:
+        """The size (bytes) whose time :meth:`collective` gives ``nbytes`` of ``kind`` run as (``algo``,
+        ``proto``) on ``ranks``, with the profile's figures: ``nbytes``, or the next channel step or tree correction
+        bucket where the same choice runs faster; for :mod:`schedsim.network.fit`, which times a row there with
+        :meth:`timed_with`.
+
+        Raises
+        ------
+        KeyError
+            ``kind`` has no NCCL function, or NCCL does not enable (``algo``, ``proto``) for it on this group.
+        """
+        func = KINDS[kind].nccl
+        if not func:
+            raise KeyError(kind)
+        return self._least_step(self.shape(ranks), func, algo, proto, nbytes)[1]
 
     def _later_min(self, shape: GroupShape, func: str, nbytes: float) -> float:
         """The least time (µs) of a larger message of ``func`` on ``shape`` at a size where NCCL's choice of

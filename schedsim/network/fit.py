@@ -15,9 +15,14 @@ fitted by least squares of relative error over those rows (a row's time:
 NCCL's time (``ncclTopoGetAlgoTime``) is affine in both, given the choice: ``t = c0 + c_h · h + c_u / f``
 (the tree correction and the ring plateau scale ``c_h`` and ``c_u``; NVLS-tree's pipeline fill, which takes
 NCCL's chunk and network speed and neither figure, is in ``c0``; the coefficients are read off the model
-itself, :meth:`schedsim.network.NcclNetwork.timed_with`). One-node logs fit the scale-up tier; logs over
-several nodes fit the NICs' tier (``nics.timing``: the network hop's latency and the bus bandwidth of groups
-across nodes) given the scale-up tier, which is fitted first when the same logs hold one-node runs.
+itself, :meth:`schedsim.network.NcclNetwork.timed_with`). A row is timed as a prediction times it: at its own
+size or, where the same choice runs faster there, at its next channel step or tree correction bucket
+(:meth:`~schedsim.network.NcclNetwork.timed_size`, picked with the profile's figures before the fit: the
+three-point solve needs one affine time per row, and the least of several is not affine, so a fit that moves the
+figures far enough to change which size is fastest leaves that row timed at the old one). One-node logs fit the
+scale-up tier; logs over several nodes fit the NICs' tier (``nics.timing``: the network hop's latency and the bus
+bandwidth of groups across nodes) given the scale-up tier, which is fitted first when the same logs hold one-node
+runs.
 
 An (algorithm, protocol) whose rows do not separate the two figures (fewer than two sizes, or sizes all
 latency-bound) gets its latency only; one no row used is not written (NCCL's constants stay).
@@ -159,9 +164,11 @@ def _observations(profile: HardwareProfile, logs: list[NcclTestsLog], tier: str
             old = now.timing.get(key) if now is not None else None
             b1 = old.bw_factor if old is not None and old.bw_factor is not None else 1.0
             b2 = 2.0 * b1
-            f0 = net.timed_with(kind, r.size_bytes, ranks, a, p, (tier, key, 0.0, b1))
-            f1 = net.timed_with(kind, r.size_bytes, ranks, a, p, (tier, key, 1.0, b1))
-            f2 = net.timed_with(kind, r.size_bytes, ranks, a, p, (tier, key, 0.0, b2))
+            # timed at the size whose time predict gives the row (its own, or the next channel step's)
+            m = net.timed_size(kind, r.size_bytes, ranks, a, p)
+            f0 = net.timed_with(kind, m, ranks, a, p, (tier, key, 0.0, b1))
+            f1 = net.timed_with(kind, m, ranks, a, p, (tier, key, 1.0, b1))
+            f2 = net.timed_with(kind, m, ranks, a, p, (tier, key, 0.0, b2))
             cu = (f0 - f2) / (1.0 / b1 - 1.0 / b2)
             out.setdefault(key, []).append(_Obs(t_us, f0 - cu / b1, f1 - f0, cu, cu / b1))
     return out, notes

@@ -32,19 +32,25 @@ BYTES_PER_PARAM = 16
 
 
 def stage_params(num_stages: int, layers_per_stage: int, params_per_layer: int, *, hidden: int, seq: int,
-                 vocab: int | None) -> dict[int, dict[str, int]]:
-    """Parameter counts per stage, split into ``layers``, ``embedding`` and ``lm_head``.
+                 vocab: int | None, tp: int = 1) -> dict[int, dict[str, int]]:
+    """Parameter counts per stage (of one TP rank of ``tp``), split into ``layers``, ``embedding`` and ``lm_head``.
+    With Megatron's tensor parallelism the word embeddings and the output layer are split over the TP ranks
+    (``VocabParallelEmbedding``, ``ColumnParallelLinear``), the position embeddings and the final LayerNorm are
+    whole on each (``LanguageModelEmbedding``: "Position embedding (serial)"; a plain LayerNorm).
 
     Parameters
     ----------
     num_stages : int
         Pipeline stages p·v.
     layers_per_stage, params_per_layer : int
-        Transformer layers on each stage and parameters of one layer.
+        Transformer layers on each stage and parameters of one layer (on one TP rank).
     hidden, seq : int
         h and s.
     vocab : int or None
         Padded vocabulary V; None leaves out embedding and LM head.
+    tp : int
+        Tensor-parallel ranks splitting ``V·h`` (1: the whole model's counts); V must be a multiple of tp, as
+        Megatron pads it (``_vocab_size_with_padding``: a multiple of ``make_vocab_size_divisible_by · tp``).
 
     Returns
     -------
@@ -56,9 +62,9 @@ def stage_params(num_stages: int, layers_per_stage: int, params_per_layer: int, 
         d = {"layers": layers_per_stage * params_per_layer, "embedding": 0, "lm_head": 0}
         if vocab:
             if s == 0:
-                d["embedding"] = vocab * hidden + seq * hidden
+                d["embedding"] = vocab // tp * hidden + seq * hidden
             if s == num_stages - 1:
-                d["lm_head"] = vocab * hidden + 2 * hidden
+                d["lm_head"] = vocab // tp * hidden + 2 * hidden
         out[s] = d
     return out
 

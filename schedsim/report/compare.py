@@ -20,7 +20,28 @@ if TYPE_CHECKING:
 
     from schedsim.report.chrome import ProgramFlows
 
-__all__ = ["write_comparison", "print_comparison", "print_op_errors", "start_differences"]
+__all__ = ["write_comparison", "print_comparison", "print_op_errors", "start_differences", "refuse_different_schedules"]
+
+
+def refuse_different_schedules(pred: Timeline, meas: Timeline, pred_timed: Timeline | None = None) -> None:
+    """Refuse to compare timelines of two different schedules (their ``schedule`` names), whose makespan and op
+    errors would hold one schedule against another (:func:`schedsim.compare.compare_timelines` only warns). An
+    imported timeline is exempt: it is named after its trace file, not the schedule it ran.
+
+    Raises
+    ------
+    SchedsimError
+        ``pred`` (or ``pred_timed``) names another schedule than ``meas`` and neither is an import.
+    """
+    from schedsim.errors import SchedsimError, printable
+
+    for p, what in ((pred, "PRED"), (pred_timed, "--pred-timed")):
+        if p is not None and "import" not in (p.source, meas.source) and p.schedule != meas.schedule:
+            raise SchedsimError(
+                f"{what} is a timeline of schedule {printable(p.schedule, 80)!r}, MEAS one of "
+                f"{printable(meas.schedule, 80)!r}: their errors would hold one schedule against another",
+                fix="compare a prediction with a run of the same schedule, or pass --different-schedules if "
+                    "the two are meant to differ")
 
 
 def _graph_of(tl: Timeline) -> ProgramFlows | None:
@@ -47,13 +68,15 @@ def _graph_of(tl: Timeline) -> ProgramFlows | None:
 
 def write_comparison(pred: Timeline, meas: Timeline, outdir: str | Path, *, title: str = "",
                      gantt: bool = True, pred_timed: Timeline | None = None,
-                     inputs: Iterable[str | Path] = (), trace: bool | None = None) -> tuple[Comparison, list[Path]]:
+                     inputs: Iterable[str | Path] = (), trace: bool | None = None,
+                     different_schedules: bool = False) -> tuple[Comparison, list[Path]]:
     """Compare and write ``compare.json``, ``compare_trace.json`` (Perfetto, both timelines; ``trace`` None:
     only up to :data:`schedsim.outdir.TRACE_MAX_OPS` ops in the two, as predict's trace.json)
     and ``compare_gantt.png/svg`` (predicted and measured lanes stacked per rank × stream) into ``outdir``,
     as compare's set of files (:func:`schedsim.outdir.output_set`: all or nothing, replacing only compare's own
     earlier files, never one of ``inputs``). With ``pred_timed`` (:func:`compare_timelines`), the trace and
-    the Gantt show it against the measured ops.
+    the Gantt show it against the measured ops. Timelines of different schedules are refused
+    (:func:`refuse_different_schedules`) unless ``different_schedules``.
 
     Returns
     -------
@@ -63,13 +86,16 @@ def write_comparison(pred: Timeline, meas: Timeline, outdir: str | Path, *, titl
     Raises
     ------
     SchedsimError
-        ``outdir`` is not a folder or holds a file of those names that compare did not write.
+        ``outdir`` is not a folder or holds a file of those names that compare did not write; timelines of
+        different schedules (:func:`refuse_different_schedules`).
     """
     from schedsim.outdir import output_set, trace_wanted
     from schedsim.report.chrome import write_chrome_trace
 
     out = Path(outdir)
     pred, meas = as_trace_ids(pred, meas), as_trace_ids(meas, pred)  # the trace and Gantt under the same ids
+    if not different_schedules:
+        refuse_different_schedules(pred, meas, pred_timed)
     res = compare_timelines(pred, meas, pred_timed=pred_timed)
     if pred_timed is not None:
         pred = pred_timed

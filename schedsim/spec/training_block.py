@@ -32,6 +32,9 @@ Formulas the report uses, each with its source:
   table): bf16 parameters with fp32 gradients 2 + 4 + 12 (weights, gradients, fp32 master weight and Adam
   moments), fp16 2 + 2 + 16 (the optimizer also holds an fp32 gradient copy), fp32 4 + 4 + 8; the
   distributed optimizer divides the optimizer part by dp (6 + 12/d, 4 + 16/d, 8 + 8/d);
+* parameters of a TP rank (memory, DP gradient buckets, FSDP units): a layer's linears and the word embeddings
+  and output layer split over tp, its LayerNorms, row-parallel biases and MoE router whole
+  (:func:`tp_replicated_params_per_layer`), as are the position embeddings and the final LayerNorm;
 * activations per layer and microbatch (Korthikanti et al. 2022, arXiv 2205.05198, Table 2, 16-bit):
   no recomputation ``s·b·h·(10 + 24/t + 5·a·s/(h·t))``, with sequence parallelism
   ``s·b·h/t·(34 + 5·a·s/h)``, selective recomputation ``s·b·h·(10 + 24/t)`` (with SP ``34·s·b·h/t``),
@@ -56,7 +59,8 @@ from schedsim.errors import SpecError
 from schedsim.units import DTYPE_BYTES, MAX_BYTES, MAX_DIM
 
 __all__ = ["TrainingSpec", "TrainingPlan", "check_training", "refusal", "training_plan", "padded_layers", "model_flops",
-           "memory_per_rank", "fsdp_units", "fsdp_memory", "act_bytes_per_layer", "expert_params_per_layer", "ALIASES"]
+           "memory_per_rank", "fsdp_units", "fsdp_memory", "act_bytes_per_layer", "expert_params_per_layer",
+           "tp_replicated_params_per_layer", "tp_rank_params_per_layer", "ALIASES"]
 
 #: Short alias -> Megatron argument.
 ALIASES = {"tp": "tensor_model_parallel_size", "pp": "pipeline_model_parallel_size", "dp": "data_parallel_size",
@@ -701,6 +705,24 @@ def _params_per_layer(t: TrainingSpec, plan: TrainingPlan) -> int:
     return (h * (h + kv) + (h + kv)) + (h * h + h) + (h * f1 + f1) + (f * h + h) + 4 * h
 
 
+def tp_replicated_params_per_layer(t: TrainingSpec, plan: TrainingPlan) -> int:
+    """Parameters of one layer (of :func:`_params_per_layer`) that every TP rank holds whole rather than a 1/tp
+    share: the two LayerNorms' ``4h`` (Megatron-LM ``megatron/core/transformer/transformer_layer.py``: a plain
+    ``LayerNorm``/``FusedLayerNorm`` of ``hidden_size``), the biases of the row-parallel linears, attention's
+    projection and the MLP's fc2, ``h`` each (``megatron/core/tensor_parallel/layers.py`` ``RowParallelLinear``:
+    its bias has ``output_size`` elements, "not parallelized"; MoE experts have none), and an MoE layer's router,
+    ``h·E`` (``megatron/core/transformer/moe/router.py`` ``Router``: ``num_moe_experts × hidden_size``)."""
+    h = t.hidden_size
+    return 4 * h + h + (h * plan.experts if plan.experts else h)
+
+
+def tp_rank_params_per_layer(t: TrainingSpec, plan: TrainingPlan) -> float:
+    """Parameters of one layer on one TP rank: the split part of :func:`_params_per_layer` over tp, plus
+    :func:`tp_replicated_params_per_layer` whole."""
+    rep = tp_replicated_params_per_layer(t, plan)
+    return (_params_per_layer(t, plan) - rep) / plan.tp + rep
+
+
 def expert_params_per_layer(t: TrainingSpec, plan: TrainingPlan) -> int:
     """Parameters of the ``E/ep`` experts one EP rank holds in one layer (fc1 ``h × f1`` and fc2 ``f × h`` each,
     no biases: :func:`schedsim.spec.pipeline_block._moe_mlp`); 0 for a dense model. Their gradients are reduced
@@ -741,7 +763,8 @@ def _memory_of_rank(t: TrainingSpec, plan: TrainingPlan, rank: int) -> dict[str,
     # the word embeddings split over tp (VocabParallelEmbedding), the position embeddings whole on every TP rank
     # (Megatron-LM LanguageModelEmbedding: "Position embedding (serial)", a torch.nn.Embedding)
     emb = plan.vocab * t.hidden_size / plan.tp + t.seq_length * t.hidden_size if rank == 0 else 0
-    n = lps * _params_per_layer(t, plan) / plan.tp + emb
+    # layer norms, row-parallel biases and the router whole on every TP rank (tp_replicated_params_per_layer)
+    n = lps * tp_rank_params_per_layer(t, plan) + emb
     if (plan.pp == 1 and t.untie_embeddings_and_output_weights) or (plan.pp > 1 and rank == plan.pp - 1):
         n += plan.vocab * t.hidden_size / plan.tp  # the output layer (memory_per_rank)
     pb, gb, opt = {"bf16": (2, 4, 12), "fp16": (2, 2, 16), "fp32": (4, 4, 8)}[plan.dtype]
@@ -776,12 +799,14 @@ def fsdp_units(t: TrainingSpec, plan: TrainingPlan) -> dict[str, float]:
     ``LanguageModelEmbedding`` (``embedding``: word and position embeddings, ``V·h/t + s·h``: the position embeddings
     are not split over tp, "Position embedding (serial)") and the output layer (``ColumnParallelLinear``, ``output``:
     ``V·h``, with the final LayerNorm's ``2h``, which the root unit holds, counted here), each divided by tp but
-    the position embeddings (``megatron/core/distributed/torch_fully_sharded_data_parallel.py``)."""
+    the position embeddings, the LayerNorms, the row-parallel biases and the router, which every TP rank holds
+    whole (:func:`tp_replicated_params_per_layer`;
+    ``megatron/core/distributed/torch_fully_sharded_data_parallel.py``)."""
     h, tp = t.hidden_size, plan.tp
-    layer = _params_per_layer(t, plan) / tp
+    layer = tp_rank_params_per_layer(t, plan)
     out = {"embedding": plan.vocab * h / tp + t.seq_length * h}
     out |= {f"l{k}": layer for k in range(t.num_layers)}
-    out["output"] = (plan.vocab * h + 2 * h) / tp
+    out["output"] = plan.vocab * h / tp + 2 * h
     return out
 
 

@@ -284,13 +284,17 @@ def _register_compare(app: typer.Typer) -> None:
             "timing cost it measured): the prediction of the run as timed (execute --compare's predicted_timed/, "
             "or predict --timed-graph), compared with the ops; PRED is then compared with the uninstrumented "
             "makespan."),
+        different_schedules: bool = typer.Option(
+            False, "--different-schedules", help="Compare timelines of two different schedules anyway (with a "
+            "warning); they are refused otherwise. An imported timeline, named after its trace, is never refused."),
     ) -> None:
         """Compare predicted and measured timelines: makespan and per-op errors, overlap, Gantt and Perfetto trace."""
         p, m = load_timeline_arg(pred), load_timeline_arg(meas)
         pt = load_timeline_arg(pred_timed) if pred_timed is not None else None
         outdir = out or Path("schedsim_out") / f"compare_{m.schedule}"
         res, paths = write_comparison(p, m, outdir, gantt=gantt, pred_timed=pt, trace=trace,
-                                      inputs=[x for x in (pred, meas, pred_timed) if x is not None])
+                                      inputs=[x for x in (pred, meas, pred_timed) if x is not None],
+                                      different_schedules=different_schedules)
         if fmt == _Fmt.json:
             slim = res.to_dict(per_op=False)
             if "ops" in slim:

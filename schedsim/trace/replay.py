@@ -40,6 +40,7 @@ from typing import Any
 from schedsim.errors import SpecError, printable
 from schedsim.kinds import COMM_KINDS
 from schedsim.sim.replay import GPU_GAP_TAG, HOST_WAIT_TAG
+from schedsim.units import MAX_DURATION_US
 
 __all__ = ["Connections", "HostGaps", "ReplayReport", "WhatIf", "parse_what_if", "replay_report", "what_if_spec"]
 
@@ -156,7 +157,7 @@ def what_if_spec(spec: Any, scales: list[WhatIf], host_gaps: float = 1.0,
     Raises
     ------
     SpecError
-        A pattern that names no op, or a factor that makes an op's time overflow (not a finite number of µs).
+        A pattern that names no op, or a factor that takes an op's time past :data:`schedsim.units.MAX_DURATION_US`.
     """
     ops = list(spec.ops)
     lines: list[str] = []
@@ -196,16 +197,18 @@ def what_if_spec(spec: Any, scales: list[WhatIf], host_gaps: float = 1.0,
 
 
 def _check_scaled(op: Any, field: str, value: float, option: str, file: str | None) -> None:
-    """Refuse a what-if whose factor makes ``op``'s ``field`` (µs) overflow to infinity.
+    """Refuse a what-if whose factor takes ``op``'s ``field`` (µs) out of an op time's valid range: past
+    :data:`schedsim.units.MAX_DURATION_US` (the spec's bound on ``duration_us``), or not finite.
 
     Raises
     ------
     SpecError
-        ``value`` is not finite (exit 2), naming the op and the option.
+        ``value`` is not finite or exceeds the bound (exit 2), naming the op and the option.
     """
-    if not math.isfinite(value):
-        raise SpecError(f"op {printable(op.name, 80)}: {field} times the factor overflows (not a finite number of "
-                        "µs)", file=file, path=option, fix=f"pass a smaller {option} factor")
+    if not value <= MAX_DURATION_US:  # also NaN
+        raise SpecError(f"op {printable(op.name, 80)}: {field} times the factor is {value:g} µs, past an op's "
+                        f"limit of {MAX_DURATION_US:g} µs", file=file, path=option,
+                        fix=f"pass a smaller {option} factor")
 
 
 def _scale_host(op: Any, f: float) -> Any:

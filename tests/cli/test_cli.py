@@ -124,6 +124,23 @@ def test_sweep_table_prints_no_overlap_ratio_without_communication(tmp_path):
                       "--out", str(tmp_path / "p")).stdout
 
 
+def test_compare_refuses_timelines_of_two_different_schedules(tmp_path):
+    """It warned and printed error percentages of one schedule against another; now exit 2 naming both and the
+    flag, unless --different-schedules says they are meant to differ (then the warning stays)."""
+    from schedsim.sim.timeline import Span, Timeline
+
+    for name, sched, src in (("p", "x", "predict"), ("m", "y", "execute")):
+        Timeline(sched, src, 1, spans=[Span("a@r0", "a", 0, "s", "matmul", "compute", 0.0, 1e-3)]).write_json(
+            tmp_path / f"{name}.json")
+    c = run("compare", str(tmp_path / "p.json"), str(tmp_path / "m.json"), "--out", str(tmp_path / "c"))
+    assert c.returncode == 2 and "Traceback" not in c.stderr, c.stderr
+    assert "'x'" in c.stderr and "'y'" in c.stderr and "--different-schedules" in c.stderr, c.stderr
+    assert "makespan" not in c.stdout and not (tmp_path / "c").exists()
+    c = run("compare", str(tmp_path / "p.json"), str(tmp_path / "m.json"), "--out", str(tmp_path / "c"),
+            "--different-schedules")
+    assert c.returncode == 0 and "different schedules: 'x' vs 'y'" in c.stderr, c.stderr
+
+
 def test_analyze_and_compare_print_no_overlap_ratio_without_communication(tmp_path):
     # the same rule in analyze's per-rank lines and its "all" line, and in compare's overlap line: a timeline of
     # compute only has no ratio to give (they printed 0.000); with communication the ratio is printed

@@ -130,5 +130,5 @@ def test_replay_refuses_a_recorded_tag_that_is_not_a_number(tmp_path: Path, tag:
 def test_replay_refuses_a_what_if_factor_that_overflows_an_op(tmp_path: Path, args: list[str]) -> None:
     _import(tmp_path)
     r = _cli("replay", "imp/schedule.yaml", *args, cwd=tmp_path)
-    assert r.returncode == 2 and "times the factor overflows" in r.stderr and r.stdout == "", r.stderr[-400:]
+    assert r.returncode == 2 and "past an op's limit of 1e+12 µs" in r.stderr and r.stdout == "", r.stderr[-400:]
     assert f"fix: pass a smaller {args[0]} factor" in r.stderr

@@ -115,9 +115,11 @@ def test_tp_and_microbatches() -> None:
     rss = [o for o in ops if o.kind == "reduce_scatter"]
     assert len(ags) == 2 * 2 * 4 and len(rss) == 2 * 4
     assert {o.group for o in ags + rss} == {(0, 2)}
-    # the parameters of a TP rank: half of each, but the position embeddings (32·64), which every TP rank holds
-    # whole (Megatron-LM LanguageModelEmbedding: "Position embedding (serial)")
-    for unit, size in (("l0", LAYER / 2), ("embedding", 1024 * 64 / 2 + 32 * 64), ("output", OUT / 2)):
+    # the parameters of a TP rank: half of each, but the position embeddings (32·64), a layer's LayerNorms and
+    # row-parallel biases (6·64) and the final LayerNorm (2·64), which every TP rank holds whole (Megatron-LM
+    # LanguageModelEmbedding: "Position embedding (serial)"; RowParallelLinear's bias "not parallelized")
+    for unit, size in (("l0", (LAYER - 6 * 64) / 2 + 6 * 64), ("embedding", 1024 * 64 / 2 + 32 * 64),
+                       ("output", 1024 * 64 / 2 + 2 * 64)):
         assert {o.nbytes for o in ags if o.name.endswith(f"fsdp_ag_{unit}")} == {2 * size}
 
 

@@ -63,9 +63,11 @@ def test_expert_gradients_reduce_over_the_expert_data_parallel_group() -> None:
     plain = {o.rank: o for o in _ops(MOE.replace("  num_experts: 4\n  expert_model_parallel_size: 2\n"
                                                  "  moe_router_topk: 2\n  moe_expert_capacity_factor: 1.5\n", ""))
              if o.name == "dp_grad_all_reduce"}
-    # the dense MLP (fc1 h·f + f, fc2 f·h + h) is replaced by the router (h·E) and leaves the dense reduction
-    per_layer = (64 * 256 + 256) + (256 * 64 + 64) - 64 * 4
-    assert plain[0].nbytes - dense[0].nbytes == 2 * per_layer / 2 * 4
+    # the dense MLP (fc1 h·f + f, fc2 f·h + h) is replaced by the router (h·E) and leaves the dense reduction; a
+    # TP rank (tp 2) holds half of fc1 and fc2's weight, but fc2's bias and the router whole (Megatron-LM
+    # RowParallelLinear's bias, "not parallelized"; Router's num_moe_experts × hidden_size weight)
+    per_layer = ((64 * 256 + 256) + 256 * 64) / 2 + 64 - 64 * 4
+    assert plain[0].nbytes - dense[0].nbytes == 2 * per_layer * 4
 
 
 def test_balanced_router_without_capacity_factor() -> None:

@@ -77,6 +77,25 @@ def test_a_log_written_from_known_figures_fits_back_to_them():
     assert fitted.topology.scale_up is not None and fitted.topology.scale_up.timing["ring/LL"].provenance == "fitted"
 
 
+def test_a_row_is_timed_at_the_channel_step_a_prediction_takes():
+    """Forced tree/LL128 all_reduce over 2 x 8: a prediction times 8-16 KiB at the next channel step (faster
+    there); the fit timed those rows at their own size, so a log written from known figures fitted back to an rms
+    error of 0.074 % and a latency of 10.975 µs instead of 11, and no longer agreed with predict at 12288 B."""
+    base = load_profile("dgx_h100")
+    d = base.model_dump()
+    d["nccl"]["algo"], d["nccl"]["proto"] = "tree", "LL128"
+    base = HardwareProfile.model_validate(d)
+    d["topology"]["nics"]["timing"] = {"tree/LL128": fig(11.0, 1.2)}
+    truth = HardwareProfile.model_validate(d)
+    sizes = sorted([2 ** k for k in range(10, 31)] + [3 * 2 ** k for k in range(10, 16)])
+    log = parse_nccl_tests(synth(truth, "all_reduce", 2, 8, sizes), collective="all_reduce")
+    _, figs, notes = fit_profile(base, [log], "synthetic")
+    (f,) = figs
+    assert (f.tier, f.key, notes) == ("nics", "tree/LL128", [])
+    assert f.hw_latency_us == pytest.approx(11.0, abs=2e-3) and f.bw_factor == pytest.approx(1.2, rel=1e-5)
+    assert f.rms_pct < 0.01  # the log's 0.01 µs rounding
+
+
 def test_latency_bound_rows_fit_the_latency_alone():
     """Rows whose bandwidth term is a sliver of their time do not fit a bandwidth (module doc: "sizes all
     latency-bound"): an 8 B and a 16 B all_reduce over 4 H200s, 20.0 and 21.0 us, fitted ring/LL's factor to

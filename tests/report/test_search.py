@@ -37,6 +37,17 @@ def test_candidates_refused_and_derived() -> None:
     assert tight[1].memory_bytes < tight[0].memory_bytes  # full recomputation stores less
 
 
+def test_over_memory_reason_tells_the_two_sides_apart() -> None:
+    """A limit just under the need printed "x.x GiB > x.x GiB" with the same digits on both sides."""
+    need = candidates(_block(), 8, tps=[2], pps=[2], mbss=[1], recomputes=["none"], vpps=[None],
+                      memory_limit=2**60)[0].memory_bytes
+    for below in (2**20, 1):  # 1 MiB (GiB to 3-4 decimals), 1 byte (the bytes)
+        pt = candidates(_block(), 8, tps=[2], pps=[2], mbss=[1], recomputes=["none"], vpps=[None],
+                        memory_limit=need - below)[0]
+        lhs, rhs = pt.reason.split(" > ")
+        assert pt.status == "over memory" and lhs != rhs, pt.reason
+
+
 def test_pareto_front_by_hand() -> None:
     """(time, memory): (1, 5) (2, 3) (3, 4) (4, 1): the third is beaten by the second on both."""
     pts = [SearchPoint({}, {}, memory_bytes=m, iteration_s=t) for t, m in ((3, 4), (1, 5), (4, 1), (2, 3))]

@@ -270,9 +270,11 @@ def test_tiny_config_op_counts_and_collectives() -> None:
     assert [o.name for o in fp16] == ["optimizer_grad_copy", "optimizer_unscale", "optimizer_found_inf",
                                       "optimizer_grad_norm_local", "optimizer_grad_norm", "optimizer_step",
                                       "optimizer_param_copy", "zero_grad_buffer"]
-    # passes over the rank's (49,984 + 1024·64 + 32·64) / 2 = 58,784 parameters: fp16 → fp32 copy 2 + 4 bytes,
-    # unscale 4 + 4, L2 norm 4 (Megatron's MixedPrecisionOptimizer); bf16 has fp32 gradients: the norm only
-    assert [o.nbytes for o in fp16[:4]] == [6 * 58_784, 8 * 58_784, 4, 4 * 58_784]
+    # passes over the rank's (49,984 − 6·64) / 2 + 6·64 + 1024·64 / 2 + 32·64 = 60,000 parameters (a layer's two
+    # LayerNorms and row-parallel biases, 6h, and the position embeddings whole on every TP rank, as Megatron
+    # holds them): fp16 → fp32 copy 2 + 4 bytes, unscale 4 + 4, L2 norm 4 (Megatron's MixedPrecisionOptimizer);
+    # bf16 has fp32 gradients: the norm only
+    assert [o.nbytes for o in fp16[:4]] == [6 * 60_000, 8 * 60_000, 4, 4 * 60_000]
     assert [o.name for o in ops if o.rank == 3][-5:] == ["optimizer_grad_norm_local", "optimizer_grad_norm",
                                                          "optimizer_step", "optimizer_param_copy",
                                                          "zero_grad_buffer"]
@@ -283,10 +285,11 @@ def test_tiny_config_op_counts_and_collectives() -> None:
     assert all(o.group == (o.rank & ~1, o.rank | 1) for o in tp_ops)
     assert sum(1 for o in tp_ops if o.rank == 0) == 4 * 5 and sum(1 for o in tp_ops if o.rank == 4) == 4 * 8
     # DP gradient all-reduce: fp32 (bf16 training) of the TP rank's parameters. Per layer 12h² + 13h = 49,984
-    # (Megatron's GPT layer with biases); stage 0 adds V·h + s·h = 1024·64 + 32·64, stage 1 V·h + 2h; / tp = 2
+    # (Megatron's GPT layer with biases), of which a TP rank (tp = 2) holds half but the 6h of its LayerNorms and
+    # row-parallel biases: 25,184; stage 0 adds V·h / 2 + s·h = 1024·64 / 2 + 32·64, stage 1 V·h / 2 + 2h
     dp = {o.rank: o for o in ops if o.name == "dp_grad_all_reduce"}
-    assert dp[0].nbytes == (49_984 + 1024 * 64 + 32 * 64) / 2 * 4 and dp[0].group == (0, 2)
-    assert dp[5].nbytes == (49_984 + 1024 * 64 + 2 * 64) / 2 * 4 and dp[5].group == (5, 7)
+    assert dp[0].nbytes == (25_184 + 1024 * 64 / 2 + 32 * 64) * 4 and dp[0].group == (0, 2)
+    assert dp[5].nbytes == (25_184 + 1024 * 64 / 2 + 2 * 64) * 4 and dp[5].group == (5, 7)
     emb = {o.rank: o for o in ops if o.name == "embedding_grad_allreduce"}
     assert emb[1].group == (1, 5) and emb[1].nbytes == 1024 * 64 / 2 * 4
     sends = [o for o in ops if o.kind == "send"]
@@ -295,14 +298,14 @@ def test_tiny_config_op_counts_and_collectives() -> None:
 
 
 def test_step_passes_over_the_parameters_by_hand() -> None:
-    """The per-parameter passes of Megatron's step, on rank 3 (stage 0, 58,784 parameters: the docstring above),
+    """The per-parameter passes of Megatron's step, on rank 3 (stage 0, 60,000 parameters: the test above),
     in bytes a parameter. bf16 (fp32 gradients, 16-bit parameters): the DP gradient buffer divided by dp before
     its all-reduce (read and write 4), fused Adam on fp32 main weights (read gradient, weight, two moments, write
     the three: 28), the main-to-model parameter copy (read 4, write 2) and the gradient buffer's memset (4).
     fp16 (16-bit gradients): 4, 28, 6, 2. fp32: no parameter copy, memset 4. With the distributed optimizer
     (dp 2) Adam and the copy run on half, the memset on the whole buffer; with overlapped reduction there is no
     tail scaling (each bucket is scaled before its reduction: the bucket test)."""
-    n = 58_784
+    n = 60_000
 
     def tail(text: str) -> dict[str, float]:
         return {o.name: o.nbytes for o in _ops(text) if o.rank == 3 and "." not in o.name}
@@ -356,7 +359,7 @@ def test_recompute_and_distributed_optimizer() -> None:
     ag = [o for o in r0 if o.name == "dp_param_allgather"]
     assert len(rs) == 1 and r0[rs[0]].name == "dp_grad_reduce_scatter_s0_b0" and r0[rs[0]].group == (0, 2)
     assert r0[rs[0]].stream == "dp_comm" and rs[0] < len(r0) - 4  # issued before the step's tail
-    assert len(ag) == 1 and ag[0].nbytes == (49_984 + 1024 * 64 + 32 * 64) / 2 * 2
+    assert len(ag) == 1 and ag[0].nbytes == (25_184 + 1024 * 64 / 2 + 32 * 64) * 2  # the TP rank's (tests above)
     assert next(o for o in r0 if o.name == "optimizer_grad_norm").group == tuple(range(8))  # the whole instance
     opt_plain = next(o for o in _ops(TINY) if o.rank == 0 and o.name == "optimizer_step")
     opt_dist = next(o for o in r0 if o.name == "optimizer_step")
@@ -502,7 +505,8 @@ def test_uneven_first_and_last_stages(tmp_path: Path) -> None:
     f1 = {o.name.split(".")[2] for o in ops if o.rank == 4 and o.name.startswith("F1.0.l")}
     assert f0 == {"l0", "l1", "l2"} and f1 == {"l0", "l1", "logits"}
     dp = {o.rank: o.nbytes for o in ops if o.name == "dp_grad_all_reduce"}
-    assert dp[0] == (3 * 49_984 + 1024 * 64 + 32 * 64) / 2 * 4 and dp[4] == (2 * 49_984 + 1024 * 64 + 2 * 64) / 2 * 4
+    # a TP rank's 25,184 per layer (test_tiny_config_op_counts_and_collectives)
+    assert dp[0] == (3 * 25_184 + 1024 * 64 / 2 + 32 * 64) * 4 and dp[4] == (2 * 25_184 + 1024 * 64 / 2 + 2 * 64) * 4
     code, err = _check(tmp_path, _edit("num_layers: 2", "num_layers: 4\n  decoder_first_pipeline_num_layers: 4"))
     assert code == 2 and "training.decoder_first_pipeline_num_layers: the 0 layers left" in err
     code, err = _check(tmp_path, _edit("num_layers: 2", "num_layers: 4\n  decoder_last_pipeline_num_layers: 1\n"
@@ -542,15 +546,28 @@ def test_memory_per_rank_is_the_most_loaded_rank_with_a_small_first_stage() -> N
 
 
 def test_memory_per_rank_keeps_the_position_embeddings_whole_on_every_tp_rank() -> None:
-    """tp 2, pp 1: a TP rank holds half of each layer's 49,984 parameters (tests below) and of the word embeddings
-    (V = 1000 padded to 1024, a multiple of 128 · 2: 1024 · 64 / 2 = 32,768), but the whole position embeddings,
-    32 · 64 = 2,048 (Megatron-LM ``LanguageModelEmbedding``: "Position embedding (serial)", a
-    ``torch.nn.Embedding`` on every TP rank): 49,984 + 32,768 + 2,048 = 84,800 parameters, 2 bytes each under
-    bf16 (the count divided whole by tp gave 83,776)."""
+    """tp 2, pp 1: a TP rank holds half of each layer's 49,984 parameters (tests below) but its 6h = 384 that every
+    TP rank holds whole (two LayerNorms 4h, the biases of the row-parallel projection and fc2, h each:
+    Megatron-LM ``RowParallelLinear``'s bias is "not parallelized"), so 2 · (49,600 / 2 + 384) = 50,368; half of
+    the word embeddings (V = 1000 padded to 1024, a multiple of 128 · 2: 1024 · 64 / 2 = 32,768), but the whole
+    position embeddings, 32 · 64 = 2,048 (Megatron-LM ``LanguageModelEmbedding``: "Position embedding (serial)", a
+    ``torch.nn.Embedding`` on every TP rank): 50,368 + 32,768 + 2,048 = 85,184 parameters, 2 bytes each under
+    bf16 (the count divided whole by tp gave 83,776; with the layers' whole 6h divided, 84,800)."""
     t = TrainingSpec(num_layers=2, hidden_size=64, num_attention_heads=4, seq_length=32, vocab_size=1000,
                      micro_batch_size=1, global_batch_size=1, bf16=True, tensor_model_parallel_size=2)
     m = memory_per_rank(t, training_plan(t, 2))
-    assert (m["params"], m["grads"], m["optimizer"]) == (2 * 84_800, 4 * 84_800, 12 * 84_800)
+    assert (m["params"], m["grads"], m["optimizer"]) == (2 * 85_184, 4 * 85_184, 12 * 85_184)
+
+
+def test_gradient_buckets_hold_a_tp_ranks_own_parameters() -> None:
+    """The same model's one stage as the DP gradient buckets count it (``_stage_params``, which the buckets add up
+    to): layers 50,368 and embeddings 34,816 as above, and the output layer's half, 32,768, with the final
+    LayerNorm's whole 2h = 128: 118,080 (everything divided by tp gave (99,968 + 67,584 + 65,664) / 2 = 116,608)."""
+    from schedsim.lower.training import _stage_params
+
+    t = TrainingSpec(num_layers=2, hidden_size=64, num_attention_heads=4, seq_length=32, vocab_size=1000,
+                     micro_batch_size=1, global_batch_size=1, bf16=True, tensor_model_parallel_size=2)
+    assert _stage_params(t, training_plan(t, 2), 1) == {0: 118_080}
 
 
 UNEVEN = """\

@@ -82,6 +82,15 @@ def test_replay_refuses_a_host_gap_factor_that_overflows(tmp_path: Path) -> None
     assert r.returncode == 2 and "inf" not in r.stdout, r.stdout[-500:]
 
 
+@pytest.mark.parametrize("args", [("--what-if", "kernel*1e300"), ("--host-gaps", "1e300")])
+def test_replay_refuses_a_factor_past_the_op_time_limit(tmp_path: Path, args: tuple[str, str]) -> None:
+    """A finite result past an op's 1e12 µs limit (units.MAX_DURATION_US) is refused too: it printed a makespan
+    of ~1e294 s."""
+    imp = _imported(tmp_path)
+    r = _cli("replay", imp / "schedule.yaml", *args, cwd=tmp_path)
+    assert r.returncode == 2 and "makespan" not in r.stdout, r.stdout[-500:]
+    assert args[0] in r.stderr and "1e+12" in r.stderr and "fix:" in r.stderr, r.stderr[-500:]
+
 
 @pytest.mark.parametrize("bad", ["-1", "nan", "inf"])
 def test_replay_refuses_a_host_gap_factor_below_zero_naming_file_and_option(tmp_path: Path, bad: str) -> None:
