@@ -868,6 +868,22 @@ static void place_all(W *w, double t) {
     tp->n = 0;
 }
 
+/* the time of the next event after the one in hand (a hole at the heap's top is that one: its children are
+ * next); +inf when none is left */
+static double next_t(W *w) {
+    double n = HUGE_VAL;
+    heap_t *h = &w->heap;
+    if (w->hole) {
+        for (i64 c = 1; c <= 4 && c < h->n; c++)
+            if (h->e[c].t < n) n = h->e[c].t;
+    } else if (h->n) {
+        n = h->e[0].t;
+    }
+    lane_t *lm = lane_min(w);
+    if (lm && lm->hd.t < n) n = lm->hd.t;
+    return n;
+}
+
 /* events between two checks for signals, minus 1 (a power of 2): ~4 ms of loop; taking the GIL costs ~1 us */
 #define SIGNAL_EVERY ((1 << 12) - 1)
 
@@ -915,8 +931,13 @@ static void loop(W *w) {
             op_ready(w, -1 - j, t);
         else if (x.a == w->job[j].ver && w->job[j].rate > 0.0)
             job_done(w, j, t);
-        if (w->toplace.n) place_all(w, t);
-        if (w->dirty.n) settle(w, t);
+        /* rule wave-dispatch: the kernels handed over at one instant are placed once every event of that instant
+         * is done, so that ranks met in turn at a tie place as the last one met would (a collective whose group
+         * the later ranks complete asks for SMs before the kernels issued after it on the earlier ones) */
+        if ((w->toplace.n || w->dirty.n) && next_t(w) > t) {
+            if (w->toplace.n) place_all(w, t);
+            if (w->dirty.n) settle(w, t);
+        }
         if (w->hole) {
             w->hole = 0;
             heap_pop(&w->heap);
@@ -938,8 +959,9 @@ static void loop(W *w) {
  * merge_pieces, the metrics' pieces; 16: run's ktau of one entry too, and every one-entry buffer read by compute
  * kernels alone, kmem, ktail_tau, kgain and ktau, holds the value of every compute kernel: the others' are never
  * read); 17: run's deps_t may be its issue buffer (read before it is written; deps_t of an op without
- * predecessors 0). */
-#define LAYOUT 17
+ * predecessors 0); 18: the kernels handed over at one instant are placed once every event of it is done (rule
+ * wave-dispatch: identical ranks met in turn at a tie run alike). */
+#define LAYOUT 18
 /* Entries of the copy rate table: 3 engines x reverse engine busy x compute resident (gpu.rates.rate_tables) */
 #define COPY_TAB 12
 /* Each buffer's type, in argument order: d float64, i int32 (see the struct's fields and run()'s unpacking) */

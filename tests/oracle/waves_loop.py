@@ -491,9 +491,9 @@ def _run_python(c, rules: gm.GpuRules, succ: list[list[int]],
             op_ready(-1 - j, t)
         elif ver == jver[j] and jrate[j] > 0.0:
             job_done(j, t)
-        else:
+        if heap and heap[0][0] <= t:  # rule wave-dispatch: placed once every event of the instant is done
             continue
-        if toplace:  # after every release of this event, so kernels handed over together go in program order
+        if toplace:  # after every release of the instant, so kernels handed over together go in program order
             for r in sorted(toplace):
                 place(r, t)
             toplace.clear()
