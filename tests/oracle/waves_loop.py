@@ -493,10 +493,9 @@ def _run_python(c, rules: gm.GpuRules, succ: list[list[int]],
             job_done(j, t)
         if heap and heap[0][0] <= t:  # rule wave-dispatch: placed once every event of the instant is done
             continue
-        if toplace:  # after every release of the instant, so kernels handed over together go in program order
-            for r in sorted(toplace):
-                place(r, t)
-            toplace.clear()
+        for r in sorted(toplace):  # after every release of the instant: kernels handed over together in program order
+            place(r, t)
+        toplace.clear()
         if dirty:
             order = sorted(dirty)
             comm_rates(order)

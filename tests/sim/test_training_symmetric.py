@@ -211,7 +211,8 @@ def test_overlap_and_exposed_communication_agree_where_kernels_fill_the_gpu(tp: 
     (tolerance 0). Before kernels handed over at one instant waited for every event of it, the odd TP ranks'
     asynchronous TP collectives started up to 23 µs before the even ranks' (their GEMMs had taken the SMs) and
     ended with them, so those ranks' communication spans were longer, mostly under their GEMMs: the world's
-    overlap ratio was 0.396 in full against 0.344 from the representatives (tp 2, world 16 of ``schedules/megatron_gpt_train.yaml`` on dgx_h100)."""
+    overlap ratio was 0.396 in full against 0.344 from the representatives (tp 2, world 16 of
+    ``schedules/megatron_gpt_train.yaml`` on dgx_h100)."""
     text = FILLING.format(world=4 * tp, tp=tp)
     full = predict(load_text(text), prof, full_ranks=True)
     sym = predict(load_text(text), prof)
