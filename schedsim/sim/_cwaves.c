@@ -748,13 +748,31 @@ static void run_remove(W *w, i64 q, i64 j) {
     rj->n = rs->n = n - 1;
 }
 
+/* the time of the next event after the one in hand (a hole at the heap's top is that one: its children are
+ * next); +inf when none is left */
+static double next_t(W *w) {
+    double n = HUGE_VAL;
+    heap_t *h = &w->heap;
+    if (w->hole) {
+        for (i64 c = 1; c <= 4 && c < h->n; c++)
+            if (h->e[c].t < n) n = h->e[c].t;
+    } else if (h->n) {
+        n = h->e[0].t;
+    }
+    lane_t *lm = lane_min(w);
+    if (lm && lm->hd.t < n) n = lm->hd.t;
+    return n;
+}
+
 /* A CTA batch ends whose kernel's next wave takes its SMs back at once: the kernel heads the rank's dispatch FIFO
  * with more CTAs left than the batch held, and the rank has no free SM. job_done then place (rule wave-dispatch)
  * would free the batch's SMs, place a batch of as many of the kernel's CTAs on them (the kernel stays at the head:
  * CTAs are still left) and make it a new job in the slot just freed; here the same state results without the
  * round trip: the job is the new batch (its slot, at the end of the rank's running jobs, rate 0: settle rates it
  * and pushes its end, as for a new job), the kernel's CTAs left drop by the batch's, and the rank's HBM load
- * takes the batch's share off and on again (the same float operations). Returns 0 (nothing done) otherwise. */
+ * takes the batch's share off and on again (the same float operations). Returns 0 (nothing done) otherwise. Such a
+ * next wave takes its SMs at once, before the instant's other events (rule wave-dispatch: the kernels handed over at
+ * the instant are placed after them; this kernel was handed over before and heads the FIFO). */
 static int next_wave(W *w, i64 j, double t) {
     job_t *jb = &w->job[j];
     i64 k = jb->key, r = jb->rank, s = jb->sms;
@@ -866,22 +884,6 @@ static void place_all(W *w, double t) {
         place(w, tp->a[p], t);
     }
     tp->n = 0;
-}
-
-/* the time of the next event after the one in hand (a hole at the heap's top is that one: its children are
- * next); +inf when none is left */
-static double next_t(W *w) {
-    double n = HUGE_VAL;
-    heap_t *h = &w->heap;
-    if (w->hole) {
-        for (i64 c = 1; c <= 4 && c < h->n; c++)
-            if (h->e[c].t < n) n = h->e[c].t;
-    } else if (h->n) {
-        n = h->e[0].t;
-    }
-    lane_t *lm = lane_min(w);
-    if (lm && lm->hd.t < n) n = lm->hd.t;
-    return n;
 }
 
 /* events between two checks for signals, minus 1 (a power of 2): ~4 ms of loop; taking the GIL costs ~1 us */
