@@ -107,6 +107,13 @@ Each rule has a name, used in code, notes and errors (the numbers they once had:
    the next GEMM of the compute stream (0.59 ms for 32 MiB, 0.11 ms alone).
    So two GEMMs that fill the GPU on two streams run one
    after the other, and a small kernel on a third stream waits for free SMs.
+   Kernels handed over at one instant, on any rank, take their SMs once every
+   event of that instant is done: a collective whose last member arrives at the
+   instant its other members issued the GEMM after it (each rank's FIFO in
+   issue order) then starts before that GEMM on every member, as on one queue a
+   real NCCL kernel is launched before the GEMM and holds its SMs while it waits
+   for its peers; identical ranks so run alike whatever order the loop meets
+   them in (``tests/sim/test_training_symmetric.py``).
 * ``cta-count``: **CTA counts.** GEMM: the grid (x·y·z) the BLAS library launched for that
    shape when the profile records it (``gemm.ctas``; ``calibrate`` reads it from
    a Kineto trace), run in ceil(CTAs / SMs) waves; for a persistent kernel (a

@@ -720,14 +720,13 @@ def represented_ranks(spec: ScheduleSpec) -> tuple[int, ...]:
 
     It needs that no link carries the transfers of two ranks of one class: one NIC per GPU and a fabric that does
     not oversubscribe (:func:`schedsim.sim.symmetry.symmetric_exact`). Then every represented op has the times of
-    the full lowering, bit for bit, but for one thing: at an instant where identical ranks become ready together,
-    the full simulation meets them in rank order, and where a kernel fills the GPU, the ranks met first start a
-    collective later than the last one (their next kernel took the SMs first). A representative is its group's
-    only member, so it is always met last, and the makespans can differ by such ties (0.74 % on the 1,024-GPU step,
-    where every asynchronous TP collective of the backward meets one: docs/validation.md, "Symmetric lowering" and
-    "the current table"; ``tests/sim/test_training_symmetric.py``). With ``use_torch_fsdp2`` every rank is written
-    (``()``): a rank's all-gathers meet its own kernels at such ties every layer, and the makespans differed by 6 %
-    on a 2-layer step (``tests/sim/test_training_fsdp_timeline.py``)."""
+    the full lowering, bit for bit: at an instant where identical ranks become ready together, the full simulation
+    meets them in rank order, but places the kernels handed over at that instant only once every event of it is
+    done (:mod:`schedsim.gpu.rules`, rule wave-dispatch), so a collective completed by the last rank met starts
+    before the kernels issued after it on every rank, as on the representative, its group's only member
+    (``tests/sim/test_training_symmetric.py``; docs/validation.md, "sym36m"). With ``use_torch_fsdp2`` every rank
+    is written (``()``): a rank's all-gathers meet its own kernels at such ties every layer, and the makespans
+    differed by 6 % on a 2-layer step (``tests/sim/test_training_fsdp_timeline.py``)."""
     t = spec.training
     if t is not None and t.use_torch_fsdp2:  # every rank: the representatives' ties with FSDP's all-gathers differ
         return ()

@@ -748,13 +748,31 @@ static void run_remove(W *w, i64 q, i64 j) {
     rj->n = rs->n = n - 1;
 }
 
+/* the time of the next event after the one in hand (a hole at the heap's top is that one: its children are
+ * next); +inf when none is left */
+static double next_t(W *w) {
+    double n = HUGE_VAL;
+    heap_t *h = &w->heap;
+    if (w->hole) {
+        for (i64 c = 1; c <= 4 && c < h->n; c++)
+            if (h->e[c].t < n) n = h->e[c].t;
+    } else if (h->n) {
+        n = h->e[0].t;
+    }
+    lane_t *lm = lane_min(w);
+    if (lm && lm->hd.t < n) n = lm->hd.t;
+    return n;
+}
+
 /* A CTA batch ends whose kernel's next wave takes its SMs back at once: the kernel heads the rank's dispatch FIFO
  * with more CTAs left than the batch held, and the rank has no free SM. job_done then place (rule wave-dispatch)
  * would free the batch's SMs, place a batch of as many of the kernel's CTAs on them (the kernel stays at the head:
  * CTAs are still left) and make it a new job in the slot just freed; here the same state results without the
  * round trip: the job is the new batch (its slot, at the end of the rank's running jobs, rate 0: settle rates it
  * and pushes its end, as for a new job), the kernel's CTAs left drop by the batch's, and the rank's HBM load
- * takes the batch's share off and on again (the same float operations). Returns 0 (nothing done) otherwise. */
+ * takes the batch's share off and on again (the same float operations). Returns 0 (nothing done) otherwise. Such a
+ * next wave takes its SMs at once, before the instant's other events (rule wave-dispatch: the kernels handed over at
+ * the instant are placed after them; this kernel was handed over before and heads the FIFO). */
 static int next_wave(W *w, i64 j, double t) {
     job_t *jb = &w->job[j];
     i64 k = jb->key, r = jb->rank, s = jb->sms;
@@ -915,8 +933,13 @@ static void loop(W *w) {
             op_ready(w, -1 - j, t);
         else if (x.a == w->job[j].ver && w->job[j].rate > 0.0)
             job_done(w, j, t);
-        if (w->toplace.n) place_all(w, t);
-        if (w->dirty.n) settle(w, t);
+        /* rule wave-dispatch: the kernels handed over at one instant are placed once every event of that instant
+         * is done, so that ranks met in turn at a tie place as the last one met would (a collective whose group
+         * the later ranks complete asks for SMs before the kernels issued after it on the earlier ones) */
+        if ((w->toplace.n || w->dirty.n) && next_t(w) > t) {
+            if (w->toplace.n) place_all(w, t);
+            if (w->dirty.n) settle(w, t);
+        }
         if (w->hole) {
             w->hole = 0;
             heap_pop(&w->heap);
@@ -938,8 +961,9 @@ static void loop(W *w) {
  * merge_pieces, the metrics' pieces; 16: run's ktau of one entry too, and every one-entry buffer read by compute
  * kernels alone, kmem, ktail_tau, kgain and ktau, holds the value of every compute kernel: the others' are never
  * read); 17: run's deps_t may be its issue buffer (read before it is written; deps_t of an op without
- * predecessors 0). */
-#define LAYOUT 17
+ * predecessors 0); 18: the kernels handed over at one instant are placed once every event of it is done (rule
+ * wave-dispatch: identical ranks met in turn at a tie run alike). */
+#define LAYOUT 18
 /* Entries of the copy rate table: 3 engines x reverse engine busy x compute resident (gpu.rates.rate_tables) */
 #define COPY_TAB 12
 /* Each buffer's type, in argument order: d float64, i int32 (see the struct's fields and run()'s unpacking) */

@@ -33,8 +33,8 @@ class HasMeta(Protocol):
 
 def symmetric_exact(profile: HardwareProfile, gpu_model: str | None = None, spec: ScheduleSpec | None = None) -> bool:
     """Whether a symmetric lowering (:func:`schedsim.lower.training.represented_ranks`) times every rank as the full
-    one on ``profile`` with ``gpu_model`` (default the profile's), but for the full simulation's ties between
-    identical ranks (that function's docstring): the ``waves`` model on its compiled loop (which takes a
+    one on ``profile`` with ``gpu_model`` (default the profile's; ties between identical ranks included: that
+    function's docstring): the ``waves`` model on its compiled loop (which takes a
     collective's links from its whole group; the Op-list loops refuse a symmetric Program), and either no
     transfer across nodes shares links (:func:`schedsim.network.share.shares_links`) or each GPU of a node has a
     NIC of its own and the fabric does not oversubscribe, so that no NIC or leaf uplink carries the transfers of

@@ -451,6 +451,8 @@ def _run_python(c, rules: gm.GpuRules, succ: list[list[int]],
             release(kops[k][0], t)
             return
         s = jsms[j]
+        # _cwaves.c next_wave: the kernel heading the FIFO takes the batch's SMs back at once for its next wave
+        wave_now = kleft[k] > s and not free[r] and pend[r] and pend[r][0][2] == k and r not in toplace
         free[r] += s
         held[r] -= s
         kbat[k] -= 1
@@ -469,6 +471,9 @@ def _run_python(c, rules: gm.GpuRules, succ: list[list[int]],
             else:
                 release(kops[k][0], t)
         toplace.add(r)
+        for q in [r] if wave_now else []:  # not the instant's end (rule wave-dispatch): now, as next_wave
+            toplace.discard(q)
+            place(q, t)
 
     # --- run -------------------------------------------------------------------------------------------------
     for i in range(N):
@@ -491,17 +496,15 @@ def _run_python(c, rules: gm.GpuRules, succ: list[list[int]],
             op_ready(-1 - j, t)
         elif ver == jver[j] and jrate[j] > 0.0:
             job_done(j, t)
-        else:
+        if heap and heap[0][0] <= t:  # rule wave-dispatch: placed once every event of the instant is done
             continue
-        if toplace:  # after every release of this event, so kernels handed over together go in program order
-            for r in sorted(toplace):
-                place(r, t)
-            toplace.clear()
-        if dirty:
-            order = sorted(dirty)
-            comm_rates(order)
-            rerate(order, t)
-            dirty.clear()
+        for r in sorted(toplace):  # after every release of the instant: kernels handed over together in program order
+            place(r, t)
+        toplace.clear()
+        order = sorted(dirty)  # none: nothing to rate
+        comm_rates(order)
+        rerate(order, t)
+        dirty.clear()
     return start, end, ready_t, deps_t, binding, khand
 
 
