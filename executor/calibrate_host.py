@@ -59,9 +59,8 @@ enqueue work). Plain PyTorch, written as a user would:
     ``torch.cuda.set_stream`` to a stream of its own timed with the first matmul: ``schedsim execute``'s lean loop
     (its first step) and the hand-written references (their ``issue()``) switch to their stream inside the timed
     window, and rule host-issue charges a rank's first op no stream switch. Formerly a synchronize and barrier, the
-    calls on the default stream: the first matmul of every eager case ran 1.9-9.6 µs over the model on one H100
-    (docs/validation.md, "one rule for the first call's under-charge? None found"). The same probe measured the
-    first linear at 42 µs against 24 µs later, and the first all_reduce at 82 µs against 45 µs.
+    calls on the default stream, which under-charged every eager case's first matmul (measured:
+    docs/validation.md, "one rule for the first call's under-charge? None found").
 ``collective_warmup_us`` (all ranks; a list)
     the first :data:`WARMUP_KEPT` of :data:`WARMUP_LAYERS` such GEMV + all_reduce layers timed right after the
     executor's own iteration start (:meth:`executor.clock.IterationClock.start`; the first with the switch to the

@@ -146,9 +146,9 @@ class NetworkModel:
         alone no algorithm (``NCCL_ALGO=NVLSTree`` runs only across nodes).
 
         ``measured``: ``ranks`` are timed by a measured table of their own (nccl-tests logs of this group and
-        nodes); then only a measured table of the node's ranks bounds them (0 otherwise). A model of the node's
-        part (``links.<class>`` alpha-beta, often assumed) overruled the log: ``pcie2`` with a 4-rank 2-node
-        all_reduce table, 1 MiB measured 203.2 µs, was timed 235.6 µs (2 MiB: 252.9 -> 441.2 µs).
+        nodes); then only a measured table of the node's ranks bounds them (0 otherwise): a model of the node's
+        part (``links.<class>`` alpha-beta, often assumed) must not overrule the group's own log
+        (tests/network/test_network.py; docs/validation.md, "break16a").
         """
         import numpy as np
 
