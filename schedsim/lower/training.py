@@ -518,7 +518,8 @@ def _held(t: TrainingSpec, plan: TrainingPlan, num_stages: int) -> dict[int, dic
     rep = tp_replicated_params_per_layer(t, plan)
     # the dense part; the experts' ("experts") reduce over their own group
     per = (_params_per_layer(t, plan) - ex - rep) / plan.tp + rep
-    held = stage_params(num_stages, 1, 0, hidden=t.hidden_size, seq=t.seq_length, vocab=plan.vocab, tp=plan.tp)
+    held = stage_params(num_stages, 1, 0, hidden=t.hidden_size, seq=t.seq_length, vocab=plan.vocab, tp=plan.tp,
+                        untied=t.untie_embeddings_and_output_weights)
     return {s: {**d, "layers": per * plan.stage_layers[s], "experts": ex / plan.tp * plan.stage_layers[s]}
             for s, d in held.items()}
 

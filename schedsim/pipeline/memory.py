@@ -32,7 +32,7 @@ BYTES_PER_PARAM = 16
 
 
 def stage_params(num_stages: int, layers_per_stage: int, params_per_layer: int, *, hidden: int, seq: int,
-                 vocab: int | None, tp: int = 1) -> dict[int, dict[str, int]]:
+                 vocab: int | None, tp: int = 1, untied: bool = False) -> dict[int, dict[str, int]]:
     """Parameter counts per stage (of one TP rank of ``tp``), split into ``layers``, ``embedding`` and ``lm_head``.
     With Megatron's tensor parallelism the word embeddings and the output layer are split over the TP ranks
     (``VocabParallelEmbedding``, ``ColumnParallelLinear``), the position embeddings and the final LayerNorm are
@@ -51,6 +51,12 @@ def stage_params(num_stages: int, layers_per_stage: int, params_per_layer: int, 
     tp : int
         Tensor-parallel ranks splitting ``V·h`` (1: the whole model's counts); V must be a multiple of tp, as
         Megatron pads it (``_vocab_size_with_padding``: a multiple of ``make_vocab_size_divisible_by · tp``).
+    untied : bool
+        ``untie_embeddings_and_output_weights``. With one stage and tied weights the output layer is the word
+        embedding itself (Megatron-LM ``gpt_model.py``: ``output_layer`` gets ``weight=None`` and the shared
+        embedding weight at run time), so ``lm_head`` holds only the final LayerNorm's ``2h``; with several stages
+        the last holds its own weight, untied, or a copy of the word embedding that ``embedding_grad_allreduce``
+        keeps equal (``setup_embeddings_and_output_layer``).
 
     Returns
     -------
@@ -64,7 +70,7 @@ def stage_params(num_stages: int, layers_per_stage: int, params_per_layer: int, 
             if s == 0:
                 d["embedding"] = vocab // tp * hidden + seq * hidden
             if s == num_stages - 1:
-                d["lm_head"] = vocab // tp * hidden + 2 * hidden
+                d["lm_head"] = (vocab // tp * hidden if untied or num_stages > 1 else 0) + 2 * hidden
         out[s] = d
     return out
 

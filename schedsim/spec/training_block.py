@@ -738,8 +738,9 @@ def memory_per_rank(t: TrainingSpec, plan: TrainingPlan) -> dict[str, float]:
     most microbatches in flight): ``params``, ``grads``, ``optimizer`` (Megatron's distributed-optimizer table) and
     ``activations`` (Korthikanti et al. 2022), keys in that order, plus ``total``; see the module docstring for
     the sources.
-    With pp = 1 the one stage also holds the untied output layer (``V·h/t`` more parameters, Megatron-LM
-    ``gpt_model.py`` ``output_layer`` when ``untie_embeddings_and_output_weights``). With ``use_torch_fsdp2`` the
+    The last stage chunk holds the final LayerNorm (``2h``, whole on every TP rank) and, with pp = 1, the untied
+    output layer (``V·h/t`` more parameters, Megatron-LM ``gpt_model.py`` ``output_layer`` when
+    ``untie_embeddings_and_output_weights``): :func:`schedsim.pipeline.memory.stage_params`. With ``use_torch_fsdp2`` the
     static bytes are :func:`fsdp_memory`'s (keys ``params``, ``grads``, ``optimizer``, ``gathered``).
 
     With uneven first/last stages (``decoder_first_pipeline_num_layers``, ``..._last_...``; no virtual stages) the
@@ -760,13 +761,16 @@ def _memory_of_rank(t: TrainingSpec, plan: TrainingPlan, rank: int) -> dict[str,
     # the rank's layers: its chunks rank, rank + pp, ... (virtual-stage order), which padding
     # (allow_padding_num_layers) leaves uneven
     lps = sum(plan.stage_layers[rank::plan.pp])
-    # the word embeddings split over tp (VocabParallelEmbedding), the position embeddings whole on every TP rank
-    # (Megatron-LM LanguageModelEmbedding: "Position embedding (serial)", a torch.nn.Embedding)
-    emb = plan.vocab * t.hidden_size / plan.tp + t.seq_length * t.hidden_size if rank == 0 else 0
+    # the embeddings on the first stage chunk, the final LayerNorm and the output layer (or the tied copy) on the
+    # last (schedsim.pipeline.memory.stage_params); the rank holds chunks rank, rank + pp, ...
+    from schedsim.pipeline.memory import stage_params
+
+    ns = plan.pp * plan.v
+    ends = stage_params(ns, 0, 0, hidden=t.hidden_size, seq=t.seq_length, vocab=plan.vocab, tp=plan.tp,
+                        untied=t.untie_embeddings_and_output_weights)
     # layer norms, row-parallel biases and the router whole on every TP rank (tp_replicated_params_per_layer)
-    n = lps * tp_rank_params_per_layer(t, plan) + emb
-    if (plan.pp == 1 and t.untie_embeddings_and_output_weights) or (plan.pp > 1 and rank == plan.pp - 1):
-        n += plan.vocab * t.hidden_size / plan.tp  # the output layer (memory_per_rank)
+    n = lps * tp_rank_params_per_layer(t, plan) + sum(ends[s]["embedding"] + ends[s]["lm_head"]
+                                                      for s in range(rank, ns, plan.pp))
     pb, gb, opt = {"bf16": (2, 4, 12), "fp16": (2, 2, 16), "fp32": (4, 4, 8)}[plan.dtype]
     ob = opt / (plan.dp * plan.cp) if t.use_distributed_optimizer else float(opt)
     # the experts' state is sharded over their own data-parallel group, dp·cp/ep ranks (Megatron-LM

@@ -461,9 +461,10 @@ def test_pipeline_picture_shows_the_first_replicas_pipeline_ranks() -> None:
 def test_gradient_buckets_follow_megatrons_ddp() -> None:
     """overlap_grad_reduce: buckets of at least 40 M parameters in backward order (Megatron's DDP), each reduced
     right after the last weight-gradient kernel (the QKV bias gradient) of the last microbatch that completes
-    it. h = 1280: a layer holds 12h² + 13h = 19,677,440 parameters; the W order is logits (V·h + 2h =
-    1,313,280), layers 3, 2 (40,668,160 ≥ 40 M: bucket 0), layers 1, 0 and the embedding (V·h + s·h =
-    1,351,680: bucket 1, 40,706,560), fp32 gradients under bf16."""
+    it. h = 1280: a layer holds 12h² + 13h = 19,677,440 parameters; the W order is logits (pp = 1 with tied
+    weights: no output weight of its own, Megatron's output layer reads the word embedding; the final LayerNorm's
+    2h = 2,560), layers 3, 2 (39,357,440 < 40 M), 1 (59,034,880: bucket 0), layer 0 and the embedding (V·h + s·h =
+    1,351,680, the one copy of the shared weight: bucket 1, 21,029,120), fp32 gradients under bf16."""
     text = TINY.replace("world_size: 8", "world_size: 2").replace("num_layers: 2", "num_layers: 4") \
         .replace("hidden_size: 64", "hidden_size: 1280").replace("num_attention_heads: 4", "num_attention_heads: 10") \
         .replace("global_batch_size: 8", "global_batch_size: 2").replace("tp: 2", "tp: 1") \
@@ -471,13 +472,13 @@ def test_gradient_buckets_follow_megatrons_ddp() -> None:
     r0 = [o for o in _ops(text) if o.rank == 0]
     names = [o.name for o in r0]
     b0, b1 = names.index("dp_grad_all_reduce_s0_b0"), names.index("dp_grad_all_reduce_s0_b1")
-    assert names[b0 - 2] == "B0.0.W.l2.qkv_bias_grad" and names[b1 - 2] == "B0.0.W.embedding_wgrad"
-    assert r0[b0].nbytes == 40_668_160 * 4 and r0[b1].nbytes == 40_706_560 * 4
+    assert names[b0 - 2] == "B0.0.W.l1.qkv_bias_grad" and names[b1 - 2] == "B0.0.W.embedding_wgrad"
+    assert r0[b0].nbytes == 59_034_880 * 4 and r0[b1].nbytes == 21_029_120 * 4
     assert r0[b0].group == (0, 1) and r0[b0].stream == "dp_comm"
     # each bucket scaled by 1/dp on the compute stream before its reduction (Megatron Core's start_grad_sync:
     # bucket.grad_data *= gradient_scaling_factor): read and write 4 bytes a parameter of the bucket; no tail pass
     assert [(names[b - 1], r0[b - 1].stream, r0[b - 1].nbytes) for b in (b0, b1)] == \
-        [("grad_buffer_scale_s0_b0", "compute", 8 * 40_668_160), ("grad_buffer_scale_s0_b1", "compute", 8 * 40_706_560)]
+        [("grad_buffer_scale_s0_b0", "compute", 8 * 59_034_880), ("grad_buffer_scale_s0_b1", "compute", 8 * 21_029_120)]
     assert "grad_buffer_scale" not in names
 
 
@@ -551,23 +552,26 @@ def test_memory_per_rank_keeps_the_position_embeddings_whole_on_every_tp_rank() 
     Megatron-LM ``RowParallelLinear``'s bias is "not parallelized"), so 2 · (49,600 / 2 + 384) = 50,368; half of
     the word embeddings (V = 1000 padded to 1024, a multiple of 128 · 2: 1024 · 64 / 2 = 32,768), but the whole
     position embeddings, 32 · 64 = 2,048 (Megatron-LM ``LanguageModelEmbedding``: "Position embedding (serial)", a
-    ``torch.nn.Embedding`` on every TP rank): 50,368 + 32,768 + 2,048 = 85,184 parameters, 2 bytes each under
-    bf16 (the count divided whole by tp gave 83,776; with the layers' whole 6h divided, 84,800)."""
+    ``torch.nn.Embedding`` on every TP rank), and the final LayerNorm whole, 2h = 128 (pp = 1: the one stage is
+    the last; tied weights: no output weight of its own): 50,368 + 32,768 + 2,048 + 128 = 85,312 parameters,
+    2 bytes each under bf16 (the count divided whole by tp gave 83,776; with the layers' whole 6h divided, 84,800;
+    without the final LayerNorm, 85,184)."""
     t = TrainingSpec(num_layers=2, hidden_size=64, num_attention_heads=4, seq_length=32, vocab_size=1000,
                      micro_batch_size=1, global_batch_size=1, bf16=True, tensor_model_parallel_size=2)
     m = memory_per_rank(t, training_plan(t, 2))
-    assert (m["params"], m["grads"], m["optimizer"]) == (2 * 85_184, 4 * 85_184, 12 * 85_184)
+    assert (m["params"], m["grads"], m["optimizer"]) == (2 * 85_312, 4 * 85_312, 12 * 85_312)
 
 
 def test_gradient_buckets_hold_a_tp_ranks_own_parameters() -> None:
     """The same model's one stage as the DP gradient buckets count it (``_stage_params``, which the buckets add up
-    to): layers 50,368 and embeddings 34,816 as above, and the output layer's half, 32,768, with the final
-    LayerNorm's whole 2h = 128: 118,080 (everything divided by tp gave (99,968 + 67,584 + 65,664) / 2 = 116,608)."""
+    to): layers 50,368 and embeddings 34,816 as above, and the final LayerNorm's whole 2h = 128; pp = 1 with tied
+    weights has no output weight of its own (Megatron's output layer reads the word embedding, whose gradient the
+    embedding's count holds once): 85,312, as memory_per_rank (counting the tied copy gave 118,080)."""
     from schedsim.lower.training import _stage_params
 
     t = TrainingSpec(num_layers=2, hidden_size=64, num_attention_heads=4, seq_length=32, vocab_size=1000,
                      micro_batch_size=1, global_batch_size=1, bf16=True, tensor_model_parallel_size=2)
-    assert _stage_params(t, training_plan(t, 2), 1) == {0: 118_080}
+    assert _stage_params(t, training_plan(t, 2), 1) == {0: 85_312}
 
 
 UNEVEN = """\
@@ -593,18 +597,19 @@ def test_uneven_stages_memory_counts_the_last_stages_output_layer(tmp_path: Path
     fc1 64·256 + 256, fc2 256·64 + 64, LayerNorms 4·64 = 49,984 parameters; 90,112 activation bytes a microbatch
     (tests/report/test_memory_uneven_stages.py). Rank 0: 1 layer + the word and position embeddings 1024·64 +
     32·64 (V padded to 1024) = 117,568 parameters, 2 microbatches in flight: 2,296,448 bytes. Rank 1: 3 layers + the
-    output layer's copy of the word embeddings 1024·64 = 215,488 parameters, 1 microbatch of 3 layers: 4,149,120
-    (without the output layer 2,969,472: 28 % short). The report names the stage."""
+    output layer's copy of the word embeddings 1024·64 + the final LayerNorm 2·64 = 215,616 parameters, 1
+    microbatch of 3 layers: 4,151,424 (without the output layer 2,971,776: 28 % short). The report names the
+    stage."""
     spec = load_text(UNEVEN)
     t = spec.training
     assert t is not None
     mem = memory_per_rank(t, training_plan(t, 2))
-    n = 3 * 49_984 + 1024 * 64
+    n = 3 * 49_984 + 1024 * 64 + 2 * 64
     assert mem == {"params": 2 * n, "grads": 4 * n, "optimizer": 12 * n, "activations": 3 * 90_112,
                    "total": 18 * n + 3 * 90_112, "stage": 1}
-    assert mem["total"] == 4_149_120
+    assert mem["total"] == 4_151_424
     path = tmp_path / "u.yaml"
     path.write_text(UNEVEN)
     r = CliRunner().invoke(app, ["predict", str(path), "--no-gantt", "--no-trace", "--out", str(tmp_path / "o")])
     assert r.exit_code == 0, r.output
-    assert "memory per GPU, pipeline stage 1 (the most loaded): params 420.88 KiB, grads 841.75 KiB" in r.output
+    assert "memory per GPU, pipeline stage 1 (the most loaded): params 421.12 KiB, grads 842.25 KiB" in r.output

@@ -50,8 +50,8 @@ def test_the_tiny_configuration_passes(tmp_path: Path) -> None:
 
 
 def test_memory_per_rank_by_hand() -> None:
-    """bf16, dp 2: every parameter a half shard. Parameters n = 2 layers + embedding + output layer
-    (``memory_per_rank`` counts the output layer as V·h) = 2·49,984 + 67,584 + 65,536 = 233,088; params and
+    """bf16, dp 2: every parameter a half shard. Parameters n = 2 layers + embedding + output layer V·h + final
+    LayerNorm 2h = 2·49,984 + 67,584 + 65,536 + 128 = 233,216; params and
     grads 2 bytes / 2, optimizer 12 bytes (fp32 main weight, two Adam moments) / 2; gathered: the largest two
     units that run one after the other (embedding 67,584 and layer 0 49,984 parameters) in bf16; activations as
     without FSDP."""
@@ -62,8 +62,8 @@ def test_memory_per_rank_by_hand() -> None:
     t = spec.training
     assert t is not None
     mem = memory_per_rank(t, training_plan(t, 2))
-    n = 2 * LAYER + EMB + 1024 * 64
-    assert n == 233_088
+    n = 2 * LAYER + EMB + 1024 * 64 + 2 * 64
+    assert n == 233_216
     assert mem["params"] == mem["grads"] == n and mem["optimizer"] == 6 * n
     assert mem["gathered"] == 2 * (EMB + LAYER) == 235_136
     plain = t.model_copy(update={"use_torch_fsdp2": False})
