@@ -134,7 +134,8 @@ def test_ring_ll_all_reduce_2x2():
     # (schedsim.network.exposed_ring): 6.6 + 4 x 1.0 + 2 x 5.0 = 20.6. NCCL's bandwidth (the ring graph's 4
     # channels): min(llMaxBw Intel 2 nodes 39.0, 96 x .5) = 39, x 4/6 = 26. It runs on fewer (enqueue.cc
     # topoGetAlgoInfo, from comm->nChannels = 2 x 4 = 8): ring LL threshold 8 x 4 ranks = 32 B/thread x 512
-    # threads = 16 KiB a channel > 4 KiB -> 1 of 8 channels, 1/8 of the graph's: min(39, 96 / 8 x .5) = 6, x 4/6 = 4 GB/s
+    # threads = 16 KiB a channel > 4 KiB -> 1 of 8 channels, 1/8 of the graph's: min(39, 96 / 8 x .5) = 6, x 4/6
+    # = 4 GB/s
     got = forced(TOPO22, "ring", "LL").collective("all_reduce", 4096, R4)
     assert got is not None and us(got) == pytest.approx(20.6 + 4096 / (1000 * 4.0), rel=1e-9)
     # 64 KiB = 4 x 16 KiB: 4 of 8 channels, min(39, 48 x .5) = 24, x 4/6 = 16 GB/s; 128 KiB keeps all 8: 26 GB/s
