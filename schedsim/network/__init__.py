@@ -271,11 +271,13 @@ TWO_NODE_TREE = 2.0
 #: ``hwLat[NET][TREE][p]`` (5.0, 8.5) with one, where "latencies are fully exposed" (its comment). A ring's LL and
 #: LL128 messages of few bytes have nothing in flight behind a network step on any number of GPUs a node: each of
 #: the ring's steps waits for the one before (:func:`net_crossings`), so the step is as exposed as with one GPU a
-#: node, and the run is timed with the tree's figure; NCCL still chooses with its own. Simple is left out: from
+#: node, and the run is timed with the tree's figure, at every size (a latency term; a size past which it fell would
+#: time a larger message faster); NCCL still chooses with its own. Simple is left out: from
 #: 2.23 its two figures are equal (14 µs), and before, the tree's 28 µs goes with a tree baseLat of 0, no network
 #: step of its own. Published, held out (benchmarks/accuracy/network_published.py): NVIDIA/nccl#812, 2 x 8 A100,
-#: NCCL_ALGO=Ring, 16 B, 93.3 µs, NCCL's figures 68.0; NVIDIA/nccl#1368, 5 x 8 H100 RoCE, NCCL_ALGO=Ring,
-#: 1 MiB, 354.9 µs, NCCL's figures 218.9 (docs/validation.md, "net35q").
+#: NCCL_ALGO=Ring, 16 B, 93.3 µs where NCCL's estimate (2.30.7's constants) is 68.0; NVIDIA/nccl#1368, 5 x 8 H100
+#: RoCE, NCCL 2.20, NCCL_ALGO=Ring, 1 MiB, 354.9 µs where NCCL 2.20.3's estimate is 194.8 (docs/validation.md,
+#: "net35q").
 EXPOSED_RING_PROTOS = ("LL", "LL128")
 
 
