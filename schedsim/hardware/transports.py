@@ -26,8 +26,9 @@ TRANSPORT_LATENCY: dict[str, tuple[float, str, str] | None] = {
     "infiniband": (0.0, "assumed", "NCCL's hwLat constants were set on InfiniBand; fitted check 0.26 us a crossing "
                    "on NVIDIA/nccl-tests#309 (2 x 8 H100, 8x 400G NDR, all_reduce 8 B..4 KiB), within that log's "
                    "noise"),
-    "roce": (2.41, "fitted", "fitted on skypilot-org/skypilot examples/gcp_gpu_direct_tcpx/README.md, SkyPilot's "
-             "all_gather on 2x a3-ultragpu-8g (8 H200, 8x 400G RoCE), 1..4 KiB; checked on the same README's GCP "
+    "roce": (1.26, "fitted", "fitted on skypilot-org/skypilot examples/gcp_gpu_direct_tcpx/README.md, SkyPilot's "
+             "all_gather on 2x a3-ultragpu-8g (8 H200, 8x 400G RoCE), 1..4 KiB, with a ring's LL network step at "
+             "the tree's hwLat (schedsim.network.exposed_ring; 2.41 before it); checked on the same README's GCP "
              "run (2.26.6)"),
     "tcpxo": (37.33, "fitted", "fitted on lessizzmore/create-a3mega-ztan-fork ztan-NCCL-test-result, all_reduce on "
               "2x a3-megagpu-8g (8 H100, GPUDirect-TCPXO), 8 B..4 KiB, under Google's TCPXO NCCL environment that "

@@ -37,6 +37,7 @@ from schedsim.kinds import KINDS
 from schedsim.network.pcie import path_bandwidth
 from schedsim.network.tuning import (
     NO_CHANNEL_ENV,
+    PROTOS,
     ChannelEnv,
     Graph,
     TuneInput,
@@ -62,7 +63,7 @@ if TYPE_CHECKING:
     from schedsim.hardware.profile import HardwareProfile
 
 __all__ = ["CollectiveCost", "NcclNetwork", "GroupShape", "fewest_graph", "net_crossings", "rank_nodes",
-           "dtree_parents", "tree_depths", "TWO_NODE_TREE", "tree_run_scale"]
+           "dtree_parents", "tree_depths", "TWO_NODE_TREE", "tree_run_scale", "EXPOSED_RING_PROTOS", "exposed_ring"]
 
 _Table = dict[tuple[str, str], tuple[float, float]]
 
@@ -264,6 +265,20 @@ def tree_depths(parent: np.ndarray, leaves: tuple[int, ...], hop: float, spine: 
 #: tests/data/nccl_tests_309_h100_2x8_ib.log, x 2 would take tree/LL 128 KiB from -0.3 % to -17.7 % and tree/LL128
 #: 512 KiB from -29.9 to -33.7 %).
 TWO_NODE_TREE = 2.0
+#: Protocols whose ring network step is timed at the tree's network hwLat (:func:`exposed_ring`). NCCL's model
+#: (``ncclTopoTuneModel``, src/graph/tuning.cc, from 2.23.4 (commit 68b54236) to 2.30.7) gives a ring's network
+#: step two latencies: ``hwLat[NET][RING][p]`` (LL 2.7, LL128 4.0 µs) with more than one GPU a node, and the tree's
+#: ``hwLat[NET][TREE][p]`` (5.0, 8.5) with one, where "latencies are fully exposed" (its comment). A ring's LL and
+#: LL128 messages of few bytes have nothing in flight behind a network step on any number of GPUs a node: each of
+#: the ring's steps waits for the one before (:func:`net_crossings`), so the step is as exposed as with one GPU a
+#: node, and the run is timed with the tree's figure, at every size (a latency term; a size past which it fell would
+#: time a larger message faster); NCCL still chooses with its own. Simple is left out: from
+#: 2.23 its two figures are equal (14 µs), and before, the tree's 28 µs goes with a tree baseLat of 0, no network
+#: step of its own. Published, held out (benchmarks/accuracy/network_published.py): NVIDIA/nccl#812, 2 x 8 A100,
+#: NCCL_ALGO=Ring, 16 B, 93.3 µs where NCCL's estimate (2.30.7's constants) is 68.0; NVIDIA/nccl#1368, 5 x 8 H100
+#: RoCE, NCCL 2.20, NCCL_ALGO=Ring, 1 MiB, 354.9 µs where NCCL 2.20.3's estimate is 194.8 (docs/validation.md,
+#: "net35q").
+EXPOSED_RING_PROTOS = ("LL", "LL128")
 
 
 def tree_run_scale(func: str, nodes: int, ranks: int, proto: str = "Simple") -> float:
@@ -278,6 +293,25 @@ def tree_run_scale(func: str, nodes: int, ranks: int, proto: str = "Simple") -> 
     return TWO_NODE_TREE if one_edge and proto in ("Simple", "LL128") else 1.0
 
 
+def exposed_ring(t: TuneInput) -> TuneInput:
+    """``t`` with a ring's network step in :data:`EXPOSED_RING_PROTOS` timed at the tree's network hwLat of
+    ``t.consts`` (``hwLat[NET][TREE][p]``, µs), where the group spans nodes and ``t.hw_inter`` (the profile's
+    ``nics.timing``) gives no ring figure of its own; ``t`` itself on one node. For the run's time only
+    (:func:`timing_table`), not NCCL's choice.
+
+    >>> t = TuneInput(16, 2, "hopper", "nvlink", "intel", Graph(16, 22.5, 22.5), None)
+    >>> exposed_ring(t).hw_inter   # LL 5.0 and LL128 8.5 us, the tree's, for the ring's 2.7 and 4.0
+    {('ring', 'LL'): 5.0, ('ring', 'LL128'): 8.5}
+    >>> exposed_ring(replace(t, hw_inter={("ring", "LL"): 3.0})).hw_inter[("ring", "LL")]   # a profile's own
+    3.0
+    """
+    if t.nodes < 2:
+        return t
+    net_tree = t.consts.hw_lat["net"]["tree"]
+    exposed = {("ring", p): net_tree[PROTOS.index(p)] for p in EXPOSED_RING_PROTOS}
+    return replace(t, hw_inter={**exposed, **(t.hw_inter or {})})
+
+
 def timing_table(func: str, t: TuneInput) -> dict[tuple[str, str], tuple[float, float]]:
     """``(latency µs, bandwidth GB/s)`` per enabled (algorithm, protocol), as :func:`~schedsim.network.tuning.tune`
     gives them, to time a run rather than choose it: for a release before 2.28 (``t.consts.nvls_eff`` None) NVLS
@@ -289,8 +323,9 @@ def timing_table(func: str, t: TuneInput) -> dict[tuple[str, str], tuple[float, 
     (:meth:`NcclNetwork.collective`). Published: 8 x GB200 of one rack, NVLS, NCCL 2.27.3: 18.97 ms at 8 GiB
     (453 GB/s algbw); 2.27.3's estimate 532 GB/s, 2.28.3's 411 (``benchmarks/accuracy/network_published.py``).
     A tree all_reduce of two ranks on two nodes runs Simple and LL128 at :data:`TWO_NODE_TREE` times its estimated
-    bandwidth (:func:`tree_run_scale`)."""
-    got = tune(func, t)
+    bandwidth (:func:`tree_run_scale`). Across nodes a ring's LL and LL128 network step takes the tree's network
+    hwLat (:func:`exposed_ring`)."""
+    got = tune(func, exposed_ring(t))
     if tree_run_scale(func, t.nodes, t.ranks) != 1.0:
         got = {key: (v[0], v[1] * tree_run_scale(func, t.nodes, t.ranks, key[1])) if key[0] == "tree" else v
                for key, v in got.items()}
@@ -586,7 +621,7 @@ class NcclNetwork:
         timed = table
         ti = self._timed_input(shape, t, intra, inter, bus)
         two_node_tree = tree_run_scale(func, t.nodes, t.ranks) != 1.0
-        if intra or inter or bus or ti.lat_hop or t.consts.nvls_eff is None or two_node_tree:
+        if intra or inter or bus or ti.lat_hop or t.consts.nvls_eff is None or two_node_tree or t.nodes > 1:
             full = timing_table(func, ti)
             timed = {k: full[k] for k in table}
         return table, timed, t

@@ -29,7 +29,7 @@ def with_nics(tmp_path: Path, **nics: object) -> Path:
 
 def test_shipped_profiles_name_their_transport() -> None:
     # h200: 8x 400 GbE RoCE (issue 35's run); dgx_h100, dgx_a100: NDR / HDR InfiniBand; a3_mega: GPUDirect-TCPXO
-    want = {"h200": ("roce", 2.41), "dgx_h100": ("infiniband", 0.0), "dgx_a100": ("infiniband", 0.0),
+    want = {"h200": ("roce", 1.26), "dgx_h100": ("infiniband", 0.0), "dgx_a100": ("infiniband", 0.0),
             "a3_mega": ("tcpxo", 37.33), "gb200_nvl72": (None, 0.0)}
     for name, (kind, lat) in want.items():
         nics = load_profile(name).topology.nics
@@ -45,7 +45,7 @@ def test_a_stated_transport_latency_overrides_the_transports(tmp_path: Path) -> 
     p = load_profile(str(with_nics(tmp_path, transport="tcpxo", transport_latency_us=5.0)))
     assert p.topology.nics is not None and p.topology.nics.transport_latency_us == 5.0
     p = load_profile(str(with_nics(tmp_path, transport="roce")))
-    assert p.topology.nics is not None and p.topology.nics.transport_latency_us == 2.41
+    assert p.topology.nics is not None and p.topology.nics.transport_latency_us == 1.26
 
 
 @pytest.mark.parametrize("kind", ["efa", "tcpx", "socket"])

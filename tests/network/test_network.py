@@ -123,23 +123,26 @@ def test_ring_simple_all_reduce_2x2():
 
 
 def test_ring_ll128_all_reduce_2x2():
-    # bus = min(96 x .92, 4 x 36.7) = 88.32, x 4/6 = 58.88. lat = 14.0 + 4 x max(1.9, 1.0) + 2 x 4.0 = 29.6
+    # bus = min(96 x .92, 4 x 36.7) = 88.32, x 4/6 = 58.88. NCCL's lat = 14.0 + 4 x max(1.9, 1.0) + 2 x 4.0 = 29.6;
+    # the run's network steps at the tree's 8.5 (schedsim.network.exposed_ring): 14.0 + 4 x 1.9 + 2 x 8.5 = 38.6
     got = forced(TOPO22, "ring", "LL128").collective("all_reduce", 1 * MiB, R4)
-    assert got is not None and us(got) == pytest.approx(29.6 + MiB / (1000 * 58.88), rel=1e-9)
+    assert got is not None and us(got) == pytest.approx(38.6 + MiB / (1000 * 58.88), rel=1e-9)
 
 
 def test_ring_ll_all_reduce_2x2():
-    # lat = 6.6 + 4 x max(.6, 1.0) + 2 x 2.7 = 16.0. NCCL's bandwidth (the ring graph's 4 channels): min(llMaxBw
-    # Intel 2 nodes 39.0, 96 x .5) = 39, x 4/6 = 26. It runs on fewer (enqueue.cc topoGetAlgoInfo, from
-    # comm->nChannels = 2 x 4 = 8): ring LL threshold 8 x 4 ranks = 32 B/thread x 512 threads = 16 KiB a channel
-    # > 4 KiB -> 1 of 8 channels, 1/8 of the graph's: min(39, 96 / 8 x .5) = 6, x 4/6 = 4 GB/s
+    # NCCL's lat = 6.6 + 4 x max(.6, 1.0) + 2 x 2.7 = 16.0; the run's network steps at the tree's 5.0
+    # (schedsim.network.exposed_ring): 6.6 + 4 x 1.0 + 2 x 5.0 = 20.6. NCCL's bandwidth (the ring graph's 4
+    # channels): min(llMaxBw Intel 2 nodes 39.0, 96 x .5) = 39, x 4/6 = 26. It runs on fewer (enqueue.cc
+    # topoGetAlgoInfo, from comm->nChannels = 2 x 4 = 8): ring LL threshold 8 x 4 ranks = 32 B/thread x 512
+    # threads = 16 KiB a channel > 4 KiB -> 1 of 8 channels, 1/8 of the graph's: min(39, 96 / 8 x .5) = 6, x 4/6
+    # = 4 GB/s
     got = forced(TOPO22, "ring", "LL").collective("all_reduce", 4096, R4)
-    assert got is not None and us(got) == pytest.approx(16.0 + 4096 / (1000 * 4.0), rel=1e-9)
+    assert got is not None and us(got) == pytest.approx(20.6 + 4096 / (1000 * 4.0), rel=1e-9)
     # 64 KiB = 4 x 16 KiB: 4 of 8 channels, min(39, 48 x .5) = 24, x 4/6 = 16 GB/s; 128 KiB keeps all 8: 26 GB/s
     got = forced(TOPO22, "ring", "LL").collective("all_reduce", 65536, R4)
-    assert got is not None and us(got) == pytest.approx(16.0 + 65536 / (1000 * 16.0), rel=1e-9)
+    assert got is not None and us(got) == pytest.approx(20.6 + 65536 / (1000 * 16.0), rel=1e-9)
     got = forced(TOPO22, "ring", "LL").collective("all_reduce", 131072, R4)
-    assert got is not None and us(got) == pytest.approx(16.0 + 131072 / (1000 * 26.0), rel=1e-9)
+    assert got is not None and us(got) == pytest.approx(20.6 + 131072 / (1000 * 26.0), rel=1e-9)
 
 
 def test_medium_ring_simple_runs_on_fewer_channels_2x2():
@@ -378,15 +381,16 @@ def test_ring_all_gather_and_pat_one_gpu_per_node():
 def test_nccl_picks_the_least_time():
     net = NcclNetwork(profile(TOPO22))
     # 4 KiB: NCCL's estimate ring LL 16.0 + 4096 / 26000 = 16.16 us, less than tree LL's 18.50 and every other
-    # pair's latency; it runs on 1 of 8 channels (test_ring_ll_all_reduce_2x2): 16.0 + 4096 / 4000
+    # pair's latency; it runs on 1 of 8 channels, its network steps at the tree's 5.0 us
+    # (test_ring_ll_all_reduce_2x2): 20.6 + 4096 / 4000
     small = net.collective("all_reduce", 4096, R4)
     assert small is not None and (small.algo, small.proto) == ("ring", "LL")
-    assert us(small) == pytest.approx(16.0 + 4096 / (1000 * 4.0), rel=1e-9)
+    assert us(small) == pytest.approx(20.6 + 4096 / (1000 * 4.0), rel=1e-9)
     # 16 MiB: ring LL128 29.6 + 16 MiB / 58.88 = 314.5 us; ring Simple 332.1, NVLS-tree 375.2, tree LL128 483,
-    # tree Simple 542, ring LL 645
+    # tree Simple 542, ring LL 645; run with its network steps at the tree's 8.5 us (test_ring_ll128_all_reduce_2x2)
     big = net.collective("all_reduce", 16 * MiB, R4)
     assert big is not None and (big.algo, big.proto) == ("ring", "LL128")
-    assert us(big) == pytest.approx(29.6 + 16 * MiB / (1000 * 58.88), rel=1e-9)
+    assert us(big) == pytest.approx(38.6 + 16 * MiB / (1000 * 58.88), rel=1e-9)
 
 
 # ---- send/recv and all_to_all through the NICs ----------------------------------------------------------------
@@ -502,12 +506,12 @@ def test_transport_latency_times_each_network_crossing_of_the_chosen_algorithm_2
     # 3 us a network crossing on the NIC tier (topology.nics.transport_latency_us), which NCCL does not see.
     # ring LL 4 KiB (NCCL's pick, test_nccl_picks_the_least_time): the 2(n - 1) = 6 steps of a chain, every
     # other edge crossing a node boundary (0-1 | 1-2 | 2-3 | 3-0), cross 3 of them (1-2, 3-0, 1-2), not 4:
-    # 16.0 + 3 x 3 = 25.0, on 1 of 8 channels (4 GB/s)
+    # 20.6 (test_ring_ll_all_reduce_2x2) + 3 x 3 = 29.6, on 1 of 8 channels (4 GB/s)
     topo = hopper(2, 2)
     topo["nics"] = {**topo["nics"], "transport_latency_us": 3.0}
     got = NcclNetwork(profile(topo)).collective("all_reduce", 4096, R4)
     assert got is not None and (got.algo, got.proto) == ("ring", "LL")
-    assert us(got) == pytest.approx(25.0 + 4096 / (1000 * 4.0), rel=1e-9)
+    assert us(got) == pytest.approx(29.6 + 4096 / (1000 * 4.0), rel=1e-9)
     # one rank a node (ranks 0 and 2): the ring's 2 steps both cross, 2 x 3 us, not 2 x nodes = 4 crossings
     ring = forced(topo, "ring", "LL")
     bare = forced(hopper(2, 2), "ring", "LL")

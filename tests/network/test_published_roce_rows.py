@@ -20,8 +20,8 @@ def test_a_row_on_roce_takes_the_roce_figure_and_its_busbw_as_time() -> None:
     n = _published()
     ar, sr = [r for r in n.ROWS if "nccl#2409" in r.run]
     nics = n.profile_for(ar).topology.nics
-    # dgx_h100 states InfiniBand (0 us a crossing); the row's RoCE takes TRANSPORT_LATENCY["roce"], 2.41 us
-    assert (nics.transport, nics.transport_latency_us, nics.per_node, nics.bandwidth_Gbps) == ("roce", 2.41, 8, 400.0)
+    # dgx_h100 states InfiniBand (0 us a crossing); the row's RoCE takes TRANSPORT_LATENCY["roce"], 1.26 us
+    assert (nics.transport, nics.transport_latency_us, nics.per_node, nics.bandwidth_Gbps) == ("roce", 1.26, 8, 400.0)
     stated = replace(ar, topology={"nics": {"transport": "roce", "transport_latency_us": 5.0}})
     assert n.profile_for(stated).topology.nics.transport_latency_us == 5.0
     # busbw -> nccl-tests time: all_reduce 2^30 B x 2 x 15/16 / 456 GB/s; sendrecv 2^30 B / 48.4 GB/s
@@ -47,6 +47,7 @@ def test_the_crossings_behind_a_needed_figure_2x8() -> None:
     assert at(issue, 1.0) - at(issue, 0.0) == pytest.approx(2.0)
     assert at(ring, 1.0) - at(ring, 0.0) == pytest.approx(4.0)
     assert at(gather, 1.0) - at(gather, 0.0) == pytest.approx(2.0)
-    # so the issue's 45 us needs (45 - t0) / 2 under NCCL's choice and (45 - t0) / 4 under NCCL_ALGO=Ring
+    # so the issue's 45 us needs (45 - t0) / 2 under NCCL's choice and (45 - t0) / 4 under NCCL_ALGO=Ring (its
+    # network steps at the tree's 5.0 us, schedsim.network.exposed_ring: t0 44.77 us, 40.17 with NCCL's 2.7)
     assert (45.0 - at(issue, 0.0)) / 2 == pytest.approx(9.69, abs=0.01)
-    assert (45.0 - at(ring, 0.0)) / 4 == pytest.approx(1.21, abs=0.01)
+    assert (45.0 - at(ring, 0.0)) / 4 == pytest.approx(0.06, abs=0.01)

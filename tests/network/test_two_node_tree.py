@@ -74,10 +74,12 @@ def test_two_nodes_tree_ll128_runs_at_its_bus_bandwidth():
 
 
 def test_two_gpus_a_node_keep_nccls_estimate():
-    # 2 nodes x 2 GPUs: the chain's GPUs send up and down through NVLink; NCCL's estimate stands (every pair)
+    # 2 nodes x 2 GPUs: the chain's GPUs send up and down through NVLink; NCCL's estimate stands (every tree pair;
+    # the ring's LL and LL128 network steps are timed at the tree's hwLat, schedsim.network.exposed_ring)
     net = forced(hopper(2, 2), "tree", "Simple")
     t = net.tune_input(net.shape((0, 1, 2, 3)))
-    assert timing_table("allreduce", t) == tune("allreduce", t)
+    timed, nccl = timing_table("allreduce", t), tune("allreduce", t)
+    assert {k: v for k, v in timed.items() if k[0] == "tree"} == {k: v for k, v in nccl.items() if k[0] == "tree"}
 
 
 @settings(max_examples=60, deadline=None, derandomize=True)
