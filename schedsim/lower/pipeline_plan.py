@@ -459,7 +459,7 @@ class StageCost:
 
     ``params_stage``: parameters of one stage's transformer layers; ``params``: per stage, every parameter it
     holds (its layers, the word and position embedding on the first stage, the final LayerNorm and the output
-    layer on the last: :func:`schedsim.pipeline.memory.stage_params`), empty without a ``transformer``;
+    layer on the last: :func:`schedsim.spec.pipeline_block.stage_params`), empty without a ``transformer``;
     ``emb_bytes``: the word embedding's bytes (V·h·element size), what the tied-embedding all-reduce moves;
     ``stage_mem_bytes``: per stage, the activations its chunk stores per microbatch where the stages differ
     (empty: every stage stores ``mem_bytes``; :attr:`PipelineInfo.stage_activation_memory_bytes`).
@@ -492,7 +492,7 @@ def stage_cost(spec: ScheduleSpec, pb: PipelineSpec, num_stages: int) -> StageCo
     if t.layers % num_stages:
         raise block_error(spec, f"{t.layers} layers do not split evenly over {num_stages} stages",
                    "pipeline.transformer.layers", f"use a multiple of p·v = {num_stages}")
-    from schedsim.pipeline.memory import stage_params
+    from schedsim.spec.pipeline_block import stage_params
 
     lps = t.layers // num_stages
     e = DTYPE_BYTES[t.dtype]
@@ -511,7 +511,8 @@ def block_info(pb: PipelineSpec, plan: PipelinePlan, cost: StageCost) -> Pipelin
     t = pb.transformer
     memory = None
     if t is not None:
-        from schedsim.pipeline.memory import stage_params, static_memory
+        from schedsim.pipeline.memory import static_memory
+        from schedsim.spec.pipeline_block import stage_params
 
         ns = plan.num_stages
         memory = static_memory(stage_params(ns, t.layers // ns, _params_per_layer(t), hidden=t.hidden,

@@ -505,13 +505,13 @@ def _transformer(t: TrainingSpec, plan: TrainingPlan) -> TransformerSpec:
 
 
 def _held(t: TrainingSpec, plan: TrainingPlan, num_stages: int) -> dict[int, dict[str, float]]:
-    """Parameters one TP rank holds per stage chunk, split as :func:`schedsim.pipeline.memory.stage_params`
+    """Parameters one TP rank holds per stage chunk, split as :func:`schedsim.spec.pipeline_block.stage_params`
     splits them (layers, embedding on the first, output layer on the last when untied or, tied, Megatron's copy
     of the word embedding there; the position embeddings and final LayerNorm whole), with each stage's own layer
     count (uneven first/last stages), a layer's LayerNorms, row-parallel biases and router whole on every TP rank
     (:func:`~schedsim.spec.training_block.tp_replicated_params_per_layer`); ``experts``: the layers' expert
     parameters one EP rank holds (0 for a dense model) over tp, apart from ``layers``."""
-    from schedsim.pipeline.memory import stage_params
+    from schedsim.spec.pipeline_block import stage_params
     from schedsim.spec.training_block import _params_per_layer, expert_params_per_layer, tp_replicated_params_per_layer
 
     ex = expert_params_per_layer(t, plan)

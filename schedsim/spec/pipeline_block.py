@@ -62,7 +62,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from schedsim._pydantic import no_bool_numbers, plugins_off
 from schedsim.units import DTYPE_BYTES
 
-__all__ = ["PipelineSpec", "TransformerSpec", "StageOps"]
+__all__ = ["PipelineSpec", "TransformerSpec", "StageOps", "stage_params"]
 
 
 # Default factories are lambdas, not list or dict: see the note in schedsim.spec.model. The models are built
@@ -385,3 +385,47 @@ def _act_memory_per_layer(t: TransformerSpec) -> int:
     """Korthikanti et al. 2022 (arXiv 2205.05198) eq. 2: s·b·h·(34 + 5·a·s/h) bytes, 16-bit, no recompute."""
     s, b, h, a = t.seq, t.micro_batch, t.hidden, t.heads
     return int(s * b * h * (34 + 5 * a * s / h))
+
+
+def stage_params(num_stages: int, layers_per_stage: int, params_per_layer: int, *, hidden: int, seq: int,
+                 vocab: int | None, tp: int = 1, untied: bool = False) -> dict[int, dict[str, int]]:
+    """Parameter counts per stage (of one TP rank of ``tp``), split into ``layers``, ``embedding`` and ``lm_head``.
+    With Megatron's tensor parallelism the word embeddings and the output layer are split over the TP ranks
+    (``VocabParallelEmbedding``, ``ColumnParallelLinear``), the position embeddings and the final LayerNorm are
+    whole on each (``LanguageModelEmbedding``: "Position embedding (serial)"; a plain LayerNorm).
+
+    Parameters
+    ----------
+    num_stages : int
+        Pipeline stages p·v.
+    layers_per_stage, params_per_layer : int
+        Transformer layers on each stage and parameters of one layer (on one TP rank).
+    hidden, seq : int
+        h and s.
+    vocab : int or None
+        Padded vocabulary V; None leaves out embedding and LM head.
+    tp : int
+        Tensor-parallel ranks splitting ``V·h`` (1: the whole model's counts); V must be a multiple of tp, as
+        Megatron pads it (``_vocab_size_with_padding``: a multiple of ``make_vocab_size_divisible_by · tp``).
+    untied : bool
+        ``untie_embeddings_and_output_weights``. With one stage and tied weights the output layer is the word
+        embedding itself (Megatron-LM ``gpt_model.py``: ``output_layer`` gets ``weight=None`` and the shared
+        embedding weight at run time), so ``lm_head`` holds only the final LayerNorm's ``2h``; with several stages
+        the last holds its own weight, untied, or a copy of the word embedding that ``embedding_grad_allreduce``
+        keeps equal (``setup_embeddings_and_output_layer``).
+
+    Returns
+    -------
+    dict
+        stage -> {"layers": n, "embedding": n, "lm_head": n} (parameter counts, not bytes).
+    """
+    out = {}
+    for s in range(num_stages):
+        d = {"layers": layers_per_stage * params_per_layer, "embedding": 0, "lm_head": 0}
+        if vocab:
+            if s == 0:
+                d["embedding"] = vocab // tp * hidden + seq * hidden
+            if s == num_stages - 1:
+                d["lm_head"] = (vocab // tp * hidden if untied or num_stages > 1 else 0) + 2 * hidden
+        out[s] = d
+    return out

@@ -740,8 +740,9 @@ def memory_per_rank(t: TrainingSpec, plan: TrainingPlan) -> dict[str, float]:
     the sources.
     The last stage chunk holds the final LayerNorm (``2h``, whole on every TP rank) and, with pp = 1, the untied
     output layer (``V·h/t`` more parameters, Megatron-LM ``gpt_model.py`` ``output_layer`` when
-    ``untie_embeddings_and_output_weights``): :func:`schedsim.pipeline.memory.stage_params`. With ``use_torch_fsdp2`` the
-    static bytes are :func:`fsdp_memory`'s (keys ``params``, ``grads``, ``optimizer``, ``gathered``).
+    ``untie_embeddings_and_output_weights``): :func:`schedsim.spec.pipeline_block.stage_params`. With
+    ``use_torch_fsdp2`` the static bytes are :func:`fsdp_memory`'s (keys ``params``, ``grads``, ``optimizer``,
+    ``gathered``).
 
     With uneven first/last stages (``decoder_first_pipeline_num_layers``, ``..._last_...``; no virtual stages) the
     first stage need not be the most loaded: each pipeline rank r is counted with its own layers and
@@ -762,8 +763,8 @@ def _memory_of_rank(t: TrainingSpec, plan: TrainingPlan, rank: int) -> dict[str,
     # (allow_padding_num_layers) leaves uneven
     lps = sum(plan.stage_layers[rank::plan.pp])
     # the embeddings on the first stage chunk, the final LayerNorm and the output layer (or the tied copy) on the
-    # last (schedsim.pipeline.memory.stage_params); the rank holds chunks rank, rank + pp, ...
-    from schedsim.pipeline.memory import stage_params
+    # last (schedsim.spec.pipeline_block.stage_params); the rank holds chunks rank, rank + pp, ...
+    from schedsim.spec.pipeline_block import stage_params
 
     ns = plan.pp * plan.v
     ends = stage_params(ns, 0, 0, hidden=t.hidden_size, seq=t.seq_length, vocab=plan.vocab, tp=plan.tp,
