@@ -189,12 +189,12 @@ class NetworkModel:
     def cost(self, kind: str, nbytes: float, ranks: tuple[int, ...],
              comm: tuple[int, ...] | None = None) -> CollectiveCost | None:
         """The NCCL model's cost of collective or p2p ``kind`` over ``ranks`` (two or more; a send/recv's are
-        ``(src, dst)``, run on the communicator of ranks ``comm``: None, its pair's own, torch's for a lone
-        send/recv; :meth:`schedsim.network.NcclNetwork.p2p`) with its algorithm and protocol, on a profile with ``topology.scale_up``
-        (:class:`schedsim.network.NcclNetwork`); None on other profiles, and for a group the profile leaves to
-        its tables (a measured table for the kind, size and nodes: :meth:`has_table`; or inside one node with
-        ``topology.nccl_within_node`` false). A collective across nodes takes at least the time of the same one on
-        its fullest node's ranks (:meth:`_node_floor`)."""
+        ``(src, dst)``, run on the communicator of ranks ``comm``: None, its pair's own, torch's for a lone send/recv;
+        :meth:`schedsim.network.NcclNetwork.p2p`) with its algorithm and protocol, on a profile with
+        ``topology.scale_up`` (:class:`schedsim.network.NcclNetwork`); None on other profiles, and for a group the
+        profile leaves to its tables (a measured table for the kind, size and nodes: :meth:`has_table`; or inside
+        one node with ``topology.nccl_within_node`` false). A collective across nodes takes at least the time of the
+        same one on its fullest node's ranks (:meth:`_node_floor`)."""
         if self._net is None or len(ranks) < 2:
             return None
         if kind in P2P_KINDS:
