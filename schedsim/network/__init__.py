@@ -856,8 +856,11 @@ class NcclNetwork:
         """One send/recv of ``nbytes`` from rank ``src`` to rank ``dst``: across nodes through the sender's
         NIC (rail; NCCL's PXN), inside a node over the scale-up domain (:meth:`_p2p_terms`), Simple on the
         channels NCCL gives it in communicator ``comm`` (:meth:`p2p_channels`; None: the pair's own two-rank
-        communicator, torch's for a lone send/recv)."""
+        communicator, torch's for a lone send/recv; also where ``comm`` spans nodes on a profile without
+        ``topology.nics``, whose network NCCL's channel rules cannot see)."""
         shape = self.shape((src, dst) if src != dst else (src,))
+        if comm is not None and self.topo.nics is None and self.shape(comm).nodes > 1:
+            comm = None
         ranks = comm if comm is not None else (src, dst) if src != dst else (src,)
         inter = shape.nodes > 1
         ch = self.p2p_channels(nbytes, ranks) if len(ranks) > 1 else None
