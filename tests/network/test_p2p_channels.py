@@ -112,3 +112,16 @@ def test_batch_communicators_are_the_ranks_batches_connect():
     got = _batch_comms(src, dst, 6)
     assert got == {0: (0, 1, 2), 1: (0, 1, 2), 2: (0, 1, 2), 4: (4, 5), 5: (4, 5)}
     assert _batch_comms(src[:0], dst[:0], 6) == {}
+
+
+def test_a_communicator_across_nodes_without_nics_falls_back_to_the_pair():
+    # a profile without topology.nics cannot time the network: a batched send inside a node whose communicator
+    # spans nodes is timed on the pair's communicator (16 channels), not refused
+    from schedsim.hardware.profile import HardwareProfile
+    from schedsim.network import NcclNetwork
+
+    d = yaml.safe_load((ROOT / "schedsim/hardware/profiles/dgx_a100.yaml").read_text())
+    del d["topology"]["nics"]
+    net = NcclNetwork(HardwareProfile.model_validate(d))
+    assert net.p2p(0, 1, 25e6, tuple(range(16))).seconds == net.p2p(0, 1, 25e6).seconds
+    assert net.p2p_channels(25e6, (0, 1)) == 16
