@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
+from schedsim.arrays import unique
 from schedsim.errors import DeadlockError
 from schedsim.gpu import host as gh
 from schedsim.gpu import kernels as gk
@@ -200,7 +201,7 @@ def _batch_comms(src: np.ndarray, dst: np.ndarray, world: int) -> dict[int, tupl
             if ra != rb:
                 parent[max(ra, rb)] = min(ra, rb)
     members: dict[int, list[int]] = {}
-    used = np.unique(np.concatenate([src, dst])).tolist() if len(src) else []
+    used = unique(np.concatenate([src, dst]).astype(I64))[0].tolist() if len(src) else []
     for r in used:
         members.setdefault(root(r), []).append(r)
     return {r: tuple(members[root(r)]) for r in used}
@@ -208,7 +209,7 @@ def _batch_comms(src: np.ndarray, dst: np.ndarray, world: int) -> dict[int, tupl
 
 def _unique_pairs(src: np.ndarray, dst: np.ndarray, world: int) -> list[tuple[int, int]]:
     """The distinct (sender, receiver) pairs of ``src``/``dst`` (ranks below ``world``)."""
-    k = np.unique(src.astype(I64) * world + dst.astype(I64))
+    k = unique(src.astype(I64) * world + dst.astype(I64))[0]  # (not np.unique: it imports numpy.ma)
     return [(int(x // world), int(x % world)) for x in k.tolist()]
 
 
