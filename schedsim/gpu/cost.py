@@ -200,6 +200,18 @@ class CostModel:
             return op.repeat * self._one(op)
         return self._one(op)
 
+    def p2p_duration(self, op: Op, comm: tuple[int, ...] | None) -> float:
+        """:meth:`duration` of send/recv ``op`` (``group`` its ``(src, dst)``) run on the communicator of ranks
+        ``comm`` (a batched send/recv's process group; None: its pair's own, as :meth:`duration` takes it), which
+        sets the channels NCCL stripes it over (:meth:`schedsim.network.NcclNetwork.p2p_channels`)."""
+        if comm is None or op.duration_s is not None or op.splits is not None:
+            return self.duration(op)
+        key = ("p2p", op.kind, op.nbytes, op.group, comm)
+        t = self._cache.get(key)
+        if t is None:
+            t = self._cache[key] = self.net.collective(op.kind, op.nbytes, op.group, comm)
+        return op.repeat * t
+
     def _one(self, op: Op) -> float:
         rule = KINDS[op.kind].cost  # the kind's cost rule (schedsim.kinds registry)
         if op.duration_s is not None and rule != "gemm":  # a measured duration (compute, or a replayed trace's op)

@@ -34,8 +34,10 @@ import numpy as np
 from schedsim.arrays import unique
 from schedsim.errors import ProfileError
 from schedsim.kinds import KINDS
+from schedsim.network.p2p_channels import NET_CHUNK, NVL_CHUNK, P2P_CHANNEL_GBPS, op_channels, peer_channels, pow2_up
 from schedsim.network.pcie import path_bandwidth
 from schedsim.network.tuning import (
+    MAXCHANNELS,
     NO_CHANNEL_ENV,
     PROTOS,
     ChannelEnv,
@@ -404,6 +406,8 @@ class NcclNetwork:
         #: and the shared links' choice of algorithm (:func:`schedsim.network.share.link_share`) ask for the same
         #: collectives, and the points of a search share this object; emptied at :data:`COSTS_KEPT` entries
         self._costs: dict[tuple[Any, ...], CollectiveCost | None] = {}
+        #: :meth:`p2p_channels`' (p2pnChannelsPerPeer, p2pnChannels, p2pChunkSize) by communicator shape
+        self._p2p_comm: dict[GroupShape, tuple[int, int, int]] = {}
 
     # -- placement -------------------------------------------------------------------------------------------
     def gpu_of(self, rank: int) -> int:
@@ -832,13 +836,14 @@ class NcclNetwork:
         suffix = list(itertools.accumulate(reversed(times), min))[::-1]
         return sizes, suffix, lowest
 
-    def _p2p_terms(self, nbytes_per_peer: float, inter: bool, shape: GroupShape, proto: str | None = None
-                   ) -> tuple[float, float, str]:
+    def _p2p_terms(self, nbytes_per_peer: float, inter: bool, shape: GroupShape, proto: str | None = None,
+                   channels: int | None = None) -> tuple[float, float, str]:
         """(latency µs, bandwidth GB/s, protocol) of one send/recv stream: LL up to :data:`P2P_LL_THRESHOLD`
         bytes, else Simple (or ``proto``); latency NCCL's ring baseLat plus one hwLat step of the tier (an
         assumption: tuning.cc has no p2p entry), bandwidth the ring graph's channels × speed inside a node
         (NVLink) or the rank's NIC's goodput across nodes (:meth:`_nic_goodput`); LL at half of it, at most
-        llMaxBw."""
+        llMaxBw. ``channels``: the channels NCCL stripes the message over (:meth:`p2p_channels`), which cap
+        Simple at ``channels`` × :data:`~schedsim.network.p2p_channels.P2P_CHANNEL_GBPS`; None: no cap."""
         if proto is None:
             proto = "LL" if nbytes_per_peer <= P2P_LL_THRESHOLD else "Simple"
         if inter:
@@ -852,16 +857,53 @@ class NcclNetwork:
             bw = g.channels * g.bw_intra
         if proto == "LL":
             bw = min(bw * .5, ll_cap)
+        elif channels is not None:
+            bw = min(bw, channels * P2P_CHANNEL_GBPS)
         return lat, bw, proto
 
-    def p2p(self, src: int, dst: int, nbytes: float) -> CollectiveCost:
+    def p2p_channels(self, nbytes: float, comm: tuple[int, ...]) -> int:
+        """Channels NCCL runs one Simple send (or recv) of ``nbytes`` on, in the communicator of ranks ``comm``
+        (:mod:`schedsim.network.p2p_channels`: ``comm->p2pnChannels`` = ``pow2Up(comm->nChannels)``, at most
+        ``MAXCHANNELS``; a GPU's NICs as ``ncclTopoGetLocalNetCountByBw`` counts them on a rail-optimised node:
+        ``nics.per_node / gpus_per_node``, at least one).
+
+        Raises
+        ------
+        ProfileError
+            As :meth:`tune_input` (``comm`` spans nodes on a profile without ``topology.nics``).
+        """
+        shape = self.shape(comm)
+        got = self._p2p_comm.get(shape)
+        if got is None:
+            p2pn = pow2_up(min(self._comm_channels(self.tune_input(shape)), MAXCHANNELS))
+            nics = self.topo.nics
+            count = max(1, nics.per_node // self.gpn) if nics is not None else 0
+            nic_bw = count * nics.bandwidth_Gbps / 8.0 if nics is not None else 0.0
+            per_peer = peer_channels(p2pn=p2pn, nvlink_path_bw=None if self.up.kind == "pcie" else self.up_bw,
+                                     arch=self.arch, local=shape.local, nodes=shape.nodes, nranks=shape.ranks,
+                                     nic_count=count, nic_bw=nic_bw, since=self.consts.since)
+            chunk = NET_CHUNK if shape.nodes > 1 or self.up.kind == "pcie" else NVL_CHUNK
+            got = self._p2p_comm[shape] = (per_peer, p2pn, chunk)
+        per_peer, p2pn, chunk = got
+        return op_channels(nbytes, per_peer=per_peer, p2pn=p2pn, nranks=shape.ranks, nodes=shape.nodes, chunk=chunk)
+
+    def p2p(self, src: int, dst: int, nbytes: float, comm: tuple[int, ...] | None = None) -> CollectiveCost:
         """One send/recv of ``nbytes`` from rank ``src`` to rank ``dst``: across nodes through the sender's
-        NIC (rail; NCCL's PXN), inside a node over the scale-up domain (:meth:`_p2p_terms`)."""
+        NIC (rail; NCCL's PXN), inside a node over the scale-up domain (:meth:`_p2p_terms`), Simple on the
+        channels NCCL gives it in communicator ``comm`` (:meth:`p2p_channels`; None: the pair's own two-rank
+        communicator, torch's for a lone send/recv; also where ``comm`` spans nodes on a profile without
+        ``topology.nics``, whose network NCCL's channel rules cannot see)."""
         shape = self.shape((src, dst) if src != dst else (src,))
-        lat, bw, proto = self._p2p_terms(nbytes, shape.nodes > 1, shape)
+        if comm is not None and self.topo.nics is None and self.shape(comm).nodes > 1:
+            comm = None
+        ranks = comm if comm is not None else (src, dst) if src != dst else (src,)
+        inter = shape.nodes > 1
+        ch = self.p2p_channels(nbytes, ranks) if len(ranks) > 1 else None
+        lat, bw, proto = self._p2p_terms(nbytes, inter, shape, channels=ch)
         t = lat + nbytes / (1000.0 * bw)
         if proto == "LL":  # no slower than Simple just past the LL threshold (a larger message never takes less)
-            lat, bw, _ = self._p2p_terms(P2P_LL_THRESHOLD, shape.nodes > 1, shape, "Simple")
+            ch = self.p2p_channels(P2P_LL_THRESHOLD, ranks) if len(ranks) > 1 else None
+            lat, bw, _ = self._p2p_terms(P2P_LL_THRESHOLD, inter, shape, "Simple", ch)
             t = min(t, lat + P2P_LL_THRESHOLD / (1000.0 * bw))
         return CollectiveCost(t * 1e-6, "p2p", proto)
 

@@ -76,8 +76,10 @@ class NetworkModel:
 
         return program_share(self.profile, prog, gptr, gidx, work, self._net)
 
-    def collective(self, kind: str, nbytes: float, ranks: tuple[int, ...]) -> float:
-        """Time in seconds of collective ``kind`` moving ``nbytes`` (nccl-tests size) over ``ranks``.
+    def collective(self, kind: str, nbytes: float, ranks: tuple[int, ...],
+                   comm: tuple[int, ...] | None = None) -> float:
+        """Time in seconds of collective ``kind`` moving ``nbytes`` (nccl-tests size) over ``ranks``; for a
+        send/recv, ``comm``: the ranks of the communicator it runs on (None: its pair's), as :meth:`cost`.
 
         One rank: NCCL runs no collective (``ncclLaunchOneRank``, src/enqueue.cc: "for 1 rank, out-of-place is
         memcpy to self, and in-place is nop"), so the in-place kinds as the executor calls them (``all_reduce``,
@@ -91,7 +93,7 @@ class NetworkModel:
             return max(self._floor, 2.0 * nbytes / (self.profile.memcpy.d2d_GBps * 1e9)) if nbytes else self._floor
         nodes = None
         if self._net is not None:
-            got = self.cost(kind, nbytes, ranks)
+            got = self.cost(kind, nbytes, ranks, comm)
             if got is not None:
                 return got.seconds
             nodes = self._net.shape(ranks).nodes  # with the profile's placement
@@ -184,20 +186,22 @@ class NetworkModel:
             {r // self.profile.topology.gpus_per_node for r in ranks})
         return self._links.covers(kind, len(ranks), nodes)
 
-    def cost(self, kind: str, nbytes: float, ranks: tuple[int, ...]) -> CollectiveCost | None:
+    def cost(self, kind: str, nbytes: float, ranks: tuple[int, ...],
+             comm: tuple[int, ...] | None = None) -> CollectiveCost | None:
         """The NCCL model's cost of collective or p2p ``kind`` over ``ranks`` (two or more; a send/recv's are
-        ``(src, dst)``) with its algorithm and protocol, on a profile with ``topology.scale_up``
-        (:class:`schedsim.network.NcclNetwork`); None on other profiles, and for a group the profile leaves to
-        its tables (a measured table for the kind, size and nodes: :meth:`has_table`; or inside one node with
-        ``topology.nccl_within_node`` false). A collective across nodes takes at least the time of the same one on
-        its fullest node's ranks (:meth:`_node_floor`)."""
+        ``(src, dst)``, run on the communicator of ranks ``comm``: None, its pair's own, torch's for a lone send/recv;
+        :meth:`schedsim.network.NcclNetwork.p2p`) with its algorithm and protocol, on a profile with
+        ``topology.scale_up`` (:class:`schedsim.network.NcclNetwork`); None on other profiles, and for a group the
+        profile leaves to its tables (a measured table for the kind, size and nodes: :meth:`has_table`; or inside
+        one node with ``topology.nccl_within_node`` false). A collective across nodes takes at least the time of the
+        same one on its fullest node's ranks (:meth:`_node_floor`)."""
         if self._net is None or len(ranks) < 2:
             return None
         if kind in P2P_KINDS:
             shape = self._net.shape(ranks)
             if self.has_table("sendrecv", ranks) or (shape.nodes == 1 and not self.profile.topology.nccl_within_node):
                 return None
-            return self._net.p2p(ranks[0], ranks[-1], nbytes)
+            return self._net.p2p(ranks[0], ranks[-1], nbytes, comm)
         got = self._net.collective(kind, nbytes, ranks, has_table=self.has_table(kind, ranks))
         if got is not None:
             floor = self._node_floor(kind, nbytes, ranks)

@@ -862,8 +862,17 @@ def test_zb_h1_beats_1f1b_with_measured_stage_times():
     measured (PaddlePaddle issue 62865: 0.868×), and each is near its closed form (Qi et al., arXiv 2401.10241):
     1F1B (m + p − 1)(F + B + W) = 19 · 3 = 57 ms, ZB-H1 m(F + B + W) + (p − 1)(F + B − W) = 48 + 3 = 51 ms, plus
     the p2p time on the critical path. When such an op filled the GPU, ZB-H1's overlapped sends and recvs
-    split it into two waves: ZB-H1 64.3 ms against 1F1B 58.1 ms."""
+    split it into two waves: ZB-H1 64.3 ms against 1F1B 58.1 ms. 1F1B's synchronised hops are on its path, at most
+    2(m + p − 1) = 38 of them, each 8 MiB on 8 of NCCL's channels in a 4-rank communicator (nChannelsMin 32 → 8)
+    at 14 GB/s: 74.9 µs plus the latency (schedsim.network.p2p_channels)."""
+    from schedsim.hardware.profile import load_profile
+    from schedsim.network import NcclNetwork
+
+    net = NcclNetwork(load_profile("h200"))
+    assert net.p2p_channels(8 << 20, (0, 1, 2, 3)) == 8
+    hop = net.p2p(0, 1, 8 << 20, (0, 1, 2, 3)).seconds
+    assert (8 << 20) / 112e9 < hop < (8 << 20) / 112e9 + 20e-6
     zb, base = _stage_times_pipeline("zb_h1"), _stage_times_pipeline("1f1b")
-    assert 57e-3 <= base <= 57e-3 * 1.03
+    assert 57e-3 + 19 * hop <= base <= 57e-3 + 38 * hop
     assert 51e-3 <= zb <= 51e-3 * 1.03
     assert zb / base < 0.9

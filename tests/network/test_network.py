@@ -400,7 +400,9 @@ def test_p2p_across_nodes_through_the_nic_and_inside_over_nvlink():
     # across: Simple (> 16 KiB): 8.4 + 14.0 = 22.4 us, the NIC's 50 GB/s
     assert us(net.p2p(0, 2, MiB)) == pytest.approx(22.4 + MiB / 50_000, rel=1e-9)
     # inside: 8.4 + 3.4 = 11.8 us; one-node ring graph 12 x 30 = 360 GB/s
-    assert us(net.p2p(0, 1, MiB)) == pytest.approx(11.8 + MiB / 360_000, rel=1e-9)
+    # inside the node, a pair's 16 channels (nChannelsMin 32 -> 16) x 14 GB/s = 224 GB/s, below the ring graph's
+    # 12 x 30 = 360 (schedsim.network.p2p_channels)
+    assert us(net.p2p(0, 1, MiB)) == pytest.approx(11.8 + MiB / 224_000, rel=1e-9)
     # LL (<= 16 KiB) across: 6.6 + 2.7 us, 50 x .5 = 25 GB/s
     assert us(net.p2p(0, 2, 4096)) == pytest.approx(9.3 + 4096 / 25_000, rel=1e-9)
 
@@ -526,7 +528,9 @@ def test_transport_latency_times_each_network_crossing_of_the_chosen_algorithm_2
     # a send across nodes crosses once: 8.4 + 14.0 + 3 = 25.4 us (Simple); inside a node never
     net = NcclNetwork(profile(topo))
     assert us(net.p2p(0, 2, MiB)) == pytest.approx(25.4 + MiB / 50_000, rel=1e-9)
-    assert us(net.p2p(0, 1, MiB)) == pytest.approx(11.8 + MiB / 360_000, rel=1e-9)
+    # inside the node, a pair's 16 channels (nChannelsMin 32 -> 16) x 14 GB/s = 224 GB/s, below the ring graph's
+    # 12 x 30 = 360 (schedsim.network.p2p_channels)
+    assert us(net.p2p(0, 1, MiB)) == pytest.approx(11.8 + MiB / 224_000, rel=1e-9)
     # one node: no network step, no change (8 GPUs, NVLS 8 GiB as test_nvls_one_node_all_reduce_8_gpus)
     one = hopper(8, 8)
     one["nics"] = {**one["nics"], "transport_latency_us": 3.0}
@@ -660,7 +664,8 @@ def test_predict_explain_prints_the_choice_per_collective(tmp_path: Path):
     sends = {r["group"] for r in rows if r["kind"] == "send"}
     assert sends == {"0->1", "1->0", "1->2", "2->1", "2->3", "3->2"}
     # send: Simple (256 KiB > 16 KiB), 8.4 + 3.4 us + 262144 B / 360 GB/s
-    assert all(r["time_us"] == pytest.approx(11.8 + 262_144 / 360_000, rel=1e-9) for r in rows if r["kind"] == "send")
+    # 256 KiB on a pair: divUp(256 KiB, 64 KiB) = 4 channels x 14 GB/s (schedsim.network.p2p_channels)
+    assert all(r["time_us"] == pytest.approx(11.8 + 262_144 / 56_000, rel=1e-9) for r in rows if r["kind"] == "send")
 
 
 def test_predict_explain_without_communication_says_so(tmp_path: Path):
