@@ -664,8 +664,8 @@ def act_bytes_per_layer(t: TrainingSpec, plan: TrainingPlan, granularity: str | 
     * no recomputation: ``sbh·(8r + 2 + 24r/t) + a·s²·b·(4r + 1)/t``; with sequence parallelism
       ``sbh/t·(32r + 2) + a·s²·b·(4r + 1)/t`` (r = 1: the paper's ``sbh·(10 + 24/t + 5as/(ht))`` and
       ``sbh/t·(34 + 5as/h)``);
-    * selective recomputation, or FlashAttention (``use_flash_attn``, which stores no b·a·s² tensor): the same
-      without the ``a·s²·b`` terms;
+    * selective recomputation, FlashAttention (``use_flash_attn``, which stores no b·a·s² tensor) or context
+      parallelism (below): the same without the ``a·s²·b`` terms;
     * full recomputation: the layer input, ``2r·sbh`` (``/t`` with SP).
 
     The table's MLP takes ``f = 4h``; of its terms the two ``sbf`` tensors (the GeLU's input and output, ``16r·sbh``
@@ -673,25 +673,23 @@ def act_bytes_per_layer(t: TrainingSpec, plan: TrainingPlan, granularity: str | 
     ``theoretical_memory_usage.py`` ``compute_activation_memory`` writes the selective, SP row,
     ``sbh·(18 + 4f/h)`` (a gated ``swiglu`` fc1 output of 2f is not counted apart, as there).
 
-    With context parallelism each rank holds ``s/cp`` tokens: the whole count is divided by cp (an
-    approximation for the ``a·s²·b`` terms, which Transformer Engine's fused attention, required for cp > 1,
-    does not store).
+    With context parallelism each rank holds ``s/cp`` tokens: the count is divided by cp, and it has no ``a·s²·b``
+    terms, as with FlashAttention: the attention core is then Transformer Engine's ring of fused attention kernels,
+    which store no ``a·s²·b`` tensor (TE ``dot_product_attention/utils.py`` ``get_attention_backend``: "Disabling
+    UnfusedDotProductAttention as it does not support context parallelism"; the lowering runs no scores, softmax
+    or dropout kernel there, :func:`schedsim.lower.training._with_cp`).
     """
-    s, b, h, a, tp = t.seq_length, t.micro_batch_size, t.hidden_size, t.num_attention_heads, plan.tp
-    if plan.cp > 1:
-        from dataclasses import replace
-
-        return act_bytes_per_layer(t, replace(plan, cp=1), granularity) / plan.cp
+    s, b, h, a, tp, cp = t.seq_length, t.micro_batch_size, t.hidden_size, t.num_attention_heads, plan.tp, plan.cp
     sbh = s * b * h
     r = DTYPE_BYTES[plan.dtype] / 2
     rg = t.recompute_granularity if granularity == "as set" else granularity
     if rg == "full":
-        return 2 * r * sbh / (tp if plan.sp else 1)
-    attn = 0.0 if rg == "selective" or t.use_flash_attn else a * s * s * b * (4 * r + 1) / tp
+        return 2 * r * sbh / (tp if plan.sp else 1) / cp
+    attn = 0.0 if rg == "selective" or t.use_flash_attn or cp > 1 else a * s * s * b * (4 * r + 1) / tp
     mlp = 4 * r * plan.ffn / h  # the MLP's two sbf tensors, per sbh (16r at f = 4h)
     if plan.sp:
-        return sbh / tp * (16 * r + 2 + mlp) + attn
-    return sbh * (8 * r + 2 + (8 * r + mlp) / tp) + attn
+        return (sbh / tp * (16 * r + 2 + mlp) + attn) / cp
+    return (sbh * (8 * r + 2 + (8 * r + mlp) / tp) + attn) / cp
 
 
 def _params_per_layer(t: TrainingSpec, plan: TrainingPlan) -> int:
