@@ -270,8 +270,11 @@ _PCI_BW = 12.0  # PCI_BW (src/graph/topo.h): a ring of at most this many GB/s ru
 
 def parse_nccl_list(text: str, what: Literal["algo", "proto"]) -> dict[str, frozenset[str]]:
     """The enabled set per NCCL function of an ``NCCL_ALGO`` / ``NCCL_PROTO`` string, as ``parseList`` of
-    tuning.cc reads it: ``"a,b"``, ``"^a"`` (all but), ``"a;allreduce:b"`` (a prefix applies to one function;
-    only the first entry may lack one). Names are case-insensitive.
+    tuning.cc (NCCL 2.24 to 2.30.7) reads it: ``"a,b"``, ``"^a"`` (all but), ``"a;allreduce:b"`` (a prefix, one
+    of ``ncclFuncStr``: broadcast, reduce, allgather, reducescatter, allreduce, applies to that function; only
+    the first entry may lack one). Names are case-insensitive (``strcasecmp``) and compared whole: a space is
+    part of a name. Lists are cut with ``strtok_r``, which skips empty pieces: ``"ring,"`` and ``"ring;"`` are
+    ``"ring"``, and ``""`` (or ``"^"``) changes nothing.
 
     Returns
     -------
@@ -282,7 +285,7 @@ def parse_nccl_list(text: str, what: Literal["algo", "proto"]) -> dict[str, froz
     Raises
     ------
     ValueError
-        An unknown element or prefix, or a later entry without a prefix (NCCL's ncclInvalidUsage).
+        What NCCL refuses with ncclInvalidUsage: an unknown element or prefix, a later entry without a prefix.
 
     >>> sorted(parse_nccl_list("^nvls,nvlstree", "algo")["allreduce"])
     ['collnet_chain', 'collnet_direct', 'pat', 'ring', 'tree']
@@ -291,24 +294,28 @@ def parse_nccl_list(text: str, what: Literal["algo", "proto"]) -> dict[str, froz
     """
     names: dict[str, str] = (dict(_ALGO_NAMES) if what == "algo"
                              else {p.lower(): p for p in PROTOS})
-    funcs = ("broadcast", "reduce", "allgather", "reducescatter", "allreduce", "sendrecv", "send", "recv")
+    funcs = ("broadcast", "reduce", "allgather", "reducescatter", "allreduce")  # ncclFuncStr (src/init.cc)
     out = {f: frozenset(names.values()) for f in funcs}
     for i, entry in enumerate(text.split(";")):
-        prefix, sep, elems = entry.partition(":")
-        if not sep:
-            if i:
-                raise ValueError(f"{text!r}: all entries except the first must have a prefix (function:)")
-            prefix, elems = "", entry
-        negate = elems.startswith("^")
-        chosen = set()
-        for tok in elems.lstrip("^").split(","):
-            key = tok.strip().lower()
-            if key not in names:
-                raise ValueError(f"unknown NCCL {what} {tok.strip()!r}; one of {', '.join(sorted(names))}")
-            chosen.add(names[key])
-        got = frozenset(set(names.values()) - chosen) if negate else frozenset(chosen)
+        if not entry:  # strtok_r skips empty pieces
+            continue
+        parts = [x for x in entry.split(":") if x]
+        if not parts:  # NCCL reads no list from it (and dereferences none)
+            raise ValueError(f"{text!r}: an entry of colons only, no function or {what} name")
+        prefix, elems = (parts[0], parts[1]) if len(parts) > 1 else ("", parts[0])
+        if not prefix and i:  # NCCL: a prefix-less entry anywhere but at the string's start
+            raise ValueError(f"{text!r}: all entries except the first must have a prefix (function:)")
         if prefix and prefix.lower() not in funcs:
             raise ValueError(f"unknown NCCL function prefix {prefix!r}; one of {', '.join(funcs)}")
+        negate = elems.startswith("^")
+        chosen = set()
+        for tok in (elems[1:] if negate else elems).split(","):
+            if not tok:
+                continue
+            if tok.lower() not in names:
+                raise ValueError(f"unknown NCCL {what} {tok!r}; one of {', '.join(sorted(names))}")
+            chosen.add(names[tok.lower()])
+        got = frozenset(set(names.values()) - chosen) if negate else frozenset(chosen)
         for f in funcs:
             if not prefix or f == prefix.lower():
                 out[f] = got
