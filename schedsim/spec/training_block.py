@@ -60,7 +60,7 @@ from schedsim.units import DTYPE_BYTES, MAX_BYTES, MAX_DIM
 
 __all__ = ["TrainingSpec", "TrainingPlan", "check_training", "refusal", "training_plan", "padded_layers", "model_flops",
            "memory_per_rank", "fsdp_units", "fsdp_memory", "act_bytes_per_layer", "expert_params_per_layer",
-           "tp_replicated_params_per_layer", "tp_rank_params_per_layer", "ALIASES"]
+           "tp_replicated_params_per_layer", "tp_rank_params_per_layer", "inflight_layers", "ALIASES"]
 
 #: Short alias -> Megatron argument.
 ALIASES = {"tp": "tensor_model_parallel_size", "pp": "pipeline_model_parallel_size", "dp": "data_parallel_size",
@@ -740,21 +740,43 @@ def memory_per_rank(t: TrainingSpec, plan: TrainingPlan) -> dict[str, float]:
     ``gpt_model.py`` ``output_layer`` when ``untie_embeddings_and_output_weights``). With ``use_torch_fsdp2`` the
     static bytes are :func:`fsdp_memory`'s (keys ``params``, ``grads``, ``optimizer``, ``gathered``).
 
-    With uneven first/last stages (``decoder_first_pipeline_num_layers``, ``..._last_...``; no virtual stages) the
-    first stage need not be the most loaded: each pipeline rank r is counted with its own layers and
-    ``min(m, pp − r)`` microbatches in flight (1F1B), the last (pp > 1) with the output layer's ``V·h/t``
-    parameters (Megatron-LM ``gpt_model.py``: the last stage's ``output_layer``, its own weight when untied, else a
-    copy of the word embeddings that ``embedding_grad_allreduce`` keeps equal, ``setup_embeddings_and_output_layer``),
-    and the rank of the largest ``total`` is returned, with its pipeline rank as ``stage`` where that is not 0
-    (``stage`` is not part of ``total``)."""
-    ranks = range(plan.pp) if plan.v == 1 and len(set(plan.stage_layers)) > 1 else range(1)
+    With uneven stages (``decoder_first_pipeline_num_layers``, ``..._last_...``, or the chunks padding empties,
+    ``allow_padding_num_layers``, with or without virtual stages) the first stage need not be the most loaded: each
+    pipeline rank r is counted with its own layers and its own in-flight layer-microbatches
+    (:func:`inflight_layers`; ``min(m, pp − r)`` microbatches under 1F1B), the last (pp > 1) with the output
+    layer's ``V·h/t`` parameters (Megatron-LM ``gpt_model.py``: the last stage's ``output_layer``, its own weight
+    when untied, else a copy of the word embeddings that ``embedding_grad_allreduce`` keeps equal,
+    ``setup_embeddings_and_output_layer``), and the rank of the largest ``total`` is returned, with its pipeline
+    rank as ``stage`` where that is not 0 (``stage`` is not part of ``total``)."""
+    ranks = range(plan.pp) if len(set(plan.stage_layers)) > 1 else range(1)
     got = max(((r, _memory_of_rank(t, plan, r)) for r in ranks), key=lambda rd: (rd[1]["total"], -rd[0]))
     return got[1] | {"stage": got[0]} if got[0] else got[1]
 
 
+def inflight_layers(plan: TrainingPlan, rank: int) -> int:
+    """Layer-microbatches whose activations pipeline rank ``rank`` holds at once at its peak: its forwards in
+    Megatron-LM's order (``schedules.py`` ``forward_backward_pipelining_with_interleaving``: ``num_warmup_microbatches
+    = (p − r − 1)·2 + (v − 1)·p``, at most m·v, then one forward and one backward a step; forward k runs chunk
+    ``(k mod p·v) // p``, backward k chunk ``v − 1 −`` that, ``get_model_chunk_id``), each holding its chunk's layers
+    (``plan.stage_layers[c·p + r]``) until its backward. With v = 1 (1F1B: ``p − r − 1`` warm-up forwards) that is
+    ``min(m, p − r)`` times the stage's layers; interleaved with equal chunks on rank 0, ``L/p·(p + (p − 1)/v)``
+    (Korthikanti et al. 2022 §4.2.3), at most ``L/p·m``. Uneven chunks (padding) make each rank's count its own."""
+    p, v = plan.pp, plan.v
+    chunk = plan.stage_layers[rank::p]
+    total = plan.m * v
+    warm = min((p - rank - 1) * (2 if v > 1 else 1) + (v - 1) * p, total)
+    held = sum(chunk[(k % (p * v)) // p] for k in range(warm))
+    peak = held
+    for j in range(total - warm):  # steady state: a forward, then the backward of microbatch-chunk j
+        held += chunk[((warm + j) % (p * v)) // p]
+        peak = max(peak, held)
+        held -= chunk[v - 1 - (j % (p * v)) // p]
+    return peak
+
+
 def _memory_of_rank(t: TrainingSpec, plan: TrainingPlan, rank: int) -> dict[str, float]:
     """:func:`memory_per_rank` of pipeline rank ``rank`` (the word and position embeddings on rank 0 only; the
-    in-flight count of interleaving, v > 1, is rank 0's)."""
+    activations of :func:`inflight_layers` layer-microbatches)."""
     # the rank's layers: its chunks rank, rank + pp, ... (virtual-stage order), which padding
     # (allow_padding_num_layers) leaves uneven
     lps = sum(plan.stage_layers[rank::plan.pp])
@@ -771,8 +793,8 @@ def _memory_of_rank(t: TrainingSpec, plan: TrainingPlan, rank: int) -> dict[str,
     # theoretical_memory_usage.py: expert_sharded_params × num_bytes_per_parameter(expert_data_parallel_size))
     n_exp = lps * expert_params_per_layer(t, plan) / plan.tp
     ob_exp = opt / (plan.dp * plan.cp // plan.ep) if t.use_distributed_optimizer else float(opt)
-    p, v, m = plan.pp, plan.v, plan.m
-    inflight = min(m, p - rank) * lps if v == 1 else min(lps * (p + (p - 1) / v), lps * m)
+    v = plan.v
+    inflight = inflight_layers(plan, rank)
     per_layer = act_bytes_per_layer(t, plan)
     lpc = lps // v  # layers per chunk; recompute_method block recomputes the first recompute_num_layers of each
     k = t.recompute_num_layers or 0
