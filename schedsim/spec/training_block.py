@@ -760,9 +760,13 @@ def inflight_layers(plan: TrainingPlan, rank: int) -> int:
     ``(k mod p·v) // p``, backward k chunk ``v − 1 −`` that, ``get_model_chunk_id``), each holding its chunk's layers
     (``plan.stage_layers[c·p + r]``) until its backward. With v = 1 (1F1B: ``p − r − 1`` warm-up forwards) that is
     ``min(m, p − r)`` times the stage's layers; interleaved with equal chunks on rank 0, ``L/p·(p + (p − 1)/v)``
-    (Korthikanti et al. 2022 §4.2.3), at most ``L/p·m``. Uneven chunks (padding) make each rank's count its own."""
+    (Korthikanti et al. 2022 §4.2.3), at most ``L/p·m``. Uneven chunks (padding) make each rank's count its own.
+    ZB-H1 (``enable_zero_bubble``) defers the weight-gradient passes: every rank holds p microbatches (Qi et al.,
+    ICLR 2024, Table 1: ``p·M_B``; :func:`schedsim.pipeline.analytic.peak_activation_memory`)."""
     p, v = plan.pp, plan.v
     chunk = plan.stage_layers[rank::p]
+    if plan.zero_bubble:
+        return min(plan.m, p) * sum(chunk)
     total = plan.m * v
     warm = min((p - rank - 1) * (2 if v > 1 else 1) + (v - 1) * p, total)
     held = sum(chunk[(k % (p * v)) // p] for k in range(warm))

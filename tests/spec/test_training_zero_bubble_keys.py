@@ -129,3 +129,27 @@ def test_memory_per_gpu_is_the_most_loaded_rank_with_padded_interleaved_stages()
     assert mem["stage"] == 1 and mem["activations"] == 9 * layer
     peaks = predict(spec).metrics.pipeline.peak_memory_bytes
     assert [peaks[r] for r in range(4)] == [n * layer for n in (4, 9, 7, 5)]
+
+
+def test_zero_bubble_memory_holds_pp_microbatches_on_every_rank() -> None:
+    """ZB-H1 defers the weight gradients: every rank holds p microbatches (ZB paper Table 1, p·M_B; the
+    simulated curve agrees). 6 layers over pp 4 padded to 8 (stages 1, 2, 2, 1): ranks 1 and 2 hold 4 × 2 = 8
+    layer-microbatches, rank 0 4 × 1. The report took 1F1B's min(m, p − r): rank 1 at 3 × 2 = 6, and named rank
+    0 (its embeddings), with 4."""
+    from schedsim.api import predict
+    from schedsim.spec.training_block import act_bytes_per_layer, inflight_layers, memory_per_rank
+
+    text = (BASE.replace("num_layers: 22", "num_layers: 6").replace("world_size: 8", "world_size: 4")
+            .replace("pp: 8", "pp: 4").replace("global_batch_size: 24", "global_batch_size: 8")
+            + "  enable_zero_bubble: true\n")
+    spec = load_text(text)
+    t = spec.training
+    assert t is not None
+    plan = training_plan(t, spec.world_size)
+    assert (plan.schedule, plan.stage_layers) == ("zb_h1", (1, 2, 2, 1))
+    assert [inflight_layers(plan, r) for r in range(4)] == [4, 8, 8, 4]
+    layer = act_bytes_per_layer(t, plan)
+    mem = memory_per_rank(t, plan)
+    assert mem["stage"] == 1 and mem["activations"] == 8 * layer
+    peaks = predict(spec).metrics.pipeline.peak_memory_bytes
+    assert [peaks[r] for r in range(4)] == [n * layer for n in (4, 8, 8, 4)]
