@@ -45,7 +45,8 @@ Formulas the report uses, each with its source:
   forward holds one checkpointed group's full activations at once (its peak is added once). The first
   pipeline stage holds
   ``min(m, p)`` microbatches of its ``L/p`` layers under 1F1B, ``L/p · (p + (p−1)/v)`` layer-microbatches
-  interleaved (Korthikanti et al. §4.2.3: ``L·(1 + (p−1)/(p·v))``).
+  interleaved (Korthikanti et al. §4.2.3: ``L·(1 + (p−1)/(p·v))``); under ZB-H1 every rank holds p (Qi et al.
+  2024, Table 1); with uneven stages each rank is counted with its own (:func:`inflight_layers`).
 """
 
 import itertools
