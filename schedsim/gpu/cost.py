@@ -61,10 +61,15 @@ class Roofline:
         self.floor = floor_s
 
     def time(self, flops: float, nbytes: float, dtype: str | None) -> float:
-        """max(floor, FLOP / (peak of ``dtype``, else fp32's, × ``gpu.gemm_efficiency``), bytes / HBM bandwidth)."""
+        """max(floor, FLOP / (peak of ``dtype``, else fp32's, × ``gpu.gemm_efficiency``), bytes / HBM bandwidth).
+
+        Raises
+        ------
+        ProfileError
+            ``flops`` > 0 and the profile lists neither peak (:meth:`schedsim.hardware.profile.GPU.peak_of`)."""
         g = self.profile.gpu
-        peak = g.peak_tflops.get(dtype or "fp32", g.peak_tflops.get("fp32", 1.0)) * 1e12 * g.gemm_efficiency
-        return max(self.floor, flops / peak if flops else 0.0, nbytes / (g.hbm_GBps * 1e9))
+        t_flop = flops / (g.peak_of(dtype, self.profile.name) * 1e12 * g.gemm_efficiency) if flops else 0.0
+        return max(self.floor, t_flop, nbytes / (g.hbm_GBps * 1e9))
 
 
 class CopyEngines:
