@@ -32,13 +32,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
+from schedsim.errors import ProfileError
 from schedsim.gpu.gemm import GemmCost
 from schedsim.graph.ops import Op
-from schedsim.hardware.profile import HardwareProfile
+from schedsim.hardware.profile import GPU, HardwareProfile
 from schedsim.kinds import KINDS
 from schedsim.network.model import NetworkModel
 
-__all__ = ["CopyEngines", "CostModel", "HostLaunch", "Roofline", "cost_model", "shared_cost_models"]
+__all__ = ["CopyEngines", "CostModel", "HostLaunch", "Roofline", "cost_model", "peak_of", "shared_cost_models"]
 
 
 #: What an op's solo time depends on, by cost rule (its key in :class:`CostModel`'s cache; the kind keeps two kinds of
@@ -50,6 +51,29 @@ _CACHE_KEY: dict[str, Callable[[Op], tuple[object, ...]]] = {
     "network": lambda op: (op.kind, op.nbytes, op.group) if op.splits is None else (op.kind, op.group, op.splits,
                                                                                      op.rank),
 }
+
+
+def peak_of(gpu: GPU, dtype: str | None, profile: str = "") -> float:
+    """Dense peak of ``dtype`` (None: fp32), TFLOP/s, for the roofline: ``gpu.peak_tflops[dtype]``, else the fp32
+    peak standing in (a dtype the profile does not list). ``profile``: its name, for the error.
+
+    Raises
+    ------
+    ProfileError
+        Neither is listed: no peak to stand in (it took 1 TFLOP/s).
+    """
+    dt = dtype or "fp32"
+    got = gpu.peak_tflops.get(dt)  # type: ignore[call-overload]
+    if got is None:
+        got = gpu.peak_tflops.get("fp32")
+    if got is None:
+        nor = "" if dt == "fp32" else " nor an fp32 one to stand in"
+        raise ProfileError(f"profile {profile!r}: gpu.peak_tflops has no {dt} peak{nor} (it lists "
+                           f"{', '.join(gpu.peak_tflops) or 'none'}), and a {dt} kernel without a measured time "
+                           "needs one for the roofline",
+                           fix=f"add gpu.peak_tflops.{dt} (dense TFLOP/s, with its source) to the profile, "
+                               f"measure {dt} GEMMs (schedsim calibrate), or give the op a duration_us")
+    return float(got)
 
 
 class Roofline:
@@ -66,9 +90,9 @@ class Roofline:
         Raises
         ------
         ProfileError
-            ``flops`` > 0 and the profile lists neither peak (:meth:`schedsim.hardware.profile.GPU.peak_of`)."""
+            ``flops`` > 0 and the profile lists neither peak (:func:`peak_of`)."""
         g = self.profile.gpu
-        t_flop = flops / (g.peak_of(dtype, self.profile.name) * 1e12 * g.gemm_efficiency) if flops else 0.0
+        t_flop = flops / (peak_of(g, dtype, self.profile.name) * 1e12 * g.gemm_efficiency) if flops else 0.0
         return max(self.floor, t_flop, nbytes / (g.hbm_GBps * 1e9))
 
 

@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from schedsim.gpu.cost import CostModel
+from schedsim.gpu.cost import CostModel, peak_of
 from schedsim.graph.ops import COMM, Op, resource_of
 from schedsim.hardware.profile import HardwareProfile
 from schedsim.kinds import KINDS
@@ -73,7 +73,7 @@ def kernel_ctas(op: Op, cost: CostModel, sms: int) -> tuple[int, int, int]:
     else:
         g = cost.profile.gpu
         bound = not op.flops or op.nbytes / (g.hbm_GBps * 1e9) >= op.flops / (
-            g.peak_of(op.dtype, cost.profile.name) * 1e12 * g.gemm_efficiency)
+            peak_of(g, op.dtype, cost.profile.name) * 1e12 * g.gemm_efficiency)
         one = max(1, min(sms * (MEM_WAVES if bound else 1), math.ceil(op.nbytes / BYTES_PER_CTA)))
         if bound and one > sms:  # whole waves: a lone kernel's partial last wave would run boosted (rule hbm-share)
             one = -(-one // sms) * sms

@@ -148,28 +148,6 @@ class GPU(_B):
             raise ValueError("must be [from, to] with 0 <= from <= to (fractions of l2_bytes), e.g. [0.45, 0.85]")
         return v
 
-    def peak_of(self, dtype: str | None, profile: str = "") -> float:
-        """Dense peak of ``dtype`` (None: fp32), TFLOP/s, for the roofline: ``peak_tflops[dtype]``, else the fp32
-        peak standing in (a dtype the profile does not list). ``profile``: its name, for the error.
-
-        Raises
-        ------
-        ProfileError
-            Neither is listed: no peak to stand in (it took 1 TFLOP/s).
-        """
-        dt = dtype or "fp32"
-        got = self.peak_tflops.get(dt)  # type: ignore[call-overload]
-        if got is None:
-            got = self.peak_tflops.get("fp32")
-        if got is None:
-            nor = "" if dt == "fp32" else " nor an fp32 one to stand in"
-            raise ProfileError(f"profile {profile!r}: gpu.peak_tflops has no {dt} peak{nor} (it lists "
-                               f"{', '.join(self.peak_tflops) or 'none'}), and a {dt} kernel without a measured time "
-                               "needs one for the roofline",
-                               fix=f"add gpu.peak_tflops.{dt} (dense TFLOP/s, with its source) to the profile, "
-                                   f"measure {dt} GEMMs (schedsim calibrate), or give the op a duration_us")
-        return float(got)
-
 
 class Launch(_B):
     """Host (CPU thread) cost per call of plain PyTorch, µs; ``graph_per_op_us`` is GPU-side.
