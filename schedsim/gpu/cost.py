@@ -69,8 +69,8 @@ def peak_of(gpu: GPU, dtype: str | None, profile: str = "") -> float:
     if got is None:
         nor = "" if dt == "fp32" else " nor an fp32 one to stand in"
         raise ProfileError(f"profile {profile!r}: gpu.peak_tflops has no {dt} peak{nor} (it lists "
-                           f"{', '.join(gpu.peak_tflops) or 'none'}), and a {dt} kernel without a measured time "
-                           "needs one for the roofline",
+                           f"{', '.join(gpu.peak_tflops) or 'none'}), and {dt} kernels without a measured time "
+                           "need one for the roofline",
                            fix=f"add gpu.peak_tflops.{dt} (dense TFLOP/s, with its source) to the profile, "
                                f"measure {dt} GEMMs (schedsim calibrate), or give the op a duration_us")
     return float(got)
