@@ -418,7 +418,8 @@ def _print_search(done: list[Any], top: int) -> None:
         s = p.setting
         t.add_row(str(s["tp"]), str(s["pp"]), str(s["cp"]), str(s["ep"]), str(s["dp"]), str(s["micro_batch_size"]),
                   str(s["vpp_layers"] or "-"),
-                  s["recompute"], fmt_time(p.iteration_s), f"{p.tflops_per_gpu:.1f}", f"{100 * p.mfu:.1f} %",
+                  s["recompute"], fmt_time(p.iteration_s), f"{p.tflops_per_gpu:.1f}",
+                  f"{100 * p.mfu:.1f} %" if p.mfu or not p.tflops_per_gpu else "– (no peak)",
                   f"{p.memory_bytes / 2**30:.1f} GiB", "*" if p.pareto else "")
     make_console().print(t)
     refused = sum(p.status == "refused" for p in done)

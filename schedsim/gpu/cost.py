@@ -32,13 +32,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
+from schedsim.errors import ProfileError
 from schedsim.gpu.gemm import GemmCost
 from schedsim.graph.ops import Op
-from schedsim.hardware.profile import HardwareProfile
+from schedsim.hardware.profile import GPU, HardwareProfile
 from schedsim.kinds import KINDS
 from schedsim.network.model import NetworkModel
 
-__all__ = ["CopyEngines", "CostModel", "HostLaunch", "Roofline", "cost_model", "shared_cost_models"]
+__all__ = ["CopyEngines", "CostModel", "HostLaunch", "Roofline", "cost_model", "peak_of", "shared_cost_models"]
 
 
 #: What an op's solo time depends on, by cost rule (its key in :class:`CostModel`'s cache; the kind keeps two kinds of
@@ -52,6 +53,29 @@ _CACHE_KEY: dict[str, Callable[[Op], tuple[object, ...]]] = {
 }
 
 
+def peak_of(gpu: GPU, dtype: str | None, profile: str = "") -> float:
+    """Dense peak of ``dtype`` (None: fp32), TFLOP/s, for the roofline: ``gpu.peak_tflops[dtype]``, else the fp32
+    peak standing in (a dtype the profile does not list). ``profile``: its name, for the error.
+
+    Raises
+    ------
+    ProfileError
+        Neither is listed: no peak to stand in (it took 1 TFLOP/s).
+    """
+    dt = dtype or "fp32"
+    got = gpu.peak_tflops.get(dt)  # type: ignore[call-overload]
+    if got is None:
+        got = gpu.peak_tflops.get("fp32")
+    if got is None:
+        nor = "" if dt == "fp32" else " nor an fp32 one to stand in"
+        raise ProfileError(f"profile {profile!r}: gpu.peak_tflops has no {dt} peak{nor} (it lists "
+                           f"{', '.join(gpu.peak_tflops) or 'none'}), and {dt} kernels without a measured time "
+                           "need one for the roofline",
+                           fix=f"add gpu.peak_tflops.{dt} (dense TFLOP/s, with its source) to the profile, "
+                               f"measure {dt} GEMMs (schedsim calibrate), or give the op a duration_us")
+    return float(got)
+
+
 class Roofline:
     """The memory- and FLOP-bound part: seconds of a kernel given its FLOP and bytes moved in HBM (module docstring,
     **Generic compute**), never under the profile's kernel floor."""
@@ -61,10 +85,15 @@ class Roofline:
         self.floor = floor_s
 
     def time(self, flops: float, nbytes: float, dtype: str | None) -> float:
-        """max(floor, FLOP / (peak of ``dtype``, else fp32's, × ``gpu.gemm_efficiency``), bytes / HBM bandwidth)."""
+        """max(floor, FLOP / (peak of ``dtype``, else fp32's, × ``gpu.gemm_efficiency``), bytes / HBM bandwidth).
+
+        Raises
+        ------
+        ProfileError
+            ``flops`` > 0 and the profile lists neither peak (:func:`peak_of`)."""
         g = self.profile.gpu
-        peak = g.peak_tflops.get(dtype or "fp32", g.peak_tflops.get("fp32", 1.0)) * 1e12 * g.gemm_efficiency
-        return max(self.floor, flops / peak if flops else 0.0, nbytes / (g.hbm_GBps * 1e9))
+        t_flop = flops / (peak_of(g, dtype, self.profile.name) * 1e12 * g.gemm_efficiency) if flops else 0.0
+        return max(self.floor, t_flop, nbytes / (g.hbm_GBps * 1e9))
 
 
 class CopyEngines:

@@ -6,14 +6,13 @@ its waves (:func:`split_work`), and the boost of a memory-bound kernel (:func:`m
 from __future__ import annotations
 
 import math
-from typing import cast
 
 import numpy as np
 
-from schedsim.gpu.cost import CostModel
+from schedsim.gpu.cost import CostModel, peak_of
 from schedsim.graph.ops import COMM, Op, resource_of
 from schedsim.hardware.profile import HardwareProfile
-from schedsim.kinds import KINDS, DType
+from schedsim.kinds import KINDS
 
 __all__ = ["MEM_WAVES", "MAX_POOLED_CTAS", "BYTES_PER_CTA", "mem_boost", "kernel_ctas", "kernel_tail", "split_work"]
 
@@ -73,9 +72,8 @@ def kernel_ctas(op: Op, cost: CostModel, sms: int) -> tuple[int, int, int]:
         one, mem = max(1, sms - min(cost.profile.nccl.sms_per_collective, sms)), 0
     else:
         g = cost.profile.gpu
-        dtype = cast(DType, op.dtype or "fp32")  # Op.dtype is typed str; peak_tflops is keyed by DType
-        peak = g.peak_tflops.get(dtype, g.peak_tflops.get("fp32", 1.0)) * 1e12 * g.gemm_efficiency
-        bound = op.nbytes / (g.hbm_GBps * 1e9) >= op.flops / peak
+        bound = not op.flops or op.nbytes / (g.hbm_GBps * 1e9) >= op.flops / (
+            peak_of(g, op.dtype, cost.profile.name) * 1e12 * g.gemm_efficiency)
         one = max(1, min(sms * (MEM_WAVES if bound else 1), math.ceil(op.nbytes / BYTES_PER_CTA)))
         if bound and one > sms:  # whole waves: a lone kernel's partial last wave would run boosted (rule hbm-share)
             one = -(-one // sms) * sms

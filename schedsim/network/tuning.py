@@ -269,46 +269,41 @@ _PCI_BW = 12.0  # PCI_BW (src/graph/topo.h): a ring of at most this many GB/s ru
 
 
 def parse_nccl_list(text: str, what: Literal["algo", "proto"]) -> dict[str, frozenset[str]]:
-    """The enabled set per NCCL function of an ``NCCL_ALGO`` / ``NCCL_PROTO`` string, as ``parseList`` of
-    tuning.cc reads it: ``"a,b"``, ``"^a"`` (all but), ``"a;allreduce:b"`` (a prefix applies to one function;
-    only the first entry may lack one). Names are case-insensitive.
-
-    Returns
-    -------
-    dict
-        NCCL function name (``allreduce``, ...) -> the algorithms (schedsim names: ``nvls_tree``, ...) or
-        protocols (``LL``, ``LL128``, ``Simple``) it may use.
-
-    Raises
-    ------
-    ValueError
-        An unknown element or prefix, or a later entry without a prefix (NCCL's ncclInvalidUsage).
+    """NCCL function name (``allreduce``, ...) -> the algorithms (schedsim names: ``nvls_tree``, ...) or protocols
+    (``LL``, ``LL128``, ``Simple``) it may use, as ``parseList`` of tuning.cc (NCCL 2.24 to 2.30.7) reads an
+    ``NCCL_ALGO`` / ``NCCL_PROTO`` string: ``"a,b"``, ``"^a"`` (all but), ``"a;allreduce:b"`` (a prefix, one of
+    ``ncclFuncStr``: broadcast, reduce, allgather, reducescatter, allreduce, applies to that function; only the
+    first entry may lack one). Names are case-insensitive (``strcasecmp``) and compared whole: a space is part of
+    a name. ``strtok_r`` cuts the lists and skips empty pieces: ``"ring,"`` and ``"ring;"`` are ``"ring"``, and
+    ``""`` (or ``"^"``) changes nothing. Raises ValueError for what NCCL refuses with ncclInvalidUsage: an
+    unknown element or prefix, a later entry without a prefix.
 
     >>> sorted(parse_nccl_list("^nvls,nvlstree", "algo")["allreduce"])
     ['collnet_chain', 'collnet_direct', 'pat', 'ring', 'tree']
     >>> sorted(parse_nccl_list("LL,Simple;allreduce:LL128", "proto")["allreduce"])
     ['LL128']
     """
-    names: dict[str, str] = (dict(_ALGO_NAMES) if what == "algo"
-                             else {p.lower(): p for p in PROTOS})
-    funcs = ("broadcast", "reduce", "allgather", "reducescatter", "allreduce", "sendrecv", "send", "recv")
+    names: dict[str, str] = dict(_ALGO_NAMES) if what == "algo" else {p.lower(): p for p in PROTOS}
+    funcs = ("broadcast", "reduce", "allgather", "reducescatter", "allreduce")  # ncclFuncStr (src/init.cc)
     out = {f: frozenset(names.values()) for f in funcs}
     for i, entry in enumerate(text.split(";")):
-        prefix, sep, elems = entry.partition(":")
-        if not sep:
-            if i:
-                raise ValueError(f"{text!r}: all entries except the first must have a prefix (function:)")
-            prefix, elems = "", entry
-        negate = elems.startswith("^")
-        chosen = set()
-        for tok in elems.lstrip("^").split(","):
-            key = tok.strip().lower()
-            if key not in names:
-                raise ValueError(f"unknown NCCL {what} {tok.strip()!r}; one of {', '.join(sorted(names))}")
-            chosen.add(names[key])
-        got = frozenset(set(names.values()) - chosen) if negate else frozenset(chosen)
+        parts = [x for x in entry.split(":") if x]  # strtok_r skips empty pieces
+        if not parts:
+            if entry:  # colons only: NCCL reads no list from it
+                raise ValueError(f"{text!r}: an entry of colons only, no function or {what} name")
+            continue
+        prefix, elems = (parts[0], parts[1]) if len(parts) > 1 else ("", parts[0])
+        if not prefix and i:  # NCCL: a prefix-less entry anywhere but at the string's start
+            raise ValueError(f"{text!r}: all entries except the first must have a prefix (function:)")
         if prefix and prefix.lower() not in funcs:
             raise ValueError(f"unknown NCCL function prefix {prefix!r}; one of {', '.join(funcs)}")
+        negate = elems.startswith("^")
+        toks = [t for t in (elems[1:] if negate else elems).split(",") if t]
+        bad = next((t for t in toks if t.lower() not in names), None)
+        if bad is not None:
+            raise ValueError(f"unknown NCCL {what} {bad!r}; one of {', '.join(sorted(names))}")
+        chosen = {names[t.lower()] for t in toks}
+        got = frozenset(set(names.values()) - chosen) if negate else frozenset(chosen)
         for f in funcs:
             if not prefix or f == prefix.lower():
                 out[f] = got

@@ -182,8 +182,9 @@ def print_training(d: dict[str, Any]) -> None:
           f"{d['schedule']}{' v=' + str(d['v']) if d['v'] > 1 else ''}, m={d['m']} microbatches of "
           f"{d['micro_batch']}, global batch {d['global_batch']}, {d['dtype']}, recompute {d['recompute']}")
     print(f"  iteration time {fmt_time(d['iteration_s'])}   {d['tflops_per_gpu']:.1f} TFLOP/s per GPU "
-          f"(Megatron's num_floating_point_operations: {d['flops']:.4g} FLOP per step)   MFU {100 * d['mfu']:.1f} % "
-          f"of {d['peak_tflops']:.0f} TFLOP/s {d['dtype']} peak")
+          f"(Megatron's num_floating_point_operations: {d['flops']:.4g} FLOP per step)   " + (
+              f"MFU {100 * d['mfu']:.1f} % of {d['peak_tflops']:.0f} TFLOP/s {d['dtype']} peak" if d["peak_tflops"]
+              else f"MFU – (the profile lists no {d['dtype']} peak: gpu.peak_tflops.{d['dtype']})"))
     ex = d["exposed_s"]
     print("  exposed communication (mean over ranks): " + ", ".join(
         f"{k.upper()} {fmt_time(ex[k])}" for k in ("tp", "cp", "ep", "pp", "dp")

@@ -45,7 +45,8 @@ Formulas the report uses, each with its source:
   forward holds one checkpointed group's full activations at once (its peak is added once). The first
   pipeline stage holds
   ``min(m, p)`` microbatches of its ``L/p`` layers under 1F1B, ``L/p · (p + (p−1)/v)`` layer-microbatches
-  interleaved (Korthikanti et al. §4.2.3: ``L·(1 + (p−1)/(p·v))``).
+  interleaved (Korthikanti et al. §4.2.3: ``L·(1 + (p−1)/(p·v))``); under ZB-H1 every rank holds p (Qi et al.
+  2024, Table 1); with uneven stages each rank is counted with its own (:func:`inflight_layers`).
 """
 
 import itertools
@@ -60,7 +61,7 @@ from schedsim.units import DTYPE_BYTES, MAX_BYTES, MAX_DIM
 
 __all__ = ["TrainingSpec", "TrainingPlan", "check_training", "refusal", "training_plan", "padded_layers", "model_flops",
            "memory_per_rank", "fsdp_units", "fsdp_memory", "act_bytes_per_layer", "expert_params_per_layer",
-           "tp_replicated_params_per_layer", "tp_rank_params_per_layer", "ALIASES"]
+           "tp_replicated_params_per_layer", "tp_rank_params_per_layer", "inflight_layers", "ALIASES"]
 
 #: Short alias -> Megatron argument.
 ALIASES = {"tp": "tensor_model_parallel_size", "pp": "pipeline_model_parallel_size", "dp": "data_parallel_size",
@@ -664,8 +665,8 @@ def act_bytes_per_layer(t: TrainingSpec, plan: TrainingPlan, granularity: str | 
     * no recomputation: ``sbh·(8r + 2 + 24r/t) + a·s²·b·(4r + 1)/t``; with sequence parallelism
       ``sbh/t·(32r + 2) + a·s²·b·(4r + 1)/t`` (r = 1: the paper's ``sbh·(10 + 24/t + 5as/(ht))`` and
       ``sbh/t·(34 + 5as/h)``);
-    * selective recomputation, or FlashAttention (``use_flash_attn``, which stores no b·a·s² tensor): the same
-      without the ``a·s²·b`` terms;
+    * selective recomputation, FlashAttention (``use_flash_attn``, which stores no b·a·s² tensor) or context
+      parallelism (below): the same without the ``a·s²·b`` terms;
     * full recomputation: the layer input, ``2r·sbh`` (``/t`` with SP).
 
     The table's MLP takes ``f = 4h``; of its terms the two ``sbf`` tensors (the GeLU's input and output, ``16r·sbh``
@@ -673,25 +674,23 @@ def act_bytes_per_layer(t: TrainingSpec, plan: TrainingPlan, granularity: str | 
     ``theoretical_memory_usage.py`` ``compute_activation_memory`` writes the selective, SP row,
     ``sbh·(18 + 4f/h)`` (a gated ``swiglu`` fc1 output of 2f is not counted apart, as there).
 
-    With context parallelism each rank holds ``s/cp`` tokens: the whole count is divided by cp (an
-    approximation for the ``a·s²·b`` terms, which Transformer Engine's fused attention, required for cp > 1,
-    does not store).
+    With context parallelism each rank holds ``s/cp`` tokens: the count is divided by cp, and it has no ``a·s²·b``
+    terms, as with FlashAttention: the attention core is then Transformer Engine's ring of fused attention kernels,
+    which store no ``a·s²·b`` tensor (TE ``dot_product_attention/utils.py`` ``get_attention_backend``: "Disabling
+    UnfusedDotProductAttention as it does not support context parallelism"; the lowering runs no scores, softmax
+    or dropout kernel there, :func:`schedsim.lower.training._with_cp`).
     """
-    s, b, h, a, tp = t.seq_length, t.micro_batch_size, t.hidden_size, t.num_attention_heads, plan.tp
-    if plan.cp > 1:
-        from dataclasses import replace
-
-        return act_bytes_per_layer(t, replace(plan, cp=1), granularity) / plan.cp
+    s, b, h, a, tp, cp = t.seq_length, t.micro_batch_size, t.hidden_size, t.num_attention_heads, plan.tp, plan.cp
     sbh = s * b * h
     r = DTYPE_BYTES[plan.dtype] / 2
     rg = t.recompute_granularity if granularity == "as set" else granularity
     if rg == "full":
-        return 2 * r * sbh / (tp if plan.sp else 1)
-    attn = 0.0 if rg == "selective" or t.use_flash_attn else a * s * s * b * (4 * r + 1) / tp
+        return 2 * r * sbh / (tp if plan.sp else 1) / cp
+    attn = 0.0 if rg == "selective" or t.use_flash_attn or cp > 1 else a * s * s * b * (4 * r + 1) / tp
     mlp = 4 * r * plan.ffn / h  # the MLP's two sbf tensors, per sbh (16r at f = 4h)
     if plan.sp:
-        return sbh / tp * (16 * r + 2 + mlp) + attn
-    return sbh * (8 * r + 2 + (8 * r + mlp) / tp) + attn
+        return (sbh / tp * (16 * r + 2 + mlp) + attn) / cp
+    return (sbh * (8 * r + 2 + (8 * r + mlp) / tp) + attn) / cp
 
 
 def _params_per_layer(t: TrainingSpec, plan: TrainingPlan) -> int:
@@ -744,21 +743,47 @@ def memory_per_rank(t: TrainingSpec, plan: TrainingPlan) -> dict[str, float]:
     ``use_torch_fsdp2`` the static bytes are :func:`fsdp_memory`'s (keys ``params``, ``grads``, ``optimizer``,
     ``gathered``).
 
-    With uneven first/last stages (``decoder_first_pipeline_num_layers``, ``..._last_...``; no virtual stages) the
-    first stage need not be the most loaded: each pipeline rank r is counted with its own layers and
-    ``min(m, pp − r)`` microbatches in flight (1F1B), the last (pp > 1) with the output layer's ``V·h/t``
-    parameters (Megatron-LM ``gpt_model.py``: the last stage's ``output_layer``, its own weight when untied, else a
-    copy of the word embeddings that ``embedding_grad_allreduce`` keeps equal, ``setup_embeddings_and_output_layer``),
-    and the rank of the largest ``total`` is returned, with its pipeline rank as ``stage`` where that is not 0
-    (``stage`` is not part of ``total``)."""
-    ranks = range(plan.pp) if plan.v == 1 and len(set(plan.stage_layers)) > 1 else range(1)
+    With uneven stages (``decoder_first_pipeline_num_layers``, ``..._last_...``, or the chunks padding empties,
+    ``allow_padding_num_layers``, with or without virtual stages) the first stage need not be the most loaded: each
+    pipeline rank r is counted with its own layers and its own in-flight layer-microbatches
+    (:func:`inflight_layers`; ``min(m, pp − r)`` microbatches under 1F1B), the last (pp > 1) with the output
+    layer's ``V·h/t`` parameters (Megatron-LM ``gpt_model.py``: the last stage's ``output_layer``, its own weight
+    when untied, else a copy of the word embeddings that ``embedding_grad_allreduce`` keeps equal,
+    ``setup_embeddings_and_output_layer``), and the rank of the largest ``total`` is returned, with its pipeline
+    rank as ``stage`` where that is not 0 (``stage`` is not part of ``total``)."""
+    ranks = range(plan.pp) if len(set(plan.stage_layers)) > 1 else range(1)
     got = max(((r, _memory_of_rank(t, plan, r)) for r in ranks), key=lambda rd: (rd[1]["total"], -rd[0]))
     return got[1] | {"stage": got[0]} if got[0] else got[1]
 
 
+def inflight_layers(plan: TrainingPlan, rank: int) -> int:
+    """Layer-microbatches whose activations pipeline rank ``rank`` holds at once at its peak: its forwards in
+    Megatron-LM's order (``schedules.py`` ``forward_backward_pipelining_with_interleaving``: ``num_warmup_microbatches
+    = (p − r − 1)·2 + (v − 1)·p``, at most m·v, then one forward and one backward a step; forward k runs chunk
+    ``(k mod p·v) // p``, backward k chunk ``v − 1 −`` that, ``get_model_chunk_id``), each holding its chunk's layers
+    (``plan.stage_layers[c·p + r]``) until its backward. With v = 1 (1F1B: ``p − r − 1`` warm-up forwards) that is
+    ``min(m, p − r)`` times the stage's layers; interleaved with equal chunks on rank 0, ``L/p·(p + (p − 1)/v)``
+    (Korthikanti et al. 2022 §4.2.3), at most ``L/p·m``. Uneven chunks (padding) make each rank's count its own.
+    ZB-H1 (``enable_zero_bubble``) defers the weight-gradient passes: every rank holds p microbatches (Qi et al.,
+    ICLR 2024, Table 1: ``p·M_B``; :func:`schedsim.pipeline.analytic.peak_activation_memory`)."""
+    p, v = plan.pp, plan.v
+    chunk = plan.stage_layers[rank::p]
+    if plan.zero_bubble:
+        return min(plan.m, p) * sum(chunk)
+    total = plan.m * v
+    warm = min((p - rank - 1) * (2 if v > 1 else 1) + (v - 1) * p, total)
+    held = sum(chunk[(k % (p * v)) // p] for k in range(warm))
+    peak = held
+    for j in range(total - warm):  # steady state: a forward, then the backward of microbatch-chunk j
+        held += chunk[((warm + j) % (p * v)) // p]
+        peak = max(peak, held)
+        held -= chunk[v - 1 - (j % (p * v)) // p]
+    return peak
+
+
 def _memory_of_rank(t: TrainingSpec, plan: TrainingPlan, rank: int) -> dict[str, float]:
     """:func:`memory_per_rank` of pipeline rank ``rank`` (the word and position embeddings on rank 0 only; the
-    in-flight count of interleaving, v > 1, is rank 0's)."""
+    activations of :func:`inflight_layers` layer-microbatches)."""
     # the rank's layers: its chunks rank, rank + pp, ... (virtual-stage order), which padding
     # (allow_padding_num_layers) leaves uneven
     lps = sum(plan.stage_layers[rank::plan.pp])
@@ -778,8 +803,8 @@ def _memory_of_rank(t: TrainingSpec, plan: TrainingPlan, rank: int) -> dict[str,
     # theoretical_memory_usage.py: expert_sharded_params × num_bytes_per_parameter(expert_data_parallel_size))
     n_exp = lps * expert_params_per_layer(t, plan) / plan.tp
     ob_exp = opt / (plan.dp * plan.cp // plan.ep) if t.use_distributed_optimizer else float(opt)
-    p, v, m = plan.pp, plan.v, plan.m
-    inflight = min(m, p - rank) * lps if v == 1 else min(lps * (p + (p - 1) / v), lps * m)
+    v = plan.v
+    inflight = inflight_layers(plan, rank)
     per_layer = act_bytes_per_layer(t, plan)
     lpc = lps // v  # layers per chunk; recompute_method block recomputes the first recompute_num_layers of each
     k = t.recompute_num_layers or 0

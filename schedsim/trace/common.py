@@ -67,12 +67,15 @@ PIPELINE_NAME_PATTERNS = (
 _NCCL_RE = re.compile(r"^(?:void\s+)?(?:nccl|hip|hccl)|ncclKernel|ncclDevKernel")
 _OP_ID_RE = re.compile(r"^(?P<name>.+)@r(?P<rank>\d+)$")
 
-#: Bytes per element for the dtype names Kineto's ``record_param_comms`` and NCCL kernels use.
+#: Bytes per element for the dtype names Kineto's ``record_param_comms`` and NCCL kernels use (lower case; the
+#: former are c10's ``ScalarType`` names, ``c10/core/ScalarType.h``: ``ComplexFloat`` is two floats, ``QInt32`` 4).
 DTYPE_BYTES: dict[str, int] = {
     "float": 4, "float32": 4, "half": 2, "float16": 2, "bfloat16": 2, "bf16": 2, "double": 8, "float64": 8,
     "int8": 1, "int8_t": 1, "char": 1, "uint8": 1, "uint8_t": 1, "byte": 1, "bool": 1, "int": 4, "int32": 4,
     "int32_t": 4, "uint32": 4, "int64": 8, "long": 8, "int64_t": 8, "uint64": 8, "uint64_t": 8, "short": 2,
-    "int16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1, "fp8": 1,
+    "int16": 2, "uint16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1, "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1,
+    "float8_e8m0fnu": 1, "fp8": 1, "complexhalf": 4, "complexfloat": 8, "complexdouble": 16, "qint8": 1,
+    "quint8": 1, "qint32": 4,
 }
 
 _COLLECTIVES = [

@@ -14,7 +14,8 @@ What-ifs (applied to the validated spec, op by op; :func:`what_if_spec`):
   and before a synchronisation the tag ``host_wait_before_us``; 0 drops the host gaps: a GPU-bound what-if). The
   host's waits in synchronisations are not host time: they follow the replayed GPU work;
 * ``recost_comm``: collectives matched across ranks drop their recorded duration and take the profile's cost
-  model; NCCL ops whose peers were not imported keep theirs (said in the output);
+  model; NCCL ops whose peers were not imported keep theirs, and so do those whose size the trace does not
+  record (bytes 0: a kernel without ``In msg nelems``), each said in the output;
 * ``max_connections=N`` (or ``CUDA_DEVICE_MAX_CONNECTIONS=N``, 1-32): replay with N hardware queues per rank:
   stream ``s`` of a rank (numbered by first launch) on queue ``s mod N``, and an op waiting for its stream
   predecessor or an event holds up the ops launched after it on its queue (host-device copies, on a copy engine,
@@ -184,14 +185,23 @@ def what_if_spec(spec: Any, scales: list[WhatIf], host_gaps: float = 1.0,
         lines.append(f"host gaps x{host_gaps:g}: {tot:,.1f} µs -> {tot * host_gaps:,.1f} µs of host time "
                      "(waits in host synchronisations excluded: they follow the GPU)")
     if recost_comm:
-        n = kept = 0
+        # an imported NCCL op of size 0 is one whose trace recorded no size (its kernel had no 'In msg nelems':
+        # NCCL launches no kernel for an empty collective); timed by the profile it would be a 0-byte one, so it
+        # keeps its recorded time, with every member of its name (the same collective on the other ranks)
+        unsized = {op.name for op in ops if op.kind in COMM_KINDS and op.duration_us is not None
+                   and not op.size_bytes()}
+        n = kept = blind = 0
         for i, op in enumerate(ops):
-            if op.kind in COMM_KINDS and op.duration_us is not None:
+            if op.kind in COMM_KINDS and op.duration_us is not None and op.name in unsized:
+                blind += 1
+            elif op.kind in COMM_KINDS and op.duration_us is not None:
                 ops[i] = op.model_copy(update={"duration_us": None})
                 n += 1
             elif "nccl" in (op.tags or {}):
                 kept += 1
         kept_txt = f"; {kept} NCCL ops whose peers were not imported keep their recorded duration" if kept else ""
+        if blind:
+            kept_txt += f"; {blind} whose size the trace does not record keep their recorded duration"
         lines.append(f"collectives re-costed with the profile: {n} ops{kept_txt}")
     return spec.model_copy(update={"ops": ops}), lines
 

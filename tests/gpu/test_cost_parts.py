@@ -87,3 +87,34 @@ def test_a_gemm_memset_row_is_read_for_its_shape_and_its_16_bit_sibling_and_noth
     assert cm.gemm_memset_gap(mm("fp16", 4096)) == 10.5e-6
     assert cm.gemm_memset_gap(mm("bf16", 2048)) == 0.0
     assert CostModel(load_profile("h200")).gemm_memset_gap(mm("bf16", 4096)) == 0.0
+
+
+def test_the_roofline_refuses_a_peak_the_profile_lacks(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The toy profile lists only fp32 (100 TFLOP/s): a bf16 kernel takes it (1e12 FLOP: 10 ms). Without an fp32
+    peak either there is nothing to stand in; the roofline took 1 TFLOP/s (an 8192³ fp32 GEMM on the shipped
+    gb200_nvl72 profile, whose peaks leave out fp32, predicted 1,466 ms) and now refuses, naming the field, and so
+    does predict (exit 2); a kernel of no FLOP needs no peak."""
+    import subprocess
+    import sys
+
+    from schedsim.errors import ProfileError
+
+    p = _profile()
+    assert Roofline(p, 0.0).time(1e12, 0.0, "bf16") == pytest.approx(1e-2)
+    d = toy_profile_dict()
+    d["gpu"]["peak_tflops"] = {"bf16": 200.0}
+    q = HardwareProfile.model_validate(d)
+    assert Roofline(q, 0.0).time(1e12, 0.0, "bf16") == pytest.approx(5e-3)
+    assert Roofline(q, 0.0).time(0.0, 1e9, None) == pytest.approx(1e-3)
+    with pytest.raises(ProfileError, match=r"gpu\.peak_tflops has no fp32 peak \(it lists bf16\)"):
+        Roofline(q, 0.0).time(1e12, 0.0, None)
+    with pytest.raises(ProfileError, match=r"no fp16 peak nor an fp32 one"):
+        Roofline(q, 0.0).time(1e12, 0.0, "fp16")
+    f = tmp_path / "mm.yaml"
+    f.write_text("schema_version: 1\nname: mm\nworld_size: 1\n"
+                 "ops:\n  - {name: mm, kind: matmul, m: 8192, n: 8192, k: 8192, dtype: fp32}\n")
+    r = subprocess.run([sys.executable, "-m", "schedsim", "predict", str(f), "--profile", "gb200_nvl72", "--out",
+                        str(tmp_path / "o"), "--no-gantt"], capture_output=True, text=True)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "profile 'gb200_nvl72': gpu.peak_tflops has no fp32 peak" in r.stderr
+    assert "fix: add gpu.peak_tflops.fp32" in r.stderr

@@ -98,3 +98,21 @@ def test_interleaved_pipeline_runs_the_ring_as_lone_ops(tmp_path: Path) -> None:
         ring = [o for o in _layer(ops, rank, "F0.0.l0.") if o.kind in ("send", "recv")]
         assert [o.kind for o in ring][0] == first and {o.p2p_batch for o in ring} == {None}
         assert {o.stream for o in ring} == {"cp_send", "cp_recv"}
+
+
+def test_ring_attention_stores_no_attention_matrix() -> None:
+    """With cp > 1 the attention core is the ring of fused attention kernels (Transformer Engine disables its
+    unfused backend under context parallelism: ``get_attention_backend``, "Disabling UnfusedDotProductAttention
+    as it does not support context parallelism"), so the a·s²·b tensors of Korthikanti's count (scores, softmax,
+    its dropout mask) are not stored, as with ``use_flash_attn``. CP (bf16, no SP, no recomputation), per layer
+    and microbatch on a CP rank of 16 tokens (sbh = 16·1·64 = 1024): sbh·(10 + 24/t) = 1024·22 = 22,528 bytes;
+    it counted the a·s²·b·5/t of the whole sequence over cp too, 4·32²·5/2/2 = 5,120 more. Memory per GPU: rank
+    0 holds 1 layer, min(m, pp) = 2 microbatches in flight."""
+    from schedsim.spec.loader import load_text
+    from schedsim.spec.training_block import act_bytes_per_layer, memory_per_rank, training_plan
+
+    for text in (CP, CP.replace("bf16: true", "bf16: true\n  use_flash_attn: true")):
+        spec = load_text(text)
+        plan = training_plan(spec.training, spec.world_size)
+        assert act_bytes_per_layer(spec.training, plan) == 22_528
+        assert memory_per_rank(spec.training, plan)["activations"] == 2 * 22_528

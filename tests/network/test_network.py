@@ -579,6 +579,23 @@ def test_parse_nccl_list_follows_ncclparselist():
         parse_nccl_list("ring;tree", "algo")
 
 
+def test_parse_nccl_list_reads_what_nccl_reads_and_refuses_what_it_refuses():
+    """NCCL 2.30.7 src/graph/tuning.cc parseList: prefixes are ncclFuncStr's five (src/init.cc), pieces cut by
+    strtok_r (empty ones skipped), names compared whole by strcasecmp; anything else is ncclInvalidUsage at
+    communicator init. It took sendrecv/send/recv prefixes and ' tree' (NCCL fails both) and refused 'ring,'."""
+    every = frozenset({"LL", "LL128", "Simple"})
+    for bad, what in (("sendrecv:LL", "proto"), ("send:Simple", "proto"), ("recv:LL", "proto"),
+                      ("ring, tree", "algo"), (" ring", "algo"), ("allreduce: tree", "algo"), (":", "algo")):
+        with pytest.raises(ValueError):
+            parse_nccl_list(bad, what)  # type: ignore[arg-type]
+    assert set(parse_nccl_list("LL", "proto")) == {"broadcast", "reduce", "allgather", "reducescatter", "allreduce"}
+    for same in ("ring,", "ring;", "ring,,", "RING"):
+        assert parse_nccl_list(same, "algo") == parse_nccl_list("ring", "algo")
+    assert parse_nccl_list("ring;allreduce:tree,", "algo")["allreduce"] == frozenset({"tree"})
+    for nothing in ("", "^", ";"):
+        assert parse_nccl_list(nothing, "proto")["allreduce"] == every
+
+
 def test_overrides_that_leave_nothing_are_an_error():
     net = NcclNetwork(profile(TOPO22, {"algo": "nvls"}))  # NVLS needs CollNet across nodes
     with pytest.raises(ProfileError, match=r"profile 'test': nccl.algo / nccl.proto \('nvls' / None\) leave "

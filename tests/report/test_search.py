@@ -325,3 +325,17 @@ def test_a_points_schedule_text_is_the_python_emitters() -> None:
             doc = {"schema_version": 1, "name": "s", "world_size": 16, **({"env": env} if env else {}),
                    "training": p.block}
             assert yaml.dump(doc, Dumper=yaml.CSafeDumper, sort_keys=False) == yaml.safe_dump(doc, sort_keys=False)
+
+
+def test_search_table_says_when_mfu_has_no_peak(capsys: pytest.CaptureFixture[str]) -> None:
+    """A point simulated on a profile without its dtype's peak has a rate (TFLOP/s) and no MFU: the table said
+    "0.0 %"; a point with a peak keeps its figure."""
+    from schedsim.cli import _print_search
+
+    setting = {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "dp": 8, "micro_batch_size": 1, "vpp_layers": None,
+               "recompute": "none"}
+    pts = [SearchPoint(dict(setting), {}, memory_bytes=2**30, iteration_s=1e-3, tflops_per_gpu=12.5, mfu=0.0),
+           SearchPoint(dict(setting, tp=2), {}, memory_bytes=2**30, iteration_s=2e-3, tflops_per_gpu=6.0, mfu=0.25)]
+    _print_search(pts, 10)
+    rows = [line for line in capsys.readouterr().out.splitlines() if "12.5" in line or "6.0" in line]
+    assert len(rows) == 2 and "– (no peak)" in rows[0] and "0.0 %" not in rows[0] and "25.0 %" in rows[1]

@@ -613,3 +613,20 @@ def test_uneven_stages_memory_counts_the_last_stages_output_layer(tmp_path: Path
     r = CliRunner().invoke(app, ["predict", str(path), "--no-gantt", "--no-trace", "--out", str(tmp_path / "o")])
     assert r.exit_code == 0, r.output
     assert "memory per GPU, pipeline stage 1 (the most loaded): params 421.12 KiB, grads 842.25 KiB" in r.output
+
+
+def test_mfu_without_a_peak_of_the_dtype_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    """A bf16 step on a profile that lists no bf16 peak (fp32 only, which stands in for the roofline): MFU has no
+    denominator. It printed "MFU 0.0 % of 0 TFLOP/s bf16 peak"; now "MFU –" and the field to add."""
+    from schedsim.api import predict
+    from schedsim.hardware.profile import load_profile
+    from schedsim.report.training import print_training, training_report
+
+    h200 = load_profile("h200")
+    prof = h200.model_copy(update={"gpu": h200.gpu.model_copy(update={"peak_tflops": {"fp32": 67.0}})})
+    spec = load_text(TINY)
+    d = training_report(spec, predict(spec, profile=prof).timeline, prof).to_dict()
+    assert d["peak_tflops"] == 0 and d["tflops_per_gpu"] > 0
+    print_training(d)
+    out = capsys.readouterr().out
+    assert "MFU – (the profile lists no bf16 peak: gpu.peak_tflops.bf16)" in out and "MFU 0.0 %" not in out

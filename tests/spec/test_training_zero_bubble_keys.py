@@ -95,11 +95,61 @@ def test_zero_bubble_needs_pp_microbatches(tmp_path: Path) -> None:
 def test_memory_of_the_first_rank_counts_its_chunks_layers_with_padding() -> None:
     # 24 chunks of one layer, chunks 0 and 23 padded away; rank 0 runs chunks 0, 8 and 16 (virtual-stage order:
     # chunk i on rank i % pp), 0 + 1 + 1 = 2 layers, not 3 x chunk 0's 0 layers
-    from schedsim.spec.training_block import _params_per_layer, memory_per_rank
+    from schedsim.spec.training_block import _memory_of_rank, _params_per_layer
 
     t, plan = _plan("  num_layers_per_virtual_pipeline_stage: 1\n")
     assert plan.stage_layers[0::plan.pp] == (0, 1, 1)
     n = 2 * _params_per_layer(t, plan) + plan.vocab * 64 + 32 * 64  # layers, word and position embeddings (tp 1)
-    mem = memory_per_rank(t, plan)
+    mem = _memory_of_rank(t, plan, 0)
     assert mem["params"] == pytest.approx(2 * n)  # fp16: 2 bytes a parameter
     assert mem["activations"] > 0
+
+
+def test_memory_per_gpu_is_the_most_loaded_rank_with_padded_interleaved_stages() -> None:
+    """6 layers over pp 4 padded to 8 chunks of one layer (v = 2), m = 8: chunks 0 and 7 are empty, so rank 0
+    holds 1 layer, ranks 1 and 2 hold 2, rank 3 holds 1. Megatron's interleaved order (warm-up forwards
+    (p − r − 1)·2 + (v − 1)·p, forward k on chunk (k mod 8) // 4) keeps 4, 9, 7 and 5 layer-microbatches at the
+    peak: rank 0's forwards 0-3 and 8-10 run its empty chunk. The report named rank 0 with L/p·(p + (p − 1)/v)
+    = 1·5.5 of them; the simulated timeline's per-rank peaks are these, rank 1's the largest."""
+    from schedsim.api import predict
+    from schedsim.spec.training_block import act_bytes_per_layer, inflight_layers, memory_per_rank
+
+    text = (BASE.replace("num_layers: 22", "num_layers: 6").replace("world_size: 8", "world_size: 4")
+            .replace("pp: 8", "pp: 4").replace("global_batch_size: 24", "global_batch_size: 8")
+            + "  num_layers_per_virtual_pipeline_stage: 1\n")
+    spec = load_text(text)
+    t = spec.training
+    assert t is not None
+    plan = training_plan(t, spec.world_size)
+    assert (plan.v, plan.m, plan.stage_layers) == (2, 8, (0, 1, 1, 1, 1, 1, 1, 0))
+    assert [inflight_layers(plan, r) for r in range(4)] == [4, 9, 7, 5]
+    layer = act_bytes_per_layer(t, plan)
+    assert layer == 32 * 64 * 34 + 4 * 32 * 32 * 5  # sbh·(10 + 24) + 5·a·s²·b, fp16, tp 1
+    mem = memory_per_rank(t, plan)
+    assert mem["stage"] == 1 and mem["activations"] == 9 * layer
+    peaks = predict(spec).metrics.pipeline.peak_memory_bytes
+    assert [peaks[r] for r in range(4)] == [n * layer for n in (4, 9, 7, 5)]
+
+
+def test_zero_bubble_memory_holds_pp_microbatches_on_every_rank() -> None:
+    """ZB-H1 defers the weight gradients: every rank holds p microbatches (ZB paper Table 1, p·M_B; the
+    simulated curve agrees). 6 layers over pp 4 padded to 8 (stages 1, 2, 2, 1): ranks 1 and 2 hold 4 × 2 = 8
+    layer-microbatches, rank 0 4 × 1. The report took 1F1B's min(m, p − r): rank 1 at 3 × 2 = 6, and named rank
+    0 (its embeddings), with 4."""
+    from schedsim.api import predict
+    from schedsim.spec.training_block import act_bytes_per_layer, inflight_layers, memory_per_rank
+
+    text = (BASE.replace("num_layers: 22", "num_layers: 6").replace("world_size: 8", "world_size: 4")
+            .replace("pp: 8", "pp: 4").replace("global_batch_size: 24", "global_batch_size: 8")
+            + "  enable_zero_bubble: true\n")
+    spec = load_text(text)
+    t = spec.training
+    assert t is not None
+    plan = training_plan(t, spec.world_size)
+    assert (plan.schedule, plan.stage_layers) == ("zb_h1", (1, 2, 2, 1))
+    assert [inflight_layers(plan, r) for r in range(4)] == [4, 8, 8, 4]
+    layer = act_bytes_per_layer(t, plan)
+    mem = memory_per_rank(t, plan)
+    assert mem["stage"] == 1 and mem["activations"] == 8 * layer
+    peaks = predict(spec).metrics.pipeline.peak_memory_bytes
+    assert [peaks[r] for r in range(4)] == [n * layer for n in (4, 8, 8, 4)]

@@ -44,6 +44,19 @@ class TestRealAllReduceTrace:
         sizes = sorted({s.tags["in_nelems"] for s in comm if s.kind == "all_reduce"})
         assert sizes == [2049000, 2431040, 6563840, 6637568, 7875584]
 
+    def test_collective_bytes_of_every_c10_dtype_name(self, tmp_path):
+        """record_param_comms writes c10's ScalarType name (c10/core/ScalarType.h): ComplexFloat is 8 bytes an
+        element, QInt32 4, Float8_e4m3fnuz 1. An unknown name left the collective 0 bytes (size unknown)."""
+        for dtype, size in (("ComplexFloat", 8), ("ComplexDouble", 16), ("QInt32", 4), ("Float8_e4m3fnuz", 1),
+                            ("UInt16", 2), ("BFloat16", 2)):
+            doc = kineto_doc(0, world=1)
+            for e in doc["traceEvents"]:
+                if "dtype" in e.get("args", {}):
+                    e["args"]["dtype"] = dtype
+            tl = import_kineto(write_kineto(tmp_path / f"{dtype}.json", doc)).timeline
+            ar = [s for s in tl.spans if s.kind == "all_reduce"]
+            assert ar and {s.bytes for s in ar} == {float((1 << 20) * size)}, dtype
+
     def test_nccl_volume_from_record_param_comms(self):
         r = import_kineto(need(KINETO_AR))
         lines = nccl_volume_table(r.nccl_rows)

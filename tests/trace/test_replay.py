@@ -187,6 +187,24 @@ class TestWhatIf:
         got = [s.end_s - s.start_s for s in tl.spans if s.kind == "all_reduce"]
         assert got == pytest.approx([want, want])
 
+    def test_recost_comm_keeps_collectives_of_unknown_size(self, tmp_path: Path) -> None:
+        """A trace whose NCCL kernels carry no ``In msg nelems`` imports its all_reduce with bytes 0 (size
+        unknown: NCCL launches no kernel for an empty one). --recost-comm timed it as a 0-byte all_reduce (40 µs ->
+        a few µs, the makespan 10 % shorter, no word); it keeps its recorded time and says so."""
+        docs = [rank_doc(0), rank_doc(1, b_us=40, ar_start=1150, ar_us=50)]
+        for d in docs:
+            for e in d["traceEvents"]:
+                for k in ("In msg nelems", "Out msg nelems"):
+                    e["args"].pop(k, None)
+        text, _ = _schedule(tmp_path, *docs)
+        base = what_if_spec(api.load(text), [])[0]
+        ar0 = [o.duration_us for o in base.ops if o.kind == "all_reduce"]
+        assert len(ar0) == 2 and all(o.size_bytes() == 0 for o in base.ops if o.kind == "all_reduce")
+        spec, lines = what_if_spec(api.load(text), [], recost_comm=True)
+        assert [o.duration_us for o in spec.ops if o.kind == "all_reduce"] == ar0
+        assert lines == ["collectives re-costed with the profile: 0 ops; 2 whose size the trace does not record "
+                         "keep their recorded duration"]
+
     @pytest.mark.parametrize("bad", ["nccl", "nccl*x", "*0.5", "nccl*-1"])
     def test_bad_what_if(self, bad: str) -> None:
         from schedsim.errors import SpecError
