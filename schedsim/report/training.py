@@ -6,6 +6,8 @@
   ``throughput per GPU (TFLOP/s/GPU)`` log line computes it (``megatron/training/training.py``
   ``training_log``);
 * **MFU**: that rate over the profile's dense peak for the parameters' dtype (``gpu.peak_tflops``);
+* **TFLOP/s per GPU as current Megatron-LM logs it** (``tflops_per_gpu_causal``): the same with the core
+  attention counted at half for the causal mask (``model_flops(..., causal=True)``: Megatron-LM since 2025-03);
 * **exposed communication by kind**, seconds, mean over ranks: time a rank's TP collectives (``tp``), the
   context-parallel ring's send/recv (``cp``), the experts' token all-to-all (``ep``), pipeline send/recv
   (``pp``) and data-parallel gradient and parameter collectives (``dp``: the reductions, the tied embedding
@@ -55,6 +57,7 @@ class TrainingReport:
     bubble_s: float
     memory: dict[str, float]
     recompute: str
+    tflops_per_gpu_causal: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON form."""
@@ -152,7 +155,7 @@ def step_rate(spec: Any, tl: Any, profile: Any) -> tuple[float, float, float, fl
 def training_report(spec: Any, tl: Any, profile: Any) -> TrainingReport:
     """The figures of a simulated training step (``spec`` with a ``training:`` block, its timeline, the
     profile it ran on)."""
-    from schedsim.spec.training_block import memory_per_rank, training_plan
+    from schedsim.spec.training_block import memory_per_rank, model_flops, training_plan
 
     t = spec.training
     plan = training_plan(t, spec.world_size)
@@ -171,7 +174,8 @@ def training_report(spec: Any, tl: Any, profile: Any) -> TrainingReport:
                           micro_batch=t.micro_batch_size, global_batch=plan.global_batch, schedule=plan.schedule,
                           dtype=plan.dtype, iteration_s=it, flops=flops, tflops_per_gpu=rate, peak_tflops=peak,
                           mfu=mfu, exposed_s=exposed, bubble_s=bubble,
-                          memory=memory_per_rank(t, plan), recompute=rc)
+                          memory=memory_per_rank(t, plan), recompute=rc,
+                          tflops_per_gpu_causal=rate * model_flops(t, plan, causal=True) / flops if flops else 0.0)
 
 
 def print_training(d: dict[str, Any]) -> None:
@@ -182,9 +186,12 @@ def print_training(d: dict[str, Any]) -> None:
           f"{d['schedule']}{' v=' + str(d['v']) if d['v'] > 1 else ''}, m={d['m']} microbatches of "
           f"{d['micro_batch']}, global batch {d['global_batch']}, {d['dtype']}, recompute {d['recompute']}")
     print(f"  iteration time {fmt_time(d['iteration_s'])}   {d['tflops_per_gpu']:.1f} TFLOP/s per GPU "
-          f"(Megatron's num_floating_point_operations: {d['flops']:.4g} FLOP per step)   " + (
+          f"(Narayanan et al. 2021 eq. 3: {d['flops']:.4g} FLOP per step)   " + (
               f"MFU {100 * d['mfu']:.1f} % of {d['peak_tflops']:.0f} TFLOP/s {d['dtype']} peak" if d["peak_tflops"]
               else f"MFU – (the profile lists no {d['dtype']} peak: gpu.peak_tflops.{d['dtype']})"))
+    if d.get("tflops_per_gpu_causal"):
+        print(f"  (Megatron-LM since 2025-03 counts causal attention at half: {d['tflops_per_gpu_causal']:.1f} "
+              "TFLOP/s per GPU in its log)")
     ex = d["exposed_s"]
     print("  exposed communication (mean over ranks): " + ", ".join(
         f"{k.upper()} {fmt_time(ex[k])}" for k in ("tp", "cp", "ep", "pp", "dp")

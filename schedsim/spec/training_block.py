@@ -618,15 +618,23 @@ def check_training(t: TrainingSpec, world_size: int, doc: Any, file: str, env: A
 
 
 # ---------------------------------------------------------------- what users compare with their logs
-def model_flops(t: TrainingSpec, plan: TrainingPlan) -> float:
+def model_flops(t: TrainingSpec, plan: TrainingPlan, causal: bool = False) -> float:
     """FLOP of one step, Megatron-LM's ``num_floating_point_operations(args, global_batch)``
-    (``megatron/training/training.py``; see the module docstring). Recomputation is not counted (model FLOPs)."""
+    (``megatron/training/training.py``; see the module docstring). Recomputation is not counted (model FLOPs).
+
+    ``causal=False`` (the default, the papers' figure: Narayanan et al. 2021 eq. 3, Korthikanti et al. 2022) counts
+    the core attention (``QKᵀ`` and its product with V) whole, the ``s/h`` term; ``causal=True`` halves it, as
+    Megatron-LM does since commit 8873b55 (2025-03-06, "Fixes in number of floating-point operation estimates for
+    MoE and attention layer": ``seq_length / hidden_size / 2``; later ``transformer_flops``'s "/ 2  # causal mask
+    (only half of the mask is non-zero)"), so a current Megatron-LM log's ``throughput per GPU`` is the
+    ``causal=True`` figure."""
     h, L, s = t.hidden_size, t.num_layers, t.seq_length
     a = t.num_attention_heads
     k = t.moe_router_topk if t.num_experts else 1
     gate = 1.5 if t.swiglu else 1.0
+    core = s / h / 2 if causal else s / h
     return 12.0 * plan.global_batch * s * L * h * h * (
-        (1 + plan.groups / a + s / h) + (plan.ffn / h) * k * gate + plan.vocab / (2 * L * h))
+        (1 + plan.groups / a + core) + (plan.ffn / h) * k * gate + plan.vocab / (2 * L * h))
 
 
 def stage_activation_memory(t: TrainingSpec, plan: TrainingPlan) -> tuple[int, dict[int, int]]:

@@ -167,6 +167,28 @@ def test_model_flops_is_megatrons_formula() -> None:
     p2 = training_plan(t2, 32)
     by_hand2 = 12 * B * s * L * h * h * ((1 + 8 / 24 + s / h) + (6144 / h) * 1.5 + V / (2 * L * h))
     assert model_flops(t2, p2) == pytest.approx(by_hand2, rel=1e-12)
+    # current Megatron-LM (since 8873b55, 2025-03) counts the causal core attention at half: s/h -> s/(2h)
+    causal2 = 12 * B * s * L * h * h * ((1 + 8 / 24 + s / (2 * h)) + (6144 / h) * 1.5 + V / (2 * L * h))
+    assert model_flops(t2, p2, causal=True) == pytest.approx(causal2, rel=1e-12)
+
+
+def test_training_report_prints_current_megatrons_causal_rate(capsys: pytest.CaptureFixture[str]) -> None:
+    """The report's second rate is the first times the causal FLOP count over the papers' one (same time, same
+    GPUs), and the line says which Megatron-LM logs it."""
+    from schedsim.api import predict
+    from schedsim.hardware.profile import load_profile
+    from schedsim.report.training import print_training, training_report
+
+    spec = load_text(TINY)
+    prof = load_profile("h200")
+    d = training_report(spec, predict(spec, profile=prof).timeline, prof).to_dict()
+    t = spec.training
+    assert t is not None
+    plan = training_plan(t, spec.world_size)
+    ratio = model_flops(t, plan, causal=True) / model_flops(t, plan)
+    assert ratio < 1 and d["tflops_per_gpu_causal"] == pytest.approx(d["tflops_per_gpu"] * ratio, rel=1e-12)
+    print_training(d)
+    assert f"causal attention at half: {d['tflops_per_gpu_causal']:.1f} TFLOP/s per GPU" in capsys.readouterr().out
 
 
 def test_swiglu_without_ffn_hidden_size_takes_megatrons_default_width(tmp_path: Path) -> None:
