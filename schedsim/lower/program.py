@@ -32,7 +32,7 @@ Op names, ids and :class:`Op` objects are built only on request (:meth:`Program.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
@@ -140,6 +140,13 @@ def _ranks_ascend(rank: np.ndarray) -> bool:
 NARROW = ("dep_ptr", "dep_idx", "stream_edges", "dep_edges")
 
 
+#: The Program's fields that :meth:`Program.release_linked` drops where :attr:`Program.remake` can make them again:
+#: the DAG's edges, the dependency CSR, the collectives' members and the per-rank order, which the simulator reads
+#: only to build its own successor lists and group arrays (the static checks, the memory curve and trace.json read
+#: them again after it, made anew).
+REMADE = ("dep_ptr", "dep_idx", "stream_edges", "dep_edges", "coll_idx", "seq")
+
+
 def _narrow(a: NDArray[np.int64], bound: int) -> NDArray[np.int32] | NDArray[np.int64]:
     """``a`` (an int64 array of values in ``0 .. bound``) as int32 when ``bound`` is below 2**31; else as it is."""
     if isinstance(a, np.ndarray) and a.dtype == np.int64 and bound < 2**31:
@@ -226,6 +233,9 @@ class Program:
     #: (:func:`schedsim.lower.training.represented_ranks`); ``()``: every rank's ops are here. A collective keeps its
     #: full group in its template (cost, links) and has only its represented members in ``coll_ptr``/``coll_idx``.
     represented: tuple[int, ...] = ()
+    #: What remakes the fields of :data:`REMADE` after :meth:`release_linked` (a lowering of rank 0's ops on every
+    #: rank, :func:`schedsim.lower.link._link_uniform`: :class:`schedsim.lower.link.UniformLinks`), else None.
+    remake: Any = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         n = len(self.tmpl)
@@ -254,6 +264,34 @@ class Program:
         """The p2p batch names and message tags, indexed by :attr:`batch` and :attr:`msg` (made on first read)."""
         t = self.str_table
         return t if isinstance(t, tuple) else tuple(t.items)
+
+    def release_linked(self) -> None:
+        """Drop the fields of :data:`REMADE` where :attr:`remake` can make them again (a uniform lowering's): the
+        simulator calls it once its successor lists are built from the edges (:mod:`schedsim.sim.waves_columns`),
+        so that they are not held through the event loop, the metrics and the outputs (at 1M ops on 8 ranks,
+        21 MiB of int32 arrays). A later read makes the field again, the same dtype, shape and values
+        (:meth:`__getattr__`); without ``remake`` nothing is dropped."""
+        if self.remake is not None:
+            for f in REMADE:
+                self.__dict__.pop(f, None)
+
+    def __getattr__(self, name: str) -> Any:
+        """A field of :data:`REMADE` dropped by :meth:`release_linked`, made again by :attr:`remake` (and kept)
+        as the lowering made it (narrowed as :meth:`__post_init__` narrows it, read-only).
+
+        Raises
+        ------
+        AttributeError
+            ``name`` is not such a field, or the Program has no ``remake``.
+        """
+        remake = self.__dict__.get("remake")
+        if name not in REMADE or remake is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        a = remake.make(name)
+        if name in NARROW:
+            a = _narrow(a, max(len(self.tmpl), remake.n_dep, a.size))
+        self.__dict__[name] = _freeze(a)
+        return a
 
     def __getstate__(self) -> dict[str, object]:
         """The state with the name, tag and string tables as tuples (the lowering's interners hold closures)."""

@@ -867,6 +867,9 @@ def _prepare(prog: Program, profile: HardwareProfile, mode: str, rules: gm.GpuRu
     # rule communicator-order: communicator order; rule host-issue: host issue times
     sptr, sidx, npred, host = _order_and_issue(prog, tps, tmpl, rank, sid, res, is_p2p, serial, profile, mode,
                                                model_executor, cost)
+    # the Program's edges, dependency CSR and collective members are read no more by this run: dropped where the
+    # Program can make them again (a uniform lowering's, made anew if read after), not held through the loop
+    prog.release_linked()
     issue, call0, release = _host_times(host, profile, mode, model_executor, cold)
     if not again:
         del host
