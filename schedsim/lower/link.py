@@ -30,7 +30,7 @@ from schedsim.lower.check_errors import (
     unmatched_p2p_error,
 )
 from schedsim.lower.p2p import _msg_values, _oid
-from schedsim.lower.program import batch_heads, required, stable_order, unique
+from schedsim.lower.program import UniformLinks, batch_heads, required, stable_order, unique
 from schedsim.lower.table import Table
 from schedsim.made import MadeOnRead
 from schedsim.spec.model import COLLECTIVE_KINDS
@@ -452,46 +452,6 @@ def _collectives(cols: _Cols, represented: tuple[int, ...] = ()) -> tuple[Collec
     ``represented`` ranks, a symmetric lowering's, on each of them in its group)."""
     g = _collective_groups(cols, represented)
     return g.keys, g.ptr, g.members, not bool(_collective_faults(cols, g)[1].any())
-
-
-class UniformLinks(NamedTuple):
-    """What makes a uniform lowering's linked arrays (:data:`schedsim.lower.program.REMADE`) from rank 0's
-    (:func:`_link_uniform`, whose expressions :meth:`make` repeats, so the arrays are the same): op ``k·R + r`` is
-    row ``r`` on rank ``k``. Rank 0's arrays: ``se1`` stream edges (E1, 2), ``tgt1`` each declared dependency's
-    target, ``dep_op1`` its op, ``crow`` the collectives' rows, ``seq1`` the per-rank order; ``R`` ops per rank,
-    ``W`` ranks, ``it`` the index dtype; ``n_dep`` the Program's number of declared dependencies."""
-
-    se1: np.ndarray
-    tgt1: np.ndarray
-    dep_op1: np.ndarray
-    crow: np.ndarray
-    seq1: np.ndarray
-    R: int
-    W: int
-    it: Any
-    n_dep: int
-
-    def make(self, name: str) -> np.ndarray:
-        """The Program's field ``name`` (one of :data:`~schedsim.lower.program.REMADE`) as :func:`_link_uniform`
-        makes it."""
-        off = np.arange(self.W, dtype=self.it) * self.R
-        if name == "stream_edges":
-            return (self.se1.astype(self.it)[None, :, :] + off[:, None, None]).reshape(-1, 2)
-        if name == "dep_idx":
-            return (self.tgt1.astype(self.it)[None, :] + off[:, None]).reshape(-1)
-        if name == "dep_edges":
-            tgt = (self.tgt1.astype(self.it)[None, :] + off[:, None]).reshape(-1)
-            dep_op = (self.dep_op1.astype(self.it)[None, :] + off[:, None]).reshape(-1)
-            return np.stack([tgt, dep_op], axis=1) if len(tgt) else np.zeros((0, 2), self.it)
-        if name == "dep_ptr":
-            dep_ptr = np.zeros(self.R * self.W + 1, self.it)
-            np.cumsum(np.tile(np.bincount(self.dep_op1, minlength=self.R).astype(self.it), self.W), out=dep_ptr[1:])
-            return dep_ptr
-        if name == "coll_idx":
-            return (self.crow[:, None].astype(I64) + off[None, :].astype(I64)).reshape(-1)
-        if name == "seq":
-            return np.tile(self.seq1, self.W)
-        raise KeyError(name)
 
 
 def _link_uniform(table: Table, W: int) -> tuple[_Cols, dict[str, Any]] | None:

@@ -35,7 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict, TypeVar
 
 import numpy as np
 
@@ -178,6 +178,46 @@ def _freeze(v: _T) -> _T:
     return v
 
 
+class UniformLinks(NamedTuple):
+    """What makes a uniform lowering's linked arrays (:data:`REMADE`) from rank 0's (:func:`schedsim.lower.link.
+    _link_uniform`, whose expressions :meth:`make` repeats, so the arrays are the same): op ``k·R + r`` is row ``r``
+    on rank ``k``. Rank 0's arrays: ``se1`` stream edges (E1, 2), ``tgt1`` each declared dependency's
+    target, ``dep_op1`` its op, ``crow`` the collectives' rows, ``seq1`` the per-rank order; ``R`` ops per rank,
+    ``W`` ranks, ``it`` the index dtype; ``n_dep`` the Program's number of declared dependencies."""
+
+    se1: np.ndarray
+    tgt1: np.ndarray
+    dep_op1: np.ndarray
+    crow: np.ndarray
+    seq1: np.ndarray
+    R: int
+    W: int
+    it: type  # np.int32 or np.int64
+    n_dep: int
+
+    def make(self, name: str) -> np.ndarray:
+        """The Program's field ``name`` (one of :data:`REMADE`) as :func:`schedsim.lower.link._link_uniform` makes
+        it."""
+        off: np.ndarray = np.arange(self.W, dtype=self.it) * self.R
+        if name == "stream_edges":
+            return (self.se1.astype(self.it)[None, :, :] + off[:, None, None]).reshape(-1, 2)
+        if name == "dep_idx":
+            return (self.tgt1.astype(self.it)[None, :] + off[:, None]).reshape(-1)
+        if name == "dep_edges":
+            tgt = (self.tgt1.astype(self.it)[None, :] + off[:, None]).reshape(-1)
+            dep_op = (self.dep_op1.astype(self.it)[None, :] + off[:, None]).reshape(-1)
+            return np.stack([tgt, dep_op], axis=1) if len(tgt) else np.zeros((0, 2), self.it)
+        if name == "dep_ptr":
+            dep_ptr: np.ndarray = np.zeros(self.R * self.W + 1, self.it)
+            np.cumsum(np.tile(np.bincount(self.dep_op1, minlength=self.R).astype(self.it), self.W), out=dep_ptr[1:])
+            return dep_ptr
+        if name == "coll_idx":
+            return (self.crow[:, None].astype(np.int64) + off[None, :].astype(np.int64)).reshape(-1)
+        if name == "seq":
+            return np.tile(self.seq1, self.W)
+        raise KeyError(name)
+
+
 class _ProgramInfo(TypedDict):
     name: str
     world_size: int
@@ -234,8 +274,8 @@ class Program:
     #: full group in its template (cost, links) and has only its represented members in ``coll_ptr``/``coll_idx``.
     represented: tuple[int, ...] = ()
     #: What remakes the fields of :data:`REMADE` after :meth:`release_linked` (a lowering of rank 0's ops on every
-    #: rank, :func:`schedsim.lower.link._link_uniform`: :class:`schedsim.lower.link.UniformLinks`), else None.
-    remake: Any = field(default=None, repr=False)
+    #: rank, :func:`schedsim.lower.link._link_uniform`: :class:`UniformLinks`), else None.
+    remake: UniformLinks | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         n = len(self.tmpl)
@@ -275,7 +315,7 @@ class Program:
             for f in REMADE:
                 self.__dict__.pop(f, None)
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> np.ndarray:
         """A field of :data:`REMADE` dropped by :meth:`release_linked`, made again by :attr:`remake` (and kept)
         as the lowering made it (narrowed as :meth:`__post_init__` narrows it, read-only).
 

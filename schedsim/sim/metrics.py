@@ -559,8 +559,13 @@ def _compute(tl: Timeline, classes: Sequence[int] | np.ndarray | None = None) ->
     # NCCL kernels occupy their stream from when it reaches them (ready) to the end of the transfer,
     # spinning while the peer is late; nsys shows that span as kernel time
     m = (gkey & 3) == 1
-    rd, sc, ec, gc = c.ready_s[order[m]], start[m], end[m], gkey[m] >> 2
-    del order, m
+    om = order[m]  # the order is read no more: freed before the comm rows' columns are gathered
+    del order
+    rd = c.ready_s[om]
+    del om
+    sc, ec, gc = start[m], end[m], gkey[m]
+    gc >>= 2  # in place: no temporary
+    del m
     kvs = np.where(np.isnan(rd), sc, rd)
     del rd, sc
     if len(gc) > 1 and not bool(((kvs[1:] >= kvs[:-1]) | (gc[1:] != gc[:-1])).all()):  # else sorted already
