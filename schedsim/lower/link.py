@@ -502,7 +502,7 @@ def _link_uniform(table: Table, W: int) -> tuple[_Cols, dict[str, Any]] | None:
     np.cumsum(np.tile(np.bincount(one.dep_op, minlength=R).astype(it), W), out=dep_ptr[1:])
     # rank 0's arrays in the index dtype (make() reads them through astype(it) or as counts: the same values)
     remake = UniformLinks(se1.astype(it), tgt1.astype(it), one.dep_op.astype(it), crow.astype(it), one.c["seq"].copy(),
-                          R, W, it, len(tgt))
+                          one.c["name"].copy(), R, W, it, len(tgt))
     return cols, {"dep_ptr": dep_ptr, "dep_idx": tgt, "stream_edges": se, "dep_edges": de,
                   "coll_keys": keys, "coll_ptr": cptr, "coll_idx": cidx, "p2p": np.zeros((0, 2), I64),
                   "warnings": (), "uniform": True, "remake": remake}

@@ -141,10 +141,10 @@ NARROW = ("dep_ptr", "dep_idx", "stream_edges", "dep_edges")
 
 
 #: The Program's fields that :meth:`Program.release_linked` drops where :attr:`Program.remake` can make them again:
-#: the DAG's edges, the dependency CSR, the collectives' members and the per-rank order, which the simulator reads
-#: only to build its own successor lists and group arrays (the static checks, the memory curve and trace.json read
-#: them again after it, made anew).
-REMADE = ("dep_ptr", "dep_idx", "stream_edges", "dep_edges", "coll_idx", "seq")
+#: the DAG's edges, the dependency CSR, the collectives' members, the per-rank order and the name ids, which the
+#: simulator reads only to build its own successor lists and group arrays (the static checks, the memory curve,
+#: trace.json and the timeline's names read them again after it, made anew).
+REMADE = ("dep_ptr", "dep_idx", "stream_edges", "dep_edges", "coll_idx", "seq", "name_id")
 
 
 def _narrow(a: NDArray[np.int64], bound: int) -> NDArray[np.int32] | NDArray[np.int64]:
@@ -182,7 +182,8 @@ class UniformLinks(NamedTuple):
     """What makes a uniform lowering's linked arrays (:data:`REMADE`) from rank 0's (:func:`schedsim.lower.link.
     _link_uniform`, whose expressions :meth:`make` repeats, so the arrays are the same): op ``k·R + r`` is row ``r``
     on rank ``k``. Rank 0's arrays: ``se1`` stream edges (E1, 2), ``tgt1`` each declared dependency's
-    target, ``dep_op1`` its op, ``crow`` the collectives' rows, ``seq1`` the per-rank order; ``R`` ops per rank,
+    target, ``dep_op1`` its op, ``crow`` the collectives' rows, ``seq1`` the per-rank order, ``name1`` the name ids;
+    ``R`` ops per rank,
     ``W`` ranks, ``it`` the index dtype; ``n_dep`` the Program's number of declared dependencies."""
 
     se1: np.ndarray
@@ -190,6 +191,7 @@ class UniformLinks(NamedTuple):
     dep_op1: np.ndarray
     crow: np.ndarray
     seq1: np.ndarray
+    name1: np.ndarray
     R: int
     W: int
     it: type  # np.int32 or np.int64
@@ -215,6 +217,8 @@ class UniformLinks(NamedTuple):
             return (self.crow[:, None].astype(np.int64) + off[None, :].astype(np.int64)).reshape(-1)
         if name == "seq":
             return np.tile(self.seq1, self.W)
+        if name == "name_id":
+            return np.tile(self.name1, self.W)
         raise KeyError(name)
 
 

@@ -1,6 +1,6 @@
-"""The simulator's ``bytes`` and ``flops`` columns made on first read (``SpanColumns`` given functions): each op's
-template's values, ``bytes`` not made by the simulation nor the metrics, the same after a pickle round trip; a function giving a column of
-another length is refused on read as a wrong array is refused by the constructor."""
+"""The simulator's ``bytes`` and ``flops`` columns made on first read (``SpanColumns`` given functions): each
+op's template's values, ``bytes`` not made by the simulation nor the metrics, the same after a pickle round trip;
+a column set replaces its function."""
 
 from __future__ import annotations
 
