@@ -514,7 +514,7 @@ def coded_of(table: Any, ids: np.ndarray, cls: Any) -> Any:
                 left = np.ones(n, bool)
             left[rows] = False
     if left is None or left.any() or not n:
-        rows = np.arange(n) if left is None else np.flatnonzero(left)
+        rows = np.flatnonzero(left) if left is not None else ids[:0]  # every row: no index array of n made
         u, inv = _ids_unique(ids if left is None else ids[rows])
         items = table.take(u.tolist()) if hasattr(table, "column_runs") else [table[i] for i in u.tolist()]
         if left is None:  # one piece of every row: its columns as they are (concat's own shortcut)
@@ -529,6 +529,9 @@ def _ids_unique(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     interner's ids), with no sort; else by that sort."""
     from schedsim.arrays import unique
 
+    if len(ids) and ids.ndim == 1 and ids.strides == (0,):  # one id on every row (a column of one value, a read-only
+        # broadcast: every op without tags): the same values and inverse, the inverse a broadcast of 0 (no row array)
+        return np.asarray(ids[:1], np.int64), np.broadcast_to(np.zeros(1, np.int64), ids.shape)
     top = int(ids.max()) + 1 if len(ids) else 0
     if len(ids) and int(ids.min()) >= 0 and top <= 4 * len(ids) + 64:
         seen = np.zeros(top, bool)

@@ -51,6 +51,11 @@ in place compiles every module at every start, ~0.1-0.3 s that no installed copy
   what 1,000 configurations would take on 2 cores at that rate (CPU s / 2). Goal: 1,000 configurations in
   <= 60 s on 2 cores.
 
+* ``same`` (not run by default; needs ``--base``): the outputs of ``predict --no-gantt`` (timeline.json, and
+  trace.json where written) of every ``schedules/*.yaml`` and of the 1M-op benchmark on 8 and 64 ranks, from
+  ``--base`` and from this tree, compared byte for byte (the output manifest, which names the folder, left out): a
+  row per schedule; exit status 1 if any file differs. For a change that must keep every prediction's bytes.
+
 ``--base DIR`` (a checkout of another commit, its extension built: ``python setup.py build_ext --inplace``): the
 ``million``, ``cold``, ``shapes``, ``pp32``, ``trace``, ``ring``, ``tenm`` and ``search`` cases run from a copy of it
 and from this tree in turn, run by run (so the load of a shared machine falls on both alike), a row for each (``before``
@@ -58,7 +63,7 @@ and ``after``). The order alternates round by round (before first, then after fi
 pair finds guest memory the first one touched, which on this VM is worth ~1-3 CPU s at 10M ops (docs/validation.md).
 
 Usage: python benchmarks/speed/speed_goals.py [--repeat 3] [--cases million pipeline cold pp8dp128 scaling shapes
-       pp32 trace ring tenm search] [--base DIR] [--max-ops N]
+       pp32 trace ring tenm search same] [--base DIR] [--max-ops N]
        python benchmarks/speed/speed_goals.py --cases throughput [--max-ops 1000000] [--gpu-model waves replay]
 """
 
@@ -330,6 +335,11 @@ def _before_after_cases(cases: list[str], tmp: str, roots: list[tuple[str, Path]
         tenm(tmp, roots, repeat)
     if "search" in cases:
         search_case(tmp, roots, repeat)
+    if "same" in cases:
+        if len(roots) != 2:
+            sys.exit("--cases same compares two trees: pass --base DIR")
+        if not same_case(tmp, roots):
+            sys.exit(1)
 
 
 def tenm(tmp: str, roots: list[tuple[str, Path]], repeat: int) -> None:
@@ -356,6 +366,30 @@ def tenm(tmp: str, roots: list[tuple[str, Path]], repeat: int) -> None:
                   f"{med['ru_utime']:.2f} | {med['ru_stime']:.2f} | {cpu / ops * 1e6:.2f} | {med['ru_minflt']:,.0f} | "
                   f"{med['ru_maxrss'] / 1024:,.0f} | {med['ru_maxrss'] * 1024 / ops:,.0f} | "
                   f"{'≤ 10 s' if ops == 10_000_000 else '≤ 1 s'} |", flush=True)
+
+
+def same_case(tmp: str, roots: list[tuple[str, Path]]) -> bool:
+    """The ``same`` case (module docstring): a row per schedule, whether every output file of ``roots``' two copies
+    is the same bytes; returns whether all are."""
+    print("\n`predict --no-gantt` outputs of before and after, byte for byte (the manifest left out):\n")
+    print("| schedule | files | same bytes? |")
+    print("|---|---:|---|")
+    cases = [(p.stem, schedsim("predict", "--no-gantt", str(p))) for p in sorted((ROOT / "schedules").glob("*.yaml"))]
+    cases += [(f"overlap_gen.yaml, {2 * w * c:,} ops on {w} ranks", gen_predict(w, c, "")[:-2])  # without its --out
+              for w, c in ((8, 62_500), (64, 7_813))]
+    ok = True
+    for k, (name, args) in enumerate(cases):
+        outs = [Path(tmp) / f"same{tag}{k}" for tag, _root in roots]
+        for (_tag, root), out in zip(roots, outs, strict=True):
+            run(args + ["--out", str(out)], root)
+        files = sorted(f.name for f in outs[0].iterdir() if not f.name.startswith("."))
+        same = files == sorted(f.name for f in outs[1].iterdir() if not f.name.startswith(".")) and all(
+            (outs[0] / f).read_bytes() == (outs[1] / f).read_bytes() for f in files)
+        ok &= same
+        print(f"| {name} | {len(files)} | {'yes' if same else '**no**'} |", flush=True)
+        for out in outs:
+            shutil.rmtree(out)
+    return ok
 
 
 def cold_case(tmp: str, roots: list[tuple[str, Path]], base: Path | None, repeat: int) -> None:

@@ -503,19 +503,38 @@ def l2_cold_fraction(ws: np.ndarray, profile: HardwareProfile) -> np.ndarray:
 
 def memory_terms(tps: Sequence[Op], tmpl: np.ndarray, rank: np.ndarray, world: int, cost: CostModel,
                  mode: str) -> tuple[np.ndarray | float, np.ndarray | float]:
+    """Rule graph-nodes per op (:func:`_memory_terms`, its docstring)."""
+    terms = _memory_terms(tps, tmpl, rank, world, cost, mode, False)
+    assert terms is not None  # per op: always
+    return terms
+
+
+def template_memory_terms(tps: Sequence[Op], tmpl: np.ndarray, rank: np.ndarray, world: int, cost: CostModel,
+                          mode: str) -> tuple[np.ndarray | float, np.ndarray | float] | None:
+    """Rule graph-nodes per template, where they are its ops' own (:func:`_memory_terms` with ``per_template``), else
+    None."""
+    return _memory_terms(tps, tmpl, rank, world, cost, mode, True)
+
+
+def _memory_terms(tps: Sequence[Op], tmpl: np.ndarray, rank: np.ndarray, world: int, cost: CostModel,
+                  mode: str, per_template: bool) -> tuple[np.ndarray | float, np.ndarray | float] | None:
     """Rule graph-nodes per op, shape (N,) each, or the scalar 0.0 where no op has the term: ``(node_s, extra_s)``, the
     seconds its CUDA-graph node adds (0 unless
     ``mode`` is ``cuda_graph``; :meth:`~schedsim.gpu.cost.CostModel.graph_node_delta`) and the seconds its operands
     from HBM add (:meth:`~schedsim.gpu.cost.CostModel.cold_extra` × its rank's :func:`l2_cold_fraction`, less, unless
     ``mode`` is ``cuda_graph``, what its back-to-back time already holds, at least 0:
     :meth:`~schedsim.gpu.cost.CostModel.table_hbm_s`). Op ``i`` is
-    ``tps[tmpl[i]]`` on rank ``rank[i]`` (an Op list passes ``tmpl = arange(N)``); ranks are 0..world-1."""
+    ``tps[tmpl[i]]`` on rank ``rank[i]`` (an Op list passes ``tmpl = arange(N)``); ranks are 0..world-1.
+
+    ``per_template``: the terms of each template instead, shape (len(tps),) each (or the scalar 0.0), where they
+    are its ops' own, bit for bit (every rank has one cold fraction: the same products and differences on the same
+    values); None where they are not (ranks with different cold fractions)."""
     N = len(tmpl)
     node: np.ndarray | float = 0.0
     if mode == "cuda_graph" and N:
         tnode = np.array([cost.graph_node_delta(t) for t in tps], float)
         if tnode.any():
-            node = tnode[tmpl]
+            node = tnode if per_template else tnode[tmpl]
     if not cost.profile.gpu.l2_bytes or not N:
         return node, 0.0
     textra = np.array([cost.cold_extra(t) for t in tps], float)
@@ -529,12 +548,15 @@ def memory_terms(tps: Sequence[Op], tmpl: np.ndarray, rank: np.ndarray, world: i
     # one cold fraction for every rank, bit for bit (ranks alike): that value, not a gather of it per op (the same
     # products)
     bits = np.ascontiguousarray(cold, np.float64).view(np.int64)
-    extra = textra[tmpl]  # then in place: the same products and differences, no array of N per operation
-    extra *= cold[0] if bool((bits == bits[0]).all()) else cold[rank]
+    one = bool((bits == bits[0]).all())
+    if per_template and not one:
+        return None
+    extra = textra.copy() if per_template else textra[tmpl]  # then in place: the same products and differences
+    extra *= cold[0] if one else cold[rank]
     if mode != "cuda_graph":  # a back-to-back table time: less the HBM reads it already holds (CostModel.table_hbm_s)
         held = np.array([cost.table_hbm_s(t) for t in tps], float)
         if held.any():
-            extra -= held[tmpl]
+            extra -= held if per_template else held[tmpl]
             np.maximum(0.0, extra, out=extra)
     return node, extra
 

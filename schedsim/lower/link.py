@@ -30,7 +30,7 @@ from schedsim.lower.check_errors import (
     unmatched_p2p_error,
 )
 from schedsim.lower.p2p import _msg_values, _oid
-from schedsim.lower.program import batch_heads, required, stable_order, unique
+from schedsim.lower.program import UniformLinks, batch_heads, required, stable_order, unique
 from schedsim.lower.table import Table
 from schedsim.made import MadeOnRead
 from schedsim.spec.model import COLLECTIVE_KINDS
@@ -500,9 +500,12 @@ def _link_uniform(table: Table, W: int) -> tuple[_Cols, dict[str, Any]] | None:
     cptr = np.arange(len(crow) + 1, dtype=I64) * W
     dep_ptr = np.zeros(cols.N + 1, it)
     np.cumsum(np.tile(np.bincount(one.dep_op, minlength=R).astype(it), W), out=dep_ptr[1:])
+    # rank 0's arrays in the index dtype (make() reads them through astype(it) or as counts: the same values)
+    remake = UniformLinks(se1.astype(it), tgt1.astype(it), one.dep_op.astype(it), crow.astype(it), one.c["seq"].copy(),
+                          one.c["name"].copy(), R, W, it, len(tgt))
     return cols, {"dep_ptr": dep_ptr, "dep_idx": tgt, "stream_edges": se, "dep_edges": de,
                   "coll_keys": keys, "coll_ptr": cptr, "coll_idx": cidx, "p2p": np.zeros((0, 2), I64),
-                  "warnings": (), "uniform": True}
+                  "warnings": (), "uniform": True, "remake": remake}
 
 
 def link(table: Table, file: str, info: dict[str, Any], check: bool, warn: bool = True) -> tuple[_Cols, dict[str, Any]]:

@@ -32,10 +32,10 @@ Op names, ids and :class:`Op` objects are built only on request (:meth:`Program.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict, TypeVar
 
 import numpy as np
 
@@ -140,6 +140,13 @@ def _ranks_ascend(rank: np.ndarray) -> bool:
 NARROW = ("dep_ptr", "dep_idx", "stream_edges", "dep_edges")
 
 
+#: The Program's fields that :meth:`Program.release_linked` drops where :attr:`Program.remake` can make them again:
+#: the DAG's edges, the dependency CSR, the collectives' members, the per-rank order and the name ids, which the
+#: simulator reads only to build its own successor lists and group arrays (the static checks, the memory curve,
+#: trace.json and the timeline's names read them again after it, made anew).
+REMADE = ("dep_ptr", "dep_idx", "stream_edges", "dep_edges", "coll_idx", "seq", "name_id")
+
+
 def _narrow(a: NDArray[np.int64], bound: int) -> NDArray[np.int32] | NDArray[np.int64]:
     """``a`` (an int64 array of values in ``0 .. bound``) as int32 when ``bound`` is below 2**31; else as it is."""
     if isinstance(a, np.ndarray) and a.dtype == np.int64 and bound < 2**31:
@@ -169,6 +176,50 @@ def _freeze(v: _T) -> _T:
         if isinstance(a, np.ndarray):
             a.flags.writeable = False
     return v
+
+
+class UniformLinks(NamedTuple):
+    """What makes a uniform lowering's linked arrays (:data:`REMADE`) from rank 0's (:func:`schedsim.lower.link.
+    _link_uniform`, whose expressions :meth:`make` repeats, so the arrays are the same): op ``k·R + r`` is row ``r``
+    on rank ``k``. Rank 0's arrays: ``se1`` stream edges (E1, 2), ``tgt1`` each declared dependency's
+    target, ``dep_op1`` its op, ``crow`` the collectives' rows, ``seq1`` the per-rank order, ``name1`` the name ids;
+    ``R`` ops per rank,
+    ``W`` ranks, ``it`` the index dtype; ``n_dep`` the Program's number of declared dependencies."""
+
+    se1: np.ndarray
+    tgt1: np.ndarray
+    dep_op1: np.ndarray
+    crow: np.ndarray
+    seq1: np.ndarray
+    name1: np.ndarray
+    R: int
+    W: int
+    it: type  # np.int32 or np.int64
+    n_dep: int
+
+    def make(self, name: str) -> np.ndarray:
+        """The Program's field ``name`` (one of :data:`REMADE`) as :func:`schedsim.lower.link._link_uniform` makes
+        it."""
+        off: np.ndarray = np.arange(self.W, dtype=self.it) * self.R
+        if name == "stream_edges":
+            return (self.se1.astype(self.it)[None, :, :] + off[:, None, None]).reshape(-1, 2)
+        if name == "dep_idx":
+            return (self.tgt1.astype(self.it)[None, :] + off[:, None]).reshape(-1)
+        if name == "dep_edges":
+            tgt = (self.tgt1.astype(self.it)[None, :] + off[:, None]).reshape(-1)
+            dep_op = (self.dep_op1.astype(self.it)[None, :] + off[:, None]).reshape(-1)
+            return np.stack([tgt, dep_op], axis=1) if len(tgt) else np.zeros((0, 2), self.it)
+        if name == "dep_ptr":
+            dep_ptr: np.ndarray = np.zeros(self.R * self.W + 1, self.it)
+            np.cumsum(np.tile(np.bincount(self.dep_op1, minlength=self.R).astype(self.it), self.W), out=dep_ptr[1:])
+            return dep_ptr
+        if name == "coll_idx":
+            return (self.crow[:, None].astype(np.int64) + off[None, :].astype(np.int64)).reshape(-1)
+        if name == "seq":
+            return np.tile(self.seq1, self.W)
+        if name == "name_id":
+            return np.tile(self.name1, self.W)
+        raise KeyError(name)
 
 
 class _ProgramInfo(TypedDict):
@@ -226,6 +277,9 @@ class Program:
     #: (:func:`schedsim.lower.training.represented_ranks`); ``()``: every rank's ops are here. A collective keeps its
     #: full group in its template (cost, links) and has only its represented members in ``coll_ptr``/``coll_idx``.
     represented: tuple[int, ...] = ()
+    #: What remakes the fields of :data:`REMADE` after :meth:`release_linked` (a lowering of rank 0's ops on every
+    #: rank, :func:`schedsim.lower.link._link_uniform`: :class:`UniformLinks`), else None.
+    remake: UniformLinks | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         n = len(self.tmpl)
@@ -254,6 +308,34 @@ class Program:
         """The p2p batch names and message tags, indexed by :attr:`batch` and :attr:`msg` (made on first read)."""
         t = self.str_table
         return t if isinstance(t, tuple) else tuple(t.items)
+
+    def release_linked(self) -> None:
+        """Drop the fields of :data:`REMADE` where :attr:`remake` can make them again (a uniform lowering's): the
+        simulator calls it once its successor lists are built from the edges (:mod:`schedsim.sim.waves_columns`),
+        so that they are not held through the event loop, the metrics and the outputs (at 1M ops on 8 ranks,
+        21 MiB of int32 arrays). A later read makes the field again, the same dtype, shape and values
+        (:meth:`__getattr__`); without ``remake`` nothing is dropped."""
+        if self.remake is not None:
+            for f in REMADE:
+                self.__dict__.pop(f, None)
+
+    def __getattr__(self, name: str) -> np.ndarray:
+        """A field of :data:`REMADE` dropped by :meth:`release_linked`, made again by :attr:`remake` (and kept)
+        as the lowering made it (narrowed as :meth:`__post_init__` narrows it, read-only).
+
+        Raises
+        ------
+        AttributeError
+            ``name`` is not such a field, or the Program has no ``remake``.
+        """
+        remake = self.__dict__.get("remake")
+        if name not in REMADE or remake is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        a = remake.make(name)
+        if name in NARROW:
+            a = _narrow(a, max(len(self.tmpl), remake.n_dep, a.size))
+        self.__dict__[name] = _freeze(a)
+        return a
 
     def __getstate__(self) -> dict[str, object]:
         """The state with the name, tag and string tables as tuples (the lowering's interners hold closures)."""

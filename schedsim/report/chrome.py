@@ -656,7 +656,8 @@ class _Writer:
         for ln in links:
             cap = float(ln["capacity_Bps"])
             track = f"{ln['name']} (GB/s, of {cap / 1e9:g})"
-            for t, v in ln["steps"]:
+            steps = ln["steps"]  # an (n, 2) array in the process, pairs when read from timeline.json
+            for t, v in steps.tolist() if isinstance(steps, np.ndarray) else steps:
                 self.events.append({"ph": "C", "name": track, "pid": pid, "ts": _us(t),
                                     "args": {"GB_per_s": v / 1e9, "utilisation": v / cap if cap > 0 else 0.0}})
         return 1

@@ -218,7 +218,8 @@ def _busiest_link(tl: Timeline) -> dict[str, Any] | None:
 def _draw_link_lane(ax: Any, link: dict[str, Any], row: int) -> None:
     """A thin lane at ``row``: the link's use over time, a step curve filled up from the lane's foot (foot 0, top
     its capacity)."""
-    steps = link["steps"]
+    steps = link["steps"]  # an (n, 2) array in the process, pairs when read from timeline.json
+    steps = steps.tolist() if hasattr(steps, "tolist") else steps
     cap = float(link["capacity_Bps"]) or 1.0
     x = [t * 1e3 for t, _v in steps]
     u = [min(1.0, v / cap) for _t, v in steps]

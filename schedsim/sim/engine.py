@@ -393,13 +393,13 @@ def _timeline_program(prog: Program, info: ProgramInfo, profile: HardwareProfile
     Program's columns and interned tables (no per-op objects but the ids and tag references). ``path`` False: no
     critical path (:func:`simulate`'s ``makespan_only``)."""
     N = prog.N
+    tps, tmpl = run.tps, run.tmpl  # not the run: its loop buffers are not held by the columns' functions
     res_code = np.array([0, 1, 2, 2, 2], np.int32)[run.res] if N else np.zeros(0, np.int32)
     cols = SpanColumns(  # names, ids and tags stay coded (a pipeline's lazy runs unmade) until read
         prog.ids, lambda: prog.op_names(np.arange(N)), prog.rank.astype(np.int64),
         categorical(prog.streams, prog.stream_id), categorical(*_kind_codes(run)),
         categorical(("compute", "comm", "copy"), res_code), run.start, run.end, run.work, run.ready_t,
-        _per_op(np.array([t.nbytes for t in run.tps], np.float64), run.tmpl),  # one value: a read-only broadcast
-        _per_op(np.array([t.flops for t in run.tps], np.float64), run.tmpl),
+        _per_template(tps, tmpl, "nbytes"), _per_template(tps, tmpl, "flops"),  # made on first read
         None, run.stream_t, coded_ids=(prog.name_table, prog.name_id), coded_tags=prog.tag_columns,
         name_parts=prog.name_parts)
     at = np.zeros(0, np.int64)
@@ -418,6 +418,13 @@ def _timeline_program(prog: Program, info: ProgramInfo, profile: HardwareProfile
         tl.lazy_critical_path(lambda: _path_ids(prog, at), at)  # in path order; critical_rows() sorts them
     tl.host_call_end_s = run.host_call
     return tl
+
+
+def _per_template(tps: list[Op], tmpl: np.ndarray, field: str) -> Callable[[], np.ndarray]:
+    """A function giving each op's ``field`` of its template class ``tps[tmpl[i]]`` (float64, shape (N,); a
+    read-only broadcast where every op has one value, :func:`~schedsim.sim.waves_columns._per_op`): the timeline's
+    ``bytes`` and ``flops``, made when first read (by the outputs, after the metrics)."""
+    return lambda: _per_op(np.array([getattr(t, field) for t in tps], np.float64), tmpl)
 
 
 def _path_ids(prog: Program, at: np.ndarray) -> list[str]:

@@ -541,9 +541,10 @@ def _compute(tl: Timeline, classes: Sequence[int] | np.ndarray | None = None) ->
         if code[name] >= 0:
             cls[code[name]] = k
     gkey = np.left_shift(c.rank, 2, dtype=np.int64)  # rank * 4, then the class added in place: one fresh array
-    gkey += cls[res_codes]
+    gkey += cls.astype(np.int8)[res_codes]  # the classes 0-3 as int8: a gather of 1 byte per row, not 8
     order = stable_order(gkey)
-    gkey, start = gkey[order], c.start_s[order]
+    gkey = gkey[order]  # then the starts: the unsorted keys freed first
+    start = c.start_s[order]
     if len(gkey) > 1 and bool(((start[1:] < start[:-1]) & (gkey[1:] == gkey[:-1])).any()):
         o = np.lexsort((start, gkey))  # stable: a group's ties stay in program order
         order, gkey, start = order[o], gkey[o], start[o]
@@ -559,14 +560,20 @@ def _compute(tl: Timeline, classes: Sequence[int] | np.ndarray | None = None) ->
     # NCCL kernels occupy their stream from when it reaches them (ready) to the end of the transfer,
     # spinning while the peer is late; nsys shows that span as kernel time
     m = (gkey & 3) == 1
-    rd, sc, ec, gc = c.ready_s[order[m]], start[m], end[m], gkey[m] >> 2
-    del order, m
-    kvs = np.where(np.isnan(rd), sc, rd)
+    om = order[m]  # the order is read no more: freed before the comm rows' columns are gathered
+    del order
+    rd = c.ready_s[om]
+    del om
+    sc, ec, gc = start[m], end[m], gkey[m]
+    gc >>= 2  # in place: no temporary
+    del m
+    kvs = rd  # np.where(np.isnan(rd), sc, rd), in place
+    np.copyto(kvs, sc, where=np.isnan(rd))
     del rd, sc
     if len(gc) > 1 and not bool(((kvs[1:] >= kvs[:-1]) | (gc[1:] != gc[:-1])).all()):  # else sorted already
         o = np.argsort(_pairs(gc, kvs), kind="stable")
         gc, kvs, ec = gc[o], kvs[o], ec[o]
-    kg, ks, ke = _merged_by(gc, kvs, ec)
+    kg, ks, ke = _merged_by(gc, kvs, ec, into=True)  # these rows' arrays are this function's own: in place
     del gc, kvs, ec
     kv = _sums_by(kg, ke - ks, nr)
     pg, ps, pe = _merged_by(gkey, start, end, into=True)  # each (rank, resource)'s pieces, in one pass, in place

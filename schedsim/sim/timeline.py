@@ -155,7 +155,9 @@ class SpanColumns:
     start_s, end_s, solo_s, ready_s : numpy.ndarray
         float64 seconds, shape (n,); NaN in ``solo_s`` / ``ready_s`` means unknown (None in a Span).
     bytes, flops : numpy.ndarray
-        float64 bytes moved and floating-point operations, shape (n,).
+        float64 bytes moved and floating-point operations, shape (n,). The constructor also takes a function
+        that returns the array: then it is made on first access (the simulator's, from each op's template: at 1M
+        ops two arrays of 8 MB that the metrics, made before the outputs, do not read).
     tags : list[dict]
         Per row; an empty dict when the op has none.
     stream_s : numpy.ndarray or None
@@ -183,12 +185,13 @@ class SpanColumns:
     """
 
     __slots__ = ("_id", "_name", "_coded", "_tags", "_coded_tags", "_keyed", "_parts", "rank", "stream", "kind",
-                 "resource", "start_s", "end_s", "solo_s", "ready_s", "bytes", "flops", "stream_s")
+                 "resource", "start_s", "end_s", "solo_s", "ready_s", "_bytes", "_flops", "stream_s")
 
     def __init__(self, id: list[str] | Callable[[], list[str]], name: list[str] | Callable[[], list[str]],
                  rank: NDArray[np.int64], stream: Categorical, kind: Categorical, resource: Categorical,
                  start_s: NDArray[np.float64], end_s: NDArray[np.float64], solo_s: NDArray[np.float64],
-                 ready_s: NDArray[np.float64], bytes: NDArray[np.float64], flops: NDArray[np.float64],
+                 ready_s: NDArray[np.float64], bytes: NDArray[np.float64] | Callable[[], NDArray[np.float64]],
+                 flops: NDArray[np.float64] | Callable[[], NDArray[np.float64]],
                  tags: list[dict[str, Any]] | None, stream_s: NDArray[np.float64] | None = None, *,
                  coded_ids: tuple[NameTable, np.ndarray] | None = None,
                  coded_tags: tuple[Sequence[tuple[tuple[str, Any], ...]], np.ndarray] | TagColumns
@@ -201,12 +204,14 @@ class SpanColumns:
             raise ValueError("SpanColumns: give tags or coded_tags")
         self.stream, self.kind, self.resource = stream, kind, resource
         self.start_s, self.end_s, self.solo_s, self.ready_s = start_s, end_s, solo_s, ready_s
-        self.bytes, self.flops, self._tags, self.stream_s = bytes, flops, tags, stream_s
+        self._bytes, self._flops, self._tags, self.stream_s = bytes, flops, tags, stream_s
         n = len(rank)
         lens = {**({} if callable(id) else {"id": len(id)}), **({} if callable(name) else {"name": len(name)}),
                 "stream": len(stream[1]), "kind": len(kind[1]), "resource": len(resource[1]),
                 "start_s": len(start_s), "end_s": len(end_s), "solo_s": len(solo_s), "ready_s": len(ready_s),
-                "bytes": len(bytes), "flops": len(flops), **({} if tags is None else {"tags": len(tags)}),
+                **({} if callable(bytes) else {"bytes": len(bytes)}),
+                **({} if callable(flops) else {"flops": len(flops)}),
+                **({} if tags is None else {"tags": len(tags)}),
                 **({} if stream_s is None else {"stream_s": len(stream_s)})}
         bad = {k: v for k, v in lens.items() if v != n}
         if bad:
@@ -216,7 +221,7 @@ class SpanColumns:
     def __getstate__(self) -> dict[str, Any]:
         """Pickling (and copying) builds the columns still held as functions first: a function may not pickle
         (nor the lowering's interner of names, kept as a tuple)."""
-        self.id, self.name, self.tags  # noqa: B018 - properties that build and keep the lists
+        self.id, self.name, self.tags, self.bytes, self.flops  # noqa: B018 - properties that build and keep them
         state = {k: getattr(self, k) for k in self.__slots__}
         state["_coded_tags"], state["_parts"] = self._tag_columns(), self._name_parts()
         if self._coded is not None and not isinstance(self._coded[0], (tuple, list)):
@@ -226,6 +231,28 @@ class SpanColumns:
     def __setstate__(self, state: dict[str, Any]) -> None:
         for k, v in state.items():
             setattr(self, k, v)
+
+    @property
+    def bytes(self) -> NDArray[np.float64]:
+        """Bytes moved per row (made on first access when the constructor got a function)."""
+        if callable(self._bytes):
+            self._bytes = self._bytes()
+        return self._bytes
+
+    @bytes.setter
+    def bytes(self, v: NDArray[np.float64]) -> None:
+        self._bytes = v
+
+    @property
+    def flops(self) -> NDArray[np.float64]:
+        """Floating-point operations per row (made on first access when the constructor got a function)."""
+        if callable(self._flops):
+            self._flops = self._flops()
+        return self._flops
+
+    @flops.setter
+    def flops(self, v: NDArray[np.float64]) -> None:
+        self._flops = v
 
     @property
     def id(self) -> list[str]:

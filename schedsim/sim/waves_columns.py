@@ -882,10 +882,20 @@ def _prepare(prog: Program, profile: HardwareProfile, mode: str, rules: gm.GpuRu
     tp2p = np.array([t.kind in P2P_KINDS for t in tps], bool)
     res = tres[tmpl] if N else np.zeros(0, I32)
     is_p2p = tp2p[tmpl] if N else np.zeros(0, bool)
-    work = _durations(tps, cost, tmpl, rank, prog.peer, is_p2p, prog.batch)
-    node_a, extra_a = gm.memory_terms(tps, tmpl, rank, prog.world_size, cost, mode)  # rule graph-nodes
-    gm.node_work_columns(work, node_a, timing_s, empty_s, extra_a)  # always: -0.0 + 0.0 is 0.0, as the Op list gives
-    del node_a, extra_a  # folded into work: not held through the loop
+    # rule graph-nodes: without send/recv every op's solo time and terms are its template's, so where the terms are
+    # too (one cold fraction for every rank) they are added to the templates' times and gathered once: the same
+    # additions on the same values as per op, without an array of N per term
+    terms = None if is_p2p.any() or not N else gm.template_memory_terms(tps, tmpl, rank, prog.world_size, cost, mode)
+    if terms is not None:  # _durations' per template (no send/recv)
+        work = np.array([0.0 if t.kind in P2P_KINDS else cost.duration(t) for t in tps], np.float64)
+        gm.node_work_columns(work, terms[0], timing_s, empty_s, terms[1])
+        work = work[tmpl]
+    else:
+        work = _durations(tps, cost, tmpl, rank, prog.peer, is_p2p, prog.batch)
+        terms = gm.memory_terms(tps, tmpl, rank, prog.world_size, cost, mode)
+        gm.node_work_columns(work, terms[0], timing_s, empty_s, terms[1])  # always: -0.0 + 0.0 is 0.0, as the
+        # Op list gives
+    del terms  # folded into work: not held through the loop
     gptr, gidx, G, C, lone = rendezvous_groups(prog)
     ogrp = np.full(N, -1, I32)
     ogrp[gidx] = np.repeat(np.arange(G, dtype=I32), np.diff(gptr))
@@ -907,6 +917,9 @@ def _prepare(prog: Program, profile: HardwareProfile, mode: str, rules: gm.GpuRu
     # rule communicator-order: communicator order; rule host-issue: host issue times
     sptr, sidx, npred, host = _order_and_issue(prog, tps, tmpl, rank, sid, res, is_p2p, serial, profile, mode,
                                                model_executor, cost)
+    # the Program's edges, dependency CSR and collective members are read no more by this run: dropped where the
+    # Program can make them again (a uniform lowering's, made anew if read after), not held through the loop
+    prog.release_linked()
     issue, call0, release = _host_times(host, profile, mode, model_executor, cold)
     if not again:
         del host

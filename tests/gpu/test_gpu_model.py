@@ -182,18 +182,19 @@ def test_the_cold_rerun_keeps_the_first_passs_preparation() -> None:
     from schedsim.spec.loader import load_text
 
     calls: list[int] = []
-    durations = wc._durations
+    prepare = wc._prepare  # the ops' solo times, kernels and communicator order (the solo times per template
+    # where the ops have no send/recv: no _durations call to count)
 
     def counted(*a: Any) -> Any:
         calls.append(1)
-        return durations(*a)
+        return prepare(*a)
 
     body = f"  - {{name: A, {FULL}}}\n  - {{name: m, kind: compute, bytes: 1000000, deps: [A]}}\n"
     launch = {"eager_per_op_us": 1.0, "elementwise_call_us": 1.0, "cold_first_call_us": {"kernel": 4.0,
               "elementwise": 2.0}, "cold_wait_us": 5.0}
     prog = lower(load_text(HEAD % 1 + body, "t.yaml"))
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(wc, "_durations", counted)
+        mp.setattr(wc, "_prepare", counted)
         tl = simulate(prog, waves_profile(launch=launch))
     spans = {s.id: (round(s.start_s * 1e6, 6), round(s.end_s * 1e6, 6)) for s in tl.spans}
     assert spans == {"A@r0": (5.0, 15.0), "m@r0": (15.0, 16.0)} and len(calls) == 1
