@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import NamedTuple
 
 import numpy as np
@@ -20,7 +21,7 @@ from schedsim.gpu import rules as gm
 from schedsim.gpu.cost import CostModel, cost_model
 from schedsim.graph.ops import Op
 from schedsim.hardware.profile import HardwareProfile
-from schedsim.kinds import KINDS, PER_RANK_SIZE
+from schedsim.kinds import KINDS, P2P_KINDS, PER_RANK_SIZE
 from schedsim.lower.program import Program
 
 _COPY_RES = {"h2d": 2, "d2h": 3, "d2d": 4}
@@ -84,6 +85,7 @@ def _jobs(ops: list[Op], gmem: list[list[int]], cost: CostModel, node_oh: tuple[
         job_work[i] = node_work(dur(op), node_a[i], timing_s, empty_s, extra_a[i])
     for i in lone:
         job_res[i] = gm.one_rank_res(ops[i].kind)
+    comms = _p2p_comms(ops, gmem)
     for g, idx in enumerate(gmem):
         j = N + g
         for i in idx:
@@ -91,11 +93,31 @@ def _jobs(ops: list[Op], gmem: list[list[int]], cost: CostModel, node_oh: tuple[
         job_res[j] = 1
         job_ranks[j] = tuple(ops[i].rank for i in idx)
         i0 = idx[0]
-        job_work[j] = node_work(dur(ops[i0]), node_a[i0], timing_s, empty_s, extra_a[i0])
+        solo = dur(ops[i0]) if g not in comms else cost.p2p_duration(replace(ops[i0], group=comms[g][0]), comms[g][1])
+        job_work[j] = node_work(solo, node_a[i0], timing_s, empty_s, extra_a[i0])
         if ops[i0].kind in PER_RANK_SIZE:  # a size per member: the largest transfer ends the collective
             job_work[j] = max(job_work[i] for i in idx)
         for i in idx:
             job_work[i] = job_work[j]
+
+
+def _p2p_comms(ops: list[Op], gmem: list[list[int]]) -> dict[int, tuple[tuple[int, int], tuple[int, ...] | None]]:
+    """Per send/recv pair of ``gmem`` (index g): its ``(sender, receiver)`` ranks and the communicator NCCL runs it
+    on, as the columnar path times it (:func:`schedsim.sim.waves_columns._batch_comms`: a batched pair's process
+    group, the ranks batches connect; None for a lone pair, its own)."""
+    from schedsim.sim.waves_columns import _batch_comms
+
+    pairs = {}
+    for g, idx in enumerate(gmem):
+        op = ops[idx[0]]
+        if len(idx) == 2 and op.kind in P2P_KINDS:
+            a, b = ops[idx[0]], ops[idx[1]]
+            s_, d_ = (a.rank, b.rank) if KINDS[a.kind].sender else (b.rank, a.rank)
+            pairs[g] = (s_, d_, a.p2p_batch is not None)
+    bat = [(s_, d_) for s_, d_, b_ in pairs.values() if b_]
+    world = 1 + max([max(s_, d_) for s_, d_, _b in pairs.values()], default=0)
+    comms = _batch_comms(np.array([x[0] for x in bat], np.int64), np.array([x[1] for x in bat], np.int64), world)
+    return {g: ((s_, d_), comms[s_] if b_ else None) for g, (s_, d_, b_) in pairs.items()}
 
 
 def _compile_program(prog: Program, profile: HardwareProfile, mode: str) -> _Compiled:
