@@ -162,8 +162,8 @@ def test_every_artist_set_signature_is_matplotlibs() -> None:
     """Every Artist subclass's ``set()`` (matplotlib's, mplot3d's) has the signature matplotlib builds as the class is
     defined, read after the class is built: also Axes3D's, whose ``set_xlim3d`` (a setter when the class body ran)
     ``define_aliases`` has replaced by an alias since (built from the class as it is now, the signature would lack
-    ``xlim3d``). The read leaves ``set`` as matplotlib makes it (its own ``__signature__``, no ``__wrapped__``) and the class's entries
-    as they were."""
+    ``xlim3d``). The read leaves ``set`` as matplotlib makes it (its own ``__signature__``, no ``__wrapped__``) and
+    the class's entries as they were."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     lean, full = (json.loads(subprocess.run([sys.executable, "-c", SIGNATURES, mode], cwd=ROOT, env=env,
                                             capture_output=True, text=True, check=True).stdout)
