@@ -351,7 +351,7 @@ def _lazy_set_signatures(artist_module: Any) -> None:
     as it is."""
     artist = getattr(artist_module, "Artist", None)
     build = getattr(getattr(artist, "_update_set_signature_and_docstring", None), "__func__", None)
-    if build is None or getattr(build, "lazy", False):
+    if artist is None or build is None or getattr(build, "lazy", False):
         return
     doc: list[str] = []  # the docstring matplotlib gives a subclass's set() under the lean kwdoc, once built
 

@@ -426,11 +426,19 @@ class OpNames:
         if "names" in prog.__dict__:
             self.__dict__["names"] = prog.__dict__["names"]
 
-    names = Program.names
-    ids = Program.ids
-    op_names = Program.op_names
-    name_parts = Program.name_parts
-    tag_columns = Program.tag_columns
+    if TYPE_CHECKING:  # the Program's functions below, as their signatures read on these fields
+        names: tuple[str, ...]
+
+        def ids(self) -> list[str]: ...
+        def op_names(self, rows: Sequence[int] | np.ndarray) -> list[str]: ...
+        def name_parts(self) -> Parts | None: ...
+        def tag_columns(self) -> TagColumns: ...
+    else:
+        names = Program.names
+        ids = Program.ids
+        op_names = Program.op_names
+        name_parts = Program.name_parts
+        tag_columns = Program.tag_columns
 
 
 class DagView:
