@@ -533,6 +533,9 @@ def predict_to_dir(file: Path, sets: list[str] | None, profile: str | HardwarePr
 
                 flows = run.graph if run.program is None else ProgramFlows(run.program)  # no networkx
                 write_chrome_trace(stage / "trace.json", [("predicted", tl)], graph=flows)
+                del flows
+            del run  # the Program: its edges, templates and columns freed for the charts (the timeline keeps its
+            # names and tags alone: lower.program.OpNames)
             if gantt:
                 from schedsim.report.charts import write_charts
 

@@ -487,7 +487,9 @@ class _FastEmitter:
         """Tag sets (a p2p op's its own, naming its message; a compute phase's shared by its ops) appended in
         issue order, and the p2p ops' strings interned."""
         NS, M, table = self.plan.num_stages, self.M, self.table
-        et, es, ej, comp = self.et, self.es, self.ej, self.comp
+        # the lazy makers below (kept by the table's interners) hold these arrays, never ``self``: the emitter's
+        # other per-event arrays are freed once the Program is built
+        et, es, ej, comp, ph, js = self.et, self.es, self.ej, self.comp, self.ph, self.js
         chunk = np.array([chunk_of[st] for st in range(NS)], np.int64)
         p2p = ~comp
         self.p2p_ev = p2p_ev = np.flatnonzero(p2p)
@@ -504,7 +506,7 @@ class _FastEmitter:
             """The messages' strings, in order of first appearance (made once, on first use)."""
             if not strs_made:
                 msg_tab = np.array([f"{d}{st}." for d in "FB" for st in range(-1, NS + 1)], dtype=object)
-                strs_made.append((msg_tab[msg_u // M] + self.js[msg_u % M]).tolist())
+                strs_made.append((msg_tab[msg_u // M] + js[msg_u % M]).tolist())
             return strs_made[0]
 
         made: list[list[tuple]] = []
@@ -516,14 +518,13 @@ class _FastEmitter:
                 mb = _obj([("mb", j) for j in range(M)])[ej]
                 val_tab = _obj([("pp_op", t.value) for t in _TYPES])  # a compute phase's label (B for both parts)
                 st_pairs = _obj([("stage", st) for st in range(NS)])[es]
-                mid = _obj([("phase", x) for x in "FIW"])[np.maximum(self.ph, 0)]
+                mid = _obj([("phase", x) for x in "FIW"])[np.maximum(ph, 0)]
                 mid[p2p] = _obj([("msg", x) for x in msg_strs()])[msg_inv]
                 made.append(list(zip(ch.tolist(), mb.tolist(), mid.tolist(), val_tab[et].tolist(),
                                      st_pairs.tolist(), strict=True)))
             return made[0]
 
         self.make_tags_p2p = lambda: list(compress(make(), p2p.tolist()))
-        ph = self.ph
         cols: list[TagColumns] = []
 
         def tag_cols() -> TagColumns:
@@ -533,7 +534,7 @@ class _FastEmitter:
                 msg_of[p2p] = msg_inv
                 # the messages as parts, <F|B><stage>. + <mb>: no string made until a report reads one
                 msgs = Parts([([f"{d}{st}." for d in "FB" for st in range(-1, NS + 1)], msg_u // M),
-                              (self.js.tolist(), msg_u % M)])
+                              (js.tolist(), msg_u % M)])
                 cols.append(TagColumns({
                     "chunk": (list(range(int(chunk.max()) + 1 if NS else 1)), chunk[es]), "mb": (list(range(M)), ej),
                     "phase": (list("FIW"), np.where(p2p, -1, np.maximum(ph, 0))), "msg": (msgs, msg_of),

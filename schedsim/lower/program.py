@@ -52,7 +52,7 @@ if TYPE_CHECKING:  # an annotation only: graph.info's three dataclasses cost ~1%
     from schedsim.graph.info import PipelineInfo
     from schedsim.lower.table import _Interner
 
-__all__ = ["Program", "DagView", "batch_heads", "group_sizes", "rendezvous_groups", "required",
+__all__ = ["Program", "OpNames", "DagView", "batch_heads", "group_sizes", "rendezvous_groups", "required",
            "split_one_rank", "stable_order", "unique"]
 
 
@@ -492,6 +492,35 @@ class Program:
         if self.nccl_init != "lazy":
             info["nccl_init"] = self.nccl_init
         return info
+
+
+class OpNames:
+    """What a timeline keeps of a :class:`Program` to name and tag its rows: the name and tag tables and the
+    ``name_id``, ``tags_id`` and ``rank`` columns, with the Program's own :meth:`~Program.ids`,
+    :meth:`~Program.op_names`, :meth:`~Program.name_parts`, :meth:`~Program.tag_columns` and
+    :attr:`~Program.names` (the same functions, read from these fields; the names the Program had made already
+    are shared). The Program's other columns, edges and templates are not held, so they are freed with the
+    Program (``predict`` drops it before drawing the charts)."""
+
+    def __init__(self, prog: Program) -> None:
+        self.name_table, self.tag_table = prog.name_table, prog.tag_table
+        self.name_id, self.tags_id, self.rank, self.N = prog.name_id, prog.tags_id, prog.rank, prog.N
+        if "names" in prog.__dict__:
+            self.__dict__["names"] = prog.__dict__["names"]
+
+    if TYPE_CHECKING:  # the Program's functions below, as their signatures read on these fields
+        names: tuple[str, ...]
+
+        def ids(self) -> list[str]: ...
+        def op_names(self, rows: Sequence[int] | np.ndarray) -> list[str]: ...
+        def name_parts(self) -> Parts | None: ...
+        def tag_columns(self) -> TagColumns: ...
+    else:
+        names = Program.names
+        ids = Program.ids
+        op_names = Program.op_names
+        name_parts = Program.name_parts
+        tag_columns = Program.tag_columns
 
 
 class DagView:

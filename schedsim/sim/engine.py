@@ -45,7 +45,7 @@ from schedsim.gpu import rates as gr
 from schedsim.gpu import rules as gm
 from schedsim.graph.ops import COMPUTE, Op, format_op_id, resource_of
 from schedsim.hardware.profile import HardwareProfile, check_gpu_model
-from schedsim.lower.program import Program, ProgramInfo
+from schedsim.lower.program import OpNames, Program, ProgramInfo
 from schedsim.sim.loop import HOST, _State, compiled_loop  # HOST is re-exported
 from schedsim.sim.loop_arrays import _compile_program, _Compiled
 from schedsim.sim.replay import _run_replay, check_recorded_tags
@@ -395,13 +395,14 @@ def _timeline_program(prog: Program, info: ProgramInfo, profile: HardwareProfile
     N = prog.N
     tps, tmpl = run.tps, run.tmpl  # not the run: its loop buffers are not held by the columns' functions
     res_code = np.array([0, 1, 2, 2, 2], np.int32)[run.res] if N else np.zeros(0, np.int32)
+    names = OpNames(prog)  # the timeline holds these, not the Program (its edges and other columns)
     cols = SpanColumns(  # names, ids and tags stay coded (a pipeline's lazy runs unmade) until read
-        prog.ids, lambda: prog.op_names(np.arange(N)), prog.rank.astype(np.int64),
+        names.ids, lambda: names.op_names(np.arange(N)), prog.rank.astype(np.int64),
         categorical(prog.streams, prog.stream_id), categorical(*_kind_codes(run)),
         categorical(("compute", "comm", "copy"), res_code), run.start, run.end, run.work, run.ready_t,
         _per_template(tps, tmpl, "nbytes"), _per_template(tps, tmpl, "flops"),  # made on first read
-        None, run.stream_t, coded_ids=(prog.name_table, prog.name_id), coded_tags=prog.tag_columns,
-        name_parts=prog.name_parts)
+        None, run.stream_t, coded_ids=(prog.name_table, prog.name_id), coded_tags=names.tag_columns,
+        name_parts=names.name_parts)
     at = np.zeros(0, np.int64)
     if N and path:  # from the latest end (lowest index among ties) back along the bindings, in C (_cwaves.walk):
         # the ops on the way but a rendezvous peer standing for its group's op, as _timeline's walk takes them
@@ -411,11 +412,11 @@ def _timeline_program(prog: Program, info: ProgramInfo, profile: HardwareProfile
         del out
     meta = {"pipeline": dict(info["pipeline"])} if "pipeline" in info else {}
     # per-op host calls, not for a pipeline block (its op names are made on demand; _timeline does the same)
-    _host_meta(meta, run.host_s, mode, None if "pipeline" in info else run.host_call, prog.ids)
+    _host_meta(meta, run.host_s, mode, None if "pipeline" in info else run.host_call, names.ids)
     tl = Timeline(schedule=str(info.get("name", "")), source="predict", world_size=prog.world_size, launch=mode,
                   profile=profile.name, meta=meta, columns=cols)
     if path:
-        tl.lazy_critical_path(lambda: _path_ids(prog, at), at)  # in path order; critical_rows() sorts them
+        tl.lazy_critical_path(lambda: _path_ids(names, at), at)  # in path order; critical_rows() sorts them
     tl.host_call_end_s = run.host_call
     return tl
 
@@ -427,7 +428,7 @@ def _per_template(tps: list[Op], tmpl: np.ndarray, field: str) -> Callable[[], n
     return lambda: _per_op(np.array([getattr(t, field) for t in tps], np.float64), tmpl)
 
 
-def _path_ids(prog: Program, at: np.ndarray) -> list[str]:
+def _path_ids(prog: Program | OpNames, at: np.ndarray) -> list[str]:
     """The op ids (``name@r<rank>``) of ``prog``'s ops ``at`` (int64, the critical path's rows in path order)."""
     # "@r{rank}" of the path's ranks: ids joined, not formatted per op (nor per rank of the world)
     suffix = {r: format_op_id("", r) for r in set(prog.rank[at].tolist())}

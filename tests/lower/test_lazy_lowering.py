@@ -395,3 +395,35 @@ def test_collective_keys_are_made_on_first_read_as_the_eager_keys() -> None:
     assert pickle.loads(pickle.dumps(keys)) == want and type(pickle.loads(pickle.dumps(keys))) is tuple
     got = prog.collectives()
     assert list(got) == list(want) and all(np.array_equal(got[k], idx[ptr[c]:ptr[c + 1]]) for c, k in enumerate(want))
+
+
+def test_pipeline_emitter_freed_once_the_table_is_built(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lazy runs the table keeps (names, tag sets, message strings, tag columns) hold the arrays they read, not
+    the emitter: with the cyclic GC paused (as ``predict`` runs), the emitter and its per-event arrays are freed
+    once the expansion returns, and the runs, made afterwards, are the reference build's items."""
+    import gc
+    import weakref
+
+    from schedsim.lower import pipeline as lp
+
+    made: list[Any] = []
+    init = lp._FastEmitter.__init__
+
+    def watch(self: Any, *a: Any, **k: Any) -> None:
+        init(self, *a, **k)
+        made.append(weakref.ref(self))
+
+    monkeypatch.setattr(lp._FastEmitter, "__init__", watch)
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        spec = _pipe_spec([{"name": "w", "kind": "compute", "duration_us": 1, "ranks": [1]}])
+        new = _table(spec, False)
+        assert made and all(r() is None for r in made)  # freed by reference counts alone
+        assert new.tags._lazy and new.names._lazy  # the runs are not made yet
+        ref = _table(spec, True)
+        assert ref.names.items == new.names.items and ref.tags.items == new.tags.items
+        assert ref.strs.items == new.strs.items
+    finally:
+        if was:
+            gc.enable()

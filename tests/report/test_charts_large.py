@@ -266,3 +266,64 @@ def test_pipeline_lane_labels_fit_in_the_figure(mode):
     labels = [t.get_text() for t in fig.axes[0].get_yticklabels() if t.get_text()]
     assert len(labels) == 16 and max(len(t) for t in labels) == 27
     assert fig.get_tightbbox(renderer).x0 >= 0  # the lane labels drawn inside the figure's left edge
+
+
+@pytest.mark.parametrize("setting", ["paused", "enabled", "frozen"])
+def test_figures_freed_after_each_chart_where_the_gc_is_paused(tmp_path, monkeypatch, setting):
+    """With the cyclic GC paused and nothing frozen (``predict``), each figure ``write_charts`` wrote is freed before
+    the next chart draws, and the GC is left as it was (paused, nothing frozen); with the GC on, or objects frozen by
+    the caller, nothing is frozen, unfrozen or collected by the charts. The same files are written in every
+    setting."""
+    import gc
+    import weakref
+
+    from matplotlib.figure import Figure
+
+    from schedsim.report import charts as C
+
+    made: list = []
+    init = Figure.__init__
+
+    def watch(self, *a, **k):
+        init(self, *a, **k)
+        made.append(weakref.ref(self))
+
+    monkeypatch.setattr(Figure, "__init__", watch)
+    alive_at_each: list[int] = []
+    inner = C._write_charts
+
+    def count(outdir, tl, title, formats, written):
+        def after():
+            written()
+            alive_at_each.append(sum(r() is not None for r in made))
+        return inner(outdir, tl, title, formats, after)
+
+    monkeypatch.setattr(C, "_write_charts", count)
+    src = _pipeline(2, 4)
+    tl = Timeline("pp", "predict", 2, columns=src.columns, critical_path=["F0.0@r0"],
+                  meta={"pipeline": {"p": 2, "dp": 1, "m": 4, "schedule": "gpipe"}})
+    was = gc.isenabled()
+    gc.collect()
+    keep = [object()]  # the caller's frozen objects
+    try:
+        if setting != "enabled":
+            gc.disable()
+        if setting == "frozen":
+            gc.freeze()
+        frozen = gc.get_freeze_count()
+        C.write_charts(tmp_path / setting, tl, "pp")
+        # nothing left frozen by the charts, nothing of the caller's unfrozen (frozen objects freed since count out)
+        assert 0 < gc.get_freeze_count() <= frozen if frozen else gc.get_freeze_count() == 0
+        assert gc.isenabled() == (setting == "enabled")
+        assert len(made) == 3 and len(alive_at_each) == 3
+        if setting == "paused":
+            assert alive_at_each == [0, 0, 0]  # each figure freed once written
+        elif setting == "frozen":
+            assert alive_at_each == [1, 2, 3]  # nothing collected: the caller's freeze is left alone
+    finally:
+        gc.unfreeze()
+        if was:
+            gc.enable()
+        del keep
+    base = sorted((tmp_path / setting).iterdir())
+    assert [p.name for p in base] == ["gantt.png", "gantt.svg", "pipeline.png", "pipeline_time.png"]

@@ -439,3 +439,32 @@ def test_ids_unique_gives_what_the_stable_sort_gives():
         assert u.tolist() == want_u.tolist() and inv.tolist() == want_inv.tolist()
         assert np.asarray(u).dtype == np.int64 and inv.dtype == np.int64
         assert (u[inv] == ids).all()
+
+
+def test_timeline_holds_the_programs_names_not_the_program():
+    """A simulated timeline keeps the Program's names and tags (``lower.program.OpNames``), not the Program: with
+    the cyclic GC paused (as ``predict`` runs) the Program is freed once its last reference goes, and the ids,
+    names, tag sets and critical path read afterwards (lazy runs made then) are those of a timeline whose Program
+    is still alive."""
+    import gc
+    import weakref
+
+    prof = load_profile("h200")
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        prog = pipe(ops=[{"name": "w", "kind": "compute", "duration_us": 1, "ranks": [1]}])
+        gone = weakref.ref(prog)
+        tl = simulate(prog, prof)
+        del prog
+        assert gone() is None  # freed by reference counts alone
+        kept = pipe(ops=[{"name": "w", "kind": "compute", "duration_us": 1, "ranks": [1]}])
+        ref = simulate(kept, prof)
+        c, r = tl.columns, ref.columns
+        assert list(c.id) == list(r.id) == kept.ids() and list(c.name) == list(r.name)
+        assert [s.tags for s in tl.spans] == [s.tags for s in ref.spans]
+        assert [dict(s.tags or {}) for s in tl.spans] == [dict(o.tags or ()) for o in kept.ops()]
+        assert tl.critical_path == ref.critical_path and len(tl.critical_path) > 1
+    finally:
+        if was:
+            gc.enable()
