@@ -34,8 +34,14 @@ def test_pow2_up():
     (8, 4, 32, 16, (2, 20, 0), 2),
     # v2.30: across nodes halved while perPeer x divUp(nRanks, 8) > p2pnChannels: 2 x 128 > 16 -> 1
     (8, 128, 1024, 16, (2, 30, 7), 1),
-    # ... but not before v2.30
-    (8, 128, 1024, 16, (2, 28, 0), 2),
+    # v2.29.2 has the same halving (src/graph/paths.cc of v2.29.2-1: perPeer x divUp(nRanks, 8) > p2pnChannels)
+    (8, 128, 1024, 16, (2, 29, 0), 1),
+    # before v2.29 a network peer's count is max(netCountByBw, nChannelsMax), nChannelsMax = 2 halved while
+    # nChannelsMax x nRanks > p2pnChannels x 4 (v2.20.5-1 ... v2.28.9-1, ncclTopoGetNchannels): 2 x 1024 > 64 -> 1
+    (8, 128, 1024, 16, (2, 28, 0), 1),
+    # ... which binds past 32 ranks on a 16-channel communicator: 2 x 32 = 64 is not above 64 (2); 2 x 40 is (1)
+    (8, 4, 32, 16, (2, 28, 0), 2),
+    (8, 5, 40, 16, (2, 28, 0), 1),
     # one rank a node: no NVLink peer, the network's 2
     (1, 2, 2, 16, (2, 30, 7), 2),
 ])
