@@ -131,3 +131,28 @@ def test_a_communicator_across_nodes_without_nics_falls_back_to_the_pair():
     net = NcclNetwork(HardwareProfile.model_validate(d))
     assert net.p2p(0, 1, 25e6, tuple(range(16))).seconds == net.p2p(0, 1, 25e6).seconds
     assert net.p2p_channels(25e6, (0, 1)) == 16
+
+
+def test_a_ring_exchange_and_the_pipeline_keep_their_own_communicators():
+    # tp 2 x cp 2 x pp 2 on 8 ranks (tests/lower/test_training_cp.py): rank 0's CP ring peer is rank 2 (batched on
+    # stream cp_comm, TE's CP group), its pipeline peer rank 4 (batched on pp_send/pp_recv, Megatron's PP group).
+    # The two process groups are two NCCL communicators: {0, 2} and {0, 4}, not one of the ranks both connect
+    # ({0, 2, 4, 6}: 8 channels a 25 MB send on a DGX A100 instead of 16)
+    import numpy as np
+
+    from schedsim.lower import lower
+    from schedsim.sim.waves_columns import batch_communicators
+    from schedsim.spec.loader import load_text
+    from tests.lower.test_training_cp import CP
+
+    prog = lower(load_text(CP))
+    cid, comms = batch_communicators(prog)
+    names = np.array([prog.name_table[i] for i in prog.name_id.tolist()])
+    cp = np.flatnonzero((prog.rank == 0) & np.char.startswith(names, "F0.0.l0.cp_send"))
+    pp = np.flatnonzero((prog.rank == 0) & (prog.peer == 4) & (prog.batch >= 0))
+    assert len(cp) and len(pp)
+    assert {comms[c] for c in cid[cp].tolist()} == {(0, 2)}
+    assert {comms[c] for c in cid[pp].tolist()} == {(0, 4)}
+    assert (cid[prog.batch < 0] == -1).all()
+    net = CostModel(load_profile("dgx_a100")).net.nccl
+    assert net.p2p_channels(25e6, (0, 2)) == 16 and net.p2p_channels(25e6, (0, 2, 4, 6)) == 8
