@@ -113,7 +113,7 @@ def test_batch_communicators_are_the_ranks_batches_connect():
     # two pipelines, 0-1-2 and 4-5 (sends both ways): each batched send/recv runs on its pipeline's communicator
     import numpy as np
 
-    from schedsim.sim.waves_columns import _batch_comms
+    from schedsim.sim.p2p_comms import _batch_comms
     src, dst = np.array([0, 1, 2, 1, 4, 5]), np.array([1, 2, 1, 0, 5, 4])
     got = _batch_comms(src, dst, 6)
     assert got == {0: (0, 1, 2), 1: (0, 1, 2), 2: (0, 1, 2), 4: (4, 5), 5: (4, 5)}
@@ -141,7 +141,7 @@ def test_a_ring_exchange_and_the_pipeline_keep_their_own_communicators():
     import numpy as np
 
     from schedsim.lower import lower
-    from schedsim.sim.waves_columns import batch_communicators
+    from schedsim.sim.p2p_comms import batch_communicators
     from schedsim.spec.loader import load_text
     from tests.lower.test_training_cp import CP
 
