@@ -40,7 +40,7 @@ from schedsim.graph.ops import Op
 from schedsim.hardware.profile import HardwareProfile
 from schedsim.kinds import KINDS, P2P_KINDS, PER_RANK_SIZE
 from schedsim.lower.program import Program, rendezvous_groups, required, stable_order
-from schedsim.sim.p2p_comms import batch_communicators
+from schedsim.lower.p2p_comms import batch_communicators
 
 if TYPE_CHECKING:
     from schedsim.network.share import LinkShare

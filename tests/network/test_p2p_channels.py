@@ -113,7 +113,7 @@ def test_batch_communicators_are_the_ranks_batches_connect():
     # two pipelines, 0-1-2 and 4-5 (sends both ways): each batched send/recv runs on its pipeline's communicator
     import numpy as np
 
-    from schedsim.sim.p2p_comms import _batch_comms
+    from schedsim.lower.p2p_comms import _batch_comms
     src, dst = np.array([0, 1, 2, 1, 4, 5]), np.array([1, 2, 1, 0, 5, 4])
     got = _batch_comms(src, dst, 6)
     assert got == {0: (0, 1, 2), 1: (0, 1, 2), 2: (0, 1, 2), 4: (4, 5), 5: (4, 5)}
@@ -141,7 +141,7 @@ def test_a_ring_exchange_and_the_pipeline_keep_their_own_communicators():
     import numpy as np
 
     from schedsim.lower import lower
-    from schedsim.sim.p2p_comms import batch_communicators
+    from schedsim.lower.p2p_comms import batch_communicators
     from schedsim.spec.loader import load_text
     from tests.lower.test_training_cp import CP
 
@@ -156,3 +156,23 @@ def test_a_ring_exchange_and_the_pipeline_keep_their_own_communicators():
     assert (cid[prog.batch < 0] == -1).all()
     net = CostModel(load_profile("dgx_a100")).net.nccl
     assert net.p2p_channels(25e6, (0, 2)) == 16 and net.p2p_channels(25e6, (0, 2, 4, 6)) == 8
+
+
+def test_explain_times_a_batched_send_on_the_communicator_the_simulator_does():
+    # 1F1B batches the pipeline's p2p: pp 4 of tp 2 on one DGX A100, the pipeline group (0, 2, 4, 6); a send of
+    # s·b·h·2 = 4096 x 4096 x 2 = 32 MiB: nChannelsMin 32 -> 8 for 4 ranks (8 x 4 = 32), 4 MiB parts: 8 channels x
+    # 14 GB/s, where its pair's communicator gives 16 (nChannelsMin 16; 2 MiB parts)
+    from schedsim.lower import lower
+    from schedsim.network.explain import explain_rows
+    from schedsim.spec.loader import load_text
+    from tests.spec.test_training_block import TINY
+
+    text = TINY.replace("hidden_size: 64", "hidden_size: 4096").replace("seq_length: 32", "seq_length: 4096")
+    text = text.replace("num_attention_heads: 4", "num_attention_heads: 32").replace("  pp: 2\n", "  pp: 4\n")
+    text = text.replace("num_layers: 2", "num_layers: 4")
+    cost = CostModel(load_profile("dgx_a100"))
+    rows = [r for r in explain_rows(lower(load_text(text)), cost) if r["kind"] == "send" and r["group"] == "0->2"]
+    assert len(rows) == 1 and rows[0]["bytes"] == 32 * MiB
+    net = cost.net.nccl
+    assert net.p2p_channels(32 * MiB, (0, 2, 4, 6)) == 8 and net.p2p_channels(32 * MiB, (0, 2)) == 16
+    assert rows[0]["time_us"] == pytest.approx(net.p2p(0, 2, 32 * MiB, (0, 2, 4, 6)).seconds * 1e6, rel=1e-12)
