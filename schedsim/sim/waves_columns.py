@@ -39,8 +39,8 @@ from schedsim.gpu.cost import CostModel, cost_model
 from schedsim.graph.ops import Op
 from schedsim.hardware.profile import HardwareProfile
 from schedsim.kinds import KINDS, P2P_KINDS, PER_RANK_SIZE
-from schedsim.lower.program import Program, rendezvous_groups, required, stable_order
 from schedsim.lower.p2p_comms import batch_communicators
+from schedsim.lower.program import Program, rendezvous_groups, required, stable_order
 
 if TYPE_CHECKING:
     from schedsim.network.share import LinkShare
