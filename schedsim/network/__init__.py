@@ -875,13 +875,14 @@ class NcclNetwork:
         shape = self.shape(comm)
         got = self._p2p_comm.get(shape)
         if got is None:
-            p2pn = pow2_up(min(self._comm_channels(self.tune_input(shape)), MAXCHANNELS))
+            raw = min(self._comm_channels(self.tune_input(shape)), MAXCHANNELS)
+            p2pn = pow2_up(raw)
             nics = self.topo.nics
             count = max(1, nics.per_node // self.gpn) if nics is not None else 0
             nic_bw = count * nics.bandwidth_Gbps / 8.0 if nics is not None else 0.0
             per_peer = peer_channels(p2pn=p2pn, nvlink_path_bw=None if self.up.kind == "pcie" else self.up_bw,
                                      arch=self.arch, local=shape.local, nodes=shape.nodes, nranks=shape.ranks,
-                                     nic_count=count, nic_bw=nic_bw, since=self.consts.since)
+                                     nic_count=count, nic_bw=nic_bw, since=self.consts.since, nchannels=raw)
             chunk = NET_CHUNK if shape.nodes > 1 or self.up.kind == "pcie" else NVL_CHUNK
             got = self._p2p_comm[shape] = (per_peer, p2pn, chunk)
         per_peer, p2pn, chunk = got

@@ -56,21 +56,22 @@ def explain_rows(program: Program, cost: CostModel) -> list[ExplainRow]:
         rows.append({"kind": kind, "bytes": int(nbytes), "ranks": len(ranks), "group": _group(kind, ranks),
                      "nodes": nodes, "algo": algo, "proto": proto, "time_us": t * 1e6})
 
-    def add(kind: str, nbytes: float, ranks: tuple[int, ...], duration_s: float | None) -> None:
+    def add(kind: str, nbytes: float, ranks: tuple[int, ...], duration_s: float | None,
+            comm: tuple[int, ...] | None = None) -> None:
         key = (kind, nbytes, ranks)
         if duration_s is not None:  # a recorded duration (an imported run): what the prediction runs
             recorded.setdefault(key, []).append(duration_s)
             return
-        if key in seen:
+        if (*key, comm) in seen:
             return
-        seen.add(key)
-        got = cost.net.cost(kind, nbytes, ranks)
+        seen.add((*key, comm))
+        got = cost.net.cost(kind, nbytes, ranks, comm)
         if got is not None:
             algo, proto, t = got.algo, got.proto, got.seconds
         else:
             table_kind = KINDS[kind].table
             algo = "table" if cost.net.has_table(table_kind, ranks) else "links"
-            proto, t = "-", cost.net.collective(kind, nbytes, ranks)
+            proto, t = "-", cost.net.collective(kind, nbytes, ranks, comm)
         row(kind, nbytes, ranks, algo, proto, t)
 
     split = set()
@@ -85,10 +86,14 @@ def explain_rows(program: Program, cost: CostModel) -> list[ExplainRow]:
     if sends:
         import numpy as np
 
+        from schedsim.lower.p2p_comms import batch_communicators
+
+        cid, comms = batch_communicators(program)  # a batched send's communicator, as the simulator times it
         mask = np.isin(program.tmpl, sends)
-        for k, r, q in {(int(a), int(b), int(c)) for a, b, c in
-                        zip(program.tmpl[mask], program.rank[mask], program.peer[mask], strict=True)}:
-            add("send", program.templates[k].nbytes, (r, q), program.templates[k].duration_s)
+        for k, r, q, c in {(int(a), int(b), int(c), int(d)) for a, b, c, d in
+                           zip(program.tmpl[mask], program.rank[mask], program.peer[mask], cid[mask], strict=True)}:
+            add("send", program.templates[k].nbytes, (r, q), program.templates[k].duration_s,
+                comms[c] if c >= 0 else None)
     for (kind, nbytes, ranks), ds in recorded.items():
         row(kind, nbytes, ranks, "recorded", "-", statistics.median(ds))
     rows.sort(key=lambda x: (x["kind"], x["bytes"], x["ranks"], x["group"]))

@@ -8,10 +8,12 @@ whatever the link. The count comes from two places of NVIDIA/nccl (v2.20.5 to v2
   ``pow2Up(comm->nChannels)``; ``p2pnChannelsPerPeer`` = ``pow2Up`` of the least of ``p2pnChannels`` and
   ``ncclTopoGetNchannels`` over **every** rank of the communicator: an NVLink peer ``2 · max(1, path bw /
   ncclTopoNVLinkBw)`` (24 on an A100 NVSwitch: 240 / 20), a PCIe peer 2, a peer on another node
-  ``NCCL_NCHANNELS_PER_NET_PEER`` (2; from v2.29.2 ``max(NICs, divUp(NIC GB/s, NCCL_P2P_PER_CHANNEL_NET_BW =
-  14))``). So one peer on another node gives the NVLink peers of that communicator the network's channel count:
-  2 on a DGX A100. From v2.23.4 at most ``p2pnChannels``; from v2.30.3, across nodes, halved while
-  ``perPeer · divUp(nRanks, NCCL_MAX_DEV_WORK_P2P_PER_BATCH = 8) > p2pnChannels``.
+  ``NCCL_NCHANNELS_PER_NET_PEER`` (before v2.29.2 ``max(netCountByBw, nChannelsMax)``, ``nChannelsMax`` = 2
+  halved while ``nChannelsMax · nRanks > p2pnChannels · 4``, ``p2pnChannels`` not yet a power of two; from
+  v2.29.2 ``max(NICs, divUp(NIC GB/s, NCCL_P2P_PER_CHANNEL_NET_BW = 14))``). So one peer on another node gives
+  the NVLink peers of that communicator the network's channel count: 2 on a DGX A100. From v2.23.4 at most
+  ``p2pnChannels``; from v2.29.2, across nodes, halved while ``perPeer · divUp(nRanks,
+  NCCL_MAX_DEV_WORK_P2P_PER_BATCH = 8) > p2pnChannels``.
 * per operation, ``scheduleP2pTasksToPlan`` / ``addP2pToPlan`` (src/enqueue.cc): ``nChannelsMin`` =
   ``p2pnChannelsPerPeer`` halved while ``nChannelsMin · nRanks > p2pnChannels``; a message of ``b`` bytes starts
   on ``min(nChannelsMin, divUp(b, minPart))`` channels and doubles them, up to ``p2pnChannelsPerPeer``, while a
@@ -24,7 +26,8 @@ A DGX A100 example: a pipeline of 8 ranks in one node sends 25 MB on 4 channels 
 ranks; 6.25 MB parts are below 16 MiB); the same ranks in a communicator of 2 or 4 nodes, on 2.
 
 Which communicator: torch's ``ProcessGroupNCCL::pointToPoint`` runs a lone send/recv on a two-rank communicator
-of its pair and a batched one (``batch_isend_irecv``) on the process group's (:mod:`schedsim.lower.checks`).
+of its pair and a batched one (``batch_isend_irecv``) on the process group's, taken as the ranks its family
+connects (:func:`schedsim.lower.p2p_comms.batch_communicators`).
 
 The rate of one channel, :data:`P2P_CHANNEL_GBPS`, is NCCL's own per-channel figure for a send/recv over the
 network (``NCCL_P2P_PER_CHANNEL_NET_BW`` default 14 GB/s, src/graph/paths.cc, v2.29.2 on); ASSUMED the same over
@@ -69,12 +72,14 @@ def nvlink_link_bw(arch: str) -> float:
 
 
 def peer_channels(*, p2pn: int, nvlink_path_bw: float | None, arch: str, local: int, nodes: int, nranks: int,
-                  nic_count: int, nic_bw: float, since: tuple[int, int, int]) -> int:
+                  nic_count: int, nic_bw: float, since: tuple[int, int, int], nchannels: int | None = None) -> int:
     """``comm->p2pnChannelsPerPeer`` of a communicator of ``nranks`` ranks on ``nodes`` nodes, at most ``local``
     on one (``ncclTopoComputeP2pChannels``, module docstring). ``p2pn``: ``comm->p2pnChannels`` (a power of two);
     ``nvlink_path_bw``: GB/s of the NVLink path between two GPUs of a node (None: PCIe peers); ``nic_count`` and
     ``nic_bw``: the NICs a GPU uses and their GB/s together (``ncclTopoGetLocalNetCountByBw``); ``since``: the
-    release (:attr:`schedsim.network.tuning.TunerConstants.since`).
+    release (:attr:`schedsim.network.tuning.TunerConstants.since`); ``nchannels``: ``comm->p2pnChannels`` before
+    ``pow2Up`` (``min(comm->nChannels, MAXCHANNELS)``; None: ``p2pn``), what a release before v2.29.2 scales a
+    network peer's channels by (v2.20.5-1 ... v2.28.9-1, src/graph/paths.cc ``ncclTopoGetNchannels``).
 
     >>> kw = dict(p2pn=32, nvlink_path_bw=240.0, arch="ampere", nic_count=1, nic_bw=25.0, since=(2, 30, 7))
     >>> peer_channels(local=8, nodes=1, nranks=8, **kw)      # one DGX A100: 24 NVLink channels -> 32
@@ -90,13 +95,19 @@ def peer_channels(*, p2pn: int, nvlink_path_bw: float | None, arch: str, local: 
             least = min(least, 2 * max(1, int(nvlink_path_bw / nvlink_link_bw(arch))))
     if nodes > 1:
         net = _NET_PEER_CHANNELS
-        if since >= (2, 29, 0) and nic_count > 0:
-            net = max(nic_count, -(-int(nic_bw) // int(P2P_CHANNEL_GBPS)))
+        if since >= (2, 29, 0):  # v2.29.2 (the (2, 29, 0) constants of schedsim.network.tuning)
+            if nic_count > 0:
+                net = max(nic_count, -(-int(nic_bw) // int(P2P_CHANNEL_GBPS)))
+        else:  # "Avoid overloading channels with 8+ operations as we loose the sync warp"
+            raw = p2pn if nchannels is None else nchannels
+            while net * nranks > raw * 4 and net > 1:
+                net //= 2
+            net = max(max(1, nic_count), net)
         least = min(least, net)
     per_peer = pow2_up(least)
     if since >= (2, 23, 0):
         per_peer = min(per_peer, p2pn)
-    if nodes > 1 and since >= (2, 30, 0):
+    if nodes > 1 and since >= (2, 29, 0):
         while per_peer * -(-nranks // _P2P_PER_BATCH) > p2pn and per_peer > 1:
             per_peer //= 2
     return per_peer

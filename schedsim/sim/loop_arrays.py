@@ -65,9 +65,11 @@ def _add_forks(fx: np.ndarray, job_of: list[int], job_work: list[float], lone: l
 
 def _jobs(ops: list[Op], gmem: list[list[int]], cost: CostModel, node_oh: tuple[float, float],
           terms: tuple[np.ndarray | float, np.ndarray | float], job_of: list[int], job_res: list[int],
-          job_ranks: list[tuple[int, ...]], job_work: list[float], lone: list[int]) -> None:
-    """Fill each op's and each rendezvous group's resource, ranks and solo time (seconds); ``terms`` are rule
-    graph-nodes's
+          job_ranks: list[tuple[int, ...]], job_work: list[float], lone: list[int],
+          p2p_comm: tuple[np.ndarray, list[tuple[int, ...]]] | None = None) -> None:
+    """Fill each op's and each rendezvous group's resource, ranks and solo time (seconds; a send/recv pair's on
+    the communicator ``p2p_comm`` gives its first op, :func:`schedsim.lower.p2p_comms.batch_communicators`'
+    ``(cid, ranks)``, None or -1: its pair's own); ``terms`` are rule graph-nodes's
     per-op node and HBM seconds (:func:`schedsim.gpu.rules.memory_terms`); ``lone``: the ops of collectives
     of one rank, a copy or nothing (rule one-rank-collective)."""
     N = len(ops)
@@ -85,7 +87,7 @@ def _jobs(ops: list[Op], gmem: list[list[int]], cost: CostModel, node_oh: tuple[
         job_work[i] = node_work(dur(op), node_a[i], timing_s, empty_s, extra_a[i])
     for i in lone:
         job_res[i] = gm.one_rank_res(ops[i].kind)
-    comms = _p2p_comms(ops, gmem)
+    cid, ranks_of = p2p_comm if p2p_comm is not None else (None, [])
     for g, idx in enumerate(gmem):
         j = N + g
         for i in idx:
@@ -93,31 +95,18 @@ def _jobs(ops: list[Op], gmem: list[list[int]], cost: CostModel, node_oh: tuple[
         job_res[j] = 1
         job_ranks[j] = tuple(ops[i].rank for i in idx)
         i0 = idx[0]
-        solo = dur(ops[i0]) if g not in comms else cost.p2p_duration(replace(ops[i0], group=comms[g][0]), comms[g][1])
+        o = ops[i0]
+        if o.kind in P2P_KINDS and len(idx) == 2:  # a send/recv pair: on its communicator (CostModel.p2p_duration)
+            s_, d_ = (o.rank, ops[idx[1]].rank) if KINDS[o.kind].sender else (ops[idx[1]].rank, o.rank)
+            c_ = -1 if cid is None else int(cid[i0])
+            solo = cost.p2p_duration(replace(o, group=(s_, d_)), ranks_of[c_] if c_ >= 0 else None)
+        else:
+            solo = dur(o)
         job_work[j] = node_work(solo, node_a[i0], timing_s, empty_s, extra_a[i0])
         if ops[i0].kind in PER_RANK_SIZE:  # a size per member: the largest transfer ends the collective
             job_work[j] = max(job_work[i] for i in idx)
         for i in idx:
             job_work[i] = job_work[j]
-
-
-def _p2p_comms(ops: list[Op], gmem: list[list[int]]) -> dict[int, tuple[tuple[int, int], tuple[int, ...] | None]]:
-    """Per send/recv pair of ``gmem`` (index g): its ``(sender, receiver)`` ranks and the communicator NCCL runs it
-    on, as the columnar path times it (:func:`schedsim.sim.waves_columns._batch_comms`: a batched pair's process
-    group, the ranks batches connect; None for a lone pair, its own)."""
-    from schedsim.sim.waves_columns import _batch_comms
-
-    pairs = {}
-    for g, idx in enumerate(gmem):
-        op = ops[idx[0]]
-        if len(idx) == 2 and op.kind in P2P_KINDS:
-            a, b = ops[idx[0]], ops[idx[1]]
-            s_, d_ = (a.rank, b.rank) if KINDS[a.kind].sender else (b.rank, a.rank)
-            pairs[g] = (s_, d_, a.p2p_batch is not None)
-    bat = [(s_, d_) for s_, d_, b_ in pairs.values() if b_]
-    world = 1 + max([max(s_, d_) for s_, d_, _b in pairs.values()], default=0)
-    comms = _batch_comms(np.array([x[0] for x in bat], np.int64), np.array([x[1] for x in bat], np.int64), world)
-    return {g: ((s_, d_), comms[s_] if b_ else None) for g, (s_, d_, b_) in pairs.items()}
 
 
 def _compile_program(prog: Program, profile: HardwareProfile, mode: str) -> _Compiled:
@@ -145,7 +134,9 @@ def _compile_program(prog: Program, profile: HardwareProfile, mode: str) -> _Com
     job_ranks: list[tuple[int, ...]] = [()] * J
     job_work = [0.0] * J
     terms = gm.memory_terms(ops, np.arange(N), prog.rank.astype(np.int64), prog.world_size, cost, mode)
-    _jobs(ops, gmem, cost, node_oh, terms, job_of, job_res, job_ranks, job_work, lone)
+    from schedsim.lower.p2p_comms import batch_communicators
+
+    _jobs(ops, gmem, cost, node_oh, terms, job_of, job_res, job_ranks, job_work, lone, batch_communicators(prog))
     src = np.repeat(np.arange(N, dtype=np.int64), np.diff(ptr))
     per_op = np.array([cost.graph_fork_s(o) for o in ops], float) if mode == "cuda_graph" else None
     _add_forks(gm.graph_fork_columns(N, src, dst, prog.rank.astype(np.int64), prog.stream_id.astype(np.int64),

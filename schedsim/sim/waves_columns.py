@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from schedsim.arrays import unique
 from schedsim.errors import DeadlockError
 from schedsim.gpu import host as gh
 from schedsim.gpu import kernels as gk
@@ -40,6 +39,7 @@ from schedsim.gpu.cost import CostModel, cost_model
 from schedsim.graph.ops import Op
 from schedsim.hardware.profile import HardwareProfile
 from schedsim.kinds import KINDS, P2P_KINDS, PER_RANK_SIZE
+from schedsim.lower.p2p_comms import batch_communicators
 from schedsim.lower.program import Program, rendezvous_groups, required, stable_order
 
 if TYPE_CHECKING:
@@ -146,11 +146,11 @@ def _res_of(tp) -> int:
 
 
 def _durations(tps: list[Op], cost: CostModel, tmpl: np.ndarray, rank: np.ndarray, peer: np.ndarray,
-               is_p2p: np.ndarray, batch: np.ndarray) -> np.ndarray:
+               is_p2p: np.ndarray, cid: np.ndarray, comms: list[tuple[int, ...]]) -> np.ndarray:
     """Solo seconds of each op: :meth:`CostModel.duration` once per template class ``tps[tmpl[i]]``, and per
-    (class, sender, receiver, batched or not) for send/recv (their time depends on the link between the two ranks
-    and on the communicator NCCL runs them on: :meth:`CostModel.p2p_duration`, a batched one's that of
-    :func:`_batch_comms`)."""
+    (class, sender, receiver, communicator) for send/recv (their time depends on the link between the two ranks
+    and on the communicator NCCL runs them on: :meth:`CostModel.p2p_duration`; ``cid``/``comms``: a batched one's,
+    as :func:`batch_communicators` gives them, -1 for a lone one's pair)."""
     tdur = np.array([0.0 if t.kind in P2P_KINDS else cost.duration(t) for t in tps])
     dur = tdur[tmpl]
     p = np.flatnonzero(is_p2p)
@@ -158,16 +158,15 @@ def _durations(tps: list[Op], cost: CostModel, tmpl: np.ndarray, rank: np.ndarra
         is_send = np.array([KINDS[t.kind].sender for t in tps])[tmpl[p]]
         src = np.where(is_send, rank[p], peer[p]).astype(I64)
         dst = np.where(is_send, peer[p], rank[p]).astype(I64)
-        bat = (batch[p] >= 0).astype(I64)
-        W = int(max(src.max(), dst.max())) + 1
-        comms = _batch_comms(src[bat == 1], dst[bat == 1], W)
+        c = cid[p].astype(I64) + 1  # 0: a lone send/recv (its pair's communicator)
+        W, C = int(max(src.max(), dst.max())) + 1, len(comms) + 1
 
         def one(k: int) -> float:
-            t, s_, d_, b_ = k // (2 * W * W), k // (2 * W) % W, k // 2 % W, k % 2
-            return cost.p2p_duration(replace(tps[t], group=(s_, d_)), comms[s_] if b_ else None)
+            t, s_, d_, c_ = k // (C * W * W), k // (C * W) % W, k // C % W, k % C
+            return cost.p2p_duration(replace(tps[t], group=(s_, d_)), comms[c_ - 1] if c_ else None)
 
-        key = ((tmpl[p].astype(I64) * W + src) * W + dst) * 2 + bat
-        span = len(tps) * W * W * 2
+        key = ((tmpl[p].astype(I64) * W + src) * W + dst) * C + c
+        span = len(tps) * W * W * C
         if span <= 4 * len(p) + 64:  # the keys in use marked in a table of them: no sort, no first rows
             seen = np.zeros(span, bool)
             seen[key] = True
@@ -180,37 +179,6 @@ def _durations(tps: list[Op], cost: CostModel, tmpl: np.ndarray, rank: np.ndarra
         vals = np.array([one(int(key[f])) for f in first.tolist()])
         dur[p] = vals[inv]
     return dur
-
-
-def _batch_comms(src: np.ndarray, dst: np.ndarray, world: int) -> dict[int, tuple[int, ...]]:
-    """The communicator of batched send/recv by rank: torch runs a ``batch_isend_irecv`` on its process group's
-    communicator (``ProcessGroupNCCL::pointToPoint``; :mod:`schedsim.lower.checks`), taken here as the ranks its
-    batches connect, transitively (a pipeline's group: Megatron's pipeline-parallel group), each sorted; ranks
-    of no batch are absent. ``world``: ranks are below it."""
-    parent = list(range(world))
-
-    def root(x: int) -> int:
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    if len(src):
-        for a, b in _unique_pairs(src, dst, world):
-            ra, rb = root(a), root(b)
-            if ra != rb:
-                parent[max(ra, rb)] = min(ra, rb)
-    members: dict[int, list[int]] = {}
-    used = unique(np.concatenate([src, dst]).astype(I64))[0].tolist() if len(src) else []
-    for r in used:
-        members.setdefault(root(r), []).append(r)
-    return {r: tuple(members[root(r)]) for r in used}
-
-
-def _unique_pairs(src: np.ndarray, dst: np.ndarray, world: int) -> list[tuple[int, int]]:
-    """The distinct (sender, receiver) pairs of ``src``/``dst`` (ranks below ``world``)."""
-    k = unique(src.astype(I64) * world + dst.astype(I64))[0]  # (not np.unique: it imports numpy.ma)
-    return [(int(x // world), int(x % world)) for x in k.tolist()]
 
 
 def _communicators(tps: list[Op], world: int, tmpl: np.ndarray, rank: np.ndarray, peer: np.ndarray,
@@ -891,7 +859,7 @@ def _prepare(prog: Program, profile: HardwareProfile, mode: str, rules: gm.GpuRu
         gm.node_work_columns(work, terms[0], timing_s, empty_s, terms[1])
         work = work[tmpl]
     else:
-        work = _durations(tps, cost, tmpl, rank, prog.peer, is_p2p, prog.batch)
+        work = _durations(tps, cost, tmpl, rank, prog.peer, is_p2p, *batch_communicators(prog))
         terms = gm.memory_terms(tps, tmpl, rank, prog.world_size, cost, mode)
         gm.node_work_columns(work, terms[0], timing_s, empty_s, terms[1])  # always: -0.0 + 0.0 is 0.0, as the
         # Op list gives

@@ -34,8 +34,14 @@ def test_pow2_up():
     (8, 4, 32, 16, (2, 20, 0), 2),
     # v2.30: across nodes halved while perPeer x divUp(nRanks, 8) > p2pnChannels: 2 x 128 > 16 -> 1
     (8, 128, 1024, 16, (2, 30, 7), 1),
-    # ... but not before v2.30
-    (8, 128, 1024, 16, (2, 28, 0), 2),
+    # v2.29.2 has the same halving (src/graph/paths.cc of v2.29.2-1: perPeer x divUp(nRanks, 8) > p2pnChannels)
+    (8, 128, 1024, 16, (2, 29, 0), 1),
+    # before v2.29 a network peer's count is max(netCountByBw, nChannelsMax), nChannelsMax = 2 halved while
+    # nChannelsMax x nRanks > p2pnChannels x 4 (v2.20.5-1 ... v2.28.9-1, ncclTopoGetNchannels): 2 x 1024 > 64 -> 1
+    (8, 128, 1024, 16, (2, 28, 0), 1),
+    # ... which binds past 32 ranks on a 16-channel communicator: 2 x 32 = 64 is not above 64 (2); 2 x 40 is (1)
+    (8, 4, 32, 16, (2, 28, 0), 2),
+    (8, 5, 40, 16, (2, 28, 0), 1),
     # one rank a node: no NVLink peer, the network's 2
     (1, 2, 2, 16, (2, 30, 7), 2),
 ])
@@ -107,7 +113,7 @@ def test_batch_communicators_are_the_ranks_batches_connect():
     # two pipelines, 0-1-2 and 4-5 (sends both ways): each batched send/recv runs on its pipeline's communicator
     import numpy as np
 
-    from schedsim.sim.waves_columns import _batch_comms
+    from schedsim.lower.p2p_comms import _batch_comms
     src, dst = np.array([0, 1, 2, 1, 4, 5]), np.array([1, 2, 1, 0, 5, 4])
     got = _batch_comms(src, dst, 6)
     assert got == {0: (0, 1, 2), 1: (0, 1, 2), 2: (0, 1, 2), 4: (4, 5), 5: (4, 5)}
@@ -125,3 +131,48 @@ def test_a_communicator_across_nodes_without_nics_falls_back_to_the_pair():
     net = NcclNetwork(HardwareProfile.model_validate(d))
     assert net.p2p(0, 1, 25e6, tuple(range(16))).seconds == net.p2p(0, 1, 25e6).seconds
     assert net.p2p_channels(25e6, (0, 1)) == 16
+
+
+def test_a_ring_exchange_and_the_pipeline_keep_their_own_communicators():
+    # tp 2 x cp 2 x pp 2 on 8 ranks (tests/lower/test_training_cp.py): rank 0's CP ring peer is rank 2 (batched on
+    # stream cp_comm, TE's CP group), its pipeline peer rank 4 (batched on pp_send/pp_recv, Megatron's PP group).
+    # The two process groups are two NCCL communicators: {0, 2} and {0, 4}, not one of the ranks both connect
+    # ({0, 2, 4, 6}: 8 channels a 25 MB send on a DGX A100 instead of 16)
+    import numpy as np
+
+    from schedsim.lower import lower
+    from schedsim.lower.p2p_comms import batch_communicators
+    from schedsim.spec.loader import load_text
+    from tests.lower.test_training_cp import CP
+
+    prog = lower(load_text(CP))
+    cid, comms = batch_communicators(prog)
+    names = np.array([prog.name_table[i] for i in prog.name_id.tolist()])
+    cp = np.flatnonzero((prog.rank == 0) & np.char.startswith(names, "F0.0.l0.cp_send"))
+    pp = np.flatnonzero((prog.rank == 0) & (prog.peer == 4) & (prog.batch >= 0))
+    assert len(cp) and len(pp)
+    assert {comms[c] for c in cid[cp].tolist()} == {(0, 2)}
+    assert {comms[c] for c in cid[pp].tolist()} == {(0, 4)}
+    assert (cid[prog.batch < 0] == -1).all()
+    net = CostModel(load_profile("dgx_a100")).net.nccl
+    assert net.p2p_channels(25e6, (0, 2)) == 16 and net.p2p_channels(25e6, (0, 2, 4, 6)) == 8
+
+
+def test_explain_times_a_batched_send_on_the_communicator_the_simulator_does():
+    # 1F1B batches the pipeline's p2p: pp 4 of tp 2 on one DGX A100, the pipeline group (0, 2, 4, 6); a send of
+    # s·b·h·2 = 4096 x 4096 x 2 = 32 MiB: nChannelsMin 32 -> 8 for 4 ranks (8 x 4 = 32), 4 MiB parts: 8 channels x
+    # 14 GB/s, where its pair's communicator gives 16 (nChannelsMin 16; 2 MiB parts)
+    from schedsim.lower import lower
+    from schedsim.network.explain import explain_rows
+    from schedsim.spec.loader import load_text
+    from tests.spec.test_training_block import TINY
+
+    text = TINY.replace("hidden_size: 64", "hidden_size: 4096").replace("seq_length: 32", "seq_length: 4096")
+    text = text.replace("num_attention_heads: 4", "num_attention_heads: 32").replace("  pp: 2\n", "  pp: 4\n")
+    text = text.replace("num_layers: 2", "num_layers: 4")
+    cost = CostModel(load_profile("dgx_a100"))
+    rows = [r for r in explain_rows(lower(load_text(text)), cost) if r["kind"] == "send" and r["group"] == "0->2"]
+    assert len(rows) == 1 and rows[0]["bytes"] == 32 * MiB
+    net = cost.net.nccl
+    assert net.p2p_channels(32 * MiB, (0, 2, 4, 6)) == 8 and net.p2p_channels(32 * MiB, (0, 2)) == 16
+    assert rows[0]["time_us"] == pytest.approx(net.p2p(0, 2, 32 * MiB, (0, 2, 4, 6)).seconds * 1e6, rel=1e-12)

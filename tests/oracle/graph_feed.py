@@ -66,7 +66,10 @@ def compile_graph(G: nx.DiGraph | Program, profile: HardwareProfile, mode: str) 
     job_ranks: list[tuple[int, ...]] = [()] * J
     job_work = [0.0] * J
     terms = gm.memory_terms(ops, np.arange(N), np.array(ranks, np.int64), world, cost, mode)
-    _jobs(ops, gmem, cost, node_oh, terms, job_of, job_res, job_ranks, job_work, lone)
+    from tests.oracle.p2p_families import graph_p2p_communicators
+
+    _jobs(ops, gmem, cost, node_oh, terms, job_of, job_res, job_ranks, job_work, lone,
+          graph_p2p_communicators(G, ops, index))
     if mode == "cuda_graph":
         names: dict[str, int] = {}
         sid = np.array([names.setdefault(o.stream, len(names)) for o in ops], np.int64)
