@@ -356,25 +356,8 @@ def _reference(tl: Timeline, graph: DagLike | None = None,
     fwd: dict[tuple[int, int, int, int], tuple[float, str]] = {}
     bwd_end: dict[tuple[int, int, int, int], float] = {}
     byid = tl.by_id() if graph is not None else None
-    import re
-
-    from schedsim.sim.pipeline_metrics import _LAYER_OP
-
-    g = info.recompute_group_layers if info is not None and info.recompute_layer_bytes else 0
-    # per (rank, stage, mb, chunk, group): [first re-run start, its op, backward end, layers re-run]
-    groups: dict[tuple[int, ...], list[Any]] = {}
     for s in tl.spans:
         t = s.tags
-        if g > 0 and t and "stage" in t and s.resource == "compute" and t.get("phase") == "I":
-            hit = re.search(_LAYER_OP, s.name)
-            if hit is not None:
-                gk = (s.rank, int(t["stage"]), int(t["mb"]), int(t.get("chunk", 0) or 0), int(hit.group(1)) // g)
-                e = groups.setdefault(gk, [float("inf"), "", s.end_s, set()])
-                e[2] = max(e[2], s.end_s)
-                if hit.group(2):
-                    e[3].add(int(hit.group(1)))
-                    if s.start_s < e[0]:
-                        e[0], e[1] = s.start_s, s.id
         if (unit or per_stage) and t and "stage" in t and s.resource == "compute":
             key = (s.rank, int(t["stage"]), int(t["mb"]), int(t.get("chunk", 0) or 0))
             ph = t.get("phase") or t.get("pp_op")
@@ -398,11 +381,8 @@ def _reference(tl: Timeline, graph: DagLike | None = None,
         events[key[0]].append((t0, 1, b, op))
         if key in bwd_end:
             events[key[0]].append((bwd_end[key], 0, -b, op))
-    for gk, (t0, op, t1, layers) in groups.items():
-        if layers and info is not None:
-            b = len(layers) * float(info.recompute_layer_bytes)
-            events[gk[0]].append((t0, 1, b, op))
-            events[gk[0]].append((t1, 0, -b, op))
+    for r, evs in _reference_recompute(tl).items():
+        events[r] += evs
     static = static or {}
     if not events and not any(sum(v.values()) for v in static.values()):
         return None
@@ -410,6 +390,41 @@ def _reference(tl: Timeline, graph: DagLike | None = None,
     for r in sorted({s.rank for s in tl.spans} | set(events)):
         ranks_out[r] = _reference_curve(events.get(r, []), static.get(r, {}))
     return {"unit": "bytes", "ranks": ranks_out}
+
+
+def _reference_recompute(tl: Timeline) -> dict[int, list[tuple[float, int, float, str]]]:
+    """The re-run groups of :func:`schedsim.sim.pipeline_metrics.recompute_events`, span by span: per rank, the
+    events (t, 1 allocation / 0 free, delta bytes, op id) of :func:`_reference`."""
+    import re
+
+    from schedsim.sim.pipeline_metrics import _LAYER_OP
+
+    info = tl.pipeline
+    g = info.recompute_group_layers if info is not None and info.recompute_layer_bytes else 0
+    if info is None or g <= 0:
+        return {}
+    # per (rank, stage, mb, chunk, group): [first re-run start, its op, backward end, layers re-run]
+    groups: dict[tuple[int, ...], list[Any]] = {}
+    for s in tl.spans:
+        t = s.tags
+        if not (t and "stage" in t and s.resource == "compute" and t.get("phase") == "I"):
+            continue
+        hit = re.search(_LAYER_OP, s.name)
+        if hit is None:
+            continue
+        gk = (s.rank, int(t["stage"]), int(t["mb"]), int(t.get("chunk", 0) or 0), int(hit.group(1)) // g)
+        e = groups.setdefault(gk, [float("inf"), "", s.end_s, set()])
+        e[2] = max(e[2], s.end_s)
+        if hit.group(2):
+            e[3].add(int(hit.group(1)))
+            if s.start_s < e[0]:
+                e[0], e[1] = s.start_s, s.id
+    out: dict[int, list[tuple[float, int, float, str]]] = defaultdict(list)
+    for gk, (t0, op, t1, layers) in groups.items():
+        if layers:
+            b = len(layers) * float(info.recompute_layer_bytes)
+            out[gk[0]] += [(t0, 1, b, op), (t1, 0, -b, op)]
+    return out
 
 
 def _reference_curve(events: list[tuple[float, int, float, str]], static: dict[str, float]) -> dict[str, Any]:

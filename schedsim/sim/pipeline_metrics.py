@@ -177,13 +177,13 @@ def recompute_events(tl: Timeline) -> tuple[NDArray[np.int64], NDArray[np.float6
     re-run rows (``row``: the first of them at that start) and freed at the latest end of the group's phase-I
     rows, its backward (Megatron-LM ``tensor_parallel/random.py`` ``CheckpointFunction.backward``: the forward
     again under ``enable_grad``, then ``torch.autograd.backward`` through it, which frees them)."""
+    info = tl.pipeline
+    if info is None or info.recompute_group_layers <= 0 or not info.recompute_layer_bytes:
+        return None
     import re
 
     import numpy as np
 
-    info = tl.pipeline
-    if info is None or info.recompute_group_layers <= 0 or not info.recompute_layer_bytes:
-        return None
     c = tl.columns
     rows = np.flatnonzero(code_is(c.resource, "compute") & (c.tag_column("stage")[1] >= 0)
                           & tag_is(c, "phase", "I"))
@@ -210,7 +210,7 @@ def recompute_events(tl: Timeline) -> tuple[NDArray[np.int64], NDArray[np.float6
     g_of = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(rows)]))[lo][ls]
     n_re = np.bincount(g_of[is_re[lo][ls]], minlength=len(starts))
     # the row charged: the first re-run row at the earliest start (rows are in row order within a group)
-    at = np.where(is_re & (c.start_s[rows] == np.repeat(t0, np.diff(np.r_[starts, len(rows)]))), 
+    at = np.where(is_re & (c.start_s[rows] == np.repeat(t0, np.diff(np.r_[starts, len(rows)]))),
                   np.arange(len(rows)), len(rows))
     first = np.minimum.reduceat(at, starts)
     keep = n_re > 0
