@@ -420,10 +420,10 @@ def _reference_recompute(tl: Timeline) -> dict[int, list[tuple[float, int, float
             if s.start_s < e[0]:
                 e[0], e[1] = s.start_s, s.id
     out: dict[int, list[tuple[float, int, float, str]]] = defaultdict(list)
-    for gk, (t0, op, t1, layers) in groups.items():
+    for key, (t0, op, t1, layers) in groups.items():
         if layers:
             b = len(layers) * float(info.recompute_layer_bytes)
-            out[gk[0]] += [(t0, 1, b, op), (t1, 0, -b, op)]
+            out[key[0]] += [(t0, 1, b, op), (t1, 0, -b, op)]
     return out
 
 
