@@ -89,6 +89,7 @@ from executor.calibrate_host import (
 from executor.calibrate_logs import base_profile_dict, default_profile_name, write_profile
 from executor.calibrate_nccl import nccl_beside_gemm
 from executor.dist import on_issuing_thread
+from schedsim.io import CALIBRATION_GENERATOR
 
 __all__ = ["run_calibrate"]
 
@@ -109,7 +110,8 @@ def run_calibrate(o: CalibrateOptions) -> dict[str, Any]:
     ctx = setup_dist(o.backend, o.device, 600.0, [tuple(range(world))])
     log = _log(ctx)
     b = _Bench(ctx, o.iters)
-    raw: dict[str, Any] = {"date": datetime.date.today().isoformat(), "torch": torch.__version__,
+    raw: dict[str, Any] = {"generator": CALIBRATION_GENERATOR,  # first: the mark of schedsim's file (claim_file)
+                           "date": datetime.date.today().isoformat(), "torch": torch.__version__,
                            "backend": ctx.backend, "world_size": world}
     dev_name = torch.cuda.get_device_properties(ctx.device).name if ctx.cuda else "CPU"
     raw["device"] = dev_name
@@ -194,7 +196,7 @@ def run_calibrate(o: CalibrateOptions) -> dict[str, Any]:
         from schedsim.io import atomic_write_text, output_target
 
         if isinstance(output_target(o.out), Path):  # the raw measurements go beside a profile file, not to stdout
-            atomic_write_text(Path(o.out).with_suffix(".json"), json.dumps(raw, indent=1))
+            atomic_write_text(Path(o.out).with_suffix(".json"), json.dumps(raw, indent=1), kind="calibration")
             log(f"wrote {o.out} and {Path(o.out).with_suffix('.json')}")
     ctx.barrier()
     ctx.close()

@@ -135,7 +135,7 @@ def register(app: Any) -> None:
         from executor.calibrate_logs import default_profile_name
 
         default_profile_name(name, out)  # before any measurement: the name ends up in the profile's header
-        from schedsim.io import output_target, refuse_input
+        from schedsim.io import claim_file, output_target, refuse_input
 
         target = output_target(out, "--out")  # a device or folder is refused before anything is measured
         if not from_nccl_tests and isinstance(target, Path) and out.suffix == ".json":
@@ -147,6 +147,9 @@ def register(app: Any) -> None:
                                 fix=f"name it {out.with_suffix('.yaml')}")
         based = [base] if Path(base).suffix else []  # a profile file, not a shipped profile's name
         refuse_input(out, [*(from_nccl_tests or []), *(schedules or []), *based], "--out")
+        claim_file(out, "profile", "--out")  # a file schedsim did not write is refused, also before measuring
+        if not from_nccl_tests and isinstance(target, Path):  # the raw measurements' file beside it, likewise
+            claim_file(out.with_suffix(".json"), "calibration", "--out's raw measurements")
         if from_nccl_tests:
             from executor.calibrate_logs import profile_from_nccl_tests
 

@@ -116,9 +116,9 @@ def schema(out: Path | None = typer.Option(None, "--out", "-o", help="Write to a
                                          "(what the pydantic models check) instead of what users write.")) -> None:
     """Print the JSON Schema of schedule files as written (for editors; see docs/schedule_language.md)."""
     if out:
-        from schedsim.io import output_target
+        from schedsim.io import claim_file
 
-        output_target(out, "--out")
+        claim_file(out, "schema", "--out")  # refused before the work: a user's file there is kept
     if expanded:
         from schedsim.spec.model import ScheduleSpec
 
@@ -130,7 +130,7 @@ def schema(out: Path | None = typer.Option(None, "--out", "-o", help="Write to a
     if out:
         from schedsim.io import atomic_write_text
 
-        atomic_write_text(out, text)
+        atomic_write_text(out, text, kind="schema")
     else:
         print(text)
 

@@ -15,6 +15,11 @@ One gate, :func:`output_target`, decides where every output path goes (every ``-
 * a regular file, or nothing: replaced atomically;
 * anything else (a folder, FIFO, socket, other device): refused (:class:`~schedsim.errors.SchedsimError`,
   exit 2), never replaced, truncated or renamed over.
+
+A single-file output of a command (``schema -o``, ``calibrate --out`` and the raw ``.json`` beside it,
+``analyze --chrome``) passes :func:`claim_file` too: an existing non-empty regular file there is replaced only
+when it carries the mark of that command's output (:data:`OWN_MARKS`), as an output folder's file is replaced
+only when its manifest records it (:mod:`schedsim.outdir`); a user's file is refused (exit 2) and left as it is.
 """
 
 from __future__ import annotations
@@ -29,8 +34,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-__all__ = ["STDOUT_NAMES", "STAGING_PREFIX", "atomic_write_bytes", "atomic_write_text", "atomic_writer",
-           "describe_mode", "dumps_json", "loads_json", "output_target", "refuse_input"]
+__all__ = ["STDOUT_NAMES", "STAGING_PREFIX", "OWN_MARKS", "atomic_write_bytes", "atomic_write_text", "atomic_writer",
+           "claim_file", "describe_mode", "dumps_json", "is_own_file", "loads_json", "output_target", "refuse_input"]
 
 #: Name prefix of the staging folders of :func:`schedsim.outdir.output_set`.
 STAGING_PREFIX = ".schedsim-staging-"
@@ -105,6 +110,83 @@ def output_target(path: str | Path, what: str = "output") -> Path | str:
                         "regular files", fix="name a file to write (or - for standard output, /dev/null for none)")
 
 
+#: How schedsim recognises its own earlier single-file output, by kind: what :func:`is_own_file` looks for.
+#: ``schema``: a JSON object whose ``$id`` starts with ``https://schedsim.dev/schema/`` (``schedsim schema``) or
+#: whose ``title`` is ``ScheduleSpec`` (``--expanded``: pydantic's title of the model); ``profile``: a first line
+#: that is a ``#`` comment naming ``schedsim calibrate`` (the header of
+#: :func:`executor.calibrate_logs.write_profile`'s two callers); ``calibration``: a JSON object whose first key is
+#: ``"generator": "schedsim calibrate"`` (calibrate's raw measurements); ``chrome``: a file that starts
+#: ``{"traceEvents":[`` and ends with ``"otherData":{"generator":"schedsim"`` in its last 64 KiB
+#: (:func:`schedsim.report.chrome.write_chrome_trace`).
+OWN_MARKS = {"schema": "a JSON Schema with $id https://schedsim.dev/schema/... or title ScheduleSpec",
+             "profile": "a first line '# NAME: ... schedsim calibrate ...'",
+             "calibration": 'a first key "generator": "schedsim calibrate"',
+             "chrome": 'a trace ending with "otherData":{"generator":"schedsim",...}'}
+#: The mark of calibrate's raw measurements (:data:`OWN_MARKS`): the first key of the JSON object it writes.
+CALIBRATION_GENERATOR = "schedsim calibrate"
+#: A schema file larger than this is not one ``schedsim schema`` wrote (it writes ~100 KiB).
+_SCHEMA_MAX_BYTES = 8 << 20
+_TAIL = 64 << 10
+
+
+def _head_tail(p: Path, n: int) -> tuple[bytes, bytes]:
+    with open(p, "rb") as f:
+        head = f.read(n)
+        size = os.fstat(f.fileno()).st_size
+        f.seek(max(0, size - _TAIL))
+        return head, f.read(_TAIL)
+
+
+def is_own_file(path: str | Path, kind: str) -> bool:
+    """Whether the regular file ``path`` is schedsim's own earlier output of ``kind`` (a key of
+    :data:`OWN_MARKS`), judged from its content as :data:`OWN_MARKS` says; an empty file counts as one (it holds
+    nothing to lose). A file that cannot be read is not."""
+    p = Path(path)
+    try:
+        if p.stat().st_size == 0:
+            return True
+        if kind == "schema":
+            if p.stat().st_size > _SCHEMA_MAX_BYTES:
+                return False
+            doc = json.loads(p.read_bytes())
+            return isinstance(doc, dict) and (str(doc.get("$id", "")).startswith("https://schedsim.dev/schema/")
+                                              or doc.get("title") == "ScheduleSpec")
+        head, tail = _head_tail(p, 4096)
+    except (OSError, ValueError, RecursionError):
+        return False
+    if kind == "profile":
+        first = head.split(b"\n", 1)[0]
+        return first.startswith(b"# ") and b"schedsim calibrate" in first
+    if kind == "calibration":
+        import re
+
+        mark = re.escape(json.dumps(CALIBRATION_GENERATOR).encode())
+        return re.match(rb'\{\s*"generator":\s*' + mark, head) is not None
+    if kind == "chrome":
+        return head.startswith(b'{"traceEvents":[') and b'"otherData":{"generator":"schedsim"' in tail
+    raise ValueError(f"unknown kind of output {kind!r}; one of {sorted(OWN_MARKS)}")
+
+
+def claim_file(path: str | Path, kind: str, what: str = "output") -> Path | str:
+    """:func:`output_target` of ``path``, refusing a regular file there that is not schedsim's own earlier output of
+    ``kind`` (:func:`is_own_file`): a command replaces only a file it wrote itself, as in an output folder.
+
+    Raises
+    ------
+    SchedsimError
+        As :func:`output_target`, or ``path`` is an existing file schedsim did not write (exit 2 on the command
+        line): nothing is written.
+    """
+    target = output_target(path, what)
+    if isinstance(target, Path) and target.exists() and not is_own_file(target, kind):
+        from schedsim.errors import SchedsimError, printable
+
+        raise SchedsimError(f"{what} {printable(path)}: exists and is not schedsim's output (its {kind} files "
+                            f"carry {OWN_MARKS[kind]}); not replaced",
+                            fix="move or rename it, or name another file")
+    return target
+
+
 def refuse_input(out: str | Path, inputs: Iterable[str | Path], what: str = "output") -> None:
     """Refuse an output path that names one of the command's input files (``analyze t.json --chrome t.json``).
 
@@ -171,8 +253,8 @@ def _staging_gone(stage: Path) -> Exception:
 
 
 @contextmanager
-def atomic_writer(path: str | Path, mode: str = "w", *, follow_links: bool = True, digest: bool = False
-                  ) -> Iterator[Any]:
+def atomic_writer(path: str | Path, mode: str = "w", *, follow_links: bool = True, digest: bool = False,
+                  kind: str | None = None) -> Iterator[Any]:
     """Open a temporary file beside ``path``; on success give it the umask's mode and rename it into place.
 
     A reader never sees a half-written file; on any exception (Ctrl-C included) the temporary file is
@@ -182,16 +264,21 @@ def atomic_writer(path: str | Path, mode: str = "w", *, follow_links: bool = Tru
     never the file it points to. A staging folder is never created here: one that is gone (removed by another
     process) fails the write. ``digest`` (binary mode, a file inside a staging folder): the file given offers only
     ``write``, whose bytes are hashed on the way, and their SHA-256 is recorded in :data:`WRITTEN_DIGESTS` once the
-    file is in place, for :func:`schedsim.outdir.output_set`'s manifest.
+    file is in place, for :func:`schedsim.outdir.output_set`'s manifest. ``kind`` (a key of :data:`OWN_MARKS`,
+    outside a staging folder): a file at ``path`` is replaced only when it is schedsim's own output of that kind
+    (:func:`claim_file`), checked before writing and again just before the rename.
 
     Raises
     ------
     SchedsimError
-        ``path`` is a folder, FIFO, socket or device, or its staging folder was removed.
+        ``path`` is a folder, FIFO, socket or device, or its staging folder was removed, or (``kind``) it is a
+        file schedsim did not write.
     """
     staging = _staging_root(Path(path))
     own = not follow_links or staging is not None
-    target = _own_file_target(path) if own else output_target(path)
+    kind = None if own else kind
+    target = (_own_file_target(path) if own else output_target(path) if kind is None
+              else claim_file(path, kind))
     if target == "stdout" or target == "null":
         if target == "null":
             f: Any = _Sink() if "b" in mode else io.TextIOWrapper(io.BufferedWriter(_Sink()), encoding="utf-8")
@@ -215,6 +302,8 @@ def atomic_writer(path: str | Path, mode: str = "w", *, follow_links: bool = Tru
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the mode a plain open() would
         if str(_own_file_target(p) if own else output_target(p)) != str(p):  # replaced while we wrote: leave it
             raise OSError(f"{p} changed into a special file while schedsim wrote it; not replaced")
+        if kind is not None:  # a user's file put there while this run wrote: refused, kept
+            claim_file(p, kind)
         os.replace(tmp, p)
         if h is not None:  # its identity in place (the rename changed its change time)
             if len(WRITTEN_DIGESTS) >= 64:
@@ -228,13 +317,14 @@ def atomic_writer(path: str | Path, mode: str = "w", *, follow_links: bool = Tru
         raise
 
 
-def atomic_write_bytes(path: str | Path, data: bytes, *, follow_links: bool = True) -> None:
+def atomic_write_bytes(path: str | Path, data: bytes, *, follow_links: bool = True, kind: str | None = None
+                       ) -> None:
     """Write ``data`` to ``path`` via a temporary file in the same folder and ``os.replace``.
 
     A reader never sees a half-written file, and an interrupted write leaves
-    the old file (or none) in place. ``follow_links`` as in :func:`atomic_writer`.
+    the old file (or none) in place. ``follow_links`` and ``kind`` as in :func:`atomic_writer`.
     """
-    with atomic_writer(path, "wb", follow_links=follow_links) as f:
+    with atomic_writer(path, "wb", follow_links=follow_links, kind=kind) as f:
         f.write(data)
 
 
@@ -244,9 +334,9 @@ def _umask() -> int:
     return mask
 
 
-def atomic_write_text(path: str | Path, text: str, *, follow_links: bool = True) -> None:
+def atomic_write_text(path: str | Path, text: str, *, follow_links: bool = True, kind: str | None = None) -> None:
     """Text version of :func:`atomic_write_bytes` (UTF-8)."""
-    atomic_write_bytes(path, text.encode("utf-8"), follow_links=follow_links)
+    atomic_write_bytes(path, text.encode("utf-8"), follow_links=follow_links, kind=kind)
 
 
 #: Seconds a command waits for another process's lock on its output folder before it gives up (exit 2);

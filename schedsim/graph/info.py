@@ -139,6 +139,15 @@ class PipelineInfo:
         Global rank of pipeline rank r of the first replica: ``r · rank_stride`` (1: replicas of p consecutive
         ranks, as a ``pipeline:`` block places them; tp·cp·dp for a ``training:`` block, Megatron's order).
         Left out of the JSON form when 1.
+    recompute_group_layers, recompute_layer_bytes : int
+        Full recomputation of a ``training:`` block (``recompute_granularity: full``): the layers of one
+        checkpointed group (``recompute_num_layers`` under ``recompute_method: uniform``, 1 under ``block``) and the
+        bytes one layer's forward holds per microbatch when re-run (all its activations,
+        :func:`schedsim.spec.training_block.act_bytes_per_layer` without recomputation). The backward re-runs a
+        group's forward and its activations live until the group's backward ends (Megatron-LM
+        ``tensor_parallel/random.py`` ``CheckpointFunction.backward``: the forward again, then
+        ``torch.autograd.backward`` through it): :func:`schedsim.sim.pipeline_metrics.recompute_events`. 0 (and
+        left out of the JSON form) without full recomputation.
 
     Examples
     --------
@@ -161,6 +170,8 @@ class PipelineInfo:
     order: dict[int, list[str]] = field(default_factory=dict)
     rank_stride: int = 1
     stage_activation_memory_bytes: dict[int, int] = field(default_factory=dict)
+    recompute_group_layers: int = 0
+    recompute_layer_bytes: int = 0
 
     def activation_memory_of(self, stages: ArrayLike) -> NDArray[np.float64]:
         """Bytes a chunk of each of ``stages`` (an int array of shape (n,)) stores per microbatch: its
@@ -189,6 +200,9 @@ class PipelineInfo:
             d.pop("rank_stride", None)
         if not self.stage_activation_memory_bytes:  # even stages: the JSON form as before the field
             d.pop("stage_activation_memory_bytes", None)
+        for k in ("recompute_group_layers", "recompute_layer_bytes"):  # no full recompute: the form as before
+            if not d.get(k):
+                d.pop(k, None)
         if isinstance(self.order, ActionTexts) and not lazy_order:
             d["order"] = {r: list(x) for r, x in self.order.items()}
         return d

@@ -117,7 +117,13 @@ from schedsim.spec.pipeline_block import (
     _layer_ops,
     attn_step_flops,
 )
-from schedsim.spec.training_block import TrainingPlan, TrainingSpec, stage_activation_memory, training_plan
+from schedsim.spec.training_block import (
+    TrainingPlan,
+    TrainingSpec,
+    act_bytes_per_layer,
+    stage_activation_memory,
+    training_plan,
+)
 from schedsim.units import DTYPE_BYTES
 
 __all__ = ["expand_training", "rank_classes", "rank_groups", "represented_ranks", "stage_lists", "TP_TAG", "DP_TAG"]
@@ -809,7 +815,13 @@ def expand_training(spec: ScheduleSpec, table: Table, symmetric: bool = False) -
     info = block_info(pb.model_copy(update={"transformer": None, "stage": None}), pplan, cost)
     from dataclasses import replace
 
-    return replace(info, dp=spec.world_size // plan.pp, rank_stride=plan.tp * plan.cp * plan.dp)
+    # full recompute: a checkpointed group's forward re-run holds all its layers' activations until its backward
+    # ends (PipelineInfo.recompute_group_layers; memory_per_rank's `peak` term)
+    full = t.recompute_granularity == "full"
+    group = (t.recompute_num_layers or 1) if t.recompute_method == "uniform" else 1
+    return replace(info, dp=spec.world_size // plan.pp, rank_stride=plan.tp * plan.cp * plan.dp,
+                   recompute_group_layers=group if full else 0,
+                   recompute_layer_bytes=int(act_bytes_per_layer(t, plan, None)) if full else 0)
 
 
 #: In this process: (schedule, p, m, v) -> :func:`_plan_and_steps`' answer, kept across lowerings (the points of a

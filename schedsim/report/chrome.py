@@ -702,7 +702,9 @@ def write_chrome_trace(path: str | Path, timelines: list[tuple[str, Timeline]], 
     written as they are; the others are serialised with :func:`~schedsim.io.dumps_json` (orjson) in chunks of
     ``_CHUNK``; all are streamed into the temporary file, so no single JSON string of the whole trace is built.
     """
-    with atomic_writer(path, "wb", digest=True) as f:  # in an output set: its digest as written, not read back
+    # in an output set: its digest as written, not read back; elsewhere a file there that is not a trace schedsim
+    # wrote is refused (schedsim.io.claim_file)
+    with atomic_writer(path, "wb", digest=True, kind="chrome") as f:
         f.write(b'{"traceEvents":[')
         sep = b""
         for part in _trace_parts(timelines, graph):

@@ -6,7 +6,9 @@ What is counted, in bytes, per rank:
   ``activation_memory_bytes`` (the pipeline block's, per stage chunk; a stage's own
   ``stage_activation_memory_bytes`` where the stages hold unequal layer counts) from its start until the end
   of that chunk's weight-gradient work (phase W, or the full backward B), the ZB paper's accounting
-  (arXiv 2401.10241 §3);
+  (arXiv 2401.10241 §3); under full recomputation also each checkpointed group's re-run forward, all its
+  layers' activations from its first recompute op until the group's backward ends
+  (:func:`schedsim.sim.pipeline_metrics.recompute_events`);
 * **receive and gather buffers**: a recv, all_gather or gather op holds its ``bytes`` from its start
   until the last of its direct consumers in the graph ends (until its own end when no graph is given
   or nothing consumes it);
@@ -163,12 +165,13 @@ def _activation_events(tl: Timeline, info: PipelineInfo | None) -> _Events | Non
     I + W) its latest end."""
     import numpy as np
 
-    from schedsim.sim.pipeline_metrics import code_is, group_of, tag_ints
+    from schedsim.sim.pipeline_metrics import code_is, group_of, recompute_events, tag_ints
 
     c = tl.columns
     if info is None or not (info.activation_memory_bytes or any(info.stage_activation_memory_bytes.values())) \
             or not len(c):
         return None
+    rc = recompute_events(tl)
     phase_vals, phase = c.tag_column("phase")
     op_vals, op = c.tag_column("pp_op")
 
@@ -198,11 +201,18 @@ def _activation_events(tl: Timeline, info: PipelineInfo | None) -> _Events | Non
     freed = has_f & (w_end > -np.inf)
     first, gone = rows[starts[has_f]], rows[starts[freed]]
     n, m = len(first), len(gone)
-    return (np.concatenate([rank[first], rank[gone]]),
-            np.concatenate([c.start_s[first], w_end[freed]]),
-            np.concatenate([np.ones(n, np.int64), np.zeros(m, np.int64)]),
-            np.concatenate([unit[has_f], -unit[freed]]),
-            np.concatenate([first, gone]))
+    ev = (np.concatenate([rank[first], rank[gone]]),
+          np.concatenate([c.start_s[first], w_end[freed]]),
+          np.concatenate([np.ones(n, np.int64), np.zeros(m, np.int64)]),
+          np.concatenate([unit[has_f], -unit[freed]]),
+          np.concatenate([first, gone]))
+    if rc is None:
+        return ev
+    k = len(rc[0])  # the re-run groups: allocated at their recompute, freed at their backward's end
+    more = (np.concatenate([rc[0], rc[0]]), np.concatenate([rc[1], rc[2]]),
+            np.concatenate([np.ones(k, np.int64), np.zeros(k, np.int64)]), np.concatenate([rc[3], -rc[3]]),
+            np.concatenate([rc[4], rc[4]]))
+    return tuple(np.concatenate([a, b]) for a, b in zip(ev, more, strict=True))  # type: ignore[return-value]
 
 
 def _buffer_events(tl: Timeline, graph: DagLike | None) -> _Events | None:
@@ -371,6 +381,8 @@ def _reference(tl: Timeline, graph: DagLike | None = None,
         events[key[0]].append((t0, 1, b, op))
         if key in bwd_end:
             events[key[0]].append((bwd_end[key], 0, -b, op))
+    for r, evs in _reference_recompute(tl).items():
+        events[r] += evs
     static = static or {}
     if not events and not any(sum(v.values()) for v in static.values()):
         return None
@@ -378,6 +390,41 @@ def _reference(tl: Timeline, graph: DagLike | None = None,
     for r in sorted({s.rank for s in tl.spans} | set(events)):
         ranks_out[r] = _reference_curve(events.get(r, []), static.get(r, {}))
     return {"unit": "bytes", "ranks": ranks_out}
+
+
+def _reference_recompute(tl: Timeline) -> dict[int, list[tuple[float, int, float, str]]]:
+    """The re-run groups of :func:`schedsim.sim.pipeline_metrics.recompute_events`, span by span: per rank, the
+    events (t, 1 allocation / 0 free, delta bytes, op id) of :func:`_reference`."""
+    import re
+
+    from schedsim.sim.pipeline_metrics import _LAYER_OP
+
+    info = tl.pipeline
+    g = info.recompute_group_layers if info is not None and info.recompute_layer_bytes else 0
+    if info is None or g <= 0:
+        return {}
+    # per (rank, stage, mb, chunk, group): [first re-run start, its op, backward end, layers re-run]
+    groups: dict[tuple[int, ...], list[Any]] = {}
+    for s in tl.spans:
+        t = s.tags
+        if not (t and "stage" in t and s.resource == "compute" and t.get("phase") == "I"):
+            continue
+        hit = re.search(_LAYER_OP, s.name)
+        if hit is None:
+            continue
+        gk = (s.rank, int(t["stage"]), int(t["mb"]), int(t.get("chunk", 0) or 0), int(hit.group(1)) // g)
+        e = groups.setdefault(gk, [float("inf"), "", s.end_s, set()])
+        e[2] = max(e[2], s.end_s)
+        if hit.group(2):
+            e[3].add(int(hit.group(1)))
+            if s.start_s < e[0]:
+                e[0], e[1] = s.start_s, s.id
+    out: dict[int, list[tuple[float, int, float, str]]] = defaultdict(list)
+    for key, (t0, op, t1, layers) in groups.items():
+        if layers:
+            b = len(layers) * float(info.recompute_layer_bytes)
+            out[key[0]] += [(t0, 1, b, op), (t1, 0, -b, op)]
+    return out
 
 
 def _reference_curve(events: list[tuple[float, int, float, str]], static: dict[str, float]) -> dict[str, Any]:

@@ -20,7 +20,9 @@
   unequal layer counts each chunk weighs its own stage's
   ``stage_activation_memory_bytes`` and the peak is that of the bytes) and in
   microbatch units (chunks in flight / v, whatever their bytes), with the
-  memory-over-time steps.
+  memory-over-time steps. Under full recomputation (``PipelineInfo.recompute_group_layers``) the bytes also
+  hold each checkpointed group's re-run forward, from its first recompute op until the group's backward ends
+  (:func:`recompute_events`); the microbatch units do not count it.
 * **p2p volume** per rank: bytes sent and received.
 
 The result is a :class:`PipelineMetrics`; :func:`pipeline_metrics` returns its JSON form.
@@ -95,6 +97,9 @@ class PipelineMetrics:
             del d["memory_timeline"]
         if not self.info.stage_activation_memory_bytes:  # even stages: the info as before the field
             d["info"].pop("stage_activation_memory_bytes", None)
+        for k in ("recompute_group_layers", "recompute_layer_bytes"):  # no full recompute: as before the fields
+            if not d["info"].get(k):
+                d["info"].pop(k, None)
         return d
 
     @classmethod
@@ -151,6 +156,66 @@ def code_is(cat: Categorical, *names: str) -> NDArray[np.bool_]:
     values, codes = cat
     hit = np.array([v in names for v in values] + [False], bool)
     return hit[codes]
+
+
+#: A lowered training op's layer and whether it is a recomputed forward op: ``...l<k>.re_<op>`` / ``...l<k>.<op>``
+#: (:func:`schedsim.lower.training.stage_lists`' names).
+_LAYER_OP = r"(?:^|\.)l(\d+)\.(re_)?"
+
+
+def recompute_events(tl: Timeline) -> tuple[NDArray[np.int64], NDArray[np.float64], NDArray[np.float64],
+                                            NDArray[np.float64], NDArray[np.int64]] | None:
+    """The re-run forwards of full recomputation, one per (rank, stage, mb, chunk, checkpointed group): ``(rank,
+    start s, end s, bytes, row)``, arrays of one length; None when the timeline's pipeline info has no
+    ``recompute_group_layers`` or no op re-runs a forward.
+
+    A group is layers ``[g·k, g·k + k)`` of its chunk (k = ``recompute_group_layers``; Megatron-LM
+    ``transformer_block.py`` ``_checkpointed_forward``: ``uniform`` checkpoints groups of ``recompute_num_layers``
+    layers, ``block`` each of the first ``recompute_num_layers`` layers alone). Of the compute rows of phase I
+    tagged with a stage, those named ``l<k>.re_<op>`` re-run layer k's forward: the group's activations,
+    ``recompute_layer_bytes`` for each of its layers that re-runs, are allocated at the earliest start of its
+    re-run rows (``row``: the first of them at that start) and freed at the latest end of the group's phase-I
+    rows, its backward (Megatron-LM ``tensor_parallel/random.py`` ``CheckpointFunction.backward``: the forward
+    again under ``enable_grad``, then ``torch.autograd.backward`` through it, which frees them)."""
+    info = tl.pipeline
+    if info is None or info.recompute_group_layers <= 0 or not info.recompute_layer_bytes:
+        return None
+    import re
+
+    import numpy as np
+
+    c = tl.columns
+    rows = np.flatnonzero(code_is(c.resource, "compute") & (c.tag_column("stage")[1] >= 0)
+                          & tag_is(c, "phase", "I"))
+    if not len(rows):
+        return None
+    pat = re.compile(_LAYER_OP)
+    hits = [pat.search(n) for n in (c.name[i] for i in rows.tolist())]
+    found = np.array([h is not None for h in hits], bool)
+    layer = np.array([int(h.group(1)) if h is not None else -1 for h in hits], np.int64)
+    is_re = np.array([h is not None and h.group(2) is not None for h in hits], bool)
+    rows, layer, is_re = rows[found], layer[found], is_re[found]
+    if not is_re.any():
+        return None
+    rank = c.rank.astype(np.int64)[rows]
+    key = (rank, tag_ints(c, "stage")[rows], tag_ints(c, "mb")[rows], tag_ints(c, "chunk", 0)[rows],
+           layer // info.recompute_group_layers)
+    order, starts = group_of(*key)
+    rows, layer, is_re = rows[order], layer[order], is_re[order]
+    t0 = np.minimum.reduceat(np.where(is_re, c.start_s[rows], np.inf), starts)
+    t1 = np.maximum.reduceat(c.end_s[rows], starts)
+    # the layers of each group that re-run: distinct (group, layer) pairs among its re-run rows
+    lo, ls = group_of(np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(rows)])), layer,
+                      (~is_re).astype(np.int64))
+    g_of = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(rows)]))[lo][ls]
+    n_re = np.bincount(g_of[is_re[lo][ls]], minlength=len(starts))
+    # the row charged: the first re-run row at the earliest start (rows are in row order within a group)
+    at = np.where(is_re & (c.start_s[rows] == np.repeat(t0, np.diff(np.r_[starts, len(rows)]))),
+                  np.arange(len(rows)), len(rows))
+    first = np.minimum.reduceat(at, starts)
+    keep = n_re > 0
+    return (key[0][order][starts][keep], t0[keep], t1[keep],
+            n_re[keep].astype(np.float64) * float(info.recompute_layer_bytes), rows[first[keep]])
 
 
 def group_of(*cols: np.ndarray) -> tuple[NDArray[np.intp], NDArray[np.intp]]:
@@ -216,9 +281,19 @@ def _compute(tl: Timeline, classes: Sequence[int] | np.ndarray | None = None,
     ev_d = np.concatenate([np.ones(int(has_f.sum()), np.int64), -np.ones(int(has_w.sum()), np.int64)])
     o = np.lexsort((ev_d, ev_t, ev_rank))  # per rank by (time, delta): frees before allocations at a tie
     cur_b = None
-    if info.stage_activation_memory_bytes:  # stages of unequal bytes: each key weighs its own stage's
+    rc = recompute_events(tl)
+    if info.stage_activation_memory_bytes or rc is not None:  # each key weighs its own stage's bytes
         w = info.activation_memory_of(stage[rows[starts]])
-        cur_b = np.cumsum(np.concatenate([w[has_f], -w[has_w]])[o])
+        ev_w = np.concatenate([w[has_f], -w[has_w]])
+        if rc is None:
+            cur_b = np.cumsum(ev_w[o])
+            b_bounds = np.searchsorted(ev_rank[o], np.arange(nr + 1))
+        else:  # and each re-run group its bytes from its recompute to its backward's end (recompute_events)
+            b_rank = np.concatenate([ev_rank, rc[0], rc[0]])
+            b_w = np.concatenate([ev_w, rc[3], -rc[3]])
+            ob = np.lexsort((b_w > 0, np.concatenate([ev_t, rc[1], rc[2]]), b_rank))  # frees first at a tie
+            cur_b = np.cumsum(b_w[ob])
+            b_bounds = np.searchsorted(b_rank[ob], np.arange(nr + 1))
     ev_rank, ev_t, cur = ev_rank[o], ev_t[o], np.cumsum(ev_d[o])
     bounds = np.searchsorted(ev_rank, np.arange(nr + 1))
     if len(rank) < 2 or bool((rank[1:] >= rank[:-1]).all()):  # rows by rank (a simulated timeline's): no list of
@@ -236,8 +311,9 @@ def _compute(tl: Timeline, classes: Sequence[int] | np.ndarray | None = None,
         if cur_b is None:  # every stage's chunk stores unit_bytes
             peak_bytes[r] = peak_units[r] * v * unit_bytes
         else:
-            level_b = cur_b[lo:hi] - (cur_b[lo - 1] if lo else 0.0)
-            peak_bytes[r] = max(0.0, float(level_b.max()) if hi > lo else 0.0)
+            lo_b, hi_b = int(b_bounds[r]), int(b_bounds[r + 1])
+            level_b = cur_b[lo_b:hi_b] - (cur_b[lo_b - 1] if lo_b else 0.0)
+            peak_bytes[r] = max(0.0, float(level_b.max()) if hi_b > lo_b else 0.0)
         if memory_timeline:
             mem_tl[r] = [(0.0, 0.0), *zip(ev_t[lo:hi].tolist(), (level / v).tolist(), strict=True)]
     b, s_l, g_l = busy.tolist(), sent.tolist(), got.tolist()

@@ -821,8 +821,9 @@ def _memory_of_rank(t: TrainingSpec, plan: TrainingPlan, rank: int) -> dict[str,
         per_layer = (k * per_layer + (lpc - k) * act_bytes_per_layer(t, plan, None)) / lpc
     elif t.recompute_granularity == "full" and t.recompute_method == "uniform" and k > 1 and lpc:
         per_layer *= -(-lpc // k) / lpc  # one stored input per group of k layers
+    most = max(plan.stage_layers[rank::plan.pp])  # the rank's largest chunk; a rank of padding alone re-runs none
     if t.recompute_granularity == "full":  # backward re-runs one checkpointed group's forward: its activations live
-        peak = (min(k, lpc) if t.recompute_method == "uniform" else 1) * act_bytes_per_layer(t, plan, None)
+        peak = min(k if t.recompute_method == "uniform" else 1, most) * act_bytes_per_layer(t, plan, None)
     act = per_layer * inflight + peak
     out = {"params": n * pb, "grads": n * gb, "optimizer": (n - n_exp) * ob + n_exp * ob_exp, "activations": act}
     if t.use_torch_fsdp2:

@@ -227,7 +227,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Kernel time shares and NCCL volumes, overlap, idle time, critical path, and the
         bubble ratio per rank when range names carry pipeline actions (executor, torch pipelining, Megatron)."""
-        from schedsim.io import output_dir, output_target, refuse_input
+        from schedsim.io import claim_file, output_dir, output_target, refuse_input
         from schedsim.report.analysis import format_report
         from schedsim.report.progress import status
         from schedsim.trace.analyze import load_any, tag_pipeline, to_json
@@ -236,6 +236,7 @@ def register(app: typer.Typer) -> None:
         if chrome is not None:  # refused before the reading, not after it
             output_target(chrome, "--chrome")
             refuse_input(chrome, inputs, "--chrome")
+            claim_file(chrome, "chrome", "--chrome")  # a file there schedsim did not write is kept
         if charts is not None:
             output_dir(charts, "--charts", create=False)
         with status(f"reading {len(files)} file(s)"):
