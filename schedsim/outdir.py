@@ -443,14 +443,8 @@ def finish_set(out: Path, command: str, written: Mapping[str, str], manifest: Ma
     """
     m = Manifest.read(out) if manifest is None else manifest
     removed: list[str] = []
-    if add:
-        ids = {n: r for n, r in m.identities.get(command, {}).items() if n not in written}
-        m.sets[command] = {**m.sets.get(command, {}), **written}
-        m.identities[command] = {**ids, **{n: [written[n], *ident] for n, ident in (identities or {}).items()
-                                           if n in written}}
-        written = m.sets[command]
-        identities = None
-    for name in sorted(set(m.sets.get(command, {})) - set(written)):
+    earlier = {} if add else m.sets.get(command, {})  # with add, the set's other files stay, listed
+    for name in sorted(set(earlier) - set(written)):
         p = out / name
         if m.holds(out, command, name):
             try:
@@ -460,9 +454,15 @@ def finish_set(out: Path, command: str, written: Mapping[str, str], manifest: Ma
                 pass
         elif os.path.lexists(p):
             _warn(f"kept {p}: {command} wrote a file of that name earlier, but this one is not what it wrote")
-    m.sets[command] = {n: h for n, h in written.items()}
-    if not add:
-        m.identities[command] = {n: [written[n], *ident] for n, ident in (identities or {}).items() if n in written}
+    new_ids: dict[str, list[str | int]] = {n: [written[n], *ident] for n, ident in (identities or {}).items()
+                                           if n in written}
+    if add:
+        m.sets[command] = {**m.sets.get(command, {}), **written}
+        m.identities[command] = {**{n: r for n, r in m.identities.get(command, {}).items() if n not in written},
+                                 **new_ids}
+    else:
+        m.sets[command] = {n: h for n, h in written.items()}
+        m.identities[command] = new_ids
     for cmd in list(m.sets):  # forget records of files that are gone
         m.sets[cmd] = {n: h for n, h in m.sets[cmd].items() if os.path.lexists(out / n)}
         m.identities[cmd] = {n: r for n, r in m.identities.get(cmd, {}).items() if n in m.sets[cmd]}
