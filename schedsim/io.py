@@ -114,7 +114,8 @@ def output_target(path: str | Path, what: str = "output") -> Path | str:
 #: ``schema``: a JSON object whose ``$id`` starts with ``https://schedsim.dev/schema/`` (``schedsim schema``) or
 #: whose ``title`` is ``ScheduleSpec`` (``--expanded``: pydantic's title of the model); ``profile``: a first line
 #: that is a ``#`` comment naming ``schedsim calibrate`` (the header of
-#: :func:`executor.calibrate_logs.write_profile`'s two callers); ``calibration``: a JSON object whose first key is
+#: :func:`executor.calibrate_logs.write_profile`'s two callers), and where its last line is a :data:`SEAL`, that
+#: seal matching the bytes before it; ``calibration``: a JSON object whose first key is
 #: ``"generator": "schedsim calibrate"`` (calibrate's raw measurements); ``chrome``: a file that starts
 #: ``{"traceEvents":[`` and ends with ``"otherData":{"generator":"schedsim"`` in its last 64 KiB
 #: (:func:`schedsim.report.chrome.write_chrome_trace`).
