@@ -15,7 +15,9 @@ Outputs (rank 0, in ``--out``), every file written atomically:
 On a failure (timeout, error, Ctrl-C/SIGTERM) every rank that can still act
 writes ``failure_rank<r>.json`` (what failed, where, which ranks were missing)
 and, if it finished timed iterations, ``partial_rank<r>.json``: its own timeline
-over those iterations (relative to its own anchor). Then it exits at once
+over those iterations (relative to its own anchor). These and ``kineto_rank<r>.json.gz`` go into ``--out`` as its
+other files do, through the folder's manifest (:func:`_rank_file`): a file of that name schedsim did not write is
+kept, and the rank says so on stderr. Then it exits at once
 (``os._exit``), since a process group with a hung collective cannot be torn
 down cleanly.
 """
