@@ -410,6 +410,11 @@ def _write_outputs(gathered: list[dict[str, Any]], G: Any, spec: Any, file: Path
             if ktl is not None:
                 ktl.write_json(stage / "timeline_kernels.json", Metrics.of(ktl).to_dict())
                 names.append("timeline_kernels.json")
+    from schedsim.outdir import retire_set
+
+    # an earlier failed run's failure_rank<r>.json / partial_rank<r>.json, stale beside this run's timeline: removed
+    # where unchanged since written (a user's file of that name, or one edited since, is kept)
+    retire_set(outdir, FAILURE_SET)
     paths = [outdir / n for n in names]
     if maps:
         paths += [outdir / f"kineto_rank{r}.json.gz" for r in sorted(maps)]  # this run's, not an earlier one's

@@ -82,3 +82,19 @@ def test_rank_file_writes_through_the_manifest(tmp_path) -> None:
     assert ex._rank_file(out, ex.PROFILER_SET, "kineto_rank1.json.gz", lambda p: p.write_bytes(b"t1") and 7) == 7
     assert ex._rank_file(out, ex.PROFILER_SET, "kineto_rank1.json.gz", lambda p: p.write_bytes(b"t2")) == 2
     assert (out / "kineto_rank1.json.gz").read_bytes() == b"t2"
+
+
+@pytest.mark.slow
+def test_a_run_that_succeeds_retires_the_earlier_failure_files_only(tmp_path) -> None:
+    # break17b: a failed run's failure_rank0.json stayed beside the next, successful run's timeline.json
+    from exec_helpers import schedsim
+
+    out = tmp_path / "out"
+    out.mkdir()
+    ex._rank_file(out, ex.FAILURE_SET, "failure_rank0.json", lambda p: p.write_text('{"error": "old"}'))
+    (out / "failure_rank1.json").write_text("mine")  # a user's file of a rank-file name: kept
+    r = schedsim(["execute", "schedules/matmul_streams.yaml", "--set", "M=16", "--set", "K=16", "--set", "N=16",
+                  "--iters", "1", "--warmup", "1", "--no-gantt", "--out", str(out)], timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert (out / "timeline.json").exists() and not (out / "failure_rank0.json").exists()
+    assert (out / "failure_rank1.json").read_text() == "mine"
