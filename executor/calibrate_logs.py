@@ -73,7 +73,7 @@ def write_profile(d: dict[str, Any], out: Path, header: str = "") -> None:
 
     from schedsim.errors import ProfileError
     from schedsim.hardware.profile import HardwareProfile
-    from schedsim.io import atomic_write_text
+    from schedsim.io import atomic_write_text, sealed
 
     try:
         HardwareProfile.model_validate(d)
@@ -96,7 +96,7 @@ def write_profile(d: dict[str, Any], out: Path, header: str = "") -> None:
     text = yaml.dump(d, Dumper=_Dumper, sort_keys=False, width=200, allow_unicode=True)
     # every line of the header a comment, whatever it holds (a line break in it must not end the comment)
     comment = "".join(f"# {x.removeprefix('#').lstrip()}\n" for x in header.splitlines()) if header.strip() else ""
-    atomic_write_text(out, comment + text, kind="profile")  # a file there that is not a profile it wrote: refused
+    atomic_write_text(out, sealed(comment + text), kind="profile")  # a file there not a profile it wrote: refused
 
 
 def fit_tiers(d: dict[str, Any], logs: list[Any], srcs: list[str], transport: bool = False,

@@ -15,7 +15,9 @@ Outputs (rank 0, in ``--out``), every file written atomically:
 On a failure (timeout, error, Ctrl-C/SIGTERM) every rank that can still act
 writes ``failure_rank<r>.json`` (what failed, where, which ranks were missing)
 and, if it finished timed iterations, ``partial_rank<r>.json``: its own timeline
-over those iterations (relative to its own anchor). Then it exits at once
+over those iterations (relative to its own anchor). These and ``kineto_rank<r>.json.gz`` go into ``--out`` as its
+other files do, through the folder's manifest (:func:`_rank_file`): a file of that name schedsim did not write is
+kept, and the rank says so on stderr. Then it exits at once
 (``os._exit``), since a process group with a hung collective cannot be torn
 down cleanly.
 """
@@ -30,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from executor import ExecError
+from schedsim.errors import SchedsimError
 from schedsim.sim.timeline import atomic_write_text
 
 __all__ = ["run_execute"]
@@ -80,6 +83,9 @@ def _precheck(file: Path, sets: list[str], opts: Any, *, compare: bool, profile:
         # the files every run writes there: another command's (a predict folder's timeline.json) or a user's are
         # refused now, not after the run, when the other ranks would see rank 0 leave mid-collective
         check_targets(outdir, "execute", ("timeline.json", "trace.json", "env.json"), inputs=[file])
+        if getattr(opts, "profiler", False):  # every rank's Kineto trace, before any rank has run
+            check_targets(outdir, PROFILER_SET, [f"kineto_rank{r}.json.gz" for r in range(max(world, 1))],
+                          inputs=[file])
         graph = bool(cuda_graph) if cuda_graph is not None else spec.launch == "cuda_graph"
         if graph and device == "cpu":
             raise ExecError("--cuda-graph needs CUDA (streams and graphs do not exist on CPU ranks)\n"
@@ -236,13 +242,14 @@ def run_execute(file: Path, sets: list[str], out: Path | None, opts: Any, *, com
         if opts.profiler and runner.prof_trace is not None:
             from executor.profiling import map_trace, save_trace
 
-            trace = save_trace(runner.prof_trace, outdir / f"kineto_rank{rank}.json.gz")
+            trace = _rank_file(outdir, PROFILER_SET, f"kineto_rank{rank}.json.gz",
+                               lambda path: save_trace(runner.prof_trace, path))
             prof_map = map_trace(trace, [o.name for o in runner.ops])
         payload = {"times": runner.times_dict(), "env": rank_env(ctx), "check": check_res, "profile": prof_map,
                    "notes": runner.notes() if rank == 0 else None, "timing": runner.timing_mode,
                    "nvtx": getattr(runner, "nvtx_how", None), "host_costs": host_costs}
         gathered = ctx.gather(payload)
-    except (ExecError, KeyboardInterrupt, RuntimeError) as e:
+    except (SchedsimError, KeyboardInterrupt, RuntimeError) as e:  # ExecError, or a refused kineto_rank<r> file
         _fail(e, rank, outdir, G, spec, runner, launch)
         raise  # unreachable: _fail exits
     if rank == 0:
@@ -273,6 +280,28 @@ def _measure_host(opts: Any, ctx: Any, runner: Any) -> dict[str, float] | None:
     return getattr(runner, "host_costs", None) if opts.measure_host else None
 
 
+#: The manifest set (:mod:`schedsim.outdir`) of each rank's ``failure_rank<r>.json`` / ``partial_rank<r>.json``.
+FAILURE_SET = "execute-failure"
+#: The manifest set of each rank's ``kineto_rank<r>.json.gz`` (``--profiler``).
+PROFILER_SET = "execute-profiler"
+
+
+def _rank_file(outdir: Path, command: str, name: str, write: Any) -> Any:
+    """``write(path)`` of this rank's own file ``name`` into ``outdir`` through :func:`schedsim.outdir.output_set`
+    with ``add`` (the other ranks' files of ``command``'s set kept): it replaces only ``command``'s own earlier,
+    unchanged file of that name, never a user's. Returns what ``write`` returned.
+
+    Raises
+    ------
+    SchedsimError
+        ``outdir/name`` is a file schedsim did not write for ``command`` (nothing written).
+    """
+    from schedsim.outdir import output_set
+
+    with output_set(outdir, command, expect=[name], add=True) as stage:
+        return write(stage / name)
+
+
 def _fail(e: BaseException, rank: int, outdir: Path, G: Any, spec: Any, runner: Any, launch: str) -> None:
     from executor.timing import rank_local_timeline
 
@@ -289,8 +318,14 @@ def _fail(e: BaseException, rank: int, outdir: Path, G: Any, spec: Any, runner: 
             if runner.times.anchors_ns:
                 tl = rank_local_timeline(G, runner.times_dict(), schedule=spec.name, launch=launch,
                                          meta={"error": msg, "rank": rank})
-                tl.write_json(outdir / f"partial_rank{rank}.json")
-        atomic_write_text(outdir / f"failure_rank{rank}.json", json.dumps(info, indent=1))
+                try:
+                    _rank_file(outdir, FAILURE_SET, f"partial_rank{rank}.json", tl.write_json)
+                except SchedsimError as w:
+                    print(f"rank {rank}: {w}", file=sys.stderr, flush=True)
+        _rank_file(outdir, FAILURE_SET, f"failure_rank{rank}.json",
+                   lambda path: atomic_write_text(path, json.dumps(info, indent=1)))
+    except SchedsimError as w:
+        print(f"rank {rank}: {w}", file=sys.stderr, flush=True)
     except BaseException:
         pass
     if not interrupted or rank == 0:
@@ -375,9 +410,14 @@ def _write_outputs(gathered: list[dict[str, Any]], G: Any, spec: Any, file: Path
             if ktl is not None:
                 ktl.write_json(stage / "timeline_kernels.json", Metrics.of(ktl).to_dict())
                 names.append("timeline_kernels.json")
+    from schedsim.outdir import retire_set
+
+    # an earlier failed run's failure_rank<r>.json / partial_rank<r>.json, stale beside this run's timeline: removed
+    # where unchanged since written (a user's file of that name, or one edited since, is kept)
+    retire_set(outdir, FAILURE_SET)
     paths = [outdir / n for n in names]
     if maps:
-        paths += sorted(outdir.glob("kineto_rank*.json.gz"))
+        paths += [outdir / f"kineto_rank{r}.json.gz" for r in sorted(maps)]  # this run's, not an earlier one's
     from schedsim.compare import makespan_lines
 
     print_summary(tl, metrics, makespan_label="timeline makespan (median op times, instrumented)")

@@ -114,14 +114,19 @@ def output_target(path: str | Path, what: str = "output") -> Path | str:
 #: ``schema``: a JSON object whose ``$id`` starts with ``https://schedsim.dev/schema/`` (``schedsim schema``) or
 #: whose ``title`` is ``ScheduleSpec`` (``--expanded``: pydantic's title of the model); ``profile``: a first line
 #: that is a ``#`` comment naming ``schedsim calibrate`` (the header of
-#: :func:`executor.calibrate_logs.write_profile`'s two callers); ``calibration``: a JSON object whose first key is
+#: :func:`executor.calibrate_logs.write_profile`'s two callers), and where its last line is a :data:`SEAL`, that
+#: seal matching the bytes before it; ``calibration``: a JSON object whose first key is
 #: ``"generator": "schedsim calibrate"`` (calibrate's raw measurements); ``chrome``: a file that starts
 #: ``{"traceEvents":[`` and ends with ``"otherData":{"generator":"schedsim"`` in its last 64 KiB
 #: (:func:`schedsim.report.chrome.write_chrome_trace`).
 OWN_MARKS = {"schema": "a JSON Schema with $id https://schedsim.dev/schema/... or title ScheduleSpec",
-             "profile": "a first line '# NAME: ... schedsim calibrate ...'",
+             "profile": "a first line '# NAME: ... schedsim calibrate ...' and, since a seal, its last line's "
+                        "SHA-256 of the rest (edited: the user's)",
              "calibration": 'a first key "generator": "schedsim calibrate"',
              "chrome": 'a trace ending with "otherData":{"generator":"schedsim",...}'}
+#: The last line of a profile ``schedsim calibrate`` writes (:func:`sealed`): this prefix, then the SHA-256 of every
+#: byte before the line. A profile whose seal no longer matches was edited since: the user's (:func:`is_own_file`).
+SEAL = "# schedsim-sha256: "
 #: The mark of calibrate's raw measurements (:data:`OWN_MARKS`): the first key of the JSON object it writes.
 CALIBRATION_GENERATOR = "schedsim calibrate"
 #: A schema file larger than this is not one ``schedsim schema`` wrote (it writes ~100 KiB).
@@ -135,6 +140,31 @@ def _head_tail(p: Path, n: int) -> tuple[bytes, bytes]:
         size = os.fstat(f.fileno()).st_size
         f.seek(max(0, size - _TAIL))
         return head, f.read(_TAIL)
+
+
+def sealed(text: str) -> str:
+    """``text`` (ending in a newline) with its seal line appended: :data:`SEAL` and the SHA-256 of its UTF-8 bytes.
+
+    >>> sealed("a: 1\\n").splitlines()[-1][:26]
+    '# schedsim-sha256: 37b128c'
+    """
+    import hashlib
+
+    return f"{text}{SEAL}{hashlib.sha256(text.encode('utf-8')).hexdigest()}\n"
+
+
+def _seal_holds(p: Path) -> bool | None:
+    """Whether the profile ``p``'s last line is a :data:`SEAL` matching the bytes before it; None when it has no
+    seal (an older schedsim's profile)."""
+    import hashlib
+
+    if p.stat().st_size > _SCHEMA_MAX_BYTES:
+        return False
+    data = p.read_bytes()
+    body, _nl, last = data.rstrip(b"\n").rpartition(b"\n")
+    if not last.startswith(SEAL.encode()):
+        return None
+    return hashlib.sha256(body + b"\n").hexdigest().encode() == last[len(SEAL):].strip()
 
 
 def is_own_file(path: str | Path, kind: str) -> bool:
@@ -154,9 +184,13 @@ def is_own_file(path: str | Path, kind: str) -> bool:
         head, tail = _head_tail(p, 4096)
     except (OSError, ValueError, RecursionError):
         return False
-    if kind == "profile":
+    if kind == "profile":  # sealed: unedited since (:func:`sealed`); an older, unsealed one: by its header
         first = head.split(b"\n", 1)[0]
-        return first.startswith(b"# ") and b"schedsim calibrate" in first
+        try:
+            seal = _seal_holds(p)
+        except OSError:
+            return False
+        return seal if seal is not None else first.startswith(b"# ") and b"schedsim calibrate" in first
     if kind == "calibration":
         import re
 

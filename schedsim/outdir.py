@@ -427,7 +427,7 @@ def check_targets(out: Path, command: str, names: Iterable[str], manifest: Manif
 
 
 def finish_set(out: Path, command: str, written: Mapping[str, str], manifest: Manifest | None = None,
-               identities: Mapping[str, tuple[int, int, int, int, int]] | None = None) -> list[str]:
+               identities: Mapping[str, tuple[int, int, int, int, int]] | None = None, add: bool = False) -> list[str]:
     """Record ``written`` (name -> SHA-256) as ``command``'s set in ``out``'s manifest and remove the files of
     ``command``'s earlier set that this run did not write (a predict of a non-pipeline schedule into a folder
     that held a pipeline's ``pipeline.png``). Returns the names removed. ``identities``: name -> the
@@ -437,10 +437,14 @@ def finish_set(out: Path, command: str, written: Mapping[str, str], manifest: Ma
     Only a file whose content still hashes to what ``command`` recorded is removed: another command's files,
     a user's files, files a user changed and anything a planted or foreign manifest names are kept (with a
     warning when a record no longer matches). Call it holding the folder's lock, after the moves.
+
+    ``add``: ``written`` joins ``command``'s set and nothing is removed (files written one at a time by separate
+    processes, as ``execute``'s ``failure_rank<r>.json`` of each rank: :func:`output_set` with ``add``).
     """
     m = Manifest.read(out) if manifest is None else manifest
     removed: list[str] = []
-    for name in sorted(set(m.sets.get(command, {})) - set(written)):
+    earlier = {} if add else m.sets.get(command, {})  # with add, the set's other files stay, listed
+    for name in sorted(set(earlier) - set(written)):
         p = out / name
         if m.holds(out, command, name):
             try:
@@ -450,8 +454,15 @@ def finish_set(out: Path, command: str, written: Mapping[str, str], manifest: Ma
                 pass
         elif os.path.lexists(p):
             _warn(f"kept {p}: {command} wrote a file of that name earlier, but this one is not what it wrote")
-    m.sets[command] = {n: h for n, h in written.items()}
-    m.identities[command] = {n: [written[n], *ident] for n, ident in (identities or {}).items() if n in written}
+    new_ids: dict[str, list[str | int]] = {n: [written[n], *ident] for n, ident in (identities or {}).items()
+                                           if n in written}
+    if add:
+        m.sets[command] = {**m.sets.get(command, {}), **written}
+        m.identities[command] = {**{n: r for n, r in m.identities.get(command, {}).items() if n not in written},
+                                 **new_ids}
+    else:
+        m.sets[command] = {n: h for n, h in written.items()}
+        m.identities[command] = new_ids
     for cmd in list(m.sets):  # forget records of files that are gone
         m.sets[cmd] = {n: h for n, h in m.sets[cmd].items() if os.path.lexists(out / n)}
         m.identities[cmd] = {n: r for n, r in m.identities.get(cmd, {}).items() if n in m.sets[cmd]}
@@ -518,7 +529,7 @@ def capped_figsize(width_in: float, height_in: float, dpi: float) -> tuple[float
 
 @contextmanager
 def output_set(outdir: str | Path, command: str, *, inputs: Iterable[str | Path] = (),
-               expect: Iterable[str] = ()) -> Iterator[Path]:
+               expect: Iterable[str] = (), add: bool = False) -> Iterator[Path]:
     """Write ``command``'s set of output files into ``outdir``, all or nothing, replacing only its own
     earlier set.
 
@@ -531,7 +542,9 @@ def output_set(outdir: str | Path, command: str, *, inputs: Iterable[str | Path]
     (:func:`finish_set`). ``expect`` names files the command will surely write: they
     are checked before the block runs, so a refused folder costs no work. If the block raises, or the user
     presses Ctrl-C, the staging folder is removed and ``outdir`` keeps what it had. Staging folders of
-    killed runs are removed (:func:`clean_stale_staging`).
+    killed runs are removed (:func:`clean_stale_staging`). ``add``: the staged files join ``command``'s set, whose
+    earlier files are all kept (:func:`finish_set`): for files that processes write one by one into one folder
+    (each rank of ``execute``).
 
     Raises
     ------
@@ -565,7 +578,7 @@ def output_set(outdir: str | Path, command: str, *, inputs: Iterable[str | Path]
                 after = file_identity((out / f.name).lstat())
                 if after[:4] == before[:4]:  # the file staged, moved (the move set its change time): identified
                     moved[f.name] = after
-            finish_set(out, command, written, m, moved)
+            finish_set(out, command, written, m, moved, add=add)
     finally:
         import shutil
 

@@ -7,7 +7,6 @@ in ``schedsim/hardware/profiles/*.yaml`` and are chosen with
 """
 
 from collections.abc import Mapping
-from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -30,7 +29,16 @@ from pydantic_core import PydanticCustomError
 from schedsim._pydantic import bool_for_number, holds_bool, plugins_off, signature_once
 from schedsim.errors import ProfileError, printable
 from schedsim.hardware.placement import check_placement
-from schedsim.hardware.transports import Transport, over_base, with_transport_latency
+from schedsim.hardware.profile_files import (  # noqa: F401 - _builtin_dir, _parse_yaml: re-exported for the tests
+    RETIRED_FIELDS,
+    _builtin_dir,
+    _parse_yaml,
+    _stamp,
+    list_profiles,
+    profile_data,
+    retired_fields,
+)
+from schedsim.hardware.transports import Transport, with_transport_latency
 from schedsim.kinds import TABLE_KINDS, DType, TableKind
 
 __all__ = ["HardwareProfile", "load_profile", "list_profiles", "LinkClass", "GPU_MODELS", "check_gpu_model"]
@@ -607,24 +615,6 @@ class CollectiveTables(_B):
     )
 
 
-#: Profile fields of the retired ``sharing`` model, which no model reads: ``(section, field) -> the field the
-#: ``waves`` model reads for that effect``. A profile that still has one loads, :func:`load_profile` warning once
-#: per file; the models leave them out.
-RETIRED_FIELDS = {
-    ("contention", "compute_slowdown_with_comm"): "nccl.gemm_slowdown_beside_nccl",
-    ("contention", "comm_slowdown_with_compute"): "nccl.slowdown_beside_gemm",
-}
-
-
-def retired_fields(data: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """``(section, field)`` of each :data:`RETIRED_FIELDS` entry that the profile mapping ``data`` sets.
-
-    >>> retired_fields({"contention": {"compute_slowdown_with_comm": 0.1, "source": "x"}})
-    [('contention', 'compute_slowdown_with_comm')]
-    """
-    return [(sec, f) for sec, f in RETIRED_FIELDS if isinstance(data.get(sec), Mapping) and f in data[sec]]
-
-
 class Contention(_B):
     """Dimensionless slowdown factors between kernels and copies (rules of :mod:`schedsim.gpu.rates`), each ``x``
     in one form: the slowed op takes ``1 + x`` times its time (runs ``1/(1+x)`` as fast); 0 is no slowdown.
@@ -865,44 +855,6 @@ with plugins_off():  # the parts first, so HardwareProfile reuses their schemas
         _model.model_rebuild()
 
 
-def _builtin_dir() -> Path:
-    # the package's folder: what importlib.resources.files gave as a str, without importing importlib.resources
-    # (and the zipfile, tempfile and shutil modules it imports: ~2% of a cold `predict`'s instructions)
-    return Path(__file__).parent / "profiles"
-
-
-def list_profiles() -> list[str]:
-    """Names of the profiles shipped with schedsim."""
-    return sorted(p.stem for p in _builtin_dir().glob("*.yaml"))
-
-
-def _parse_yaml(text: str, where: str) -> Any:
-    """The profile's YAML as plain dicts and lists, parsed under the guards of a schedule file
-    (:func:`schedsim.spec.yaml_reader.parse_yaml`: libyaml when PyYAML has it, the alias-expansion and depth limits,
-    recursive aliases refused).
-
-    Raises
-    ------
-    ProfileError
-        Invalid YAML, an alias bomb, nesting too deep; naming ``where``, the line and column.
-    """
-    from schedsim.errors import SpecError
-    from schedsim.spec.yaml_reader import _strip, parse_yaml
-
-    try:
-        return _strip(parse_yaml(text, where))
-    except SpecError as e:
-        raise ProfileError(str(e)) from None
-
-
-def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    """``base`` updated by ``over``: mappings merge key by key, anything else (lists, numbers, text) replaces."""
-    out = dict(base)
-    for k, v in over.items():
-        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-    return out
-
-
 #: How ``nccl.source`` begins when a schedule's ``env`` set ``nccl.algo`` / ``nccl.proto``
 #: (:meth:`HardwareProfile.with_nccl_env`); the places in the schedule follow it.
 SCHEDULE_ENV_SOURCE = "the schedule's "
@@ -911,61 +863,17 @@ NCCL_ENV_FIELDS: tuple[tuple[str, str], ...] = (
     ("NCCL_ALGO", "algo"), ("NCCL_PROTO", "proto"), ("NCCL_MIN_CTAS", "min_ctas"), ("NCCL_MAX_CTAS", "max_ctas"),
     ("NCCL_MIN_NCHANNELS", "min_nchannels"), ("NCCL_MAX_NCHANNELS", "max_nchannels"))
 
-#: How many ``base:`` links a profile may chain (a profile, its base, that one's base ...).
-MAX_BASE_DEPTH = 8
+
+#: :func:`load_profile`'s profiles, by argument: the :func:`~schedsim.hardware.profile_files._stamp` of each file
+#: read (the profile, its bases) and the profile; the 16 last loaded.
+_LOADED: dict[str, tuple[list[tuple], HardwareProfile]] = {}
 
 
-def _on_base(p: Path, data: dict[str, Any], seen: tuple[Path, ...] = ()) -> dict[str, Any]:
-    """A profile's fields over those of its ``base:``, itself resolved the same way: one profile that derives from
-    another (dgx_h100 from h200: the same GH100 compute) states only what differs. ``base`` is a shipped
-    profile's name, or a path to a profile YAML (relative to the deriving file's folder); a base may have its
-    own base, up to :data:`MAX_BASE_DEPTH` links. ``seen``: the files of the chain so far.
-
-    Raises
-    ------
-    ProfileError
-        ``base`` is neither a shipped profile nor a file, the chain returns to a profile already in it (naming
-        the cycle), or is longer than :data:`MAX_BASE_DEPTH`.
-    """
-    name = data.pop("base")
-    chain = (*seen, p.resolve())
-    src: Path | None = None
-    if isinstance(name, str):
-        src = _builtin_dir() / f"{name}.yaml" if not Path(name).suffix else p.parent / name
-    if src is None or not src.exists():
-        raise ProfileError(f"{p}: base: {name!r} is not a shipped profile or a profile file",
-                           fix=f"name one of {', '.join(list_profiles())}, or a profile YAML's path")
-    if src.resolve() in chain:
-        loop = " -> ".join(str(x) for x in (*chain, src.resolve()))
-        raise ProfileError(f"{p}: base: {name!r} makes a cycle of bases: {loop}",
-                           fix="end the chain at a profile without base:")
-    if len(chain) > MAX_BASE_DEPTH:
-        raise ProfileError(f"{p}: base: {name!r}: more than {MAX_BASE_DEPTH} profiles chained by base:",
-                           fix="derive from a profile nearer the end of the chain")
-    base = _parse_yaml(src.read_text(encoding="utf-8"), str(src))
-    if not isinstance(base, dict):
-        raise ProfileError(f"{src}: a profile must be a YAML mapping", fix="see schedsim/hardware/profiles/h200.yaml")
-    _warn_retired(src, base)
-    if "base" in base:
-        base = _on_base(src, base, chain)
-    return _merge(base, over_base(base, data))  # another transport: not the base's stated latency
-
-
-def _warn_retired(p: Path, data: Mapping[str, Any]) -> None:
-    """Warn (once per process) about the :data:`RETIRED_FIELDS` that the profile file ``p`` itself sets
-    (``data``: its own mapping, before its ``base:`` is merged in, so that the warning names the file to edit)."""
-    retired = retired_fields(data)
-    if retired:
-        from schedsim.outdir import _warn
-
-        fields, now = ", ".join(f"{sec}.{f}" for sec, f in retired), ", ".join(RETIRED_FIELDS[x] for x in retired)
-        _warn(f"{printable(p, 400)}: {fields}: deprecated and unused since the sharing model was retired (the waves "
-              f"model reads {now}); delete {'them' if len(retired) > 1 else 'it'} from the profile")
-
-
-@lru_cache(maxsize=16)
 def load_profile(name_or_path: str) -> HardwareProfile:
-    """Load a shipped profile by name, or a profile YAML by path.
+    """Load a shipped profile by name, or a profile YAML by path (:func:`~schedsim.hardware.profile_files.
+    profile_data`); the same object again while every file it read (it and its ``base:`` chain) is unchanged
+    (path, inode, size, modification and change times, taken before each read), else read anew: an edit between
+    two ``api.predict`` calls of one process is seen.
 
     Raises
     ------
@@ -973,28 +881,19 @@ def load_profile(name_or_path: str) -> HardwareProfile:
         Unknown name, unreadable file, or a field that fails validation
         (the message names the field).
     """
-    p = Path(name_or_path)
-    if not p.suffix:
-        p = _builtin_dir() / f"{name_or_path}.yaml"
-        if not p.exists():
-            import difflib
-
-            names = list_profiles()
-            close = difflib.get_close_matches(name_or_path, names, n=1)
-            raise ProfileError(f"unknown profile {name_or_path!r}\n  fix: "
-                               + (f"did you mean {close[0]!r}? " if close else "")
-                               + f"shipped profiles: {', '.join(names)}; or pass a path to a profile YAML")
-    from schedsim.io import read_text_input
-
-    data = _parse_yaml(read_text_input(p, "profile"), str(p))
-    if not isinstance(data, dict):
-        raise ProfileError(f"{p}: a profile must be a YAML mapping\n  fix: see schedsim/hardware/profiles/h200.yaml")
-    _warn_retired(p, data)
-    if "base" in data:
-        data = _on_base(p, data)
+    got = _LOADED.get(name_or_path)
+    if got is not None and all(_stamp(Path(s[0])) == s for s in got[0]):
+        return got[1]
+    read: list[tuple] = []
+    p, data = profile_data(name_or_path, read)
     if isinstance(data.get("gpu_model"), str):
         check_gpu_model(data["gpu_model"], f"{p}: gpu_model")
     try:
-        return HardwareProfile.model_validate(data)
+        prof = HardwareProfile.model_validate(data)
     except ValidationError as e:
         raise ProfileError.of_field(p, e.errors(include_url=False)[0]) from None
+    _LOADED.pop(name_or_path, None)
+    _LOADED[name_or_path] = (read, prof)
+    while len(_LOADED) > 16:
+        del _LOADED[next(iter(_LOADED))]
+    return prof

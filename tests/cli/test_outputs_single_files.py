@@ -105,3 +105,18 @@ def test_a_users_file_put_there_while_writing_is_kept(tmp_path: Path) -> None:
     atomic_write_text(tmp_path / "t.json", "x")  # without a kind: the library writer as before
     atomic_write_text(tmp_path / "t.json", "y")
     assert (tmp_path / "t.json").read_text() == "y"
+
+
+def test_a_calibrated_profile_the_user_edited_is_theirs(tmp_path: Path) -> None:
+    # break17b: a profile calibrate wrote and the user then edited (a profile is made to be edited: its topology,
+    # a figure of their own) kept calibrate's header line, so the next calibrate to that path replaced the edits
+    argv, _suffix = _writers(tmp_path)["calibrate"]
+    o = tmp_path / "p.yaml"
+    assert run([a.replace("{o}", str(o)) for a in argv]).exit_code == 0
+    assert is_own_file(o, "profile")
+    o.write_text(o.read_text().replace("name:", "# my edit\nname:", 1))
+    assert not is_own_file(o, "profile")
+    edited = o.read_bytes()
+    r = run([a.replace("{o}", str(o)) for a in argv])
+    assert r.exit_code == 2 and f"{o}: exists and is not schedsim's output" in r.output, r.output
+    assert o.read_bytes() == edited
