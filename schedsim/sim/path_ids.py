@@ -1,0 +1,95 @@
+"""The critical path of a simulated timeline as row numbers: :class:`PathIds`, a read-only sequence of op ids
+(``name@r<rank>``, :func:`schedsim.graph.ops.format_op_id`) that holds the path's rows (int64, in path order) and
+the names they are made from, and makes an id string only where one is read. timeline.json writes it from the
+coded names (:func:`schedsim.sim.timeline_json._coded_json`, as the ``id`` column), so a path of 625,001 ops (10M
+ops) is never held as strings (~38 MiB of objects at the metrics' high-water mark)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any, overload
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from schedsim.lower.program import OpNames, Program
+
+#: Ids made per step when the whole path is iterated (a few thousand strings alive at a time, not the path's).
+_STEP = 4096
+
+
+class PathIds(Sequence[str]):
+    """Op ids of the rows ``rows`` (int64, shape (n,), in path order) of the program ``names`` (an
+    :class:`~schedsim.lower.program.OpNames` or :class:`~schedsim.lower.program.Program`: ``name_id``, ``rank``,
+    ``op_names(rows)``, ``name_table``). Equal to the list of its ids (and to another ``PathIds`` of the same ids);
+    a slice is a list; pickled as that list. Read-only."""
+
+    __slots__ = ("names", "rows")
+
+    def __init__(self, names: OpNames | Program, rows: np.ndarray) -> None:
+        self.names, self.rows = names, rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @overload
+    def __getitem__(self, i: int) -> str: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[str]: ...
+
+    def __getitem__(self, i: int | slice) -> str | list[str]:
+        if isinstance(i, slice):
+            return self.ids_of(self.rows[i])
+        return self.ids_of(self.rows[[i]])[0]  # an index past the end raises IndexError, as a list's
+
+    def __iter__(self) -> Iterator[str]:
+        for k in range(0, len(self.rows), _STEP):
+            yield from self.ids_of(self.rows[k:k + _STEP])
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, PathIds):
+            if other.names is self.names and len(other.rows) == len(self.rows) and \
+                    bool((other.rows == self.rows).all()):
+                return True
+            return list(self) == list(other)
+        if isinstance(other, list):
+            return len(other) == len(self) and list(self) == other
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # a list's
+
+    def __repr__(self) -> str:
+        return f"PathIds({len(self)} ops)"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return list, (list(self),)
+
+    def ids_of(self, rows: np.ndarray) -> list[str]:
+        """The ids (``name@r<rank>``) of ``rows`` (ints) of the program."""
+        p = self.names
+        rank = p.rank[rows].tolist()
+        tails = {r: f"@r{r}" for r in set(rank)}  # format_op_id("", r): joined, not formatted per op
+        return list(map(str.__add__, p.op_names(rows), map(tails.__getitem__, rank)))
+
+    def rank_list(self) -> list[int]:
+        """Each op's rank, in path order."""
+        return self.names.rank[self.rows].tolist()
+
+    def json_pieces(self) -> Iterator[bytes]:
+        """``dumps_json(list(self))`` in pieces: each distinct name on the path encoded once and the rows joined
+        from those pieces (:func:`~schedsim.sim.timeline_json._coded_json`), no id string per op. The same bytes
+        as the list's text: the names' table of the path is one list whose escaping (orjson's, or the standard
+        library's where a name is no valid UTF-8, which escapes every non-ASCII character of the list) is the
+        list of ids'."""
+        import numpy as np
+
+        from schedsim.sim.timeline_json import _coded_json
+
+        p, rows = self.names, self.rows
+        if not len(rows):
+            yield b"[]"
+            return
+        _u, first, inv = np.unique(p.name_id[rows], return_index=True, return_inverse=True)
+        ids, _names = _coded_json(p.op_names(rows[first]), inv.reshape(-1), p.rank[rows])
+        yield from ids
