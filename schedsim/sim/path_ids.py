@@ -1,8 +1,8 @@
 """The critical path of a simulated timeline as row numbers: :class:`PathIds`, a read-only sequence of op ids
 (``name@r<rank>``, :func:`schedsim.graph.ops.format_op_id`) that holds the path's rows (int64, in path order) and
-the names they are made from, and makes an id string only where one is read. timeline.json writes it from the
-coded names (:func:`schedsim.sim.timeline_json._coded_json`, as the ``id`` column), so a path of 625,001 ops (10M
-ops) is never held as strings (~38 MiB of objects at the metrics' high-water mark)."""
+the names they are made from, and makes an id string only where one is read. timeline.json writes its text a few
+thousand ids at a time (:meth:`PathIds.json_pieces`), so a path of 625,001 ops (10M ops) is never held as strings
+(~38 MiB of objects at the metrics' high-water mark)."""
 
 from __future__ import annotations
 
@@ -77,19 +77,29 @@ class PathIds(Sequence[str]):
         return self.names.rank[self.rows].tolist()
 
     def json_pieces(self) -> Iterator[bytes]:
-        """``dumps_json(list(self))`` in pieces: each distinct name on the path encoded once and the rows joined
-        from those pieces (:func:`~schedsim.sim.timeline_json._coded_json`), no id string per op. The same bytes
-        as the list's text: the names' table of the path is one list whose escaping (orjson's, or the standard
-        library's where a name is no valid UTF-8, which escapes every non-ASCII character of the list) is the
-        list of ids'."""
-        import numpy as np
+        """``dumps_json(list(self))`` as timeline.json's writer gives a list of ids
+        (:func:`~schedsim.sim.timeline_json._json_pieces`), the same bytes: the ids made :data:`_LIST_PIECE` at a
+        time and each piece's text kept (as bytes: ~30 bytes an id, where an id string is ~60), then written; a
+        path holding an id that is no valid UTF-8 (a lone surrogate, which orjson refuses) in one dump of the whole
+        list, whose standard-library fallback escapes every non-ASCII character of the list."""
+        from schedsim.io import dumps_json
+        from schedsim.sim.timeline_json import _LIST_PIECE, _utf8
 
-        from schedsim.sim.timeline_json import _coded_json
-
-        p, rows = self.names, self.rows
-        if not len(rows):
-            yield b"[]"
+        rows, n = self.rows, len(self.rows)
+        if n <= _LIST_PIECE:
+            yield dumps_json(list(self))
             return
-        _u, first, inv = np.unique(p.name_id[rows], return_index=True, return_inverse=True)
-        ids, _names = _coded_json(p.op_names(rows[first]), inv.reshape(-1), p.rank[rows])
-        yield from ids
+        texts: list[bytes] = []
+        for k in range(0, n, _LIST_PIECE):
+            ids = self.ids_of(rows[k:k + _LIST_PIECE])
+            if not _utf8(ids):
+                del texts, ids
+                yield dumps_json(list(self))
+                return
+            texts.append(dumps_json(ids)[1:-1])  # a copy: orjson's bytes keep ~254 bytes of room an entry
+        yield b"["
+        for k, t in enumerate(texts):
+            if k:
+                yield b","
+            yield t
+        yield b"]"
