@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from schedsim.graph.ops import format_op_id
+from schedsim.io import dumps_json
 from schedsim.sim.path_ids import PathIds
 from schedsim.sim.timeline_json import _json_pieces
 
@@ -43,6 +44,7 @@ def test_ids_and_text_are_the_lists(table: list[str], n: int) -> None:
     assert len(cp) == n and list(cp) == want and cp == want and want == cp and bool(cp) == bool(want)
     assert cp != [*want, "x"] and cp != tuple(want)  # a list's equality: not a tuple's
     assert b"".join(cp.json_pieces()) == b"".join(_json_pieces(want))
+    assert dumps_json({"p": cp}) == dumps_json({"p": want})  # dumps_json writes it where a dict holds it
     assert cp.rank_list() == [int(x.rsplit("@r", 1)[1]) for x in want]
     if n:
         assert cp[0] == want[0] and cp[-1] == want[-1] and cp[1:4] == want[1:4] and cp[-3:] == want[-3:]
