@@ -1,8 +1,8 @@
 """The critical path of a simulated timeline as row numbers: :class:`PathIds`, a read-only sequence of op ids
 (``name@r<rank>``, :func:`schedsim.graph.ops.format_op_id`) that holds the path's rows (int64, in path order) and
 the names they are made from, and makes an id string only where one is read. timeline.json writes its text a few
-thousand ids at a time (:meth:`PathIds.json_pieces`), so a path of 625,001 ops (10M ops) is never held as strings
-(~38 MiB of objects at the metrics' high-water mark)."""
+thousand ids at a time (:meth:`PathIds.json_pieces`), so a long path is never held as strings (figures in
+docs/validation.md, fast38s)."""
 
 from __future__ import annotations
 
@@ -79,7 +79,7 @@ class PathIds(Sequence[str]):
     def json_pieces(self) -> Iterator[bytes]:
         """``dumps_json(list(self))`` as timeline.json's writer gives a list of ids
         (:func:`~schedsim.sim.timeline_json._json_pieces`), the same bytes: the ids made :data:`_LIST_PIECE` at a
-        time and each piece's text kept (as bytes: ~30 bytes an id, where an id string is ~60), then written; a
+        time and each piece's text kept (as bytes, smaller than the strings), then written; a
         path holding an id that is no valid UTF-8 (a lone surrogate, which orjson refuses) in one dump of the whole
         list, whose standard-library fallback escapes every non-ASCII character of the list."""
         from schedsim.io import dumps_json
