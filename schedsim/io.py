@@ -843,6 +843,9 @@ def _json_default(obj: Any) -> Any:
     if isinstance(obj, Mapping):
         raw = getattr(obj, "json_bytes", None)  # its JSON as orjson writes it (an orjson.Fragment there)
         return json.loads(raw()) if raw is not None else dict(obj)
+    pieces = getattr(obj, "json_pieces", None)  # a critical path kept as rows (sim.path_ids.PathIds): its list
+    if pieces is not None:
+        return json.loads(b"".join(pieces()))
     if hasattr(obj, "tolist"):
         if getattr(obj, "dtype", None) is not None and obj.dtype.kind == "f":
             return _finite(obj.tolist())
@@ -869,7 +872,8 @@ def _orjson_default(obj: Any) -> Any:
     """What orjson cannot write itself: a numpy array it does not take (non-contiguous, e.g. a strided column)
     as a contiguous copy, a mapping that is not a dict as its JSON (``json_bytes()``, a pipeline's
     :class:`~schedsim.graph.info.ActionTexts`, as an ``orjson.Fragment``: orjson 3.10 and later) or as a dict,
-    anything else as ``str(obj)``."""
+    an object with ``json_pieces`` (:class:`~schedsim.sim.path_ids.PathIds`) as their text, anything else as
+    ``str(obj)``."""
     from collections.abc import Mapping
 
     import numpy as np
@@ -880,6 +884,10 @@ def _orjson_default(obj: Any) -> Any:
         raw = getattr(obj, "json_bytes", None)
         frag = getattr(_orjson, "Fragment", None)
         return frag(raw()) if raw is not None and frag is not None else dict(obj)
+    pieces = getattr(obj, "json_pieces", None)  # a critical path kept as rows (sim.path_ids.PathIds): its list's
+    if pieces is not None:  # text, or the list itself where this orjson has no Fragment
+        frag = getattr(_orjson, "Fragment", None)
+        return frag(b"".join(pieces())) if frag is not None else list(obj)
     return str(obj)
 
 

@@ -98,7 +98,7 @@ def format_report(res: ImportResult, max_cp: int = 10, full: bool = False, top: 
                                       " (last-finishing chain on one rank; cross-rank waits not followed)"
                                       if tl.source == "import" else "")]
     if cp:
-        shown = cp if len(cp) <= max_cp else cp[: max_cp // 2] + ["..."] + cp[-max_cp // 2:]
+        shown = cp if len(cp) <= max_cp else [*cp[: max_cp // 2], "...", *cp[-max_cp // 2:]]
         out.append(f"{len(cp)} ops: {critical_path_parts(m, _fmt_t)}")
         out.append(" -> ".join(shown))
     else:

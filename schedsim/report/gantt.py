@@ -57,6 +57,7 @@ from schedsim.report.chart_base import (
     write_figure,
 )
 from schedsim.sim.metrics import merge_per_group
+from schedsim.sim.path_ids import PathIds
 from schedsim.sim.timeline import SpanColumns, Timeline
 
 __all__ = ["draw_gantt", "write_gantt", "LANES_GID", "LINK_LANE_GID", "rank_ranges"]
@@ -282,8 +283,9 @@ class _GanttLayout:
         has = {lbl: {(r, lay.lane_st(r, st)) for r, st, _i, _res in table}
                for (lbl, _tl), table in zip(timelines, tables, strict=True)}
         n_lanes = {r: sum((r, st) in has[lbl] for st in streams_of[r] for lbl, _ in timelines) for r in ranks}
-        cp_ranks = [int(op.rsplit("@r", 1)[1]) for op in timelines[0][1].critical_path
-                    if op.rsplit("@r", 1)[-1].isdigit()]
+        cp = timelines[0][1].critical_path
+        cp_ranks = cp.rank_list() if isinstance(cp, PathIds) else [  # the ranks of its ids, none made
+            int(op.rsplit("@r", 1)[1]) for op in cp if op.rsplit("@r", 1)[-1].isdigit()]
         lay.shown, lay.folded = choose_ranks(ranks, n_lanes, max_lanes, prefer=list(dict.fromkeys(cp_ranks)))
         lay.lanes = [(r, st, lbl) for r in lay.shown for st in streams_of[r] for lbl, _ in timelines
                      if (r, st) in has[lbl]]

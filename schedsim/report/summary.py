@@ -163,7 +163,7 @@ def print_summary(tl: Timeline, metrics: Metrics, console: Console | None = None
         con.print(f"({left} more ranks; worst/best by idle + exposed comm, then exposed comm; --all-ranks prints all)")
     cp = metrics.critical_path
     if cp:
-        shown = cp if len(cp) <= max_cp else cp[: max_cp // 2] + ["…"] + cp[-max_cp // 2:]
+        shown = cp if len(cp) <= max_cp else [*cp[: max_cp // 2], "…", *cp[-max_cp // 2:]]
         shown = [escape(_clip(x)) for x in shown]  # rich wraps a 150k-character op name in quadratic time
         from schedsim.sim.metrics import critical_path_host
 

@@ -43,7 +43,7 @@ from schedsim.errors import DeadlockError, GraphError, ProfileError
 from schedsim.gpu import host as gh
 from schedsim.gpu import rates as gr
 from schedsim.gpu import rules as gm
-from schedsim.graph.ops import COMPUTE, Op, format_op_id, resource_of
+from schedsim.graph.ops import COMPUTE, Op, resource_of
 from schedsim.hardware.profile import HardwareProfile, check_gpu_model
 from schedsim.lower.program import OpNames, Program, ProgramInfo
 from schedsim.sim.loop import HOST, _State, compiled_loop  # HOST is re-exported
@@ -416,7 +416,7 @@ def _timeline_program(prog: Program, info: ProgramInfo, profile: HardwareProfile
     tl = Timeline(schedule=str(info.get("name", "")), source="predict", world_size=prog.world_size, launch=mode,
                   profile=profile.name, meta=meta, columns=cols)
     if path:
-        tl.lazy_critical_path(lambda: _path_ids(names, at), at)  # in path order; critical_rows() sorts them
+        tl.set_path_rows(names, at)  # in path order (critical_rows() sorts them); ids made where read
     tl.host_call_end_s = run.host_call
     return tl
 
@@ -426,13 +426,6 @@ def _per_template(tps: list[Op], tmpl: np.ndarray, field: str) -> Callable[[], n
     read-only broadcast where every op has one value, :func:`~schedsim.sim.waves_columns._per_op`): the timeline's
     ``bytes`` and ``flops``, made when first read (by the outputs, after the metrics)."""
     return lambda: _per_op(np.array([getattr(t, field) for t in tps], np.float64), tmpl)
-
-
-def _path_ids(prog: Program | OpNames, at: np.ndarray) -> list[str]:
-    """The op ids (``name@r<rank>``) of ``prog``'s ops ``at`` (int64, the critical path's rows in path order)."""
-    # "@r{rank}" of the path's ranks: ids joined, not formatted per op (nor per rank of the world)
-    suffix = {r: format_op_id("", r) for r in set(prog.rank[at].tolist())}
-    return list(map(str.__add__, prog.op_names(at), map(suffix.__getitem__, prog.rank[at].tolist())))
 
 
 def _kind_codes(run: ProgramRun) -> tuple[tuple[str, ...], np.ndarray]:

@@ -52,6 +52,7 @@ from schedsim.arrays import (  # re-exported
     unique,
 )
 from schedsim.results import OMIT_NONE, from_dict, to_dict
+from schedsim.sim.path_ids import PathIds
 from schedsim.sim.pipeline_metrics import PipelineMetrics
 from schedsim.sim.timeline import Timeline
 
@@ -452,7 +453,7 @@ class Metrics:
     exposed_comm_s: float
     overlap_ratio: float
     ranks: Mapping[int, RankMetrics]
-    critical_path: list[str]
+    critical_path: Sequence[str]
     critical_path_s: dict[str, float]
     pipeline: PipelineMetrics | None = field(default=None, metadata=OMIT_NONE)
     memory_peak: MemoryPeak | None = field(default=None, metadata=OMIT_NONE)
@@ -470,14 +471,17 @@ class Metrics:
     def to_dict(self, *, ranks_as_columns: bool = False) -> dict[str, Any]:
         """The JSON form (``timeline.json``'s ``metrics``): rank keys stay ints until JSON writes them. With
         ``ranks_as_columns``, ``ranks`` is the :class:`RankColumns` itself where the metrics hold one (a mapping
-        whose ``json_bytes`` :func:`schedsim.io.dumps_json` writes as the dicts' JSON: for writing, not reading)."""
+        whose ``json_bytes`` :func:`schedsim.io.dumps_json` writes as the dicts' JSON: for writing, not reading),
+        and ``critical_path`` the :class:`~schedsim.sim.path_ids.PathIds` itself where the metrics hold one
+        (its ``json_pieces`` the list's text, which timeline.json's writer takes; ``dumps_json`` would not)."""
         d: dict[str, Any] = to_dict(replace(self, critical_path=[], ranks={}))  # copied below, not walked
         r = self.ranks
         if isinstance(r, RankColumns):
             d["ranks"] = r if ranks_as_columns else r.to_dict()
         else:
             d["ranks"] = {k: m.to_dict() for k, m in r.items()}
-        d["critical_path"] = list(self.critical_path)  # op ids: strings
+        cp = self.critical_path  # op ids: strings; the simulator's rows (PathIds) written from the coded names
+        d["critical_path"] = cp if ranks_as_columns and isinstance(cp, PathIds) else list(cp)
         if self.pipeline is not None:
             d["pipeline"] = self.pipeline.to_dict(memory_timeline=False)
         return d
@@ -627,8 +631,15 @@ def _compute(tl: Timeline, classes: Sequence[int] | np.ndarray | None = None) ->
     ops = len(tl) if classes is None else int(np.bincount(c.rank, minlength=nr)[p].sum())
     return Metrics(makespan_s=makespan, ops=ops, busy_comm_s=tot_comm, exposed_comm_s=tot_exposed,
                    overlap_ratio=tot_overlap / tot_comm if tot_comm > 0 else 0.0, ranks=ranks,
-                   critical_path=list(tl.critical_path), critical_path_s=cp_time,
+                   critical_path=_path_of(tl), critical_path_s=cp_time,
                    copy_overlap_ratio=tot_copy_ov / tot_copy if tot_copy > 0 else None)
+
+
+def _path_of(tl: Timeline) -> Sequence[str]:
+    """``tl.critical_path`` as :class:`Metrics` keeps it: the simulator's :class:`~schedsim.sim.path_ids.PathIds`
+    itself (read-only: rows, no id strings), else a copy of the list."""
+    cp = tl.critical_path
+    return cp if isinstance(cp, PathIds) else list(cp)
 
 
 def _merged_by(group: np.ndarray, start: np.ndarray, end: np.ndarray, runs: Sequence[int] | None = None,

@@ -38,6 +38,7 @@ from schedsim.errors import TraceError
 from schedsim.io import atomic_write_bytes, atomic_write_text, atomic_writer, dumps_json, loads_json  # re-exported
 from schedsim.outdir import output_set  # re-exported
 from schedsim.sim import timeline_json
+from schedsim.sim.path_ids import PathIds
 from schedsim.sim.timeline_json import (
     _BASES,
     _FLOAT_COLS,
@@ -66,6 +67,7 @@ if TYPE_CHECKING:
 
     from schedsim.coded import Parts, TagColumns
     from schedsim.graph.info import PipelineInfo
+    from schedsim.lower.program import OpNames, Program
 
 __all__ = ["Timeline", "Span", "SpanColumns", "atomic_writer", "atomic_write_text", "atomic_write_bytes",
            "output_set", "dumps_json", "loads_json"]
@@ -643,7 +645,7 @@ class Timeline:
         Hardware profile name (predicted timelines).
     spans : list[Span], optional
     critical_path : list[str], optional
-        Op ids from the first op to the last.
+        Op ids from the first op to the last (or a :class:`~schedsim.sim.path_ids.PathIds`).
     meta : dict, optional
     columns : SpanColumns, optional
         Instead of ``spans``.
@@ -656,7 +658,7 @@ class Timeline:
 
     def __init__(self, schedule: str, source: str, world_size: int, launch: str = "eager",
                  profile: str | None = None, spans: list[Span] | None = None,
-                 critical_path: list[str] | None = None, meta: dict[str, Any] | None = None, *,
+                 critical_path: Sequence[str] | None = None, meta: dict[str, Any] | None = None, *,
                  columns: SpanColumns | None = None) -> None:
         if spans is not None and columns is not None:
             raise ValueError("Timeline: give spans or columns, not both")
@@ -665,57 +667,50 @@ class Timeline:
         self._spans: list[Span] | None = spans if spans is not None else (None if columns is not None else [])
         self._cols = columns
         self._makespan: float | None = None
-        self._critical_path: list[str] = critical_path if critical_path is not None else []
-        #: the path's ids made on first read (:meth:`lazy_critical_path`), and its rows in path order until then
-        #: (None once the spans they index were replaced)
-        self._cp_make: Callable[[], list[str]] | None = None
-        self._cp_at: NDArray[np.int64] | None = None
+        self._critical_path: Sequence[str] = critical_path if critical_path is not None else []
         self.meta: dict[str, Any] = meta if meta is not None else {}
-        #: (critical_path as it was, rows in path order)
-        self._cp_rows: tuple[list[str], NDArray[np.int64]] | None = None
+        #: (critical_path as it was, its rows in path order): the simulator's (:meth:`set_path_rows`)
+        self._cp_rows: tuple[Sequence[str], NDArray[np.int64]] | None = None
         #: Per row, when the op's host call returned (seconds, float64, shape (n,)): the simulator's issue times
         #: (rule host-issue of :mod:`schedsim.gpu.rules`), which the critical path's host calls are cut from
         #: (:func:`schedsim.sim.metrics.critical_path_segments`); None when unknown (not stored in timeline.json).
         self.host_call_end_s: NDArray[np.float64] | None = None
 
     @property
-    def critical_path(self) -> list[str]:
-        """Op ids of the critical path, from the first op to the last (made on first read where the simulator gave
-        them as a function, :meth:`lazy_critical_path`)."""
-        make = self._cp_make
-        if make is not None:
-            self._cp_make = None
-            self._critical_path = make()
-            if self._cp_at is not None:
-                self._cp_rows = (list(self._critical_path), self._cp_at)
-            self._cp_at = None
+    def critical_path(self) -> Sequence[str]:
+        """Op ids of the critical path, from the first op to the last: a list, or the simulator's
+        :class:`~schedsim.sim.path_ids.PathIds` (its rows, each id made where it is read; equal to the list)."""
         return self._critical_path
 
     @critical_path.setter
-    def critical_path(self, value: list[str]) -> None:
-        self._cp_make = self._cp_at = None
+    def critical_path(self, value: Sequence[str]) -> None:
         self._critical_path = value
 
-    def lazy_critical_path(self, make: Callable[[], list[str]], rows: NDArray[np.int64]) -> None:
-        """Set :attr:`critical_path` to ``make()``, called on its first read (a search reads only the makespan: a
-        path of thousands of ops is not named), and its rows in path order (int64) to ``rows``, as the simulator
-        knows them (:meth:`critical_rows`, :meth:`critical_path_order`), unless the spans are replaced first."""
-        self._cp_make, self._cp_at, self._cp_rows = make, rows, None
+    def set_path_rows(self, names: OpNames | Program, rows: NDArray[np.int64]) -> None:
+        """Set :attr:`critical_path` to the ops ``rows`` (int64, in path order) of ``names`` (the program this
+        timeline's rows are: a :class:`~schedsim.sim.path_ids.PathIds`, no id made), as the simulator knows it
+        (:meth:`critical_rows`, :meth:`critical_path_order`, while the spans and the path are unchanged)."""
+        ids = PathIds(names, rows)
+        self._critical_path, self._cp_rows = ids, (ids, rows)
 
-    def __getstate__(self) -> dict[str, object]:
-        """Pickling (and copying) makes the critical path first: its function may not pickle."""
-        self.critical_path  # noqa: B018 (made)
-        return self.__dict__.copy()
+    def _known_rows(self) -> NDArray[np.int64] | None:
+        """The rows in path order given with the path, while it is unchanged (the same object, or a list equal
+        to the one given: a list may have been changed in place)."""
+        known, cp = self._cp_rows, self._critical_path
+        if known is None:
+            return None
+        if known[0] is cp and not isinstance(cp, list) or known[0] == cp:
+            return known[1]
+        return None
 
     def critical_rows(self) -> NDArray[np.int64]:
         """Rows (int64, ascending) of the ops whose id is on :attr:`critical_path`: from the simulator when it
         gave them and the path is unchanged since, else by a scan of the ids."""
         import numpy as np
 
-        self.critical_path  # noqa: B018 (made, with its rows)
-        known = self._cp_rows
-        if known is not None and known[0] == self.critical_path:
-            return np.sort(known[1])
+        known = self._known_rows()
+        if known is not None:
+            return np.sort(known)
         on_path = set(self.critical_path)  # a membership scan, cheaper than an id → row dict of every op
         c = self.columns
         return np.flatnonzero(np.fromiter(map(on_path.__contains__, c.id), dtype=bool, count=len(c)))
@@ -723,9 +718,7 @@ class Timeline:
     def critical_path_order(self) -> NDArray[np.int64] | None:
         """Rows (int64) of the :attr:`critical_path` ops in path order when the simulator gave them and the path
         is unchanged since, else None (:func:`schedsim.sim.metrics.critical_path_segments` then maps the ids)."""
-        self.critical_path  # noqa: B018 (made, with its rows)
-        known = self._cp_rows
-        return known[1] if known is not None and known[0] == self.critical_path else None
+        return self._known_rows()
 
     @property
     def spans(self) -> list[Span]:
@@ -739,7 +732,7 @@ class Timeline:
     def spans(self, value: Iterable[Span]) -> None:
         self._spans, self._cols, self._makespan = list(value), None, None
         # the simulator's per-row arrays belong to the old spans
-        self._cp_rows = self._cp_at = self.host_call_end_s = None
+        self._cp_rows = self.host_call_end_s = None
 
     @property
     def columns(self) -> SpanColumns:
@@ -828,8 +821,8 @@ class Timeline:
         if layout == "columns":
             return _load_doc(b"".join(self._column_chunks(metrics)))
         if layout == "rows":
-            return {**self._head(1), "ops": [_span_dict(s) for s in self.spans], "critical_path": self.critical_path,
-                    "metrics": metrics or {}}
+            return {**self._head(1), "ops": [_span_dict(s) for s in self.spans],
+                    "critical_path": list(self.critical_path), "metrics": metrics or {}}
         raise ValueError(f"layout must be 'columns' or 'rows', not {layout!r}")
 
     def _column_chunks(self, metrics: dict[str, Any] | None) -> Iterator[bytes | memoryview]:
@@ -852,7 +845,8 @@ class Timeline:
                 yield from _json_pieces(v, period)
             del v  # a based column's index and values go before the next column's are made
         yield b'},\n"critical_path":'
-        yield from _json_pieces(self.critical_path)
+        cp = self.critical_path
+        yield from cp.json_pieces() if isinstance(cp, PathIds) else _json_pieces(cp)
         yield b',\n"metrics":'
         yield from _dict_pieces(metrics or {})  # the ranks' text of 100,000 ranks (31 MB) in pieces, never whole
         yield b"}\n"
@@ -885,7 +879,7 @@ class Timeline:
                     f.write(",\n  " if i else "\n  ")
                     f.write(json.dumps(_span_dict(s), default=str))
                 f.write("\n ],\n \"critical_path\": ")
-                f.write(json.dumps(self.critical_path))
+                f.write(json.dumps(list(self.critical_path)))
                 f.write(",\n \"metrics\": ")
                 f.write(json.dumps(metrics or {}, default=str))
                 f.write("\n}\n")

@@ -42,7 +42,7 @@ LAYER = {
 }
 #: Modules of ``schedsim.sim`` that are the timeline layer rather than the simulator.
 TIMELINE_MODULES = {"schedsim.sim.timeline", "schedsim.sim.timeline_json", "schedsim.sim.metrics",
-                    "schedsim.sim.pipeline_metrics"}
+                    "schedsim.sim.pipeline_metrics", "schedsim.sim.path_ids"}
 #: Modules outside the top level that hold command-line commands (typer), the cli layer.
 CLI_MODULES = {"schedsim.trace.commands"}
 

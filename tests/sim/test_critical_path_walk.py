@@ -175,23 +175,38 @@ def test_megatron_pp4_path_leaves_the_host_when_the_host_is_faster(megatron) -> 
     assert 0.80 * megatron.metrics.makespan_s < half.metrics.makespan_s < 0.90 * megatron.metrics.makespan_s
 
 
-def test_the_critical_path_is_named_on_first_read() -> None:
-    """The simulator gives the path as a function: nothing is named until :attr:`Timeline.critical_path` is read;
-    then the ids are those of the rows it keeps (``critical_path_order``), a pickled copy holds the same path, and
-    replacing the spans drops the rows but not the ids."""
+def test_the_critical_path_is_kept_as_rows() -> None:
+    """The simulator gives the path as rows (:class:`PathIds`): its ids are those of the rows it keeps
+    (``critical_path_order``), the metrics hold the same object (no id string made), timeline.json's text of it
+    is the list's, a pickled copy holds the same path (as a list) and rows, and replacing the spans drops the rows but
+    not the ids."""
     import pickle
+
+    from schedsim.io import dumps_json
+    from schedsim.sim.metrics import Metrics
+    from schedsim.sim.path_ids import PathIds
 
     text = (ROOT / "schedules" / "megatron_gpt_pp4.yaml").read_text()
     prog = api.lower_spec(load_text(text, "pp4.yaml"))
     tl = simulate(prog, load_profile("h200x2"))
-    assert tl._cp_make is not None and tl._cp_rows is None
+    cp = tl.critical_path
+    assert isinstance(cp, PathIds)
     rows = tl.critical_path_order()
-    assert tl._cp_make is None and rows is not None and len(rows) == len(tl.critical_path) > 10
+    assert rows is not None and len(rows) == len(cp) > 10
     ids = tl.columns.id
-    assert tl.critical_path == [ids[i] for i in rows.tolist()]
+    want = [ids[i] for i in rows.tolist()]
+    assert list(cp) == want and cp == want and want == cp and cp[3] == want[3] and cp[-2:] == want[-2:]
+    assert cp.rank_list() == [int(x.rsplit("@r", 1)[1]) for x in want]
+    assert b"".join(cp.json_pieces()) == dumps_json(want)
+    m = Metrics.of(tl)
+    assert m.critical_path is cp and m.to_dict()["critical_path"] == want
+    assert m.to_dict(ranks_as_columns=True)["critical_path"] is cp
+    assert Metrics.from_dict(m.to_dict()) == m
     fresh = simulate(prog, load_profile("h200x2"))
     copy = pickle.loads(pickle.dumps(fresh))
-    assert copy.critical_path == tl.critical_path and copy._cp_make is None
+    assert type(copy.critical_path) is list and copy.critical_path == tl.critical_path
+    kept = copy.critical_path_order()  # the rows pickled with it: the same spans, the path equal
+    assert kept is not None and kept.tolist() == rows.tolist()
     again = simulate(prog, load_profile("h200x2"))
     again.spans = list(again.spans)
     assert again.critical_path == tl.critical_path and again.critical_path_order() is None
