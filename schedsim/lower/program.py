@@ -312,8 +312,8 @@ class Program:
     def release_linked(self) -> None:
         """Drop the fields of :data:`REMADE` where :attr:`remake` can make them again (a uniform lowering's): the
         simulator calls it once its successor lists are built from the edges (:mod:`schedsim.sim.waves_columns`),
-        so that they are not held through the event loop, the metrics and the outputs (at 1M ops on 8 ranks,
-        21 MiB of int32 arrays). A later read makes the field again, the same dtype, shape and values
+        so that they are not held through the event loop, the metrics and the outputs (their size: docs/validation.md,
+        "fast38q"). A later read makes the field again, the same dtype, shape and values
         (:meth:`__getattr__`); without ``remake`` nothing is dropped."""
         if self.remake is not None:
             for f in REMADE:

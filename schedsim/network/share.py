@@ -721,7 +721,7 @@ def link_utilisation(profile: HardwareProfile, prog: Program, start_s: np.ndarra
     for k, (tt, level) in steps.items():
         out.append({"name": lm.name(k), "capacity_Bps": float(lm.cap[k]), "bytes": float(total[k]),
                     "steps": np.stack([tt, level], axis=1)})  # (n, 2) float64: timeline.json writes the same text
-    # as of the lists (orjson), without a Python float and list per step held (16 links at 1M ops on 64 ranks: 21 MiB)
+    # as of the lists (orjson), without a Python float and list per step held (docs/validation.md, "fast38q")
     return {"links": out, "shown": len(out), "of": int(len(busy))}
 
 
