@@ -24,9 +24,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from schedsim.graph.info import StaticMemory
-from schedsim.spec.pipeline_block import stage_params  # re-exported: the one count lives beside the layer's
 
-__all__ = ["BYTES_PER_PARAM", "stage_params", "static_memory"]
+__all__ = ["BYTES_PER_PARAM", "static_memory"]
 
 BYTES_PER_PARAM = 16
 """Mixed-precision Adam: 2 (weight) + 2 (gradient) + 12 (fp32 master, momentum, variance); ZeRO §3.1."""
@@ -39,7 +38,7 @@ def static_memory(params: Mapping[int, Mapping[str, int]], stage_to_rank: Mappin
     Parameters
     ----------
     params : Mapping[int, Mapping[str, int]]
-        Stage → parameter counts (:func:`stage_params`).
+        Stage → parameter counts (:func:`schedsim.spec.pipeline_block.stage_params`).
     stage_to_rank : Mapping[int, int] or callable
         Stage → rank.
     bytes_per_param : int

@@ -6,8 +6,9 @@ import pytest
 import yaml
 
 from schedsim.graph.build import build_graph
-from schedsim.pipeline.memory import BYTES_PER_PARAM, stage_params, static_memory
+from schedsim.pipeline.memory import BYTES_PER_PARAM, static_memory
 from schedsim.spec.loader import load_text
+from schedsim.spec.pipeline_block import stage_params
 
 # h=8, f=32: per layer 4h² + 4h (attention) + h·f + f·h (MLP) = 256 + 32 + 256 + 256 = 800 parameters
 T = {"layers": 4, "hidden": 8, "ffn": 32, "heads": 2, "seq": 4, "vocab": 16}

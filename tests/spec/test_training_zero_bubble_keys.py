@@ -105,6 +105,12 @@ def test_memory_of_the_first_rank_counts_its_chunks_layers_with_padding() -> Non
     assert mem["activations"] > 0
 
 
+def _six_layers_pp4(extra: str):  # type: ignore[no-untyped-def]
+    """BASE with 6 layers over pp 4 (padded to 8 stage chunks) on 4 ranks, m = 8, and the keys ``extra``."""
+    return load_text(BASE.replace("num_layers: 22", "num_layers: 6").replace("world_size: 8", "world_size: 4")
+                     .replace("pp: 8", "pp: 4").replace("global_batch_size: 24", "global_batch_size: 8") + extra)
+
+
 def test_memory_per_gpu_is_the_most_loaded_rank_with_padded_interleaved_stages() -> None:
     """6 layers over pp 4 padded to 8 chunks of one layer (v = 2), m = 8: chunks 0 and 7 are empty, so rank 0
     holds 1 layer, ranks 1 and 2 hold 2, rank 3 holds 1. Megatron's interleaved order (warm-up forwards
@@ -114,10 +120,7 @@ def test_memory_per_gpu_is_the_most_loaded_rank_with_padded_interleaved_stages()
     from schedsim.api import predict
     from schedsim.spec.training_block import act_bytes_per_layer, inflight_layers, memory_per_rank
 
-    text = (BASE.replace("num_layers: 22", "num_layers: 6").replace("world_size: 8", "world_size: 4")
-            .replace("pp: 8", "pp: 4").replace("global_batch_size: 24", "global_batch_size: 8")
-            + "  num_layers_per_virtual_pipeline_stage: 1\n")
-    spec = load_text(text)
+    spec = _six_layers_pp4("  num_layers_per_virtual_pipeline_stage: 1\n")
     t = spec.training
     assert t is not None
     plan = training_plan(t, spec.world_size)
@@ -139,10 +142,7 @@ def test_zero_bubble_memory_holds_pp_microbatches_on_every_rank() -> None:
     from schedsim.api import predict
     from schedsim.spec.training_block import act_bytes_per_layer, inflight_layers, memory_per_rank
 
-    text = (BASE.replace("num_layers: 22", "num_layers: 6").replace("world_size: 8", "world_size: 4")
-            .replace("pp: 8", "pp: 4").replace("global_batch_size: 24", "global_batch_size: 8")
-            + "  enable_zero_bubble: true\n")
-    spec = load_text(text)
+    spec = _six_layers_pp4("  enable_zero_bubble: true\n")
     t = spec.training
     assert t is not None
     plan = training_plan(t, spec.world_size)
