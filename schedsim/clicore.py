@@ -256,11 +256,8 @@ def keep_freed_memory() -> bool:
     of fresh ``mmap`` s (``M_MMAP_MAX`` 0; glibc still maps one when the heap cannot grow), and return freed heap
     memory to the OS only above 2 GiB at the top (``M_TRIM_THRESHOLD``), so the arrays a large ``predict`` frees
     and allocates again (each ~8 MB per 1M ops) reuse pages that are already mapped instead of faulting in zeroed
-    ones. Measured (``docs/validation.md``): on 1M generated ops (2-vCPU VM, 4 alternated runs), serving blocks up
-    to 32 MiB from the heap (``M_MMAP_THRESHOLD``, glibc's largest) cut system time from 0.33-0.89 s to 0.24-0.31 s
-    and raised peak RSS 350 → 374 MB (392 B/op); at 10M ops, whose arrays are 40-80 MB, no ``mmap`` at all
-    cut system time 3.4-3.7 → 1.3-1.5 s (page faults 430k → 174k; CPU 28.3, 29.4 → 23.8, 27.7 s, two alternated
-    runs on a loaded VM) and raised peak RSS 2,560 → 2,752 MB (+7.5 %); at 1M ops that setting changes nothing.
+    ones (what it saves at 1M and 10M ops, and what it costs in peak RSS: ``docs/validation.md``, the sections that
+    name ``keep_freed_memory``).
     Returns whether glibc took the settings (False elsewhere: musl, macOS, Windows), changing nothing then."""
     if not sys.platform.startswith("linux"):
         return False
