@@ -40,6 +40,7 @@ from schedsim.network.tuning import (
     MAXCHANNELS,
     NO_CHANNEL_ENV,
     PROTOS,
+    TREE_PATTERN_BW,
     ChannelEnv,
     Graph,
     TuneInput,
@@ -65,7 +66,7 @@ if TYPE_CHECKING:
     from schedsim.hardware.profile import HardwareProfile
 
 __all__ = ["CollectiveCost", "NcclNetwork", "GroupShape", "fewest_graph", "net_crossings", "rank_nodes",
-           "dtree_parents", "tree_depths", "TWO_NODE_TREE", "tree_run_scale", "EXPOSED_RING_PROTOS", "exposed_ring"]
+           "dtree_parents", "tree_depths", "TWO_NODE_TREE", "ONE_EDGE_TREE_PATTERN", "tree_run_scale", "EXPOSED_RING_PROTOS", "exposed_ring"]
 
 _Table = dict[tuple[str, str], tuple[float, float]]
 
@@ -267,6 +268,21 @@ def tree_depths(parent: np.ndarray, leaves: tuple[int, ...], hop: float, spine: 
 #: tests/data/nccl_tests_309_h100_2x8_ib.log, x 2 would take tree/LL 128 KiB from -0.3 % to -17.7 % and tree/LL128
 #: 512 KiB from -29.9 to -33.7 %).
 TWO_NODE_TREE = 2.0
+#: Factor on NCCL's estimated tree bandwidth, with :data:`TWO_NODE_TREE`, for the run of an all_reduce of two ranks
+#: on two nodes: 1 / :data:`~schedsim.network.tuning.TREE_PATTERN_BW`, NCCL's .85 for the tree pattern taken back.
+#: The pattern's .85 prices a tree whose network parent and children all go to and from one GPU of a node
+#: (``NCCL_TOPO_PATTERN_TREE``, "All NIC traffic going to/from the same GPU"), where the balanced tree of a node of
+#: several GPUs puts the parent and one child on one GPU and the other child on a second ("Spread NIC traffic
+#: between two GPUs", the same header, src/include/graph.h, NCCL 2.30.7); search.cc sets the pattern on any node of
+#: one GPU, whatever its peers (``ncclTopoCompute``: ``if (ngpus == 1 && graph->pattern !=
+#: NCCL_TOPO_PATTERN_RING)``). On two nodes no rank has both: NCCL's double binary tree of two ranks
+#: (``ncclGetBtree`` / ``ncclGetDtree``, src/graph/trees.cc) is rank 0 the root with child 1 in the first tree and
+#: its mirror in the second, so each rank has one network peer in each tree, nothing to spread, and it sends and
+#: receives what a ring of two does through the same GPU and NIC (the ring takes no such factor). Three nodes or
+#: more keep it (an interior rank's parent and children share its GPU). Published, held out:
+#: NVIDIA/nccl-tests#232, 2 x 1 H100 over RoCE, NCCL_ALGO=Tree, busbw 39.9 GB/s at 16 MiB and 41.3 at 32 MiB, one
+#: 400 Gb/s NIC a rank (benchmarks/accuracy/network_published.py).
+ONE_EDGE_TREE_PATTERN = 1.0 / TREE_PATTERN_BW
 #: Protocols whose ring network step is timed at the tree's network hwLat (:func:`exposed_ring`). NCCL's model
 #: (``ncclTopoTuneModel``, src/graph/tuning.cc, from 2.23.4 (commit 68b54236) to 2.30.7) gives a ring's network
 #: step two latencies: ``hwLat[NET][RING][p]`` (LL 2.7, LL128 4.0 µs) with more than one GPU a node, and the tree's
@@ -285,14 +301,14 @@ EXPOSED_RING_PROTOS = ("LL", "LL128")
 
 def tree_run_scale(func: str, nodes: int, ranks: int, proto: str = "Simple") -> float:
     """Factor on NCCL's estimated bandwidth of a tree ``func`` of ``ranks`` ranks over ``nodes`` nodes in ``proto``
-    for the time of its run: :data:`TWO_NODE_TREE` for all_reduce of two ranks on two nodes in Simple or LL128, 1
-    otherwise.
+    for the time of its run: :data:`TWO_NODE_TREE` × :data:`ONE_EDGE_TREE_PATTERN` (2 / .85) for all_reduce of two
+    ranks on two nodes in Simple or LL128, 1 otherwise.
 
     >>> tree_run_scale("allreduce", 2, 2), tree_run_scale("allreduce", 2, 16), tree_run_scale("allreduce", 2, 2, "LL")
-    (2.0, 1.0, 1.0)
+    (2.3529411764705883, 1.0, 1.0)
     """
     one_edge = func == "allreduce" and nodes == 2 and ranks == 2
-    return TWO_NODE_TREE if one_edge and proto in ("Simple", "LL128") else 1.0
+    return TWO_NODE_TREE * ONE_EDGE_TREE_PATTERN if one_edge and proto in ("Simple", "LL128") else 1.0
 
 
 def exposed_ring(t: TuneInput) -> TuneInput:
@@ -324,8 +340,8 @@ def timing_table(func: str, t: TuneInput) -> dict[tuple[str, str], tuple[float, 
     with its own release's figures
     (:meth:`NcclNetwork.collective`). Published: 8 x GB200 of one rack, NVLS, NCCL 2.27.3: 18.97 ms at 8 GiB
     (453 GB/s algbw); 2.27.3's estimate 532 GB/s, 2.28.3's 411 (``benchmarks/accuracy/network_published.py``).
-    A tree all_reduce of two ranks on two nodes runs Simple and LL128 at :data:`TWO_NODE_TREE` times its estimated
-    bandwidth (:func:`tree_run_scale`). Across nodes a ring's LL and LL128 network step takes the tree's network
+    A tree all_reduce of two ranks on two nodes runs Simple and LL128 at :data:`TWO_NODE_TREE` ×
+    :data:`ONE_EDGE_TREE_PATTERN` times its estimated bandwidth (:func:`tree_run_scale`). Across nodes a ring's LL and LL128 network step takes the tree's network
     hwLat (:func:`exposed_ring`)."""
     got = tune(func, exposed_ring(t))
     if tree_run_scale(func, t.nodes, t.ranks) != 1.0:

@@ -48,7 +48,7 @@ from typing import Literal
 __all__ = ["ALGOS", "PROTOS", "Graph", "TuneInput", "parse_nccl_list", "tune", "algo_time", "ring_graph",
            "nvls_graph", "collnet_direct_graph", "p2p_step", "runtime_channels", "runtime_bw_scale",
            "newer_than_modelled", "ChannelEnv", "comm_channels", "nvls_ctas", "channel_ceiling", "cta_bw_scale",
-           "nvls_tree_chunk", "nvls_tree_fill"]
+           "nvls_tree_chunk", "nvls_tree_fill", "TREE_PATTERN_BW"]
 
 Algo = Literal["tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat"]
 Proto = Literal["LL", "LL128", "Simple"]
@@ -266,6 +266,13 @@ _THREAD_THRESHOLD = {"LL": 8, "LL128": 8, "Simple": 64}
 #: ``NCCL_LL_MAX_NTHREADS``, ``NCCL_LL128_MAX_NTHREADS``, ``NCCL_SIMPLE_MAX_NTHREADS`` (src/include/device.h)
 _MAX_NTHREADS = {"LL": 512, "LL128": 640, "Simple": 512}
 _PCI_BW = 12.0  # PCI_BW (src/graph/topo.h): a ring of at most this many GB/s runs Simple with 256 threads
+#: NCCL's factor on a tree's busBw where the communicator's tree graph has pattern ``NCCL_TOPO_PATTERN_TREE``
+#: ("All NIC traffic going to/from the same GPU", src/include/graph.h; ``if (a == NCCL_ALGO_TREE &&
+#: comm->maxTreePattern == NCCL_TOPO_PATTERN_TREE) busBw *= .85``, src/graph/tuning.cc, NCCL 2.30.7, commit
+#: 5067397c; since 2.18.3-1, commit ea383122). search.cc sets that pattern whenever a node holds one GPU of the
+#: communicator (``if (ngpus == 1 && graph->pattern != NCCL_TOPO_PATTERN_RING) graph->pattern =
+#: NCCL_TOPO_PATTERN_TREE``, ``ncclTopoCompute``)
+TREE_PATTERN_BW = .85
 
 
 def parse_nccl_list(text: str, what: Literal["algo", "proto"]) -> dict[str, frozenset[str]]:
@@ -724,7 +731,7 @@ def _bandwidth(coll: str, a: str, p: str, t: TuneInput, share: float = 1.0) -> f
     if a == "tree" and (t.local_range[0] if t.local_range else n // nodes) == 1:
         # a node with one GPU: search.cc sets its tree's pattern to NCCL_TOPO_PATTERN_TREE (all NIC traffic through
         # one GPU), init.cc keeps the most of the ranks' patterns (maxTreePattern), and tuning.cc takes .85 of busBw
-        bus *= .85
+        bus *= TREE_PATTERN_BW
     if a == "pat" and k.pat_bw is not None:
         bus *= k.pat_bw
     if a == "collnet_direct":  # all_reduce: "Collnet+Direct requires all GPUs to have a local NIC"

@@ -1,7 +1,9 @@
 """A tree all_reduce of two ranks on two nodes (one GPU a node) runs Simple and LL128 at its bus bandwidth, twice
 NCCL's estimate (:data:`schedsim.network.TWO_NODE_TREE`): each of NCCL's two trees is one edge between the nodes, so
-each byte crosses each NIC once each way. NCCL still chooses with its estimate; LL, and groups with more than one
-GPU on a node, run as NCCL estimates. Times computed by hand from NCCL 2.30.7's
+each byte crosses each NIC once each way; and without NCCL's .85 for the NCCL_TOPO_PATTERN_TREE pattern
+(:data:`schedsim.network.ONE_EDGE_TREE_PATTERN`): no rank has a network parent and a network child in one tree, so
+no NIC traffic is concentrated. NCCL still chooses with its estimate; LL, and groups with more than one
+GPU on a node or more than two nodes, run as NCCL estimates. Times computed by hand from NCCL 2.30.7's
 constants (src/graph/tuning.cc) on a Hopper node of one GPU and one 400 Gb/s NIC.
 
 The channel search gives 2 channels of 24 GB/s (48 fits one channel, which NCCL duplicates). Tree Simple:
@@ -16,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schedsim.network import TWO_NODE_TREE, timing_table, tree_run_scale
+from schedsim.network import ONE_EDGE_TREE_PATTERN, TWO_NODE_TREE, timing_table, tree_run_scale
 from schedsim.network.tuning import tune
 from tests.network.test_network import forced, hopper, us
 
@@ -24,12 +26,14 @@ GIB = float(1 << 30)
 
 
 def test_two_nodes_tree_runs_at_bus_bandwidth():
-    # 36.4 + 2^30 B / 37.536 GB/s = 36.4 + 28605.654 = 28642.054 µs (the old code: x .5, 57247.708)
+    # run: NCCL's 18.768 x 2 / .85 = 44.16 GB/s (busBw 48 x .92, the pattern's .85 taken back);
+    # 36.4 + 2^30 B / 44.16 GB/s = 36.4 + 24314.806 = 24351.206 µs (net35p's x 2 alone: 28642.054; NCCL's
+    # estimate, x .5: 57247.708)
     net = forced(hopper(1, 1), "tree", "Simple")
     got = net.collective("all_reduce", GIB, (0, 1))
     assert got is not None and (got.algo, got.proto) == ("tree", "Simple")
-    assert us(got) == pytest.approx(36.4 + GIB / 37536.0, rel=1e-9)
-    assert us(got) == pytest.approx(28642.054, abs=1e-3)
+    assert us(got) == pytest.approx(36.4 + GIB / 44160.0, rel=1e-9)
+    assert us(got) == pytest.approx(24351.206, abs=1e-3)
 
 
 def test_three_nodes_tree_keeps_nccls_half():
@@ -41,16 +45,16 @@ def test_three_nodes_tree_keeps_nccls_half():
 
 
 def test_choice_table_keeps_nccls_estimate():
-    # NCCL chooses with tune() (x .5); only the table that times the run (timing_table) doubles the tree's
+    # NCCL chooses with tune() (x .5, x .85); only the table that times the run (timing_table) takes both back
     net = forced(hopper(1, 1), "tree", "Simple")
     t = net.tune_input(net.shape((0, 1)))
     assert tune("allreduce", t)[("tree", "Simple")] == pytest.approx((36.4, 18.768))
-    assert timing_table("allreduce", t)[("tree", "Simple")] == pytest.approx((36.4, 37.536))
+    assert timing_table("allreduce", t)[("tree", "Simple")] == pytest.approx((36.4, 44.16))
     assert timing_table("allreduce", t)[("ring", "Simple")] == tune("allreduce", t)[("ring", "Simple")]
 
 
 @pytest.mark.parametrize(("func", "nodes", "ranks", "proto", "want"),
-                         [("allreduce", 2, 2, "Simple", TWO_NODE_TREE), ("allreduce", 2, 2, "LL128", TWO_NODE_TREE),
+                         [("allreduce", 2, 2, "Simple", 2 / .85), ("allreduce", 2, 2, "LL128", 2 / .85),
                           ("allreduce", 2, 2, "LL", 1.0), ("allreduce", 2, 4, "Simple", 1.0),
                           ("allreduce", 3, 3, "Simple", 1.0), ("reduce", 2, 2, "Simple", 1.0)])
 def test_tree_run_scale(func: str, nodes: int, ranks: int, proto: str, want: float):
@@ -66,11 +70,11 @@ def test_two_nodes_tree_ll_runs_as_estimated():
 
 def test_two_nodes_tree_ll128_runs_at_its_bus_bandwidth():
     # LL128: tree all_reduce min(48 x .92, 2 x 41.4) = 44.16; min(44.16 x 120/128 = 41.4, 2 x 36.7) = 41.4; x .85
-    # = 35.19; NCCL's estimate x .5 = 17.595, run x 2 = 35.19
+    # = 35.19; NCCL's estimate x .5 = 17.595, run x 2 / .85 = 41.4 (= 48 x .92 x 120/128)
     net = forced(hopper(1, 1), "tree", "LL128")
     t = net.tune_input(net.shape((0, 1)))
     assert tune("allreduce", t)[("tree", "LL128")][1] == pytest.approx(17.595)
-    assert timing_table("allreduce", t)[("tree", "LL128")][1] == pytest.approx(35.19)
+    assert timing_table("allreduce", t)[("tree", "LL128")][1] == pytest.approx(41.4)
 
 
 def test_two_gpus_a_node_keep_nccls_estimate():
@@ -99,3 +103,18 @@ def test_any_two_ranks_on_two_nodes_run_as_one_gpu_a_node(g: int, proto: str, da
     else:
         t = net.tune_input(net.shape((a, b)))
         assert timing_table("allreduce", t)[("tree", proto)] == tune("allreduce", t)[("tree", proto)]
+
+
+def test_run_scale_is_nccls_two_node_ratio_and_pattern_taken_back():
+    # the two named factors: tuning.cc's x .5 (all_reduce tree busBw to algbw) and x .85 (NCCL_TOPO_PATTERN_TREE)
+    assert TWO_NODE_TREE == 2.0 and ONE_EDGE_TREE_PATTERN == pytest.approx(1 / .85, rel=1e-15)
+
+
+def test_three_one_gpu_nodes_keep_the_pattern_factor():
+    # 3 x 1: in the first tree (ncclGetBtree, src/graph/trees.cc) rank 0 is the root with child 2, and rank 2 has
+    # parent 0 and child 1, both through its one GPU: NCCL's .85 and x .5 stand.
+    # LL128 on 3 nodes: min(48 x .92, 2 x 36.0) = 44.16, x 120/128 = 41.4 (under 2 x 29.0), x .85 = 35.19,
+    # x .5 = 17.595 GB/s
+    net = forced(hopper(1, 1), "tree", "LL128")
+    t = net.tune_input(net.shape((0, 1, 2)))
+    assert timing_table("allreduce", t)[("tree", "LL128")][1] == pytest.approx(17.595)
