@@ -66,7 +66,8 @@ if TYPE_CHECKING:
     from schedsim.hardware.profile import HardwareProfile
 
 __all__ = ["CollectiveCost", "NcclNetwork", "GroupShape", "fewest_graph", "net_crossings", "rank_nodes",
-           "dtree_parents", "tree_depths", "TWO_NODE_TREE", "ONE_EDGE_TREE_PATTERN", "tree_run_scale", "EXPOSED_RING_PROTOS", "exposed_ring"]
+           "dtree_parents", "tree_depths", "TWO_NODE_TREE", "ONE_EDGE_TREE_PATTERN", "tree_run_scale",
+           "EXPOSED_RING_PROTOS", "exposed_ring"]
 
 _Table = dict[tuple[str, str], tuple[float, float]]
 
@@ -336,13 +337,12 @@ def timing_table(func: str, t: TuneInput) -> dict[tuple[str, str], tuple[float, 
     and NVLS-tree take the bandwidth of 2.28.3's prediction (:data:`NVLS_PREDICTION`), NCCL's correction of its
     own earlier estimate, which 2.28.3's notes give as a change of the prediction (for the choice), not of the
     kernel; the latency, and every other pair, stay the release's. ``t.lat_hop`` (µs NCCL does not see, per network
-    crossing) is added to each pair's latency :func:`net_crossings` times. NCCL chooses
-    with its own release's figures
-    (:meth:`NcclNetwork.collective`). Published: 8 x GB200 of one rack, NVLS, NCCL 2.27.3: 18.97 ms at 8 GiB
+    crossing) is added to each pair's latency :func:`net_crossings` times. NCCL chooses with its own release's
+    figures (:meth:`NcclNetwork.collective`). Published: 8 x GB200 of one rack, NVLS, NCCL 2.27.3: 18.97 ms at 8 GiB
     (453 GB/s algbw); 2.27.3's estimate 532 GB/s, 2.28.3's 411 (``benchmarks/accuracy/network_published.py``).
     A tree all_reduce of two ranks on two nodes runs Simple and LL128 at :data:`TWO_NODE_TREE` ×
-    :data:`ONE_EDGE_TREE_PATTERN` times its estimated bandwidth (:func:`tree_run_scale`). Across nodes a ring's LL and LL128 network step takes the tree's network
-    hwLat (:func:`exposed_ring`)."""
+    :data:`ONE_EDGE_TREE_PATTERN` times its estimated bandwidth (:func:`tree_run_scale`). Across nodes a ring's LL
+    and LL128 network step takes the tree's network hwLat (:func:`exposed_ring`)."""
     got = tune(func, exposed_ring(t))
     if tree_run_scale(func, t.nodes, t.ranks) != 1.0:
         got = {key: (v[0], v[1] * tree_run_scale(func, t.nodes, t.ranks, key[1])) if key[0] == "tree" else v

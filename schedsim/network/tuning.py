@@ -266,12 +266,9 @@ _THREAD_THRESHOLD = {"LL": 8, "LL128": 8, "Simple": 64}
 #: ``NCCL_LL_MAX_NTHREADS``, ``NCCL_LL128_MAX_NTHREADS``, ``NCCL_SIMPLE_MAX_NTHREADS`` (src/include/device.h)
 _MAX_NTHREADS = {"LL": 512, "LL128": 640, "Simple": 512}
 _PCI_BW = 12.0  # PCI_BW (src/graph/topo.h): a ring of at most this many GB/s runs Simple with 256 threads
-#: NCCL's factor on a tree's busBw where the communicator's tree graph has pattern ``NCCL_TOPO_PATTERN_TREE``
-#: ("All NIC traffic going to/from the same GPU", src/include/graph.h; ``if (a == NCCL_ALGO_TREE &&
-#: comm->maxTreePattern == NCCL_TOPO_PATTERN_TREE) busBw *= .85``, src/graph/tuning.cc, NCCL 2.30.7, commit
-#: 5067397c; since 2.18.3-1, commit ea383122). search.cc sets that pattern whenever a node holds one GPU of the
-#: communicator (``if (ngpus == 1 && graph->pattern != NCCL_TOPO_PATTERN_RING) graph->pattern =
-#: NCCL_TOPO_PATTERN_TREE``, ``ncclTopoCompute``)
+#: tuning.cc's factor on tree busBw where ``comm->maxTreePattern == NCCL_TOPO_PATTERN_TREE`` ("All NIC traffic going
+#: to/from the same GPU", src/include/graph.h; NCCL 2.30.7, commit 5067397c; since 2.18.3-1, commit ea383122), which
+#: search.cc's ``ncclTopoCompute`` sets on a node of one GPU (``if (ngpus == 1 && graph->pattern != ..._RING)``)
 TREE_PATTERN_BW = .85
 
 
