@@ -48,10 +48,11 @@ Rows (every number is the paper's; nothing here is fitted to them):
   commit 425b42e, 2023-11-17): ``CUDA_DEVICE_MAX_CONNECTIONS=1`` (:data:`ZB_ENV`), ``--fp16``, no recomputation,
   no FlashAttention flag, tied embeddings (no ``--untie``), Megatron's default dropouts,
   ``--allow-padding-num-layers`` (the first and last stage hold one layer fewer, as §5.1 says). Not in the paper:
-  the vocabulary, taken as 32,000 (:data:`ZB_VOCAB` says why). The schedules: 1F1B (Megatron's), 1F1B-I (one layer a chunk, §5.1; the fork's padding leaves the end chunks
-  empty), ZB-1p lowered as ZB-H1 (``enable_zero_bubble``; the paper's Table 5 gives both the same bubble rate in
-  every setting). ZB-2p (an automatic schedule of limit 2p, found by the paper's ILP from profiled times) has no
-  generator here: its 12 published figures are left out.
+  the vocabulary, taken as 32,000 (:data:`ZB_VOCAB` says why). The schedules: 1F1B (Megatron's),
+  1F1B-I (one layer a chunk, §5.1; the fork's padding leaves the end chunks empty), ZB-1p lowered as ZB-H1
+  (``enable_zero_bubble``; the paper's Table 5 gives both the same bubble rate in every setting). ZB-2p (an
+  automatic schedule of limit 2p, found by the paper's ILP from profiled times) has no generator here: its 12
+  published figures are left out.
 
 ``--zb-stages`` prints the Zero Bubble rows' per-stage check instead: the paper's Appendix D Table 6 (T_F, T_B, T_W
 of a middle stage and microbatch, profiled in its ZB-2p runs) against the predicted compute of the middle rank of

@@ -230,8 +230,14 @@ class _Emitter:
     # alias is the same: the first run with its ops registered in ``orders`` stays the first.
     run_cache: dict[tuple[Any, ...], Any] | None = None
     #: Megatron's interleaved 1F1B with ``overlap_p2p_comm`` (lone isend/irecv through torch's ProcessGroupNCCL),
-    #: :func:`megatron_overlap_waits`' two rules: a recv waits for the compute issued before it, and a forward
-    #: (backward) waits for every send and recv of the rank's previous forward (backward) p2p call
+    #: in its issue order (:func:`schedsim.pipeline.comms.megatron_interleaved_batched` with ``overlap``): a recv
+    #: waits for the compute issued before it (``ProcessGroupNCCL``'s ``syncStreams`` makes the NCCL stream wait for
+    #: the current stream at every call; the recv_prev follows a forward, the recv_next a backward or the last
+    #: warmup forward), and a forward (backward) waits for every send and recv of the rank's previous forward
+    #: (backward) call, its own input's or not (Megatron-LM ``core/pipeline_parallel/schedules.py``
+    #: ``forward_backward_pipelining_with_interleaving``: ``for req in fwd_wait_handles: req.wait()`` before the
+    #: forward, ``bwd_wait_handles`` before the backward, the cooldown's calls with ``wait_on_reqs``; the same in
+    #: the Zero Bubble fork, sail-sg/zero-bubble-pipeline-parallelism 425b42e)
     megatron_overlap: bool = False
     last_fwd: int | None = None  # with megatron_overlap: the name id of the rank's last forward's last op
     # with megatron_overlap: "F"/"B" -> the name ids of the p2p ops of that direction not yet waited for

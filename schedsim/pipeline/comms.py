@@ -561,18 +561,12 @@ def megatron_interleaved_batched(p: int, m: int, v: int, group_size: int | None 
         for k in range(rest):
             fk = k + warm
             seq.append(fwd(fk))
-            seq.append(bwd(k))
             rp, nf = recv_from_prev(fk, True)
             rn, nb = recv_from_prev(k, False)
             if k == rest - 1:
                 rp = False
-            if overlap:
-                seq[-1:] = []  # the backward after the forward's call
-                batch(None, recv("F", nf) if rp else None, send_f(fk), None)
-                seq.append(bwd(k))
-                batch(send_b(k), None, None, recv("B", nb) if rn else None)
-            else:
-                batch(send_b(k), recv("F", nf) if rp else None, send_f(fk), recv("B", nb) if rn else None)
+            fcall = (recv("F", nf) if rp else None, send_f(fk))
+            _steady_calls(seq, batch, bwd(k), fcall, (send_b(k), recv("B", nb) if rn else None), overlap)
         if all_warm and not last:
             batch(recv("B", v - 1))
         for k in range(rest, total):
@@ -583,6 +577,20 @@ def megatron_interleaved_batched(p: int, m: int, v: int, group_size: int | None 
             batch(send_b(k), None, None, recv("B", nb) if rn else None)
         out[r] = seq
     return out
+
+
+def _steady_calls(seq: list[Any], batch: Callable[..., None], bwd: Action, fcall: tuple[Any, Any],
+                  bcall: tuple[Any, Any], overlap: bool) -> None:
+    """A steady step of :func:`megatron_interleaved_batched` after its forward: the backward ``bwd`` and the calls,
+    ``fcall`` (recv_prev, send_next) and ``bcall`` (send_prev, recv_next): with ``overlap`` the forward's call, the
+    backward, the backward's call; without, the backward then one call of all four."""
+    if overlap:
+        batch(None, *fcall, None)
+        seq.append(bwd)
+        batch(bcall[0], None, None, bcall[1])
+    else:
+        seq.append(bwd)
+        batch(bcall[0], *fcall, bcall[1])
 
 
 def align_recvs(lowered: Mapping[int, Sequence[ScheduleAction | None]], stage_to_rank: StageMap) -> PipelineOrder:

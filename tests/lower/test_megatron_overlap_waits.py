@@ -69,3 +69,26 @@ def test_a_pass_waits_for_every_op_of_the_previous_call_of_its_direction() -> No
     assert ops["B5.1.I.l0.dropout2_bwd"].deps == ("recvB5.1", "sendB5.0")
     assert ops["F0.6.embedding"].deps == ("sendF0.5",)
     assert ops["B4.0.I.l0.dropout2_bwd"].deps == ("recvB4.0",)  # the last warmup call: its recv_next alone
+
+
+def test_the_overlapped_order_keeps_the_compute_order_and_pairs_every_message() -> None:
+    """Only where the calls sit changes: the computes are the batched order's, and between every two ranks the
+    k-th send meets the k-th recv (NCCL pairs them by issue order) with the same message."""
+    for p, v, m, g in ((3, 2, 6, None), (4, 2, 8, None), (4, 3, 8, None), (3, 2, 7, 4), (4, 2, 10, 5), (2, 2, 4, None)):
+        over, batched = megatron_interleaved_batched(p, m, v, g, overlap=True), megatron_interleaved_batched(p, m, v, g)
+        sends: dict[tuple[int, int], list[tuple[str, int, int]]] = {}
+        recvs: dict[tuple[int, int], list[tuple[str, int, int]]] = {}
+        for r in range(p):
+            assert [a for a in over[r] if not isinstance(a, list)] == [a for a in batched[r] if not isinstance(a, list)]
+            assert sorted(a for x in over[r] if isinstance(x, list) for a in x) == sorted(
+                a for x in batched[r] if isinstance(x, list) for a in x)
+            for a in (a for x in over[r] if isinstance(x, list) for a in x):
+                if a.type is CT.SEND_F:
+                    sends.setdefault((r, (r + 1) % p), []).append(("F", a.stage + 1, a.microbatch))
+                elif a.type is CT.SEND_B:
+                    sends.setdefault((r, (r - 1) % p), []).append(("B", a.stage - 1, a.microbatch))
+                elif a.type is CT.RECV_F:
+                    recvs.setdefault(((r - 1) % p, r), []).append(("F", a.stage, a.microbatch))
+                else:
+                    recvs.setdefault(((r + 1) % p, r), []).append(("B", a.stage, a.microbatch))
+        assert sends == recvs, (p, v, m, g)
