@@ -45,13 +45,14 @@ Rows (every number is the paper's; nothing here is fitted to them):
   (:data:`ZB_TABLE3`: 1.5B, 6.2B, 14.6B, 28.3B; seq 1024; pp = GPUs, so tp = dp = 1; microbatch size 6, 3, 1,
   1; 24/32/64, 24/32/64, 48/64/128, 96/128/256 microbatches). The published time is m·b / (throughput · GPUs).
   From the fork's script of the time (sail-sg/zero-bubble-pipeline-parallelism ``examples/pretrain_zero_bubble.sh``,
-  commit 425b42e, 2023-11-17): ``--fp16``, no recomputation, no FlashAttention flag, tied embeddings (no
-  ``--untie``), Megatron's default dropouts, ``--allow-padding-num-layers`` (the first and last stage hold one layer
-  fewer, as §5.1 says). Not in the paper: the vocabulary, taken as 32,000 (:data:`ZB_VOCAB` says why). The
-  schedules: 1F1B (Megatron's), 1F1B-I (one layer a chunk, §5.1; the fork's padding leaves the end chunks
-  empty), ZB-1p lowered as ZB-H1 (``enable_zero_bubble``; the paper's Table 5 gives both the same bubble rate in
-  every setting). ZB-2p (an automatic schedule of limit 2p, found by the paper's ILP from profiled times) has no
-  generator here: its 12 published figures are left out.
+  commit 425b42e, 2023-11-17): ``CUDA_DEVICE_MAX_CONNECTIONS=1`` (:data:`ZB_ENV`), ``--fp16``, no recomputation,
+  no FlashAttention flag, tied embeddings (no ``--untie``), Megatron's default dropouts,
+  ``--allow-padding-num-layers`` (the first and last stage hold one layer fewer, as §5.1 says). Not in the paper:
+  the vocabulary, taken as 32,000 (:data:`ZB_VOCAB` says why). The schedules: 1F1B (Megatron's),
+  1F1B-I (one layer a chunk, §5.1; the fork's padding leaves the end chunks empty), ZB-1p lowered as ZB-H1
+  (``enable_zero_bubble``; the paper's Table 5 gives both the same bubble rate in every setting). ZB-2p (an
+  automatic schedule of limit 2p, found by the paper's ILP from profiled times) has no generator here: its 12
+  published figures are left out.
 
 ``--zb-stages`` prints the Zero Bubble rows' per-stage check instead: the paper's Appendix D Table 6 (T_F, T_B, T_W
 of a middle stage and microbatch, profiled in its ZB-2p runs) against the predicted compute of the middle rank of
@@ -193,11 +194,22 @@ ROWS: list[tuple[str, str, int, dict, float, str]] = [
 ]
 
 
-def _yaml(name: str, gpus: int, block: dict) -> str:
+#: The environment of the Zero Bubble rows: the fork's script of the time exports ``CUDA_DEVICE_MAX_CONNECTIONS=1``
+#: for every schedule (sail-sg/zero-bubble-pipeline-parallelism ``examples/pretrain_zero_bubble.sh`` at 425b42e,
+#: its first command), where the training block sets it only for tp > 1 (Megatron-LM's requirement) and these rows
+#: have tp = 1.
+ZB_ENV = {"CUDA_DEVICE_MAX_CONNECTIONS": 1}
+
+
+def _yaml(name: str, gpus: int, block: dict, env: dict | None = None) -> str:
+    """A schedule file of one ``training:`` block on ``gpus`` ranks, with the program's ``env`` where given."""
     import yaml
 
-    return yaml.safe_dump({"schema_version": 1, "name": name.replace(" ", "_").replace("+", "_"), "world_size": gpus,
-                           "training": block}, sort_keys=False)
+    doc: dict[str, Any] = {"schema_version": 1, "name": name.replace(" ", "_").replace("+", "_"), "world_size": gpus}
+    if env:
+        doc["env"] = env
+    doc["training"] = block
+    return yaml.safe_dump(doc, sort_keys=False)
 
 
 def predict_row(text: str, profile: Any) -> tuple[float, dict, int]:
@@ -285,7 +297,8 @@ def zb_timeline(model: str, profile: Any) -> Any:
     from schedsim.spec.loader import load_text
 
     m = ZB_MICROBATCHES[model][0]
-    return simulate(lower_spec(load_text(_yaml("zb", ZB_TABLE3[model][3], _zb_block(model, m, "1F1B")))), profile)
+    return simulate(lower_spec(load_text(_yaml("zb", ZB_TABLE3[model][3], _zb_block(model, m, "1F1B"), ZB_ENV))),
+                    profile)
 
 
 def zb_stage_times(model: str, profile: Any, tl: Any = None) -> tuple[float, float, float]:
@@ -390,7 +403,7 @@ def main(argv: list[str] | None = None) -> int:
         if want and not any(row == w or row.startswith(w + " ") for w in want):
             continue
         t0 = time.perf_counter()
-        it, rep, n = predict_row(_yaml(row, gpus, block), prof)
+        it, rep, n = predict_row(_yaml(row, gpus, block, ZB_ENV if row.startswith("ZB ") else None), prof)
         wall = time.perf_counter() - t0
         err = (it - pub) / pub
         errs.append(abs(err))

@@ -229,6 +229,19 @@ class _Emitter:
     # the rows another rank's held (every rank of a stage but the ring positions' own rows) takes that _Run. Its
     # alias is the same: the first run with its ops registered in ``orders`` stays the first.
     run_cache: dict[tuple[Any, ...], Any] | None = None
+    #: Megatron's interleaved 1F1B with ``overlap_p2p_comm`` (lone isend/irecv through torch's ProcessGroupNCCL),
+    #: in its issue order (:func:`schedsim.pipeline.comms.megatron_interleaved_batched` with ``overlap``): a recv
+    #: waits for the compute issued before it (``ProcessGroupNCCL``'s ``syncStreams`` makes the NCCL stream wait for
+    #: the current stream at every call; the recv_prev follows a forward, the recv_next a backward or the last
+    #: warmup forward), and a forward (backward) waits for every send and recv of the rank's previous forward
+    #: (backward) call, its own input's or not (Megatron-LM ``core/pipeline_parallel/schedules.py``
+    #: ``forward_backward_pipelining_with_interleaving``: ``for req in fwd_wait_handles: req.wait()`` before the
+    #: forward, ``bwd_wait_handles`` before the backward, the cooldown's calls with ``wait_on_reqs``; the same in
+    #: the Zero Bubble fork, sail-sg/zero-bubble-pipeline-parallelism 425b42e)
+    megatron_overlap: bool = False
+    last_fwd: int | None = None  # with megatron_overlap: the name id of the rank's last forward's last op
+    # with megatron_overlap: "F"/"B" -> the name ids of the p2p ops of that direction not yet waited for
+    unwaited: dict[str, list[int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.compute_stream = self.table.streams("compute")
@@ -318,6 +331,13 @@ class _Emitter:
             # Megatron's batch_p2p_sync (default on) calls torch.cuda.synchronize() around each
             # batch, so the host posts it only after all work issued before it has finished
             deps += (self.last_compute,)
+        if self.megatron_overlap:
+            fwd = typ is CT.SEND_F or typ is CT.RECV_F
+            self.unwaited.setdefault("F" if fwd else "B", []).append(opname)
+            if not is_send:  # posted after the last forward (recv_prev) or the last compute (recv_next)
+                at = self.last_fwd if fwd else self.last_compute
+                if at is not None and at not in deps:
+                    deps += (at,)
         bid = -1 if batch_id is None else self._batch(batch_id)
         if kept is None:
             msg_id = table.strs(msg)
@@ -461,6 +481,10 @@ class _Emitter:
         runs = self.runs
         for phase, label in _PARTS.get(typ, _PARTS_B):
             first = self._input(s, j, phase)
+            if self.megatron_overlap and phase != "W":  # the previous call of this direction, waited for
+                held = self.unwaited.pop("F" if phase == "F" else "B", None)
+                if held:
+                    first += tuple(x for x in held if x not in first)
             if self.pair_deps or self.pending_sends:
                 deps = list(first)
                 if self.pair_deps:
@@ -481,6 +505,8 @@ class _Emitter:
                 self._write_run(s, j, phase, pre, run, tags, first)
             else:
                 self._write_rows(s, j, phase, pre, run, tags, first)
+        if typ is CT.F:
+            self.last_fwd = self.last_compute
         if typ is not CT.F and typ is not CT.I and typ is not CT.W:  # a full backward hands its input gradient
             self.prev_of[(s, "I", j)] = self.prev_of[(s, "W", j)]  # on when the whole B is done
 

@@ -70,7 +70,8 @@ def _interleaved_steps(spec: ScheduleSpec, pb: PipelineSpec, plan: PipelinePlan)
                    "arguments.py refuses it for the same reason)", "pipeline.p2p",
                    "use p2p: overlapped (Megatron's default for interleaving) or p >= 3")
     steps: Steps = {}
-    for r, seq in megatron_interleaved_batched(plan.p, plan.m, plan.v, pb.group_size).items():
+    overlap = plan.mode != "batched"  # lone p2p: Megatron's overlap_p2p_comm order
+    for r, seq in megatron_interleaved_batched(plan.p, plan.m, plan.v, pb.group_size, overlap).items():
         out_r: list[tuple[Any, int | None]] = []
         for i, x in enumerate(seq):
             if not isinstance(x, list):

@@ -891,7 +891,8 @@ def _emit_rank(ranks: _Ranks, g: int, pplan: Any, steps: dict[int, list[tuple[An
                                 dp_group=dp_group if t.use_torch_fsdp2 else ())
     em = _Emitter(ranks.table, pplan, protos, p2p_tmpl, chunk_of, g, 0, ranks=pp_ranks, name_ids=ranks.name_ids,
                   placed_ids=ranks.placed_ids, shared_p2p_tags=True, fresh=ranks.fresh, fresh_strs=ranks.fresh_strs,
-                  orders=ranks.orders, p2p_ids=ranks.p2p_ids, run_cache=ranks.run_cache)
+                  orders=ranks.orders, p2p_ids=ranks.p2p_ids, run_cache=ranks.run_cache,
+                  megatron_overlap=pplan.mode == "overlapped" and pplan.name == "interleaved_1f1b" and pplan.v > 1)
     multi = len(dp_group) > 1
     fsdp = t.use_torch_fsdp2 and multi  # FSDP2 reduce-scatters each unit's gradients inside the backward
     shard = plan.dp * plan.cp if t.use_distributed_optimizer or fsdp else 1

@@ -449,7 +449,8 @@ def _explain_stall(
     )
 
 
-def megatron_interleaved_batched(p: int, m: int, v: int, group_size: int | None = None) -> dict[int, list[Any]]:
+def megatron_interleaved_batched(p: int, m: int, v: int, group_size: int | None = None,
+                                 overlap: bool = False) -> dict[int, list[Any]]:
     """Megatron's interleaved 1F1B with ``batch_p2p_comm`` (overlap off): compute and p2p in issue order.
 
     Follows ``forward_backward_pipelining_with_interleaving`` (Megatron-LM d98e8a64,
@@ -461,6 +462,14 @@ def megatron_interleaved_batched(p: int, m: int, v: int, group_size: int | None 
     happen comes from its ``recv_tensor_from_previous_stage`` (the ring wrap between the last and first
     rank) and the "no recv in the last iteration" rules. A batch lists its ops as ``_batched_p2p_ops``
     appends them: send_prev, recv_prev, send_next, recv_next (``p2p_communication.py``).
+
+    With ``overlap`` (``overlap_p2p_comm``, whose p2p are lone: Megatron-LM's ``arguments.py`` sets
+    ``batch_p2p_comm = not overlap_p2p_comm``), a steady step is the schedule's ``if config.overlap_p2p_comm``
+    branch instead: the forward, its ``send_forward_recv_forward`` (send_next, recv_prev), the backward, its
+    ``send_backward_recv_backward`` (send_prev, recv_next); each rank's calls with one peer come in the same order
+    either way, but the forward's call is issued before the backward. The warmup and cooldown calls are the
+    same (the last warmup's ``send_backward_recv_backward`` follows its ``send_forward_recv_forward`` at once).
+    The same branch in the Zero Bubble paper's fork (sail-sg/zero-bubble-pipeline-parallelism 425b42e).
 
     Returns
     -------
@@ -552,12 +561,12 @@ def megatron_interleaved_batched(p: int, m: int, v: int, group_size: int | None 
         for k in range(rest):
             fk = k + warm
             seq.append(fwd(fk))
-            seq.append(bwd(k))
             rp, nf = recv_from_prev(fk, True)
             rn, nb = recv_from_prev(k, False)
             if k == rest - 1:
                 rp = False
-            batch(send_b(k), recv("F", nf) if rp else None, send_f(fk), recv("B", nb) if rn else None)
+            fcall = (recv("F", nf) if rp else None, send_f(fk))
+            _steady_calls(seq, batch, bwd(k), fcall, (send_b(k), recv("B", nb) if rn else None), overlap)
         if all_warm and not last:
             batch(recv("B", v - 1))
         for k in range(rest, total):
@@ -568,6 +577,20 @@ def megatron_interleaved_batched(p: int, m: int, v: int, group_size: int | None 
             batch(send_b(k), None, None, recv("B", nb) if rn else None)
         out[r] = seq
     return out
+
+
+def _steady_calls(seq: list[Any], batch: Callable[..., None], bwd: Action, fcall: tuple[Any, Any],
+                  bcall: tuple[Any, Any], overlap: bool) -> None:
+    """A steady step of :func:`megatron_interleaved_batched` after its forward: the backward ``bwd`` and the calls,
+    ``fcall`` (recv_prev, send_next) and ``bcall`` (send_prev, recv_next): with ``overlap`` the forward's call, the
+    backward, the backward's call; without, the backward then one call of all four."""
+    if overlap:
+        batch(None, *fcall, None)
+        seq.append(bwd)
+        batch(bcall[0], None, None, bcall[1])
+    else:
+        seq.append(bwd)
+        batch(bcall[0], *fcall, bcall[1])
 
 
 def align_recvs(lowered: Mapping[int, Sequence[ScheduleAction | None]], stage_to_rank: StageMap) -> PipelineOrder:
@@ -742,9 +765,10 @@ def megatron_interleaved_cols(p: int, m: int, v: int, group_size: int | None = N
     p, m, v, group_size
         As :func:`megatron_interleaved_batched`.
     p2p_ops_order : bool
-        Put the ops of each batch in the order Megatron's ``_p2p_ops`` posts them as lone isend/irecv (even
-        ranks send_next, recv_prev, send_prev, recv_next; odd ranks recv_prev, send_next, recv_next,
-        send_prev) instead of ``_batched_p2p_ops``' order.
+        Megatron's ``overlap_p2p_comm`` (``megatron_interleaved_batched(..., overlap=True)``): a steady step is
+        F, (recv_prev, send_next), B, (send_prev, recv_next), and the ops of each call come in the order
+        ``_p2p_ops`` posts them as lone isend/irecv (even ranks send_next, recv_prev, send_prev, recv_next; odd
+        ranks recv_prev, send_next, recv_next, send_prev) instead of ``_batched_p2p_ops``' order.
 
     Returns
     -------
@@ -834,8 +858,12 @@ def _megatron_rank_cols(p: int, v: int, g: int, r: int, tab: Any, p2p_ops_order:
     rp, nf = recv_from_prev(fk, True)
     rp &= k != rest - 1
     rn, nb = recv_from_prev(k, False)
-    phase([(CODE_F, fc[fk], mb_t[fk], True, 0), (CODE_B, bc[k], mb_t[k], True, 1)] + batch([
-        send_b(k), (CODE_RECV_F, nf, -1, rp, 0), send_f(fk), (CODE_RECV_B, nb, -1, rn, 0)], 2), rest)
+    if p2p_ops_order:  # overlap_p2p_comm: the forward's call, then the backward and its call
+        phase([(CODE_F, fc[fk], mb_t[fk], True, 0)] + batch([(CODE_RECV_F, nf, -1, rp, 0), send_f(fk)], 1)
+              + [(CODE_B, bc[k], mb_t[k], True, 2)] + batch([send_b(k), (CODE_RECV_B, nb, -1, rn, 0)], 3), rest)
+    else:
+        phase([(CODE_F, fc[fk], mb_t[fk], True, 0), (CODE_B, bc[k], mb_t[k], True, 1)] + batch([
+            send_b(k), (CODE_RECV_F, nf, -1, rp, 0), send_f(fk), (CODE_RECV_B, nb, -1, rn, 0)], 2), rest)
     if rest <= 0 and not last:
         phase([(CODE_RECV_B, v - 1, -1, True, 0)], 1)
     k = np.arange(max(rest, 0), total)

@@ -3,7 +3,10 @@
 inline actions). Made with the lowering of main at commit fb50fe6 (2026-12-01), before the lowering's
 speed-ups; tests/lower/test_lowering_golden.py asserts that today's lowering gives the same. Case ``1f1b_dp2``
 alone was rewritten for the data-parallel tail of issue 33 (its gradient all-reduce on stream ``dp_comm``
-after the rank's last compute op, the tied all-reduce after it).
+after the rank's last compute op, the tied all-reduce after it). Cases ``interleaved_1f1b_overlapped`` and
+``interleaved_1f1b_one_op`` alone were rewritten for Megatron's ``overlap_p2p_comm`` issue order (a steady step's
+forward call before its backward, issue 36, branch zb36o): the same ops with the same dependencies, in another
+program order.
 
 Usage: python tests/data/make_lowering_golden.py [ROOT]  (ROOT: the checkout whose lowering writes it, default
 this one)

@@ -47,6 +47,9 @@ def test_rows_and_their_published_times() -> None:
     assert (blk["num_layers"], blk["pp"], blk["global_batch_size"], blk["num_layers_per_virtual_pipeline_stage"],
             blk["allow_padding_num_layers"], blk["seq_length"], blk["fp16"]) == (30, 8, 96, 1, True, 1024, True)
     assert row["ZB 6.2B m32 ZB-1p h.o."][3]["zero_bubble_max_pending_backward"] == 8
+    # the fork's script exports CUDA_DEVICE_MAX_CONNECTIONS=1 for every schedule; tp = 1 would not set it
+    spec = load_text(pt._yaml("zb", 8, blk, pt.ZB_ENV))
+    assert pt.ZB_ENV == {"CUDA_DEVICE_MAX_CONNECTIONS": 1} and spec.env == pt.ZB_ENV
 
 
 @pytest.mark.parametrize("sched", ["1F1B", "1F1B-I", "ZB-1p"])

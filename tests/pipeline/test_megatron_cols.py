@@ -16,7 +16,7 @@ CODE = {CT.F: 0, CT.B: 2, CT.SEND_F: 4, CT.RECV_F: 5, CT.SEND_B: 6, CT.RECV_B: 7
 def flattened(p: int, m: int, v: int, g: int | None, p2p_ops: bool) -> np.ndarray:
     """The generator's lists as rows (rank, type code, stage, microbatch, index of the entry in the list)."""
     rows = []
-    for r, seq in megatron_interleaved_batched(p, m, v, g).items():
+    for r, seq in megatron_interleaved_batched(p, m, v, g, overlap=p2p_ops).items():
         for i, x in enumerate(seq):
             acts = (_megatron_p2p_ops_order(x, r) if p2p_ops else x) if isinstance(x, list) else [x]
             rows.extend((r, CODE[a.type], a.stage, a.microbatch, i) for a in acts)
