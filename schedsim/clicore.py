@@ -333,6 +333,32 @@ def _lean_kwdoc(artist: Any) -> str:
     return LEAN_KWDOC
 
 
+#: The modules of numpy that only write docstrings onto its C objects (numpy 2.x, ``numpy/_core/__init__.py``
+#: imports them last, "for module-freeze analysis"; ``numpy._core.function_base.add_newdoc`` sets each
+#: ``__doc__``), left out of a command's process by :func:`lean_numpy_docs`.
+NUMPY_DOC_MODULES = ("numpy._core._add_newdocs", "numpy._core._add_newdocs_scalars")
+
+
+def lean_numpy_docs() -> None:
+    """In this process, numpy, if imported after this call, does not write the docstrings of its C objects.
+
+    numpy's import ends by running :data:`NUMPY_DOC_MODULES`: ~300 ``add_newdoc`` calls that attach texts to
+    ``ndarray``, its methods, ``dtype``, the scalar types and the C functions (and, from a docstring's first
+    line, the ``__text_signature__`` that ``inspect.signature`` reads for those C methods). A command's process
+    never reads them (no ``help()``, no signature of a numpy C function); a stand-in module under each name,
+    put in ``sys.modules`` before numpy is imported, is what ``numpy._core`` finds instead. Nothing else of numpy
+    changes: every array operation and every output is the same. Does nothing once numpy is imported; importing
+    the API as a library does not call this (its users' ``help()`` keeps numpy's texts). Cost: docs/validation.md,
+    "fast38u"."""
+    if "numpy" in sys.modules or "numpy._core" in sys.modules:
+        return
+    from types import ModuleType
+
+    for name in NUMPY_DOC_MODULES:
+        sys.modules.setdefault(name, ModuleType(name, "schedsim's stand-in: numpy's docstrings are not written in "
+                                                      "a command's process (schedsim.clicore.lean_numpy_docs)"))
+
+
 def _lazy_set_signatures(artist_module: Any) -> None:
     """The ``set()`` of each ``Artist`` subclass defined from now on gets its signature when first read.
 
@@ -433,7 +459,8 @@ def run_process(run: Callable[[], None], *, workload: bool = False) -> None:
       starts one BLAS thread per core, which cost ~70 ms CPU of a 0.16 s ``import numpy`` (2-core VM),
       and schedsim's own arrays never call BLAS. Must run before anything imports numpy.
     * freed memory stays mapped for reuse (:func:`keep_freed_memory`).
-    * matplotlib, if a chart imports it, builds no property tables into its docstrings (:func:`lean_artist_docs`).
+    * matplotlib, if a chart imports it, builds no property tables into its docstrings (:func:`lean_artist_docs`),
+      and numpy writes no docstrings onto its C objects (:func:`lean_numpy_docs`).
     * the cyclic garbage collector stays off for the whole command, which then exits: a command leaves no
       cyclic garbage worth collecting (none after a ``sweep`` point), and each pass rescans the
       modules and models the start-up made. At the end the heap is frozen (:func:`gc.freeze`), so the
@@ -519,6 +546,7 @@ def _run_set_up(run: Callable[[], None], workload: bool) -> None:
         run()
         return
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    lean_numpy_docs()  # before anything imports numpy
     keep_freed_memory()
     lean_artist_docs()
     gc.disable()
