@@ -377,8 +377,13 @@ def _transformer_stage(t: TransformerSpec, layers: int, first: bool, last: bool)
 
 
 def _params_per_layer(t: TransformerSpec) -> int:
-    f1 = 2 * t.ffn if t.swiglu else t.ffn
-    return 4 * t.hidden * t.hidden + t.hidden * f1 + t.ffn * t.hidden + 4 * t.hidden
+    """Parameters of the block's transformer layer, Megatron-LM's GPT layer with linear biases (the kernels of
+    :func:`_transformer_stage` add and differentiate them): QKV ``3h² + 3h``, projection ``h² + h``, fc1 ``h·f1 +
+    f1`` (``f1`` = 2f with SwiGLU), fc2 ``f·h + h``, two LayerNorms ``4h``; the count of
+    :func:`schedsim.spec.training_block._params_per_layer` for the same layer."""
+    h, f = t.hidden, t.ffn
+    f1 = 2 * f if t.swiglu else f
+    return (3 * h * h + 3 * h) + (h * h + h) + (h * f1 + f1) + (f * h + h) + 4 * h
 
 
 def _act_memory_per_layer(t: TransformerSpec) -> int:
