@@ -67,3 +67,25 @@ def test_a_layer_counts_its_biases_and_layernorms_as_the_training_block_does(swi
                                       "num_attention_heads": 2, "seq_length": 4, "vocab_size": 16,
                                       "micro_batch_size": 1, "swiglu": swiglu})
     assert training_params(ts, training_plan(ts, 1)) == want
+
+
+@pytest.mark.parametrize("extra,want", [
+    ({}, 1024 * 34 + 5 * 4 * 16 * 16),  # s·b·h·(34 + 5as/h): sbh 1,024, a·s²·b 1,024
+    ({"flash_attention": True}, 1024 * 34),  # FlashAttention stores no a·s²·b tensor
+    ({"ffn": 128}, 1024 * (18 + 4 * 128 // 64) + 5 * 1024),  # the MLP's two s·b·f tensors: 4f/h per sbh, not 16
+    ({"dtype": "fp32"}, 1024 * (16 + 2 + 16 + 32) + 9 * 1024),  # r = 2: sbh·(8r + 2 + 24r) + a·s²·b·(4r + 1)
+])
+def test_a_layers_stored_activations_are_the_training_blocks(extra, want):
+    # break18: the block took s·b·h·(34 + 5as/h) whatever its layer: with flash_attention (whose kernels store no
+    # scores), an ffn other than 4h or fp32 activations it disagreed with the training: block's count of the same
+    # layer (act_bytes_per_layer, tp 1, no recomputation)
+    from schedsim.spec.pipeline_block import TransformerSpec, _act_memory_per_layer
+    from schedsim.spec.training_block import TrainingSpec, act_bytes_per_layer, training_plan
+
+    t = TransformerSpec.model_validate({"layers": 2, "hidden": 64, "ffn": 256, "heads": 4, "seq": 16, **extra})
+    assert _act_memory_per_layer(t) == want
+    ts = TrainingSpec.model_validate({
+        "num_layers": 2, "hidden_size": 64, "ffn_hidden_size": t.ffn, "num_attention_heads": 4, "seq_length": 16,
+        "vocab_size": 16, "micro_batch_size": 1, "use_flash_attn": t.flash_attention,
+        **({"bf16": True} if t.dtype != "fp32" else {})})
+    assert act_bytes_per_layer(ts, training_plan(ts, 1), None) == want
