@@ -154,8 +154,8 @@ def sealed(text: str) -> str:
 
 
 def _seal_holds(p: Path) -> bool | None:
-    """Whether the profile ``p``'s last line is a :data:`SEAL` matching the bytes before it; None when it has no
-    seal (an older schedsim's profile)."""
+    """Whether the profile ``p``'s last line is a :data:`SEAL` matching the bytes before it; None when no line is a
+    seal (an older schedsim's profile); False when lines follow the seal (added by the user)."""
     import hashlib
 
     if p.stat().st_size > _SCHEMA_MAX_BYTES:
@@ -163,7 +163,7 @@ def _seal_holds(p: Path) -> bool | None:
     data = p.read_bytes()
     body, _nl, last = data.rstrip(b"\n").rpartition(b"\n")
     if not last.startswith(SEAL.encode()):
-        return None
+        return False if data.startswith(SEAL.encode()) or b"\n" + SEAL.encode() in data else None
     return hashlib.sha256(body + b"\n").hexdigest().encode() == last[len(SEAL):].strip()
 
 

@@ -6,6 +6,7 @@ in ``schedsim/hardware/profiles/*.yaml`` and are chosen with
 ``--profile NAME|PATH``.
 """
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -864,8 +865,9 @@ NCCL_ENV_FIELDS: tuple[tuple[str, str], ...] = (
     ("NCCL_MIN_NCHANNELS", "min_nchannels"), ("NCCL_MAX_NCHANNELS", "max_nchannels"))
 
 
-#: :func:`load_profile`'s profiles, by argument: the :func:`~schedsim.hardware.profile_files._stamp` of each file
-#: read (the profile, its bases) and the profile; the 16 last loaded.
+#: :func:`load_profile`'s profiles, by argument (a path by its absolute form): the
+#: :func:`~schedsim.hardware.profile_files._stamp` of each file read (the profile, its bases) and the profile; the 16
+#: last loaded.
 _LOADED: dict[str, tuple[list[tuple], HardwareProfile]] = {}
 
 
@@ -881,7 +883,9 @@ def load_profile(name_or_path: str) -> HardwareProfile:
         Unknown name, unreadable file, or a field that fails validation
         (the message names the field).
     """
-    got = _LOADED.get(name_or_path)
+    # a path by its absolute form: one relative path read from two folders is two files
+    key = os.path.abspath(name_or_path) if Path(name_or_path).suffix else name_or_path
+    got = _LOADED.get(key)
     if got is not None and all(_stamp(Path(s[0])) == s for s in got[0]):
         return got[1]
     read: list[tuple] = []
@@ -892,8 +896,8 @@ def load_profile(name_or_path: str) -> HardwareProfile:
         prof = HardwareProfile.model_validate(data)
     except ValidationError as e:
         raise ProfileError.of_field(p, e.errors(include_url=False)[0]) from None
-    _LOADED.pop(name_or_path, None)
-    _LOADED[name_or_path] = (read, prof)
+    _LOADED.pop(key, None)
+    _LOADED[key] = (read, prof)
     while len(_LOADED) > 16:
         del _LOADED[next(iter(_LOADED))]
     return prof

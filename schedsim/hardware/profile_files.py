@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -124,13 +125,15 @@ def _warn_retired(p: Path, data: Mapping[str, Any]) -> None:
 
 
 def _stamp(p: Path) -> tuple:
-    """What changes when file ``p`` is edited or replaced: its resolved path, inode, size, modification and change
-    times (``os.stat``; None where it cannot be read)."""
+    """What changes when file ``p`` is edited or replaced: the absolute path it is read by (links kept: what is
+    stamped again), the file that path resolves to (a symbolic link pointed elsewhere changes it), its inode, size,
+    modification and change times (``os.stat``; None where it cannot be read)."""
+    at = os.path.abspath(p)
     try:
         st = p.stat()
     except OSError:
-        return (str(p), None)
-    return (str(p.resolve()), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        return (at, None)
+    return (at, str(p.resolve()), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def profile_data(name_or_path: str, read: list[tuple]) -> tuple[Path, dict[str, Any]]:

@@ -52,8 +52,19 @@ I32 = np.int32
 _COPY_RES = {"h2d": 2, "d2h": 3, "d2d": 4}
 
 #: the most ops for which :func:`run_waves_program` reruns an iteration with cold first calls (rule host-issue,
-#: ``launch.cold_first_call_us``): tens of µs once per rank, nothing against a schedule of this many ops
+#: ``launch.cold_first_call_us``): tens of µs once per rank, nothing against a schedule of this many ops. Counted
+#: over every rank of the schedule (:func:`schedule_ops`), so a symmetric lowering decides as the full one does.
 COLD_RERUN_MAX = 100_000
+
+
+def schedule_ops(prog: Program) -> int:
+    """Ops of the schedule ``prog`` stands for: ``prog.N``, or for a symmetric lowering
+    (:attr:`~schedsim.lower.program.Program.represented`) ``N · world / representatives``, the full lowering's
+    count (each representative stands for a class of ``world / representatives`` ranks that run alike:
+    :func:`schedsim.lower.training.rank_classes` collapses the tp and dp indices whole). What
+    :data:`COLD_RERUN_MAX` is compared with."""
+    reps = len(prog.represented)
+    return prog.N * prog.world_size // reps if reps else prog.N
 
 #: whether the first pass is skipped where :func:`host_surely_waited` proves it would halt (off: the loop runs
 #: and halts, the form the tests compare it with)
@@ -615,7 +626,8 @@ def run_waves_program(prog: Program, profile: HardwareProfile, mode: str, rules:
     keep: dict[str, Any] = {}  # the first pass's preparation, which does not depend on cold first calls
     # the first pass stops as soon as an op ends late enough that host_waited holds (its answer is then known:
     # the latest end is no earlier), since only the second pass's times are kept
-    cw = gh.cold_wait_s(profile, mode) if prog.N <= COLD_RERUN_MAX else None
+    rerun = schedule_ops(prog) <= COLD_RERUN_MAX
+    cw = gh.cold_wait_s(profile, mode) if rerun else None
     run = _run_program_once(prog, profile, mode, rules, tab, serial, model_executor, loop, False, keep, cw)
     if run is None:  # halted: the host waited
         try:
@@ -625,7 +637,7 @@ def run_waves_program(prog: Program, profile: HardwareProfile, mode: str, rules:
         except DeadlockError:  # the whole first pass, so that its error is raised, as without the halt
             _run_program_once(prog, profile, mode, rules, tab, serial, model_executor, loop, False, keep)
             raise
-    if prog.N <= COLD_RERUN_MAX and run.host_s is not None and gh.host_waited(run.end, run.host_s, profile, mode):
+    if rerun and run.host_s is not None and gh.host_waited(run.end, run.host_s, profile, mode):
         again = _run_program_once(prog, profile, mode, rules, tab, serial, model_executor, loop, True, keep)
         assert again is not None
         run = again
@@ -727,7 +739,7 @@ def _run_program_once(prog: Program, profile: HardwareProfile, mode: str, rules:
     p = None if keep is None else keep.get("prep")
     if p is None:
         p = _prepare(prog, profile, mode, rules, serial, model_executor, cold,
-                     keep is not None and N <= COLD_RERUN_MAX)
+                     keep is not None and schedule_ops(prog) <= COLD_RERUN_MAX)
         if keep is not None and p.host is not None:
             keep["prep"] = p
         if halt_cw is not None and SKIP_PROVED and host_surely_waited(p, prog.world_size, rules.sms, tab, halt_cw):

@@ -377,14 +377,40 @@ def _transformer_stage(t: TransformerSpec, layers: int, first: bool, last: bool)
 
 
 def _params_per_layer(t: TransformerSpec) -> int:
-    f1 = 2 * t.ffn if t.swiglu else t.ffn
-    return 4 * t.hidden * t.hidden + t.hidden * f1 + t.ffn * t.hidden + 4 * t.hidden
+    """Parameters of the block's transformer layer, Megatron-LM's GPT layer with linear biases (the kernels of
+    :func:`_transformer_stage` add and differentiate them): QKV ``3h² + 3h``, projection ``h² + h``, fc1 ``h·f1 +
+    f1`` (``f1`` = 2f with SwiGLU), fc2 ``f·h + h``, two LayerNorms ``4h``; the count of
+    :func:`schedsim.spec.training_block._params_per_layer` for the same layer."""
+    h, f = t.hidden, t.ffn
+    f1 = 2 * f if t.swiglu else f
+    return (3 * h * h + 3 * h) + (h * h + h) + (h * f1 + f1) + (f * h + h) + 4 * h
+
+
+def layer_activation_bytes(s: int, b: int, h: int, a: int, f: int, dtype: str, *, tp: int = 1, cp: int = 1,
+                           sp: bool = False, scores: bool = True, full: bool = False) -> float:
+    """Stored activations of one transformer layer and microbatch, bytes: Korthikanti et al. 2022 (arXiv
+    2205.05198) §4.1 / Table 2 (``34·sbh + 5·a·s²·b`` at 16 bits, f = 4h, t = 1), in the dtype's ``r`` = bytes / 2
+    and with the MLP's two ``sbf`` tensors at ``4r·f/h`` per sbh (Megatron-LM ``theoretical_memory_usage.py``):
+    ``sbh·(8r + 2 + (8r + 4rf/h)/t) + a·s²·b·(4r + 1)/t``; with sequence parallelism ``sbh/t·(16r + 2 + 4rf/h)``
+    plus the scores' term; ``scores`` False (selective recomputation, FlashAttention, context parallelism) drops
+    the ``a·s²·b`` term; ``full`` (full recomputation) keeps the layer input alone, ``2r·sbh`` (``/t`` with SP);
+    all divided by ``cp``. :func:`schedsim.spec.training_block.act_bytes_per_layer` gives its derivation."""
+    sbh = s * b * h
+    r = DTYPE_BYTES[dtype] / 2
+    if full:
+        return 2 * r * sbh / (tp if sp else 1) / cp
+    attn = a * s * s * b * (4 * r + 1) / tp if scores else 0.0
+    mlp = 4 * r * f / h  # the MLP's two sbf tensors, per sbh (16r at f = 4h)
+    if sp:
+        return (sbh / tp * (16 * r + 2 + mlp) + attn) / cp
+    return (sbh * (8 * r + 2 + (8 * r + mlp) / tp) + attn) / cp
 
 
 def _act_memory_per_layer(t: TransformerSpec) -> int:
-    """Korthikanti et al. 2022 (arXiv 2205.05198) eq. 2: s·b·h·(34 + 5·a·s/h) bytes, 16-bit, no recompute."""
-    s, b, h, a = t.seq, t.micro_batch, t.hidden, t.heads
-    return int(s * b * h * (34 + 5 * a * s / h))
+    """Stored activations of one layer of the block's transformer and microbatch, bytes
+    (:func:`layer_activation_bytes`, t = 1, no recomputation; FlashAttention stores no scores)."""
+    return int(layer_activation_bytes(t.seq, t.micro_batch, t.hidden, t.heads, t.ffn, t.dtype,
+                                      scores=not t.flash_attention))
 
 
 def stage_params(num_stages: int, layers_per_stage: int, params_per_layer: int, *, hidden: int, seq: int,

@@ -57,7 +57,7 @@ from typing import Any, Literal
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from schedsim.errors import SpecError
-from schedsim.units import DTYPE_BYTES, MAX_BYTES, MAX_DIM
+from schedsim.units import MAX_BYTES, MAX_DIM
 
 __all__ = ["TrainingSpec", "TrainingPlan", "check_training", "refusal", "training_plan", "padded_layers", "model_flops",
            "memory_per_rank", "fsdp_units", "fsdp_memory", "act_bytes_per_layer", "expert_params_per_layer",
@@ -688,17 +688,12 @@ def act_bytes_per_layer(t: TrainingSpec, plan: TrainingPlan, granularity: str | 
     UnfusedDotProductAttention as it does not support context parallelism"; the lowering runs no scores, softmax
     or dropout kernel there, :func:`schedsim.lower.training._with_cp`).
     """
-    s, b, h, a, tp, cp = t.seq_length, t.micro_batch_size, t.hidden_size, t.num_attention_heads, plan.tp, plan.cp
-    sbh = s * b * h
-    r = DTYPE_BYTES[plan.dtype] / 2
+    from schedsim.spec.pipeline_block import layer_activation_bytes
+
     rg = t.recompute_granularity if granularity == "as set" else granularity
-    if rg == "full":
-        return 2 * r * sbh / (tp if plan.sp else 1) / cp
-    attn = 0.0 if rg == "selective" or t.use_flash_attn or cp > 1 else a * s * s * b * (4 * r + 1) / tp
-    mlp = 4 * r * plan.ffn / h  # the MLP's two sbf tensors, per sbh (16r at f = 4h)
-    if plan.sp:
-        return (sbh / tp * (16 * r + 2 + mlp) + attn) / cp
-    return (sbh * (8 * r + 2 + (8 * r + mlp) / tp) + attn) / cp
+    return layer_activation_bytes(t.seq_length, t.micro_batch_size, t.hidden_size, t.num_attention_heads, plan.ffn,
+                                  plan.dtype, tp=plan.tp, cp=plan.cp, sp=plan.sp, full=rg == "full",
+                                  scores=not (rg == "selective" or t.use_flash_attn or plan.cp > 1))
 
 
 def _params_per_layer(t: TrainingSpec, plan: TrainingPlan) -> int:

@@ -120,3 +120,20 @@ def test_a_calibrated_profile_the_user_edited_is_theirs(tmp_path: Path) -> None:
     r = run([a.replace("{o}", str(o)) for a in argv])
     assert r.exit_code == 2 and f"{o}: exists and is not schedsim's output" in r.output, r.output
     assert o.read_bytes() == edited
+
+
+def test_lines_the_user_added_after_a_calibrated_profiles_seal_are_theirs(tmp_path: Path) -> None:
+    # break18: a field appended at the end of a sealed profile (below the seal line, where an editor's cursor ends)
+    # left a last line that is no seal, so the profile was judged by its header alone, as an older unsealed one:
+    # calibrate's, and the next calibrate replaced the user's lines
+    argv, _suffix = _writers(tmp_path)["calibrate"]
+    o = tmp_path / "p.yaml"
+    assert run([a.replace("{o}", str(o)) for a in argv]).exit_code == 0
+    assert is_own_file(o, "profile")
+    with open(o, "a") as f:
+        f.write("# my note: GPU 3 runs hot\n")
+    assert not is_own_file(o, "profile")
+    edited = o.read_bytes()
+    r = run([a.replace("{o}", str(o)) for a in argv])
+    assert r.exit_code == 2 and f"{o}: exists and is not schedsim's output" in r.output, r.output
+    assert o.read_bytes() == edited

@@ -38,3 +38,29 @@ def test_an_edited_base_is_read_again(tmp_path) -> None:
     assert load_profile(str(top)).gpu.kernel_floor_us == 1.88
     base.write_text(_floor(H200, 9.5))
     assert load_profile(str(top)).gpu.kernel_floor_us == 9.5
+
+
+def test_a_link_pointed_at_another_profile_is_read_anew(tmp_path, monkeypatch) -> None:
+    # break18: `current.yaml -> a.yaml`, then `ln -sf b.yaml current.yaml`: the stamp held the resolved a.yaml,
+    # unchanged, so the second load gave a.yaml's figures (1.88 µs) for b.yaml's (7.0)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a.yaml").write_text(H200)
+    (tmp_path / "b.yaml").write_text(_floor(H200, 7.0))
+    link = tmp_path / "current.yaml"
+    link.symlink_to("a.yaml")
+    assert load_profile("current.yaml").gpu.kernel_floor_us == 1.88
+    link.unlink()
+    link.symlink_to("b.yaml")
+    assert load_profile("current.yaml").gpu.kernel_floor_us == 7.0
+
+
+def test_one_relative_path_from_two_folders_is_two_profiles(tmp_path, monkeypatch) -> None:
+    # break18: a library caller in folder x loads "p.yaml", changes folder to y and loads "p.yaml" again: the cache
+    # keyed on the string "p.yaml" gave x's profile (1.88 µs) for y's (3.5)
+    for sub, us in (("x", None), ("y", 3.5)):
+        (tmp_path / sub).mkdir()
+        (tmp_path / sub / "p.yaml").write_text(H200 if us is None else _floor(H200, us))
+    monkeypatch.chdir(tmp_path / "x")
+    assert load_profile("p.yaml").gpu.kernel_floor_us == 1.88
+    monkeypatch.chdir(tmp_path / "y")
+    assert load_profile("p.yaml").gpu.kernel_floor_us == 3.5

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from schedsim.gpu import host as gh
-from schedsim.sim.waves_columns import COLD_RERUN_MAX, ProgramRun, _run_program_once
+from schedsim.sim.waves_columns import COLD_RERUN_MAX, ProgramRun, _run_program_once, schedule_ops
 
 
 def run_waves_program_whole(prog: Any, profile: Any, mode: str, rules: Any, tab: Any, serial: bool,
@@ -16,7 +16,8 @@ def run_waves_program_whole(prog: Any, profile: Any, mode: str, rules: Any, tab:
     keep: dict[str, Any] = {}
     run = _run_program_once(prog, profile, mode, rules, tab, serial, model_executor, loop, False, keep)
     assert run is not None
-    if prog.N <= COLD_RERUN_MAX and run.host_s is not None and gh.host_waited(run.end, run.host_s, profile, mode):
+    waited = run.host_s is not None and gh.host_waited(run.end, run.host_s, profile, mode)
+    if schedule_ops(prog) <= COLD_RERUN_MAX and waited:
         run = _run_program_once(prog, profile, mode, rules, tab, serial, model_executor, loop, True, keep)
         assert run is not None
     return run

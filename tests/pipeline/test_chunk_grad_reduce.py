@@ -102,7 +102,7 @@ def test_a_timeline_computed_by_hand_overlaps_a_chunks_reduction_with_the_other_
 
 
 def test_chunk_sizes_from_the_transformer_and_the_end_of_step_waits_for_every_chunk() -> None:
-    """p = 2, v = 2, 4 layers of h = 64, ffn 256 (49,408 parameters a layer: see test_pipeline_block), one layer a
+    """p = 2, v = 2, 4 layers of h = 64, ffn 256 (49,984 parameters a layer: see test_pipeline_block), one layer a
     stage: stage 0 adds the word and position embedding (64,000 + 1,024), stage 3 the output layer and final
     LayerNorm (64,000 + 128). Each chunk's all-reduce moves 2 bytes a parameter of its stage; the tied-embedding
     all-reduce and the optimizer step wait for both of the rank's chunk reductions (Megatron's
@@ -112,7 +112,7 @@ def test_chunk_sizes_from_the_transformer_and_the_end_of_step_waits_for_every_ch
             "  tied_embedding_allreduce: true\n"
             "  transformer: {layers: 4, hidden: 64, ffn: 256, heads: 4, seq: 16, vocab: 1000, dtype: bf16}\n")
     ops = _ops(text)
-    layer = 49408
+    layer = 49984
     held = {0: layer + 64000 + 1024, 1: layer, 2: layer, 3: layer + 64000 + 128}
     for rank in range(4):
         r = rank % 2

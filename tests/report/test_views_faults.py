@@ -188,7 +188,9 @@ pipeline:
   optimizer: true
 """)
     info = api.lower_spec(spec).pipeline
-    per_layer = 4 * 64 * 64 + 64 * 256 + 256 * 64 + 4 * 64  # QKV + proj, fc1, fc2, biases/norms
+    # QKV + proj, fc1, fc2 weights; their biases 3h + h + f + h; the two LayerNorms 4h (break18: the biases were
+    # left out)
+    per_layer = 4 * 64 * 64 + 64 * 256 + 256 * 64 + (3 * 64 + 64 + 256 + 64) + 4 * 64
     n0 = 2 * per_layer + 1000 * 64 + 8 * 64                # 2 layers per stage + word and position embedding
     n1 = 2 * per_layer + 1000 * 64 + 2 * 64                # 2 layers per stage + output layer and final norm
     st = static_memory(info, spec.pipeline, 4)              # ranks 2, 3: a data-parallel replica of 0, 1

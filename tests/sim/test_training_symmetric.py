@@ -350,3 +350,61 @@ def test_hand_written_ops_beside_a_training_block_simulate_every_rank() -> None:
     full = predict(spec, prof, full_ranks=True)
     assert not run.program.represented and run.timeline.makespan_s == full.timeline.makespan_s
     assert {"a", "c"} <= {o.split("@")[0] for o in run.program.ids()}
+
+
+MOE_CAP = """\
+schema_version: 1
+name: t
+world_size: 16
+training:
+  num_layers: 12
+  hidden_size: 64
+  num_attention_heads: 8
+  seq_length: 128
+  vocab_size: 50257
+  micro_batch_size: 1
+  global_batch_size: 16
+  tp: 4
+  pp: 2
+  context_parallel_size: 2
+  bf16: true
+  sequence_parallel: true
+  num_experts: 2
+  expert_model_parallel_size: 2
+"""
+
+
+def _same_times(sym: Any, full: Any) -> None:
+    assert sym.timeline.makespan_s == full.timeline.makespan_s  # tolerance 0
+    at = {i: k for k, i in enumerate(full.program.ids())}
+    rows = np.array([at[i] for i in sym.program.ids()])
+    np.testing.assert_array_equal(np.asarray(sym.timeline.columns.start_s),
+                                  np.asarray(full.timeline.columns.start_s)[rows])
+
+
+def test_a_step_whose_full_lowering_passes_the_cold_rerun_cap_predicts_alike() -> None:
+    # break18: the cold rerun (rule host-issue, launch.cold_first_call_us) is decided by the Program's size (at most
+    # COLD_RERUN_MAX ops). Here the 4 representatives hold 25,344 ops and every rank 101,376: the symmetric run ran
+    # the step cold (first embedding kernel ready at 23.085 µs, makespan 94.7716 ms on h200), the full one warm
+    # (5.985 µs, 94.6736 ms); `predict` and `search` (symmetric) disagreed with `--full-ranks`
+    from schedsim.sim.waves_columns import COLD_RERUN_MAX
+
+    full = predict(load_text(MOE_CAP), "h200", full_ranks=True)
+    sym = predict(load_text(MOE_CAP), "h200")
+    assert len(sym.program.represented) == 4 and sym.program.N <= COLD_RERUN_MAX < full.program.N
+    _same_times(sym, full)
+
+
+@pytest.mark.parametrize("where", ["at the representatives' ops", "between", "below every rank's ops",
+                                   "at every rank's ops"])
+def test_the_cold_rerun_is_the_full_lowerings_either_side_of_the_cap(where: str, monkeypatch: Any) -> None:
+    # the cap moved across the two sizes: both runs decide as the full lowering does (cold at and above its ops)
+    import schedsim.sim.waves_columns as wc
+
+    n_sym, n_full = predict(load_text(MOE_CAP), "h200").program.N, 101_376
+    cap = {"at the representatives' ops": n_sym, "between": (n_sym + n_full) // 2,
+           "below every rank's ops": n_full - 1, "at every rank's ops": n_full}[where]
+    monkeypatch.setattr(wc, "COLD_RERUN_MAX", cap)
+    full = predict(load_text(MOE_CAP), "h200", full_ranks=True)
+    assert full.program.N == n_full
+    _same_times(predict(load_text(MOE_CAP), "h200"), full)
