@@ -526,7 +526,10 @@ def _pair_repeats(names: list[str] | Codes, ranks: list[Any]) -> bool:
     else:
         code = np.fromiter(map(first.setdefault, names, itertools.count()), np.int64, len(names))
     rank = np.concatenate(ranks)
+    space = (int(code.max()) + 1) * (int(rank.max()) + 1)
     key = code * (int(rank.max()) + 1) + rank
+    if space <= 4 * len(key) + 65536:  # a count per key (O(n + space)) rather than a sort (O(n log n))
+        return bool(np.bincount(key, minlength=space).max() > 1)
     key.sort()
     return bool((key[1:] == key[:-1]).any())
 
