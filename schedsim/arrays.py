@@ -16,7 +16,8 @@ if TYPE_CHECKING:
     import numpy as np
 
 __all__ = ["unique", "repeats", "first_table", "first_codes", "py_round", "Interval", "Pieces", "merge",
-           "merge_per_group", "length", "intersect_length", "merged", "union_length", "union_by_group", "pieces_intersection"]
+           "merge_per_group", "length", "intersect_length", "merged", "union_length", "union_by_group",
+           "pieces_intersection"]
 
 
 def py_round(a: np.ndarray, nd: int) -> np.ndarray:
