@@ -383,7 +383,8 @@ class _Writer:
         self.in_us: list[float] = []
         self._op_row: tuple[ProgramFlows, dict[str, int], np.ndarray] | None = None  # :meth:`_op_rows`
         self._row_text: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None  # :meth:`row_texts`
-        # the four lists above as arrays (int64, int64, float64, float64; shape (rows,)), made with them
+        # the four lists above as arrays (int64, int64, float64, float64; shape (rows,)), made with them for
+        # :meth:`row_texts`
         self._row_arrays: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
 
     def lanes(self, tl: Timeline, label: str | None, pid_base: int) -> None:
@@ -517,17 +518,13 @@ class _Writer:
         """Per row of the current timeline, the JSON text (:func:`_json_values`) of its process, thread, and
         its flows' out and in times (made once per timeline)."""
         if self._row_text is None:
-            pid, tid, out_us, in_us = self._arrays()
+            got, self._row_arrays = self._row_arrays, None  # lanes' arrays: read once, then freed
+            if got is None:
+                got = (np.asarray(self.pid_row, np.int64), np.asarray(self.tid_row, np.int64),
+                       np.asarray(self.out_us, np.float64), np.asarray(self.in_us, np.float64))
+            pid, tid, out_us, in_us = got
             self._row_text = (_json_ints(pid), _json_ints(tid), _json_values(out_us), _json_values(in_us))
         return self._row_text
-
-    def _arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """:attr:`pid_row`, :attr:`tid_row`, :attr:`out_us` and :attr:`in_us` as arrays (int64, int64, float64,
-        float64), as :meth:`lanes` made them."""
-        if self._row_arrays is None:
-            self._row_arrays = (np.asarray(self.pid_row, np.int64), np.asarray(self.tid_row, np.int64),
-                                np.asarray(self.out_us, np.float64), np.asarray(self.in_us, np.float64))
-        return self._row_arrays
 
     def flow(self, a: int, b: int, cat: str) -> None:
         """An arrow from 5 % into row ``a`` to 5 % before the end of row ``b``; none when ``b`` ended before
@@ -586,7 +583,7 @@ class _Writer:
 
     def _flows(self, a: np.ndarray, b: np.ndarray, cat: str) -> None:
         """:meth:`flow` of each pair of rows ``(a[k], b[k])`` (int arrays) in order: the same events."""
-        _pid, _tid, out_us, in_us = self._arrays()
+        out_us, in_us = np.asarray(self.out_us, np.float64), np.asarray(self.in_us, np.float64)
         keep = ~(out_us[a] > in_us[b])  # as flow(): none when b ended before a began
         a, b = a[keep], b[keep]
         pid, tid, o, i = self.row_texts()
