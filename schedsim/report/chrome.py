@@ -427,11 +427,11 @@ class _Writer:
         self.row_ids = ids
         # an op id held by several rows (none in a simulated timeline) takes its last row's thread everywhere
         tid_a = tid0[inv] + sub
-        tid = tid_a.tolist()
+        tids: list[int] = tid_a.tolist()
         if len(self.row_of) != len(ids):  # (then ``tid_a`` follows the list)
-            tid = [tid[self.row_of[i]] for i in ids]
-            tid_a = np.asarray(tid, np.int64)
-        self.tid_row = tid
+            tids = [tids[self.row_of[i]] for i in ids]
+            tid_a = np.asarray(tids, np.int64)
+        self.tid_row = tids
         pid_by_rank = np.zeros(max(ranks) + 1 if ranks else 0, np.int64)  # looked up for every row at once
         pid_by_rank[ranks] = [self.pid_of[r] for r in ranks]
         pid_a = pid_by_rank[c.rank]
