@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["unique", "first_table", "first_codes", "py_round", "Interval", "Pieces", "merge", "merge_per_group",
-           "length", "intersect_length", "merged", "union_length", "union_by_group", "pieces_intersection"]
+__all__ = ["unique", "repeats", "first_table", "first_codes", "py_round", "Interval", "Pieces", "merge",
+           "merge_per_group", "length", "intersect_length", "merged", "union_length", "union_by_group",
+           "pieces_intersection"]
 
 
 def py_round(a: np.ndarray, nd: int) -> np.ndarray:
@@ -62,6 +63,23 @@ def unique(key: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     inv = np.empty(len(k), np.int64)
     inv[o] = np.cumsum(new) - 1
     return k[new], o[new], inv
+
+
+def repeats(key: np.ndarray, space: int) -> bool:
+    """Whether a value repeats in ``key`` (a 1-d integer array, values in ``0 .. space - 1``). Where the range is
+    small (``space`` at most ``4·len(key) + 65536``) by a table of the range (O(n + space)), else by a sort
+    (O(n log n)); ``key`` itself is left as it was."""
+    import numpy as np
+
+    n = len(key)
+    if n < 2:
+        return False
+    if space <= 4 * n + 65536:
+        seen = np.zeros(space, bool)
+        seen[key] = True
+        return int(np.count_nonzero(seen)) < n
+    k = np.sort(key)
+    return bool((k[1:] == k[:-1]).any())
 
 
 def first_table(key: np.ndarray) -> np.ndarray | None:

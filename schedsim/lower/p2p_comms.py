@@ -75,13 +75,16 @@ def batch_communicators(prog: Program) -> tuple[np.ndarray, list[tuple[int, ...]
     ops, fam2 = np.concatenate([snd, rcv]), np.concatenate([fam, fam])
     inb = prog.batch[ops] >= 0
     families = _Union(S)
-    first: dict[int, int] = {}
     # a batch is one rank's call: its key is (rank, batch name id) (the name ids are shared by every rank's ops)
     NB = int(prog.batch[ops[inb]].max()) + 1 if inb.any() else 1
     call = prog.rank[ops[inb]].astype(I64) * NB + prog.batch[ops[inb]].astype(I64)
-    for k in unique(call * S + fam2[inb])[0].tolist():
-        b, f = divmod(k, S)  # the families met in one batch are one process group's
-        families.join(first.setdefault(b, f), f)
+    key = unique(call * S + fam2[inb])[0]  # each (call, family) once, sorted: a call's families in a run
+    b, f = key // S, key % S
+    head = np.ones(len(key), bool)
+    head[1:] = b[1:] != b[:-1]
+    lead = f[np.maximum.accumulate(np.where(head, np.arange(len(key)), 0))]  # the least family of f's call
+    for k in unique(lead * S + f)[0].tolist():  # the families met in one batch are one process group's
+        families.join(*divmod(k, S))
     roots = np.array([families.root(f) for f in range(S)], I64)[fam]
     src, dst = prog.rank[snd].astype(I64), prog.rank[rcv].astype(I64)
     index: dict[tuple[int, ...], int] = {}

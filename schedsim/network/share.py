@@ -58,6 +58,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 
+from schedsim.arrays import repeats
 from schedsim.kinds import KINDS, P2P_KINDS
 from schedsim.network import P2P_LL_THRESHOLD, GroupShape, NcclNetwork
 from schedsim.network.links import bus_factor
@@ -234,8 +235,10 @@ class LinkShare:
         lm = self.map
         key = np.repeat(np.arange(len(lm.ptr) - 1, dtype=I64) * len(lm.cap), np.diff(lm.ptr))  # flow · links
         key += lm.link  # in place: one array of the links' length (8 MB at 64 ranks' 1M links), not two
-        key.sort()  # (np.unique's hash table took 0.6 s on the 1M links of five 100,000-rank all_reduces)
-        if bool((key[1:] == key[:-1]).any()):  # a link twice in one flow: counted once by _start; leave it to event
+        # (np.unique's hash table took 0.6 s on the 1M links of five 100,000-rank all_reduces; arrays.repeats: a
+        # table of the flow · link range where it is small, a sort otherwise)
+        if repeats(key, (len(lm.ptr) - 1) * len(lm.cap)):  # a link twice in one flow: counted once by _start;
+            # leave it to event
             return self.event, self.share, self.flag
         return (self.event, self.share, self.flag, np.ascontiguousarray(lm.ptr, I64),
                 np.ascontiguousarray(lm.link, I64), self.count, self.first)

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -97,6 +97,15 @@ def _json_values(a: np.ndarray) -> np.ndarray:
     return _json_items(dumps_json(np.ascontiguousarray(a)), len(a))
 
 
+def _json_ints(a: np.ndarray) -> np.ndarray:
+    """:func:`_json_values` of the int array ``a`` (shape (n,)); where its values lie in a small range
+    (0 <= a < 4n + 64: a trace's processes and threads), each value of the range written once and looked up."""
+    n = len(a)
+    if n and int(a.min()) >= 0 and int(a.max()) < 4 * n + 64:
+        return _json_values(np.arange(int(a.max()) + 1, dtype=np.int64))[a]
+    return _json_values(a)
+
+
 def _json_strs(xs: list[str]) -> np.ndarray:
     """The JSON text of each string of ``xs`` (quotes included) as a bytes array (numpy ``S``; shape (n,)):
     :func:`_json_items` of one :func:`dumps_json` of the list."""
@@ -148,9 +157,22 @@ def _rows_json(pieces: list[_Piece], n: int) -> bytes:
     return compiled_loop().join_rows([p if isinstance(p, bytes) else np.ascontiguousarray(p) for p in pieces], n)
 
 
-def _where(mask: np.ndarray, text: np.ndarray | bytes) -> np.ndarray:
-    """``text`` (a bytes array or one bytes value) where ``mask`` (bool, shape (n,)), else ``b""``."""
+def _where(mask: np.ndarray, text: np.ndarray | bytes) -> _Piece:
+    """``text`` (a bytes array or one bytes value) where ``mask`` (bool, shape (n,)), else ``b""``: as a piece of
+    :func:`_rows_json`, ``text`` itself where every row takes it and ``b""`` where none does (no array made)."""
+    if mask.all():
+        return text
+    if not mask.any():
+        return b""
     return np.where(mask, text, b"")
+
+
+def _field(mask: np.ndarray, key: bytes, values: Callable[[], np.ndarray]) -> list[_Piece]:
+    """The pieces of an optional field of :func:`_rows_json`'s rows: ``key`` and ``values()`` (the JSON texts of
+    every row, shape (n,)) where ``mask`` (bool, shape (n,)); none, ``values`` not called, where no row has it."""
+    if not mask.any():
+        return []
+    return [_where(mask, key), _where(mask, values())]
 
 
 def _rate_counter(start: np.ndarray, end: np.ndarray, value: np.ndarray) -> list[tuple[float, float]]:
@@ -361,6 +383,9 @@ class _Writer:
         self.in_us: list[float] = []
         self._op_row: tuple[ProgramFlows, dict[str, int], np.ndarray] | None = None  # :meth:`_op_rows`
         self._row_text: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None  # :meth:`row_texts`
+        # the four lists above as arrays (int64, int64, float64, float64; shape (rows,)), made with them for
+        # :meth:`row_texts`
+        self._row_arrays: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
 
     def lanes(self, tl: Timeline, label: str | None, pid_base: int) -> None:
         """Process and thread metadata: one process per rank, one thread per stream and nesting row
@@ -400,15 +425,22 @@ class _Writer:
         ids = c.id
         self.row_of = dict(zip(ids, range(len(ids)), strict=True))  # a repeated id: its last row
         self.row_ids = ids
-        tid = (tid0[inv] + sub).tolist()
         # an op id held by several rows (none in a simulated timeline) takes its last row's thread everywhere
-        self.tid_row = tid if len(self.row_of) == len(ids) else [tid[self.row_of[i]] for i in ids]
+        tid_a = tid0[inv] + sub
+        tids: list[int] = tid_a.tolist()
+        if len(self.row_of) != len(ids):  # (then ``tid_a`` follows the list)
+            tids = [tids[self.row_of[i]] for i in ids]
+            tid_a = np.asarray(tids, np.int64)
+        self.tid_row = tids
         pid_by_rank = np.zeros(max(ranks) + 1 if ranks else 0, np.int64)  # looked up for every row at once
         pid_by_rank[ranks] = [self.pid_of[r] for r in ranks]
-        self.pid_row = pid_by_rank[c.rank].tolist()
+        pid_a = pid_by_rank[c.rank]
+        self.pid_row = pid_a.tolist()
         self.lane_row = lane.tolist()
         dur = c.end_s - c.start_s
-        self.out_us, self.in_us = _us_list(c.start_s + 0.05 * dur), _us_list(c.end_s - 0.05 * dur)
+        out_a, in_a = _us_array(c.start_s + 0.05 * dur), _us_array(c.end_s - 0.05 * dur)
+        self.out_us, self.in_us = out_a.tolist(), in_a.tolist()
+        self._row_arrays = (pid_a, tid_a, out_a, in_a)
 
     def slices(self, tl: Timeline, label: str, others: list[tuple[str, dict[str, Span]]]) -> None:
         """One complete event (``ph: "X"``) per span."""
@@ -440,16 +472,15 @@ class _Writer:
         pieces: list[_Piece] = [
             b'{"ph":"X","name":', _json_strs(c.name), b',"cat":', res, b',"pid":', pid, b',"tid":', tid, b',"ts":',
             _json_values(ts), b',"dur":', _json_values(dur), b',"args":{"op":', _json_strs(c.id), b',"kind":', kind,
-            b',"resource":', res, _where(has_b, b',"bytes":'), _where(has_b, _json_values(nbytes)),
-            _where(has_f, b',"flops":'), _where(has_f, _json_values(flops)),
-            _where(has_solo, b',"solo_us":'), _where(has_solo, _json_values(_us_array(c.solo_s))),
-            _where(has_ready, b',"ready_us":'), _where(has_ready, _json_values(_us_array(c.ready_s))), b"}}"]
-        tags = c.tags
-        tagged = [i for i, t in enumerate(tags) if t]
+            b',"resource":', res, *_field(has_b, b',"bytes":', lambda: _json_values(nbytes)),
+            *_field(has_f, b',"flops":', lambda: _json_values(flops)),
+            *_field(has_solo, b',"solo_us":', lambda: _json_values(_us_array(c.solo_s))),
+            *_field(has_ready, b',"ready_us":', lambda: _json_values(_us_array(c.ready_s))), b"}}"]
+        tagged = c.tagged_rows()  # the per-row tag dicts made for these rows alone
         if tagged:
             tail, whole = [b""] * n, [b""] * n
             kinds, ress = _decode(c.kind), _decode(c.resource)
-            for i in tagged:
+            for i, t in zip(tagged, c.tags_of(tagged), strict=True):
                 args: dict[str, Any] = {"op": c.id[i], "kind": kinds[i], "resource": ress[i]}
                 for key, on, v in (("bytes", has_b, nbytes), ("flops", has_f, flops)):
                     if on[i]:
@@ -457,7 +488,6 @@ class _Writer:
                 for key, on, v in (("solo_us", has_solo, c.solo_s), ("ready_us", has_ready, c.ready_s)):
                     if on[i]:
                         args[key] = _us(float(v[i]))
-                t = tags[i]
                 if all(isinstance(k, str) for k in t):
                     extra = {k: v for k, v in t.items() if k not in args}
                     if extra:
@@ -488,10 +518,12 @@ class _Writer:
         """Per row of the current timeline, the JSON text (:func:`_json_values`) of its process, thread, and
         its flows' out and in times (made once per timeline)."""
         if self._row_text is None:
-            self._row_text = (_json_values(np.asarray(self.pid_row, np.int64)),
-                              _json_values(np.asarray(self.tid_row, np.int64)),
-                              _json_values(np.asarray(self.out_us, np.float64)),
-                              _json_values(np.asarray(self.in_us, np.float64)))
+            got, self._row_arrays = self._row_arrays, None  # lanes' arrays: read once, then freed
+            if got is None:
+                got = (np.asarray(self.pid_row, np.int64), np.asarray(self.tid_row, np.int64),
+                       np.asarray(self.out_us, np.float64), np.asarray(self.in_us, np.float64))
+            pid, tid, out_us, in_us = got
+            self._row_text = (_json_ints(pid), _json_ints(tid), _json_values(out_us), _json_values(in_us))
         return self._row_text
 
     def flow(self, a: int, b: int, cat: str) -> None:

@@ -366,6 +366,19 @@ class SpanColumns:
         out = [i for i in rows.tolist() if tags[i] and key in tags[i]]
         return out, [tags[i] for i in out]
 
+    def tagged_rows(self) -> list[int]:
+        """The rows whose tags are not empty, ascending; from the coded tags (a row has one where any key's code is
+        not -1) when the per-row dicts are not built."""
+        import numpy as np
+
+        if self._tags is None and self._coded_tags is not None:
+            tc = self._coded_tag_columns()
+            some = np.zeros(tc.n, bool)
+            for _values, codes in tc.keys.values():
+                some |= codes >= 0
+            return np.flatnonzero(some).tolist()
+        return [i for i, t in enumerate(self.tags) if t]
+
     def tag_column(self, key: str) -> tuple[list[Any], np.ndarray]:
         """The tag ``key`` as a categorical column: ``(values, codes)``, row ``i`` holding ``values[codes[i]]``,
         or no such tag when ``codes[i]`` is -1 (int array of shape (N,)). From the coded tags without building

@@ -516,6 +516,8 @@ def _pair_repeats(names: list[str] | Codes, ranks: list[Any]) -> bool:
     integer keys (the names numbered by a dict) rather than a set of a million tuples."""
     import numpy as np
 
+    from schedsim.arrays import repeats
+
     if not len(names):
         return False
     # each name's code: the position of its first use (one dict pass; equal names, equal codes, as ids need)
@@ -526,9 +528,8 @@ def _pair_repeats(names: list[str] | Codes, ranks: list[Any]) -> bool:
     else:
         code = np.fromiter(map(first.setdefault, names, itertools.count()), np.int64, len(names))
     rank = np.concatenate(ranks)
-    key = code * (int(rank.max()) + 1) + rank
-    key.sort()
-    return bool((key[1:] == key[:-1]).any())
+    w = int(rank.max()) + 1
+    return repeats(code * w + rank, (int(code.max()) + 1) * w)
 
 
 def _load_blocks(doc: LDict, file: str) -> ScheduleSpec | None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from schedsim.arrays import first_table, unique
+from schedsim.arrays import first_table, repeats, unique
 
 
 def _cases() -> list[np.ndarray]:
@@ -36,3 +36,24 @@ def test_small_keys_take_the_table() -> None:
     u, f, inv = unique(key)
     assert (u.tolist(), f.tolist(), inv.tolist()) == ([2, 4, 9], [1, 3, 0], [2, 0, 2, 1])
     assert first_table(np.array([5, 10**6], np.int64)) is None  # past 4n + 64
+
+
+@pytest.mark.parametrize("key", [k for k in _cases() if k.dtype.kind in "iu" and (not len(k) or k.min() >= 0)],
+                         ids=lambda k: f"{k.dtype}-{len(k)}")
+def test_repeats_is_a_shorter_unique(key: np.ndarray) -> None:
+    """``repeats`` (issue 38: the (name, rank) and (flow, link) checks) is "fewer distinct values than keys", by
+    its table (a space near the keys') and by its sort (a space far larger), and leaves ``key`` as it was."""
+    before = key.copy()
+    want = len(np.unique(key)) < len(key)
+    hi = int(key.max()) + 1 if len(key) else 1
+    assert repeats(key, hi) is want
+    assert repeats(key, 10 * hi + 4 * len(key) + 65536) is want  # past the table's bound: the sort
+    assert key.tolist() == before.tolist()
+
+
+def test_repeats_by_hand() -> None:
+    """A value twice at the two ends, or not at all; one key or none never repeats."""
+    assert repeats(np.array([5, 1, 2, 5], np.int64), 6) is True
+    assert repeats(np.array([5, 1, 2, 0], np.int64), 6) is False
+    assert repeats(np.array([2**40, 3, 2**40], np.int64), 2**41) is True
+    assert repeats(np.array([7], np.int64), 8) is False and repeats(np.array([], np.int64), 1) is False

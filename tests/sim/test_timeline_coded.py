@@ -189,6 +189,22 @@ def test_tuple_coded_tags_and_shared_names_still_write_version_2(tmp_path):
     assert Timeline.read_json(tmp_path / "t.json").spans == spans
 
 
+def test_tagged_rows_from_coded_tags_are_the_rows_with_a_tag():
+    """``SpanColumns.tagged_rows`` (issue 38: the trace writer's tagged slices) without the per-row dicts: by hand,
+    rows 1 and 3 hold a tag (row 3 two keys), 0, 2 and 4 none; the same rows from the dicts once they are made;
+    and from a pipeline's columns, the rows whose dicts are not empty."""
+    c = SpanColumns.from_spans([Span(f"a{i}@r0", f"a{i}", 0, "s", "matmul", "compute", 0.0, 1.0) for i in range(5)])
+    tc = TagColumns({"mb": ([7], np.array([-1, 0, -1, 0, -1])), "msg": (["x"], np.array([-1, -1, -1, 0, -1]))}, 5)
+    coded = SpanColumns(c.id, c.name, c.rank, c.stream, c.kind, c.resource, c.start_s, c.end_s, c.solo_s,
+                        c.ready_s, c.bytes, c.flops, None, coded_tags=tc)
+    assert coded.tagged_rows() == [1, 3]
+    assert coded.tags_of([1, 3]) == [{"mb": 7}, {"mb": 7, "msg": "x"}]
+    assert [i for i, t in enumerate(coded.tags) if t] == [1, 3] == coded.tagged_rows()
+    tl = simulate(pipe(), load_profile("h200"))
+    rows = tl.columns.tagged_rows()
+    assert rows and rows == [i for i, t in enumerate(tl.columns.tags) if t]
+
+
 def test_names_shared_by_ranks_write_as_one_part_with_ids_by_format(tmp_path):
     # every rank runs mm{i} and ar{i}: the names are a table a quarter of the rows, written once with a code per
     # row, and the ids (name@rN) are not written at all; the file reads back to the same ids, names and times
