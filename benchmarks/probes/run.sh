@@ -128,6 +128,8 @@ OUT=${OUT:-probe_issuing_thread_out}; ROUNDS=${ROUNDS:-3}; BUDGET=${BUDGET:-180}
 . benchmarks/device_env.sh  # multicast off, carried wheels, PYTHONPATH
 export SCHEDSIM_PIN_CPUS=${PIN:-numa:4}
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$OUT/gpu.txt"
+# execute imports the compiled loop: build it here (a bare machine has none; the suite scripts do the same)
+python3 setup.py -q build_ext --inplace > "$OUT/build.log" 2>&1 || echo "build_ext failed (see $OUT/build.log)"
 T0=$(date +%s); ONE="--set world_size=1"
 CASES=("tpa_eager|tp_allreduce_graph|$ONE --eager|tp_allreduce.py"
        "tpffn_tp1|tp_ffn|--set tp=1|tp_ffn.py"
