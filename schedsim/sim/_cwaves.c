@@ -187,6 +187,7 @@ typedef struct {
     i32 *npred;
     const i32 *succ_ptr, *succ_idx, *sid, *orank, *ogrp, *kern;
     const double *issue, *opwork;
+    const i32 *otmpl; /* opwork's entry of each op (its template), NULL when opwork is per op */
     /* per kernel */
     const i32 *kops_ptr, *kops_idx, *ktype, *krank, *kmem, *kq;
     i32 *kneed, *kleft;
@@ -641,7 +642,7 @@ static void start_copy(W *w, i64 k, double t) {
     i64 r = w->krank[k], i = khead(w, k);
     w->ncopy[r]++;
     w->start[i] = t;
-    new_job(w, COPY, k, 0, w->opwork[i], r, t);
+    new_job(w, COPY, k, 0, w->opwork[w->otmpl ? w->otmpl[i] : i], r, t);
 }
 
 static void dispatch(W *w, i64 k, double t) {
@@ -948,7 +949,7 @@ static void loop(W *w) {
 }
 
 /* ---- Python entry --------------------------------------------------------------------------------------- */
-#define NBUF 47
+#define NBUF 48
 /* Version of the argument lists of run() and the helpers below; schedsim.sim.loop._LAYOUT must equal it, or
  * Python ignores this build (a stale .so of an editable checkout). Bump both whenever the arguments change (5:
  * succ_csr takes pair arrays, fifo_edges writes pairs; 6: the copy table by engine and reverse engine; 7: the
@@ -962,21 +963,22 @@ static void loop(W *w) {
  * kernels alone, kmem, ktail_tau, kgain and ktau, holds the value of every compute kernel: the others' are never
  * read); 17: run's deps_t may be its issue buffer (read before it is written; deps_t of an op without
  * predecessors 0); 18: the kernels handed over at one instant are placed once every event of it is done (rule
- * wave-dispatch: identical ranks met in turn at a tie run alike). */
-#define LAYOUT 18
+ * wave-dispatch: identical ranks met in turn at a tie run alike); 19: opwork per template, read through otmpl (each
+ * op's template, after opwork; empty: opwork per op), and cqnext empty where no kernel is a copy. */
+#define LAYOUT 19
 /* Entries of the copy rate table: 3 engines x reverse engine busy x compute resident (gpu.rates.rate_tables) */
 #define COPY_TAB 12
 /* Each buffer's type, in argument order: d float64, i int32 (see the struct's fields and run()'s unpacking) */
-static const char KINDS[NBUF + 1] = "ddd" "iiiiiiidd" "iiiiiiiid" "idd" "ii" "iiiiiiiiiid" "ddddd" "i" "iiii";
+static const char KINDS[NBUF + 1] = "ddd" "iiiiiiiddi" "iiiiiiiid" "idd" "ii" "iiiiiiiiiid" "ddddd" "i" "iiii";
 /* Which buffers the loop writes ('w'; the others may be read-only, e.g. a Program's columns) */
-static const char WRITES[NBUF + 1] = "..." "w........" "......ww." "w.." ".." "..........." "wwwww" "w" "wwww";
+static const char WRITES[NBUF + 1] = "..." "w........." "......ww." "w.." ".." "..........." "wwwww" "w" "wwww";
 
 static PyObject *run(PyObject *self, PyObject *args) {
     PyObject *ints, *floats, *arrays, *share = Py_None, *halt = Py_None;
     if (!PyArg_ParseTuple(args, "OOO|OO", &ints, &floats, &arrays, &share, &halt)) return NULL;
     if (!PyTuple_Check(ints) || PyTuple_GET_SIZE(ints) != 6 || !PyTuple_Check(floats) ||
         PyTuple_GET_SIZE(floats) != 3 || !PyTuple_Check(arrays) || PyTuple_GET_SIZE(arrays) != NBUF) {
-        PyErr_SetString(PyExc_TypeError, "run(ints[6], floats[3], arrays[46])");
+        PyErr_SetString(PyExc_TypeError, "run(ints[6], floats[3], arrays[48])");
         return NULL;
     }
     W w0;
@@ -1090,7 +1092,7 @@ static PyObject *run(PyObject *self, PyObject *args) {
 #define I(f) (w->f = (i32 *)ptr[b++])
 #define CI(f) (w->f = (const i32 *)ptr[b++])
     CD(comm_tab); CD(batch_tab); CD(copy_tab);
-    I(npred); CI(succ_ptr); CI(succ_idx); CI(sid); CI(orank); CI(ogrp); CI(kern); CD(issue); CD(opwork);
+    I(npred); CI(succ_ptr); CI(succ_idx); CI(sid); CI(orank); CI(ogrp); CI(kern); CD(issue); CD(opwork); CI(otmpl);
     CI(kops_ptr); CI(kops_idx); CI(ktype); CI(krank); CI(kmem); CI(kq); I(kneed); I(kleft); CD(ktau);
     I(ktail); CD(ktail_tau); CD(kgain);
     CI(q_ptr); CI(q_idx);
@@ -1106,23 +1108,41 @@ static PyObject *run(PyObject *self, PyObject *args) {
     { /* the compact forms (W): kern, kops_ptr, kops_idx all empty (the identity, K == N); ktail of one
        * entry (every kernel's 0); kmem, ktail_tau, kgain, ktau of one entry (every compute kernel's value); kneed of one entry 1 (every kernel one op: kwait
        * is not read) */
-        int ident = !bufs[9].len && !bufs[12].len && !bufs[13].len;
+        int ident = !bufs[9].len && !bufs[13].len && !bufs[14].len;
         if (ident) {
             w->kern = w->kops_ptr = w->kops_idx = NULL;
-        } else if (!bufs[9].len || !bufs[12].len || !bufs[13].len) {
+        } else if (!bufs[9].len || !bufs[13].len || !bufs[14].len) {
             PyErr_SetString(PyExc_ValueError, "run: kern, kops_ptr and kops_idx are all given or all empty");
             goto release_bufs;
         }
         int many = w->K > 1; /* one kernel: its arrays are one entry as they are */
-        w->mmem = many && bufs[16].len == 4 ? 0 : ~(i64)0;
-        w->mtail = many && bufs[21].len == 4 ? 0 : ~(i64)0;
-        w->mttau = many && bufs[22].len == 8 ? 0 : ~(i64)0;
-        w->mgain = many && bufs[23].len == 8 ? 0 : ~(i64)0;
-        w->mtau = many && bufs[20].len == 8 ? 0 : ~(i64)0;
-        w->kone = bufs[18].len == 4 && w->kneed[0] == 1;
-        if ((ident && w->K != w->N) || (!w->mtail && w->ktail[0] != 0) || (bufs[18].len == 4 && w->K > 1 && !w->kone)) {
+        w->mmem = many && bufs[17].len == 4 ? 0 : ~(i64)0;
+        w->mtail = many && bufs[22].len == 4 ? 0 : ~(i64)0;
+        w->mttau = many && bufs[23].len == 8 ? 0 : ~(i64)0;
+        w->mgain = many && bufs[24].len == 8 ? 0 : ~(i64)0;
+        w->mtau = many && bufs[21].len == 8 ? 0 : ~(i64)0;
+        w->kone = bufs[19].len == 4 && w->kneed[0] == 1;
+        if ((ident && w->K != w->N) || (!w->mtail && w->ktail[0] != 0) || (bufs[19].len == 4 && w->K > 1 && !w->kone)) {
             PyErr_SetString(PyExc_ValueError, "run: an identity kernel map needs K == N, a one-entry ktail 0 and a "
                                               "one-entry kneed 1");
+            goto release_bufs;
+        }
+        /* opwork of one entry per template, each op's read through otmpl (its template), or one per op (otmpl
+         * empty); cqnext, the copy engines' queues, read for copy kernels alone: empty where none is one */
+        int bad = 0;
+        if (!bufs[12].len) {
+            w->otmpl = NULL;
+        } else if (bufs[12].len != 4 * (Py_ssize_t)w->N) {
+            bad = 1;
+        } else {
+            i64 nw = (i64)(bufs[11].len / 8);
+            for (i64 i = 0; i < w->N && !bad; i++) bad = w->otmpl[i] < 0 || w->otmpl[i] >= nw;
+        }
+        if (bufs[47].len < 4 * (Py_ssize_t)w->K)
+            for (i64 k = 0; k < w->K && !bad; k++) bad = 2 * (w->ktype[k] >= 2);
+        if (bad) {
+            PyErr_SetString(PyExc_ValueError, bad == 1 ? "run: otmpl must be empty or one index into opwork per op"
+                                                       : "run: cqnext needs one entry per kernel where a kernel is a copy");
             goto release_bufs;
         }
     }
@@ -1863,25 +1883,27 @@ done:
 }
 
 /* ---- kernels(...): rules hardware-queues, cta-count, hbm-share's kernel and hardware-queue arrays ---------------------------------------- */
-/* kernels((N, world, nb, C), rank, batch, res, tmpl, work, opq, tctas, twaves, tmem, kern, kptr, kidx, ktype,
+/* kernels((N, world, nb, C[, wt]), rank, batch, res, tmpl, work, opq, tctas, twaves, tmem, kern, kptr, kidx, ktype,
  * krank, kneed, kleft, ktau, kmem, kq, qptr, qidx) -> (K, Q): what tests/oracle/numpy_helpers.kernels
  * makes, in O(N). Kernels are numbered by first appearance: an op with batch[i] >= 0 joins the kernel of
  * its (rank, batch), every other op is its own; kptr/kidx list each kernel's ops in op order, and each kernel
  * takes its first op's (head's) resource, rank, template and work: kleft = CTAs (compute), members
  * (communication) or 0; ktau = work / waves (compute) else 0; kmem = memory-bound (compute) else 0. Queues are
  * numbered by first appearance of (rank, opq[head]) over the kernels, qptr/qidx list each queue's kernels in
- * order. Per op (N): rank, batch, res, tmpl, opq int32, work float64; per template: tctas, tmem int32, twaves
+ * order. Per op (N): rank, batch, res, tmpl, opq int32, work float64 (per template, T entries, where wt is
+ * given and not 0: an op's is its template's); per template (T): tctas, tmem int32, twaves
  * float64; outputs int32 (ktau float64), kern/kidx/qidx and the per-kernel ones with room for N, kptr/qptr N+1;
  * with no batch (nb 0) kidx, ktype and krank may be empty: then every op is its own kernel and they are the op
  * indices, res and rank, which the caller has. ValueError for wrong lengths, an index out of range, or world,
  * nb or C past 2**31. */
 static PyObject *kernels(PyObject *self, PyObject *args) {
     (void)self;
-    Py_ssize_t N, world, nb, C;
-    PyObject *o[21];
-    if (!PyArg_ParseTuple(args, "(nnnn)OOOOOOOOOOOOOOOOOOOOO", &N, &world, &nb, &C, &o[0], &o[1], &o[2], &o[3],
+    Py_ssize_t N, world, nb, C, wt = 0;
+    PyObject *o[21], *sizes;
+    if (!PyArg_ParseTuple(args, "O!OOOOOOOOOOOOOOOOOOOOO", &PyTuple_Type, &sizes, &o[0], &o[1], &o[2], &o[3],
                           &o[4], &o[5], &o[6], &o[7], &o[8], &o[9], &o[10], &o[11], &o[12], &o[13], &o[14], &o[15],
-                          &o[16], &o[17], &o[18], &o[19], &o[20]))
+                          &o[16], &o[17], &o[18], &o[19], &o[20]) ||
+        !PyArg_ParseTuple(sizes, "nnnn|n", &N, &world, &nb, &C, &wt))
         return NULL;
     /* inputs 0-8, outputs 9-20; 'd': float64 */
     static const char dbl[21] = {0, 0, 0, 0, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0};
@@ -1900,7 +1922,7 @@ static PyObject *kernels(PyObject *self, PyObject *args) {
     int bad = N < 0 || world < 1 || nb < 0 || C < 1 || world >= ((i64)1 << 31) || nb >= ((i64)1 << 31) ||
               C >= ((i64)1 << 31) || b[7].len / 8 != T || b[8].len / 4 != T ||
               b[10].len / 4 < N + 1 || b[20].len / 4 < N || b[19].len / 4 < N + 1 || N >= ((i64)1 << 31);
-    for (int k = 0; k < 6; k++) bad |= b[k].len / (k == 4 ? 8 : 4) != N;
+    for (int k = 0; k < 6; k++) bad |= b[k].len / (k == 4 ? 8 : 4) != (k == 4 && wt ? T : N);
     /* no batches: every op its own kernel, in op order; kidx, ktype, krank may then be empty (not written: the
      * caller reads the op columns) */
     int lean = nb == 0 && !b[11].len && !b[12].len && !b[13].len;
@@ -1958,7 +1980,7 @@ static PyObject *kernels(PyObject *self, PyObject *args) {
             krank[k] = rank[h];
         }
         kleft[k] = comp ? tctas[t] : (r == 1 ? kneed[k] : 0);
-        ktau[k] = comp ? work[h] / twaves[t] : 0.0;
+        ktau[k] = comp ? work[wt ? t : h] / twaves[t] : 0.0;
         kmem[k] = comp ? tmem[t] : 0;
         i32 *slot = &qtab[(i64)rank[h] * C + opq[h]];
         if (*slot < 0) *slot = Q++;
