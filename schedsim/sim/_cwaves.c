@@ -215,7 +215,7 @@ typedef struct {
     i32 *kbat, *kwait, *qhead, *cqnext;
     char *kstarted, *kready;
     /* groups */
-    i64 *gres, *garr, *xcnt;
+    i32 *gres, *garr, *xcnt; /* counts of a group's members or link ends: below 2**31 (int32 CSRs) */
     double *xmin, *xval;
     char *xinit;
     /* ranks */
@@ -255,6 +255,10 @@ typedef struct {
     const int64_t *lptr, *llink;
     int64_t *lcount, *lfirst;
 } W;
+
+/* the rank of a group's member slot p (granks_ptr[g] <= p < granks_ptr[g + 1]): granks_idx[p], or where that is
+ * not given (granks_ptr is gmem_ptr: every group's ranks are its members' ranks) its member's own rank */
+static inline i64 grank(const W *w, i64 p) { return w->granks_idx ? w->granks_idx[p] : w->orank[w->gmem_idx[p]]; }
 
 #define CHECK(x) do { if ((x) < 0) { w->oom = 1; return; } } while (0)
 
@@ -393,7 +397,7 @@ static void share_event(W *w, i64 g, int started) {
                 break;
             }
             w->xinit[h] = 0;
-            mark_dirty(w, w->granks_idx[w->granks_ptr[h]]);
+            mark_dirty(w, grank(w, w->granks_ptr[h]));
         }
     }
     Py_XDECREF(seq);
@@ -423,7 +427,7 @@ static void new_job(W *w, i64 typ, i64 key, i64 sms, double work, i64 r, double 
     jb->last = t;
     if (typ == XFER) {
         for (i64 p = w->granks_ptr[key], s = 0; p < w->granks_ptr[key + 1]; p++, s++) {
-            i64 q = w->granks_idx[p];
+            i64 q = grank(w, p);
             CHECK(ivec_push(&w->run_job[q], j));
             CHECK(ivec_push(&w->run_slot[q], s));
             mark_dirty(w, q);
@@ -450,7 +454,7 @@ static void track(W *w, i64 g, i64 slot) {
         i64 cnt = 0;
         for (i64 p = 0; p < ne; p++) cnt += vals[p] == m;
         w->xmin[g] = m;
-        w->xcnt[g] = cnt;
+        w->xcnt[g] = (i32)cnt;
         return;
     }
     double m = w->xmin[g];
@@ -478,7 +482,7 @@ static void track(W *w, i64 g, i64 slot) {
         }
     }
     w->xmin[g] = m;
-    w->xcnt[g] = cnt;
+    w->xcnt[g] = (i32)cnt;
 }
 
 static double rate_of(W *w, i64 j) {
@@ -607,7 +611,7 @@ static void place(W *w, i64 r, double t) {
                     }
                     for (i64 a = w->gmem_ptr[g]; a < w->gmem_ptr[g + 1]; a++)
                         if (w->gmem_idx[a] != b) w->binding[w->gmem_idx[a]] = (i32)b;
-                    for (i64 a = w->granks_ptr[g]; a < w->granks_ptr[g + 1]; a++) w->ncomm[w->granks_idx[a]]++;
+                    for (i64 a = w->granks_ptr[g]; a < w->granks_ptr[g + 1]; a++) w->ncomm[grank(w, a)]++;
                     for (i64 a = w->gends_ptr[g]; a < w->gends_ptr[g + 1]; a++) {
                         w->nlink[w->gends_idx[a]]++;
                         w->lchg[w->gends_idx[a] >> 2] = 1;
@@ -826,7 +830,7 @@ static void job_done(W *w, i64 j, double t) {
         }
         share_event(w, g, 0);
         for (i64 a = w->granks_ptr[g]; a < w->granks_ptr[g + 1]; a++) {
-            i64 q = w->granks_idx[a];
+            i64 q = grank(w, a);
             w->ncomm[q]--;
             run_remove(w, q, j);
             mark_dirty(w, q);
@@ -840,7 +844,7 @@ static void job_done(W *w, i64 j, double t) {
             }
         }
         for (i64 a = w->gmem_ptr[g]; a < w->gmem_ptr[g + 1]; a++) release(w, w->gmem_idx[a], t);
-        for (i64 a = w->granks_ptr[g]; a < w->granks_ptr[g + 1]; a++) mark_toplace(w, w->granks_idx[a]);
+        for (i64 a = w->granks_ptr[g]; a < w->granks_ptr[g + 1]; a++) mark_toplace(w, grank(w, a));
         return;
     }
     i64 k = key, r = w->job[j].rank;
@@ -964,7 +968,8 @@ static void loop(W *w) {
  * read); 17: run's deps_t may be its issue buffer (read before it is written; deps_t of an op without
  * predecessors 0); 18: the kernels handed over at one instant are placed once every event of it is done (rule
  * wave-dispatch: identical ranks met in turn at a tie run alike); 19: opwork per template, read through otmpl (each
- * op's template, after opwork; empty: opwork per op), and cqnext empty where no kernel is a copy. */
+ * op's template, after opwork; empty: opwork per op), cqnext empty where no kernel is a copy, and granks_idx
+ * empty where each group's ranks are its members' own (read through gmem_idx and orank). */
 #define LAYOUT 19
 /* Entries of the copy rate table: 3 engines x reverse engine busy x compute resident (gpu.rates.rate_tables) */
 #define COPY_TAB 12
@@ -1140,9 +1145,15 @@ static PyObject *run(PyObject *self, PyObject *args) {
         }
         if (bufs[47].len < 4 * (Py_ssize_t)w->K)
             for (i64 k = 0; k < w->K && !bad; k++) bad = 2 * (w->ktype[k] >= 2);
+        /* granks_idx empty: each group's ranks are its members' (granks_ptr then equals gmem_ptr) */
+        if (!bad && !bufs[34].len) {
+            w->granks_idx = NULL;
+            bad = 3 * (bufs[33].len != bufs[27].len || memcmp(bufs[33].buf, bufs[27].buf, (size_t)bufs[27].len) != 0);
+        }
         if (bad) {
             PyErr_SetString(PyExc_ValueError, bad == 1 ? "run: otmpl must be empty or one index into opwork per op"
-                                                       : "run: cqnext needs one entry per kernel where a kernel is a copy");
+                                              : bad == 2 ? "run: cqnext needs one entry per kernel where a kernel is a copy"
+                                              : "run: an empty granks_idx needs granks_ptr equal to gmem_ptr");
             goto release_bufs;
         }
     }
@@ -1151,9 +1162,9 @@ static PyObject *run(PyObject *self, PyObject *args) {
         (void)N;
         w->kstarted = calloc((size_t)K + 1, 1);
         w->kready = calloc((size_t)K + 1, 1);
-        w->gres = calloc((size_t)G + 1, sizeof(i64));
-        w->garr = calloc((size_t)G + 1, sizeof(i64));
-        w->xcnt = calloc((size_t)G + 1, sizeof(i64));
+        w->gres = calloc((size_t)G + 1, sizeof(i32));
+        w->garr = calloc((size_t)G + 1, sizeof(i32));
+        w->xcnt = calloc((size_t)G + 1, sizeof(i32));
         w->xmin = calloc((size_t)G + 1, sizeof(double));
         w->xinit = calloc((size_t)G + 1, 1);
         w->xval = calloc((size_t)E + 1, sizeof(double));
@@ -1892,9 +1903,10 @@ done:
  * numbered by first appearance of (rank, opq[head]) over the kernels, qptr/qidx list each queue's kernels in
  * order. Per op (N): rank, batch, res, tmpl, opq int32, work float64 (per template, T entries, where wt is
  * given and not 0: an op's is its template's); per template (T): tctas, tmem int32, twaves
- * float64; outputs int32 (ktau float64), kern/kidx/qidx and the per-kernel ones with room for N, kptr/qptr N+1;
- * with no batch (nb 0) kidx, ktype and krank may be empty: then every op is its own kernel and they are the op
- * indices, res and rank, which the caller has. ValueError for wrong lengths, an index out of range, or world,
+ * float64; outputs int32 (ktau float64), kern/kidx/qidx and the per-kernel ones with room for N, kptr N+1, qptr
+ * min(N, world * C) + 1; with no batch (nb 0) kidx, ktype and krank may be empty: then every op is its own kernel
+ * and they are the op indices, res and rank, which the caller has; and kern, kptr and kneed too with them (not
+ * written: the identity, and one op per kernel). ValueError for wrong lengths, an index out of range, or world,
  * nb or C past 2**31. */
 static PyObject *kernels(PyObject *self, PyObject *args) {
     (void)self;
@@ -1919,15 +1931,19 @@ static PyObject *kernels(PyObject *self, PyObject *args) {
     i64 T = b[6].len / 4;
     /* the (rank, batch) and (rank, queue) tables hold world * nb and world * C slots: sizes whose products
      * overflow (or past 2**31 each: int32 codes) are refused, not wrapped */
+    /* no batches: every op its own kernel, in op order; kidx, ktype, krank may then be empty (not written: the
+     * caller reads the op columns), and kern, kptr, kneed too (bare: the identity and one op each) */
+    int lean = nb == 0 && !b[11].len && !b[12].len && !b[13].len;
+    int bare = lean && !b[9].len && !b[10].len && !b[14].len;
+    i64 qmax = world < 1 || C < 1 || (i64)world * C >= N ? N : (i64)world * C; /* the most queues: Q <= K <= N */
     int bad = N < 0 || world < 1 || nb < 0 || C < 1 || world >= ((i64)1 << 31) || nb >= ((i64)1 << 31) ||
               C >= ((i64)1 << 31) || b[7].len / 8 != T || b[8].len / 4 != T ||
-              b[10].len / 4 < N + 1 || b[20].len / 4 < N || b[19].len / 4 < N + 1 || N >= ((i64)1 << 31);
+              (!bare && b[10].len / 4 < N + 1) || b[20].len / 4 < N || b[19].len / 4 < qmax + 1 ||
+              N >= ((i64)1 << 31);
     for (int k = 0; k < 6; k++) bad |= b[k].len / (k == 4 ? 8 : 4) != (k == 4 && wt ? T : N);
-    /* no batches: every op its own kernel, in op order; kidx, ktype, krank may then be empty (not written: the
-     * caller reads the op columns) */
-    int lean = nb == 0 && !b[11].len && !b[12].len && !b[13].len;
     for (int k = 9; k < 21; k++)
-        bad |= k != 10 && k != 19 && !(lean && k >= 11 && k <= 13) && b[k].len / (k == 16 ? 8 : 4) < N;
+        bad |= k != 10 && k != 19 && !(lean && k >= 11 && k <= 13) && !(bare && (k == 9 || k == 14)) &&
+               b[k].len / (k == 16 ? 8 : 4) < N;
     if (bad) {
         PyErr_SetString(PyExc_ValueError, "kernels: arrays of the wrong lengths (or world, nb or C past 2**31)");
         goto done;
@@ -1960,14 +1976,18 @@ static PyObject *kernels(PyObject *self, PyObject *args) {
             i32 *slot = &btab[(i64)rank[i] * nb + batch[i]];
             if (*slot < 0) *slot = K++;
             kern[i] = *slot;
+        } else if (bare) {
+            K++;
         } else {
             kern[i] = K++;
         }
     }
-    memset(kneed, 0, (size_t)K * sizeof(i32));
-    for (i64 i = 0; i < N; i++) kneed[kern[i]]++;
-    kptr[0] = 0;
-    for (i32 k = 0; k < K; k++) kptr[k + 1] = kptr[k] + kneed[k];
+    if (!bare) {
+        memset(kneed, 0, (size_t)K * sizeof(i32));
+        for (i64 i = 0; i < N; i++) kneed[kern[i]]++;
+        kptr[0] = 0;
+        for (i32 k = 0; k < K; k++) kptr[k + 1] = kptr[k] + kneed[k];
+    }
     if (!lean) {
         memcpy(cur, kptr, (size_t)K * sizeof(i32));
         for (i64 i = 0; i < N; i++) kidx[cur[kern[i]]++] = (i32)i;
@@ -1979,7 +1999,7 @@ static PyObject *kernels(PyObject *self, PyObject *args) {
             ktype[k] = r;
             krank[k] = rank[h];
         }
-        kleft[k] = comp ? tctas[t] : (r == 1 ? kneed[k] : 0);
+        kleft[k] = comp ? tctas[t] : (r == 1 ? (bare ? 1 : kneed[k]) : 0);
         ktau[k] = comp ? work[wt ? t : h] / twaves[t] : 0.0;
         kmem[k] = comp ? tmem[t] : 0;
         i32 *slot = &qtab[(i64)rank[h] * C + opq[h]];

@@ -351,7 +351,8 @@ def _succ(prog: Program, fifo: np.ndarray, sid: np.ndarray) -> tuple[np.ndarray,
     sptr, sidx, npred, xdeps = np.empty(N + 1, I32), np.empty(E, I32), np.empty(N, I32), np.empty(N, I64)
     m = compiled_loop().succ_csr(N, tuple(np.ascontiguousarray(x) for x in e), np.ascontiguousarray(sid, I64), sptr,
                                  sidx, npred, xdeps)
-    return sptr, sidx[:m], npred, xdeps
+    # the m successors kept alone where repeats were dropped (a view would hold all E through the loop)
+    return sptr, sidx[:m].copy() if m < E else sidx, npred, xdeps
 
 
 def _kernels(tps, tres, world, tmpl, rank, batch, res, work, opq, C, cost, sms, per_t=False):
@@ -385,8 +386,11 @@ def _kernels(tps, tres, world, tmpl, rank, batch, res, work, opq, C, cost, sms, 
         work, op_tail = gk.split_work(work[tmpl] if per_t else work, ttail_s[tmpl])
         per_t = False
     nb = max(int(batch.max()) + 1 if N else 0, 0)
-    # without batches every op is its own kernel: kidx, ktype, krank (2, 3, 4) are not made (op columns)
-    out = [np.empty(0 if nb == 0 and k in (2, 3, 4) else N + (k in (1, 10)), np.float64 if k == 7 else I32)
+    # without batches every op is its own kernel: kidx, ktype, krank (2, 3, 4) are not made (op columns), nor (of
+    # more than one op: their compact forms below) kern, kptr, kneed (0, 1, 5); qptr has room for the most queues
+    bare = nb == 0 and N > 1
+    out = [np.empty(0 if nb == 0 and k in (2, 3, 4) or bare and k in (0, 1, 5) else
+                    min(N, world * C) + 1 if k == 10 else N + (k == 1), np.float64 if k == 7 else I32)
            for k in range(12)]
     K, Q = compiled_loop().kernels((N, world, nb, C, int(per_t)), _c32(rank), _c32(batch), _i32(res), _c32(tmpl), _f64(work),
                                    _i32(opq), _i32(tctas), twaves.astype(np.float64), tmem, *out)
@@ -412,7 +416,8 @@ def _kernels(tps, tres, world, tmpl, rank, batch, res, work, opq, C, cost, sms, 
     ktau = tau1
     if not ktail.any():
         ktail = _one_entry(ktail)
-    return (kern, kptr, kidx, ktype, krank, kneed, kleft, ktau, kmem, kq, qptr[:Q + 1], qidx, ktail, ktail_tau,
+    # qptr's Q + 1 entries copied: a view would hold its N + 1 through the loop
+    return (kern, kptr, kidx, ktype, krank, kneed, kleft, ktau, kmem, kq, qptr[:Q + 1].copy(), qidx, ktail, ktail_tau,
             kgain)
 
 
@@ -776,7 +781,8 @@ def _run_program_once(prog: Program, profile: HardwareProfile, mode: str, rules:
         p.kptr, p.kidx, p.ktype, p.krank, p.kmem, p.kq, kneed, kleft, _f64(p.ktau), ktail, _f64(p.ktail_tau),
         _f64(p.kgain),
         qptr, qidx,
-        gptr, gidx, *link[:4], gptr, p.granks, *link[4:], _f64(p.gwork),
+        gptr, gidx, *link[:4], gptr, np.zeros(0, I32), *link[4:], _f64(p.gwork),  # each group's ranks: its members'
+
         start, end, ready_t, deps_t, khand, binding,
         np.zeros(K, I32), kneed0, np.zeros(len(qptr) - 1, I32),
         np.zeros(K if K and bool((np.asarray(p.ktype) >= 2).any()) else 0, I32),  # the copy queues' links
@@ -844,7 +850,6 @@ class _Prep(NamedTuple):
     ktail_tau: np.ndarray
     kgain: np.ndarray
     link: list[np.ndarray]
-    granks: np.ndarray
     gwork: np.ndarray
     share: LinkShare | None
     issue: np.ndarray
@@ -947,8 +952,7 @@ def _prepare(prog: Program, profile: HardwareProfile, mode: str, rules: gm.GpuRu
 
     share = cost.net.link_share(prog, gptr, gidx, gwork)  # shared NICs and leaf uplinks
     gptr, gidx = _i32(gptr), _i32(gidx)
-    granks = rank32[gidx]
     sid = _c32(prog.stream_id)
     return _Prep(tmpl, tps, res, work, per_t, ogrp, gptr, gidx, G, K, sptr, sidx, npred, sid, rank32, kern, kptr, kidx, ktype,
-                 krank, kneed, kleft, ktau, kmem, kq, qptr, qidx, ktail, ktail_tau, kgain, link, granks, gwork, share,
+                 krank, kneed, kleft, ktau, kmem, kq, qptr, qidx, ktail, ktail_tau, kgain, link, gwork, share,
                  issue, call0, release, host if again else None)

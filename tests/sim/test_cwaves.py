@@ -186,6 +186,8 @@ _KERN, _KPTR, _KIDX, _KTYPE, _KMEM, _KNEED, _KTAU, _KTAIL, _KTTAU, _KGAIN, _KWAI
     9, 13, 14, 15, 17, 19, 21, 22, 23, 24, 45)
 #: the ops' solo times (per template where the next buffer, each op's template, is given), the copy queues' links
 _WORK, _OTMPL, _CQNEXT = 11, 12, 47
+#: the groups' members and their ranks (empty: each member's own rank, read through the members)
+_ORANK, _GMEM_PTR, _GMEM_IDX, _GRANKS_PTR, _GRANKS_IDX = 7, 27, 28, 33, 34
 
 
 def _full_forms(arrays: tuple, N: int, K: int) -> list:
@@ -204,6 +206,8 @@ def _full_forms(arrays: tuple, N: int, K: int) -> list:
     if len(out[_OTMPL]):  # the solo times per op, no template index
         out[_WORK], out[_OTMPL] = out[_WORK][out[_OTMPL]], np.zeros(0, np.int32)
     out[_CQNEXT] = np.zeros(K, np.int32)
+    if not len(out[_GRANKS_IDX]):
+        out[_GRANKS_IDX] = out[_ORANK][out[_GMEM_IDX]]
     other = out[_KTYPE] != 0  # not compute kernels: their kmem, ktail_tau, kgain and ktau are never read
     for k, poison in ((_KMEM, 3), (_KTAU, np.nan), (_KTTAU, np.nan), (_KGAIN, np.nan)):
         out[k][other] = poison
@@ -235,6 +239,7 @@ def test_the_loops_compact_buffers_run_as_their_full_forms(monkeypatch):
     assert [len(arrays[k]) for k in (_KERN, _KPTR, _KIDX, _KNEED, _KWAIT)] == [0, 0, 0, 1, 1]  # compact here
     # the solo times per template (a GEMM's and an all_reduce's), each op's through its template; no copy queues
     assert len(arrays[_WORK]) == 2 and len(arrays[_OTMPL]) == len(arrays[7]) == 2 * 4 * 16 and len(arrays[_CQNEXT]) == 0
+    assert len(arrays[_GRANKS_IDX]) == 0 and len(full[_GRANKS_IDX]) == len(arrays[_GMEM_IDX]) == 4 * 16
     assert len(arrays[_KTAIL]) == 1 and len(arrays[_KTTAU]) == 1 and len(arrays[_KMEM]) == 1
     # the GEMMs' wave time and fill gain: one entry, though the all_reduces' kernels (never read) hold others
     assert len(arrays[_KTAU]) == 1 and len(arrays[_KGAIN]) == 1
@@ -254,7 +259,8 @@ def test_the_loop_refuses_inconsistent_compact_buffers(monkeypatch):
                  "a template index past the solo times": lambda a, N, K: a.__setitem__(_OTMPL, np.full(N, len(a[_WORK]),
                                                                                                        np.int32)),
                  "a template index for some ops": lambda a, N, K: a.__setitem__(_OTMPL, np.zeros(N - 1, np.int32)),
-                 "no copy queue links for a copy": lambda a, N, K: a.__setitem__(_KTYPE, np.full(K, 2, np.int32))}
+                 "no copy queue links for a copy": lambda a, N, K: a.__setitem__(_KTYPE, np.full(K, 2, np.int32)),
+                 "group ranks by other pointers": lambda a, N, K: a.__setitem__(_GRANKS_PTR, a[_GRANKS_PTR][:-1])}
     real_run = _cwaves.run
     for _why, spoil in bad_forms.items():
         def run(ints, floats, arrays, *share, spoil=spoil):  # type: ignore[no-untyped-def]
@@ -263,6 +269,6 @@ def test_the_loop_refuses_inconsistent_compact_buffers(monkeypatch):
             return real_run(ints, floats, tuple(a), *share)
 
         monkeypatch.setattr(_cwaves, "run", run)
-        with pytest.raises(ValueError, match="kern, kops_ptr and kops_idx|identity kernel map|otmpl|cqnext"):
+        with pytest.raises(ValueError, match="kern, kops_ptr and kops_idx|identity kernel map|otmpl|cqnext|granks"):
             simulate(G, load_profile("h200"), gpu_model="waves")
         monkeypatch.setattr(_cwaves, "run", real_run)
