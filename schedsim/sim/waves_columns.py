@@ -392,8 +392,8 @@ def _kernels(tps, tres, world, tmpl, rank, batch, res, work, opq, C, cost, sms, 
     out = [np.empty(0 if nb == 0 and k in (2, 3, 4) or bare and k in (0, 1, 5) else
                     min(N, world * C) + 1 if k == 10 else N + (k == 1), np.float64 if k == 7 else I32)
            for k in range(12)]
-    K, Q = compiled_loop().kernels((N, world, nb, C, int(per_t)), _c32(rank), _c32(batch), _i32(res), _c32(tmpl), _f64(work),
-                                   _i32(opq), _i32(tctas), twaves.astype(np.float64), tmem, *out)
+    K, Q = compiled_loop().kernels((N, world, nb, C, int(per_t)), _c32(rank), _c32(batch), _i32(res), _c32(tmpl),
+                                   _f64(work), _i32(opq), _i32(tctas), twaves.astype(np.float64), tmem, *out)
     kern, kptr, kidx, ktype, krank, kneed, kleft, ktau, kmem, kq, qptr, qidx = out
     if K == N:  # every op its own kernel, in op order: the op columns are the kernel columns (no copies held)
         kidx, ktype, krank = kern, res, rank
@@ -882,7 +882,7 @@ def _prepare(prog: Program, profile: HardwareProfile, mode: str, rules: gm.GpuRu
     # additions on the same values as per op, without an array of N per term
     terms = None if is_p2p.any() or not N else gm.template_memory_terms(tps, tmpl, rank, prog.world_size, cost, mode)
     per_t = terms is not None  # work per template: an op's is work[tmpl[i]] (its group's where it has one)
-    if per_t:  # _durations' per template (no send/recv)
+    if terms is not None:  # _durations' per template (no send/recv)
         work = np.array([0.0 if t.kind in P2P_KINDS else cost.duration(t) for t in tps], np.float64)
         gm.node_work_columns(work, terms[0], timing_s, empty_s, terms[1])
     else:
@@ -953,6 +953,6 @@ def _prepare(prog: Program, profile: HardwareProfile, mode: str, rules: gm.GpuRu
     share = cost.net.link_share(prog, gptr, gidx, gwork)  # shared NICs and leaf uplinks
     gptr, gidx = _i32(gptr), _i32(gidx)
     sid = _c32(prog.stream_id)
-    return _Prep(tmpl, tps, res, work, per_t, ogrp, gptr, gidx, G, K, sptr, sidx, npred, sid, rank32, kern, kptr, kidx, ktype,
-                 krank, kneed, kleft, ktau, kmem, kq, qptr, qidx, ktail, ktail_tau, kgain, link, gwork, share,
+    return _Prep(tmpl, tps, res, work, per_t, ogrp, gptr, gidx, G, K, sptr, sidx, npred, sid, rank32, kern, kptr, kidx,
+                 ktype, krank, kneed, kleft, ktau, kmem, kq, qptr, qidx, ktail, ktail_tau, kgain, link, gwork, share,
                  issue, call0, release, host if again else None)
