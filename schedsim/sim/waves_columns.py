@@ -734,8 +734,11 @@ def _run_program_once(prog: Program, profile: HardwareProfile, mode: str, rules:
 
     Memory: the loop's per-op, per-kernel and per-group buffers are int32 (indices below 2**31) and every
     int64 temporary of the preparation is freed before the loop starts, and the loop writes its deps_t into the
-    release column where that column is this pass's own, so a run holds about 4 float64 and 15 int32 arrays of
-    length N at its peak (plus the timeline's columns).
+    release column where that column is this pass's own. Where the solo times are per template (no send/recv, no
+    graph-fork term: :attr:`_Prep.per_t`) the loop reads an op's through its template and the per-op column is
+    made after it (:func:`op_work`); a group's ranks are read through its members (no column of them); without
+    p2p batches the kernel maps are not made (``_cwaves.kernels``, bare), and without copy kernels the copy
+    queues' links are not either (``_cwaves.c`` LAYOUT 19).
 
     Raises
     ------
