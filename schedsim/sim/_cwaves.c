@@ -186,6 +186,7 @@ typedef struct {
     /* per op */
     i32 *npred;
     const i32 *succ_ptr, *succ_idx, *sid, *orank, *ogrp, *kern;
+    i64 speriod; /* 0, or the successor CSR of rank 0's speriod ops alone: op i's are orank[i]·speriod later */
     const double *issue, *opwork;
     const i32 *otmpl; /* opwork's entry of each op (its template), NULL when opwork is per op */
     /* per kernel */
@@ -716,8 +717,9 @@ static void push_ready(W *w, i64 v, double at) { CHECK(event_push(w, at, w->seq+
 static void release(W *w, i64 i, double t) {
     w->end[i] = t;
     if (w->halt && t - w->halt_h >= w->halt_cw) w->halted = 1;
-    for (i64 p = w->succ_ptr[i]; p < w->succ_ptr[i + 1]; p++) {
-        i64 v = w->succ_idx[p];
+    i64 base = w->speriod ? (i64)w->orank[i] * w->speriod : 0, row = i - base;
+    for (i64 p = w->succ_ptr[row]; p < w->succ_ptr[row + 1]; p++) {
+        i64 v = w->succ_idx[p] + base;
         if (--w->npred[v]) continue;
         double tv = (w->xlat != 0.0 && w->sid[v] != w->sid[i] && w->orank[v] == w->orank[i]) ? t + w->xlat : t;
         double iv = w->issue[v]; /* read before deps_t[v] is written: deps_t may be the issue buffer itself */
@@ -969,7 +971,9 @@ static void loop(W *w) {
  * predecessors 0); 18: the kernels handed over at one instant are placed once every event of it is done (rule
  * wave-dispatch: identical ranks met in turn at a tie run alike); 19: opwork per template, read through otmpl (each
  * op's template, after opwork; empty: opwork per op), cqnext empty where no kernel is a copy, and granks_idx
- * empty where each group's ranks are its members' own (read through gmem_idx and orank). */
+ * empty where each group's ranks are its members' own (read through gmem_idx and orank), and the successor CSR
+ * of rank 0's R ops alone (succ_ptr of R + 1 entries) where rank k's ops are k·R .. k·R + R - 1 and their rows
+ * rank 0's shifted by k·R. */
 #define LAYOUT 19
 /* Entries of the copy rate table: 3 engines x reverse engine busy x compute resident (gpu.rates.rate_tables) */
 #define COPY_TAB 12
@@ -1145,6 +1149,17 @@ static PyObject *run(PyObject *self, PyObject *args) {
         }
         if (bufs[47].len < 4 * (Py_ssize_t)w->K)
             for (i64 k = 0; k < w->K && !bad; k++) bad = 2 * (w->ktype[k] >= 2);
+        /* the successor CSR of rank 0's R ops (succ_ptr of R + 1 < N + 1 entries): every rank's ops are R in a
+         * row, in rank order, its successors below R (shifted by the op's rank times R) */
+        i64 R = (i64)(bufs[4].len / 4) - 1;
+        if (!bad && R != w->N) {
+            bad = 4 * (R < 1 || w->N % R != 0 || w->succ_ptr[0] != 0 || (i64)(bufs[5].len / 4) < w->succ_ptr[R]);
+            for (i64 r = 0; !bad && r < R; r++) bad = 4 * (w->succ_ptr[r] > w->succ_ptr[r + 1]);
+            for (i64 p = 0; !bad && p < w->succ_ptr[R]; p++) bad = 4 * (w->succ_idx[p] < 0 || w->succ_idx[p] >= R);
+            for (i64 i = 0, k = 0, j = 0; !bad && i < w->N; i++, j = j + 1 == R ? (k++, 0) : j + 1)
+                bad = 4 * (w->orank[i] != k);
+            w->speriod = R;
+        }
         /* granks_idx empty: each group's ranks are its members' (granks_ptr then equals gmem_ptr) */
         if (!bad && !bufs[34].len) {
             w->granks_idx = NULL;
@@ -1153,7 +1168,9 @@ static PyObject *run(PyObject *self, PyObject *args) {
         if (bad) {
             PyErr_SetString(PyExc_ValueError, bad == 1 ? "run: otmpl must be empty or one index into opwork per op"
                                               : bad == 2 ? "run: cqnext needs one entry per kernel where a kernel is a copy"
-                                              : "run: an empty granks_idx needs granks_ptr equal to gmem_ptr");
+                                              : bad == 3 ? "run: an empty granks_idx needs granks_ptr equal to gmem_ptr"
+                                              : "run: a successor CSR of R ops needs every rank's ops R in a row, in "
+                                                "rank order, and successors below R");
             goto release_bufs;
         }
     }

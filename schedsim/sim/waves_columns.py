@@ -355,6 +355,28 @@ def _succ(prog: Program, fifo: np.ndarray, sid: np.ndarray) -> tuple[np.ndarray,
     return sptr, sidx[:m].copy() if m < E else sidx, npred, xdeps
 
 
+def _rank_rows(sptr: np.ndarray, sidx: np.ndarray, rank: np.ndarray, world: int) -> tuple[np.ndarray, np.ndarray]:
+    """The successor CSR ``(sptr, sidx)`` (int32, of :func:`_succ`) as rank 0's rows alone, where the ops are ``R``
+    per rank in rank order (op ``k·R + j`` is row ``j`` on rank ``k``: a uniform lowering's layout,
+    :func:`schedsim.lower.link._link_uniform`) and every rank's rows are rank 0's shifted by ``k·R``: the compiled
+    loop then reads op ``i``'s successors as row ``i - rank·R`` plus ``rank·R`` (``_cwaves.c`` LAYOUT 19), and the
+    CSR takes 1/world of the memory. Else ``(sptr, sidx)`` as they are. A check over the whole CSR (O(N + E))."""
+    N = len(sptr) - 1
+    if world < 2 or N < world or N % world:
+        return sptr, sidx
+    R = N // world
+    m0 = int(sptr[R])
+    # int32 arithmetic (every offset and index is below 2**31, int32 CSRs): temporaries of 4 bytes per entry
+    k = np.arange(world, dtype=I32)[:, None]
+    if len(sidx) != world * m0 or not bool((rank.reshape(world, R) == k).all()):
+        return sptr, sidx
+    if not bool((sptr[:N].reshape(world, R) - k * I32(m0) == sptr[:R]).all()):
+        return sptr, sidx
+    if not bool((sidx.reshape(world, m0) - k * I32(R) == sidx[:m0]).all()):
+        return sptr, sidx
+    return sptr[:R + 1].copy(), sidx[:m0].copy()
+
+
 def _kernels(tps, tres, world, tmpl, rank, batch, res, work, opq, C, cost, sms, per_t=False):
     """Kernels (one per op, one per ``p2p_batch`` of a rank) with CTAs, wave time, memory-boundness and
     hardware queue (rules hardware-queues, cta-count, hbm-share), as the oracle's Op-list form makes them: the
@@ -919,6 +941,7 @@ def _prepare(prog: Program, profile: HardwareProfile, mode: str, rules: gm.GpuRu
     # rule communicator-order: communicator order; rule host-issue: host issue times
     sptr, sidx, npred, host = _order_and_issue(prog, tps, tmpl, rank, sid, res, is_p2p, serial, profile, mode,
                                                model_executor, cost)
+    sptr, sidx = _rank_rows(sptr, sidx, prog.rank, prog.world_size)  # rank 0's rows where every rank's are alike
     # the Program's edges, dependency CSR and collective members are read no more by this run: dropped where the
     # Program can make them again (a uniform lowering's, made anew if read after), not held through the loop
     prog.release_linked()
