@@ -282,6 +282,7 @@ def test_the_loop_refuses_inconsistent_compact_buffers(monkeypatch):
             return real_run(ints, floats, tuple(a), *share)
 
         monkeypatch.setattr(_cwaves, "run", run)
-        with pytest.raises(ValueError, match="kern, kops_ptr and kops_idx|identity kernel map|otmpl|cqnext|granks|successor CSR"):
+        refused = "kern, kops_ptr and kops_idx|identity kernel map|otmpl|cqnext|granks|successor CSR"
+        with pytest.raises(ValueError, match=refused):
             simulate(G, load_profile("h200"), gpu_model="waves")
         monkeypatch.setattr(_cwaves, "run", real_run)
