@@ -366,14 +366,17 @@ def _rank_rows(sptr: np.ndarray, sidx: np.ndarray, rank: np.ndarray, world: int)
         return sptr, sidx
     R = N // world
     m0 = int(sptr[R])
-    # int32 arithmetic (every offset and index is below 2**31, int32 CSRs): temporaries of 4 bytes per entry
-    k = np.arange(world, dtype=I32)[:, None]
-    if len(sidx) != world * m0 or not bool((rank.reshape(world, R) == k).all()):
+    if len(sidx) != world * m0:
         return sptr, sidx
-    if not bool((sptr[:N].reshape(world, R) - k * I32(m0) == sptr[:R]).all()):
-        return sptr, sidx
-    if not bool((sidx.reshape(world, m0) - k * I32(R) == sidx[:m0]).all()):
-        return sptr, sidx
+    # a block of ranks at a time (about 2**20 entries), in int32 (every offset and index is below 2**31, int32
+    # CSRs): temporaries of a few MiB, not of the whole CSR (at 10M ops they set the preparation's high-water mark)
+    step = max(1, (1 << 20) // max(R, m0, 1))
+    for lo in range(0, world, step):
+        k = np.arange(lo, min(world, lo + step), dtype=I32)[:, None]
+        if not (bool((rank[lo * R:(lo + len(k)) * R].reshape(len(k), R) == k).all()) and
+                bool((sptr[lo * R:(lo + len(k)) * R].reshape(len(k), R) - k * I32(m0) == sptr[:R]).all()) and
+                bool((sidx[lo * m0:(lo + len(k)) * m0].reshape(len(k), m0) - k * I32(R) == sidx[:m0]).all())):
+            return sptr, sidx
     return sptr[:R + 1].copy(), sidx[:m0].copy()
 
 

@@ -109,3 +109,16 @@ def test_kernels_without_batches_leave_the_identity_maps_unwritten():
         loop.kernels((n, 2, 0, 1), np.array([0, 0, 0, 1, 1], i32), np.full(n, -1, i32), np.zeros(n, i32),
                      np.zeros(n, i32), np.ones(n), np.zeros(n, i32), np.array([8], i32), np.array([1.0]),
                      np.zeros(1, i32), *out)
+
+
+def test_rank_rows_keep_rank_0s_rows_where_every_rank_has_them():
+    # 4 ops, 2 per rank: op 0 -> op 1 on rank 0, op 2 -> op 3 on rank 1: rank 0's rows alone, [0, 1, 1] and [1]
+    i32 = np.int32
+    sptr, sidx, rank = np.array([0, 1, 1, 2, 2], i32), np.array([1, 3], i32), np.array([0, 0, 1, 1], i32)
+    p, s = wc._rank_rows(sptr, sidx, rank, 2)
+    assert p.tolist() == [0, 1, 1] and s.tolist() == [1]
+    for why, args in (("rank 1's row differs", (sptr, np.array([1, 2], i32), rank)),
+                      ("ranks interleaved", (sptr, sidx, np.array([0, 1, 0, 1], i32))),
+                      ("rank 1 has no edge", (np.array([0, 1, 1, 1, 1], i32), sidx[:1], rank))):
+        p, s = wc._rank_rows(*args, 2)
+        assert p is args[0] and s is args[1], why  # as they are
