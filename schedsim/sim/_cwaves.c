@@ -186,7 +186,9 @@ typedef struct {
     /* per op */
     i32 *npred;
     const i32 *succ_ptr, *succ_idx, *sid, *orank, *ogrp, *kern;
+    i64 speriod; /* 0, or the successor CSR of rank 0's speriod ops alone: op i's are orank[i]·speriod later */
     const double *issue, *opwork;
+    const i32 *otmpl; /* opwork's entry of each op (its template), NULL when opwork is per op */
     /* per kernel */
     const i32 *kops_ptr, *kops_idx, *ktype, *krank, *kmem, *kq;
     i32 *kneed, *kleft;
@@ -214,7 +216,7 @@ typedef struct {
     i32 *kbat, *kwait, *qhead, *cqnext;
     char *kstarted, *kready;
     /* groups */
-    i64 *gres, *garr, *xcnt;
+    i32 *gres, *garr, *xcnt; /* counts of a group's members or link ends: below 2**31 (int32 CSRs) */
     double *xmin, *xval;
     char *xinit;
     /* ranks */
@@ -254,6 +256,10 @@ typedef struct {
     const int64_t *lptr, *llink;
     int64_t *lcount, *lfirst;
 } W;
+
+/* the rank of a group's member slot p (granks_ptr[g] <= p < granks_ptr[g + 1]): granks_idx[p], or where that is
+ * not given (granks_ptr is gmem_ptr: every group's ranks are its members' ranks) its member's own rank */
+static inline i64 grank(const W *w, i64 p) { return w->granks_idx ? w->granks_idx[p] : w->orank[w->gmem_idx[p]]; }
 
 #define CHECK(x) do { if ((x) < 0) { w->oom = 1; return; } } while (0)
 
@@ -392,7 +398,7 @@ static void share_event(W *w, i64 g, int started) {
                 break;
             }
             w->xinit[h] = 0;
-            mark_dirty(w, w->granks_idx[w->granks_ptr[h]]);
+            mark_dirty(w, grank(w, w->granks_ptr[h]));
         }
     }
     Py_XDECREF(seq);
@@ -422,7 +428,7 @@ static void new_job(W *w, i64 typ, i64 key, i64 sms, double work, i64 r, double 
     jb->last = t;
     if (typ == XFER) {
         for (i64 p = w->granks_ptr[key], s = 0; p < w->granks_ptr[key + 1]; p++, s++) {
-            i64 q = w->granks_idx[p];
+            i64 q = grank(w, p);
             CHECK(ivec_push(&w->run_job[q], j));
             CHECK(ivec_push(&w->run_slot[q], s));
             mark_dirty(w, q);
@@ -449,7 +455,7 @@ static void track(W *w, i64 g, i64 slot) {
         i64 cnt = 0;
         for (i64 p = 0; p < ne; p++) cnt += vals[p] == m;
         w->xmin[g] = m;
-        w->xcnt[g] = cnt;
+        w->xcnt[g] = (i32)cnt;
         return;
     }
     double m = w->xmin[g];
@@ -477,7 +483,7 @@ static void track(W *w, i64 g, i64 slot) {
         }
     }
     w->xmin[g] = m;
-    w->xcnt[g] = cnt;
+    w->xcnt[g] = (i32)cnt;
 }
 
 static double rate_of(W *w, i64 j) {
@@ -606,7 +612,7 @@ static void place(W *w, i64 r, double t) {
                     }
                     for (i64 a = w->gmem_ptr[g]; a < w->gmem_ptr[g + 1]; a++)
                         if (w->gmem_idx[a] != b) w->binding[w->gmem_idx[a]] = (i32)b;
-                    for (i64 a = w->granks_ptr[g]; a < w->granks_ptr[g + 1]; a++) w->ncomm[w->granks_idx[a]]++;
+                    for (i64 a = w->granks_ptr[g]; a < w->granks_ptr[g + 1]; a++) w->ncomm[grank(w, a)]++;
                     for (i64 a = w->gends_ptr[g]; a < w->gends_ptr[g + 1]; a++) {
                         w->nlink[w->gends_idx[a]]++;
                         w->lchg[w->gends_idx[a] >> 2] = 1;
@@ -641,7 +647,7 @@ static void start_copy(W *w, i64 k, double t) {
     i64 r = w->krank[k], i = khead(w, k);
     w->ncopy[r]++;
     w->start[i] = t;
-    new_job(w, COPY, k, 0, w->opwork[i], r, t);
+    new_job(w, COPY, k, 0, w->opwork[w->otmpl ? w->otmpl[i] : i], r, t);
 }
 
 static void dispatch(W *w, i64 k, double t) {
@@ -711,8 +717,9 @@ static void push_ready(W *w, i64 v, double at) { CHECK(event_push(w, at, w->seq+
 static void release(W *w, i64 i, double t) {
     w->end[i] = t;
     if (w->halt && t - w->halt_h >= w->halt_cw) w->halted = 1;
-    for (i64 p = w->succ_ptr[i]; p < w->succ_ptr[i + 1]; p++) {
-        i64 v = w->succ_idx[p];
+    i64 base = w->speriod ? (i64)w->orank[i] * w->speriod : 0, row = i - base;
+    for (i64 p = w->succ_ptr[row]; p < w->succ_ptr[row + 1]; p++) {
+        i64 v = w->succ_idx[p] + base;
         if (--w->npred[v]) continue;
         double tv = (w->xlat != 0.0 && w->sid[v] != w->sid[i] && w->orank[v] == w->orank[i]) ? t + w->xlat : t;
         double iv = w->issue[v]; /* read before deps_t[v] is written: deps_t may be the issue buffer itself */
@@ -825,7 +832,7 @@ static void job_done(W *w, i64 j, double t) {
         }
         share_event(w, g, 0);
         for (i64 a = w->granks_ptr[g]; a < w->granks_ptr[g + 1]; a++) {
-            i64 q = w->granks_idx[a];
+            i64 q = grank(w, a);
             w->ncomm[q]--;
             run_remove(w, q, j);
             mark_dirty(w, q);
@@ -839,7 +846,7 @@ static void job_done(W *w, i64 j, double t) {
             }
         }
         for (i64 a = w->gmem_ptr[g]; a < w->gmem_ptr[g + 1]; a++) release(w, w->gmem_idx[a], t);
-        for (i64 a = w->granks_ptr[g]; a < w->granks_ptr[g + 1]; a++) mark_toplace(w, w->granks_idx[a]);
+        for (i64 a = w->granks_ptr[g]; a < w->granks_ptr[g + 1]; a++) mark_toplace(w, grank(w, a));
         return;
     }
     i64 k = key, r = w->job[j].rank;
@@ -948,7 +955,7 @@ static void loop(W *w) {
 }
 
 /* ---- Python entry --------------------------------------------------------------------------------------- */
-#define NBUF 47
+#define NBUF 48
 /* Version of the argument lists of run() and the helpers below; schedsim.sim.loop._LAYOUT must equal it, or
  * Python ignores this build (a stale .so of an editable checkout). Bump both whenever the arguments change (5:
  * succ_csr takes pair arrays, fifo_edges writes pairs; 6: the copy table by engine and reverse engine; 7: the
@@ -962,21 +969,25 @@ static void loop(W *w) {
  * kernels alone, kmem, ktail_tau, kgain and ktau, holds the value of every compute kernel: the others' are never
  * read); 17: run's deps_t may be its issue buffer (read before it is written; deps_t of an op without
  * predecessors 0); 18: the kernels handed over at one instant are placed once every event of it is done (rule
- * wave-dispatch: identical ranks met in turn at a tie run alike). */
-#define LAYOUT 18
+ * wave-dispatch: identical ranks met in turn at a tie run alike); 19: opwork per template, read through otmpl (each
+ * op's template, after opwork; empty: opwork per op), cqnext empty where no kernel is a copy, and granks_idx
+ * empty where each group's ranks are its members' own (read through gmem_idx and orank), and the successor CSR
+ * of rank 0's R ops alone (succ_ptr of R + 1 entries) where rank k's ops are k·R .. k·R + R - 1 and their rows
+ * rank 0's shifted by k·R. */
+#define LAYOUT 19
 /* Entries of the copy rate table: 3 engines x reverse engine busy x compute resident (gpu.rates.rate_tables) */
 #define COPY_TAB 12
 /* Each buffer's type, in argument order: d float64, i int32 (see the struct's fields and run()'s unpacking) */
-static const char KINDS[NBUF + 1] = "ddd" "iiiiiiidd" "iiiiiiiid" "idd" "ii" "iiiiiiiiiid" "ddddd" "i" "iiii";
+static const char KINDS[NBUF + 1] = "ddd" "iiiiiiiddi" "iiiiiiiid" "idd" "ii" "iiiiiiiiiid" "ddddd" "i" "iiii";
 /* Which buffers the loop writes ('w'; the others may be read-only, e.g. a Program's columns) */
-static const char WRITES[NBUF + 1] = "..." "w........" "......ww." "w.." ".." "..........." "wwwww" "w" "wwww";
+static const char WRITES[NBUF + 1] = "..." "w........." "......ww." "w.." ".." "..........." "wwwww" "w" "wwww";
 
 static PyObject *run(PyObject *self, PyObject *args) {
     PyObject *ints, *floats, *arrays, *share = Py_None, *halt = Py_None;
     if (!PyArg_ParseTuple(args, "OOO|OO", &ints, &floats, &arrays, &share, &halt)) return NULL;
     if (!PyTuple_Check(ints) || PyTuple_GET_SIZE(ints) != 6 || !PyTuple_Check(floats) ||
         PyTuple_GET_SIZE(floats) != 3 || !PyTuple_Check(arrays) || PyTuple_GET_SIZE(arrays) != NBUF) {
-        PyErr_SetString(PyExc_TypeError, "run(ints[6], floats[3], arrays[46])");
+        PyErr_SetString(PyExc_TypeError, "run(ints[6], floats[3], arrays[48])");
         return NULL;
     }
     W w0;
@@ -1090,7 +1101,7 @@ static PyObject *run(PyObject *self, PyObject *args) {
 #define I(f) (w->f = (i32 *)ptr[b++])
 #define CI(f) (w->f = (const i32 *)ptr[b++])
     CD(comm_tab); CD(batch_tab); CD(copy_tab);
-    I(npred); CI(succ_ptr); CI(succ_idx); CI(sid); CI(orank); CI(ogrp); CI(kern); CD(issue); CD(opwork);
+    I(npred); CI(succ_ptr); CI(succ_idx); CI(sid); CI(orank); CI(ogrp); CI(kern); CD(issue); CD(opwork); CI(otmpl);
     CI(kops_ptr); CI(kops_idx); CI(ktype); CI(krank); CI(kmem); CI(kq); I(kneed); I(kleft); CD(ktau);
     I(ktail); CD(ktail_tau); CD(kgain);
     CI(q_ptr); CI(q_idx);
@@ -1106,23 +1117,60 @@ static PyObject *run(PyObject *self, PyObject *args) {
     { /* the compact forms (W): kern, kops_ptr, kops_idx all empty (the identity, K == N); ktail of one
        * entry (every kernel's 0); kmem, ktail_tau, kgain, ktau of one entry (every compute kernel's value); kneed of one entry 1 (every kernel one op: kwait
        * is not read) */
-        int ident = !bufs[9].len && !bufs[12].len && !bufs[13].len;
+        int ident = !bufs[9].len && !bufs[13].len && !bufs[14].len;
         if (ident) {
             w->kern = w->kops_ptr = w->kops_idx = NULL;
-        } else if (!bufs[9].len || !bufs[12].len || !bufs[13].len) {
+        } else if (!bufs[9].len || !bufs[13].len || !bufs[14].len) {
             PyErr_SetString(PyExc_ValueError, "run: kern, kops_ptr and kops_idx are all given or all empty");
             goto release_bufs;
         }
         int many = w->K > 1; /* one kernel: its arrays are one entry as they are */
-        w->mmem = many && bufs[16].len == 4 ? 0 : ~(i64)0;
-        w->mtail = many && bufs[21].len == 4 ? 0 : ~(i64)0;
-        w->mttau = many && bufs[22].len == 8 ? 0 : ~(i64)0;
-        w->mgain = many && bufs[23].len == 8 ? 0 : ~(i64)0;
-        w->mtau = many && bufs[20].len == 8 ? 0 : ~(i64)0;
-        w->kone = bufs[18].len == 4 && w->kneed[0] == 1;
-        if ((ident && w->K != w->N) || (!w->mtail && w->ktail[0] != 0) || (bufs[18].len == 4 && w->K > 1 && !w->kone)) {
+        w->mmem = many && bufs[17].len == 4 ? 0 : ~(i64)0;
+        w->mtail = many && bufs[22].len == 4 ? 0 : ~(i64)0;
+        w->mttau = many && bufs[23].len == 8 ? 0 : ~(i64)0;
+        w->mgain = many && bufs[24].len == 8 ? 0 : ~(i64)0;
+        w->mtau = many && bufs[21].len == 8 ? 0 : ~(i64)0;
+        w->kone = bufs[19].len == 4 && w->kneed[0] == 1;
+        if ((ident && w->K != w->N) || (!w->mtail && w->ktail[0] != 0) || (bufs[19].len == 4 && w->K > 1 && !w->kone)) {
             PyErr_SetString(PyExc_ValueError, "run: an identity kernel map needs K == N, a one-entry ktail 0 and a "
                                               "one-entry kneed 1");
+            goto release_bufs;
+        }
+        /* opwork of one entry per template, each op's read through otmpl (its template), or one per op (otmpl
+         * empty); cqnext, the copy engines' queues, read for copy kernels alone: empty where none is one */
+        int bad = 0;
+        if (!bufs[12].len) {
+            w->otmpl = NULL;
+        } else if (bufs[12].len != 4 * (Py_ssize_t)w->N) {
+            bad = 1;
+        } else {
+            i64 nw = (i64)(bufs[11].len / 8);
+            for (i64 i = 0; i < w->N && !bad; i++) bad = w->otmpl[i] < 0 || w->otmpl[i] >= nw;
+        }
+        if (bufs[47].len < 4 * (Py_ssize_t)w->K)
+            for (i64 k = 0; k < w->K && !bad; k++) bad = 2 * (w->ktype[k] >= 2);
+        /* the successor CSR of rank 0's R ops (succ_ptr of R + 1 < N + 1 entries): every rank's ops are R in a
+         * row, in rank order, its successors below R (shifted by the op's rank times R) */
+        i64 R = (i64)(bufs[4].len / 4) - 1;
+        if (!bad && R != w->N) {
+            bad = 4 * (R < 1 || w->N % R != 0 || w->succ_ptr[0] != 0 || (i64)(bufs[5].len / 4) < w->succ_ptr[R]);
+            for (i64 r = 0; !bad && r < R; r++) bad = 4 * (w->succ_ptr[r] > w->succ_ptr[r + 1]);
+            for (i64 p = 0; !bad && p < w->succ_ptr[R]; p++) bad = 4 * (w->succ_idx[p] < 0 || w->succ_idx[p] >= R);
+            for (i64 i = 0, k = 0, j = 0; !bad && i < w->N; i++, j = j + 1 == R ? (k++, 0) : j + 1)
+                bad = 4 * (w->orank[i] != k);
+            w->speriod = R;
+        }
+        /* granks_idx empty: each group's ranks are its members' (granks_ptr then equals gmem_ptr) */
+        if (!bad && !bufs[34].len) {
+            w->granks_idx = NULL;
+            bad = 3 * (bufs[33].len != bufs[27].len || memcmp(bufs[33].buf, bufs[27].buf, (size_t)bufs[27].len) != 0);
+        }
+        if (bad) {
+            PyErr_SetString(PyExc_ValueError, bad == 1 ? "run: otmpl must be empty or one index into opwork per op"
+                                              : bad == 2 ? "run: cqnext needs one entry per kernel where a kernel is a copy"
+                                              : bad == 3 ? "run: an empty granks_idx needs granks_ptr equal to gmem_ptr"
+                                              : "run: a successor CSR of R ops needs every rank's ops R in a row, in "
+                                                "rank order, and successors below R");
             goto release_bufs;
         }
     }
@@ -1131,9 +1179,9 @@ static PyObject *run(PyObject *self, PyObject *args) {
         (void)N;
         w->kstarted = calloc((size_t)K + 1, 1);
         w->kready = calloc((size_t)K + 1, 1);
-        w->gres = calloc((size_t)G + 1, sizeof(i64));
-        w->garr = calloc((size_t)G + 1, sizeof(i64));
-        w->xcnt = calloc((size_t)G + 1, sizeof(i64));
+        w->gres = calloc((size_t)G + 1, sizeof(i32));
+        w->garr = calloc((size_t)G + 1, sizeof(i32));
+        w->xcnt = calloc((size_t)G + 1, sizeof(i32));
         w->xmin = calloc((size_t)G + 1, sizeof(double));
         w->xinit = calloc((size_t)G + 1, 1);
         w->xval = calloc((size_t)E + 1, sizeof(double));
@@ -1863,25 +1911,28 @@ done:
 }
 
 /* ---- kernels(...): rules hardware-queues, cta-count, hbm-share's kernel and hardware-queue arrays ---------------------------------------- */
-/* kernels((N, world, nb, C), rank, batch, res, tmpl, work, opq, tctas, twaves, tmem, kern, kptr, kidx, ktype,
+/* kernels((N, world, nb, C[, wt]), rank, batch, res, tmpl, work, opq, tctas, twaves, tmem, kern, kptr, kidx, ktype,
  * krank, kneed, kleft, ktau, kmem, kq, qptr, qidx) -> (K, Q): what tests/oracle/numpy_helpers.kernels
  * makes, in O(N). Kernels are numbered by first appearance: an op with batch[i] >= 0 joins the kernel of
  * its (rank, batch), every other op is its own; kptr/kidx list each kernel's ops in op order, and each kernel
  * takes its first op's (head's) resource, rank, template and work: kleft = CTAs (compute), members
  * (communication) or 0; ktau = work / waves (compute) else 0; kmem = memory-bound (compute) else 0. Queues are
  * numbered by first appearance of (rank, opq[head]) over the kernels, qptr/qidx list each queue's kernels in
- * order. Per op (N): rank, batch, res, tmpl, opq int32, work float64; per template: tctas, tmem int32, twaves
- * float64; outputs int32 (ktau float64), kern/kidx/qidx and the per-kernel ones with room for N, kptr/qptr N+1;
- * with no batch (nb 0) kidx, ktype and krank may be empty: then every op is its own kernel and they are the op
- * indices, res and rank, which the caller has. ValueError for wrong lengths, an index out of range, or world,
+ * order. Per op (N): rank, batch, res, tmpl, opq int32, work float64 (per template, T entries, where wt is
+ * given and not 0: an op's is its template's); per template (T): tctas, tmem int32, twaves
+ * float64; outputs int32 (ktau float64), kern/kidx/qidx and the per-kernel ones with room for N, kptr N+1, qptr
+ * min(N, world * C) + 1; with no batch (nb 0) kidx, ktype and krank may be empty: then every op is its own kernel
+ * and they are the op indices, res and rank, which the caller has; and kern, kptr and kneed too with them (not
+ * written: the identity, and one op per kernel). ValueError for wrong lengths, an index out of range, or world,
  * nb or C past 2**31. */
 static PyObject *kernels(PyObject *self, PyObject *args) {
     (void)self;
-    Py_ssize_t N, world, nb, C;
-    PyObject *o[21];
-    if (!PyArg_ParseTuple(args, "(nnnn)OOOOOOOOOOOOOOOOOOOOO", &N, &world, &nb, &C, &o[0], &o[1], &o[2], &o[3],
+    Py_ssize_t N, world, nb, C, wt = 0;
+    PyObject *o[21], *sizes;
+    if (!PyArg_ParseTuple(args, "O!OOOOOOOOOOOOOOOOOOOOO", &PyTuple_Type, &sizes, &o[0], &o[1], &o[2], &o[3],
                           &o[4], &o[5], &o[6], &o[7], &o[8], &o[9], &o[10], &o[11], &o[12], &o[13], &o[14], &o[15],
-                          &o[16], &o[17], &o[18], &o[19], &o[20]))
+                          &o[16], &o[17], &o[18], &o[19], &o[20]) ||
+        !PyArg_ParseTuple(sizes, "nnnn|n", &N, &world, &nb, &C, &wt))
         return NULL;
     /* inputs 0-8, outputs 9-20; 'd': float64 */
     static const char dbl[21] = {0, 0, 0, 0, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0};
@@ -1897,15 +1948,19 @@ static PyObject *kernels(PyObject *self, PyObject *args) {
     i64 T = b[6].len / 4;
     /* the (rank, batch) and (rank, queue) tables hold world * nb and world * C slots: sizes whose products
      * overflow (or past 2**31 each: int32 codes) are refused, not wrapped */
+    /* no batches: every op its own kernel, in op order; kidx, ktype, krank may then be empty (not written: the
+     * caller reads the op columns), and kern, kptr, kneed too (bare: the identity and one op each) */
+    int lean = nb == 0 && !b[11].len && !b[12].len && !b[13].len;
+    int bare = lean && !b[9].len && !b[10].len && !b[14].len;
+    i64 qmax = world < 1 || C < 1 || (i64)world * C >= N ? N : (i64)world * C; /* the most queues: Q <= K <= N */
     int bad = N < 0 || world < 1 || nb < 0 || C < 1 || world >= ((i64)1 << 31) || nb >= ((i64)1 << 31) ||
               C >= ((i64)1 << 31) || b[7].len / 8 != T || b[8].len / 4 != T ||
-              b[10].len / 4 < N + 1 || b[20].len / 4 < N || b[19].len / 4 < N + 1 || N >= ((i64)1 << 31);
-    for (int k = 0; k < 6; k++) bad |= b[k].len / (k == 4 ? 8 : 4) != N;
-    /* no batches: every op its own kernel, in op order; kidx, ktype, krank may then be empty (not written: the
-     * caller reads the op columns) */
-    int lean = nb == 0 && !b[11].len && !b[12].len && !b[13].len;
+              (!bare && b[10].len / 4 < N + 1) || b[20].len / 4 < N || b[19].len / 4 < qmax + 1 ||
+              N >= ((i64)1 << 31);
+    for (int k = 0; k < 6; k++) bad |= b[k].len / (k == 4 ? 8 : 4) != (k == 4 && wt ? T : N);
     for (int k = 9; k < 21; k++)
-        bad |= k != 10 && k != 19 && !(lean && k >= 11 && k <= 13) && b[k].len / (k == 16 ? 8 : 4) < N;
+        bad |= k != 10 && k != 19 && !(lean && k >= 11 && k <= 13) && !(bare && (k == 9 || k == 14)) &&
+               b[k].len / (k == 16 ? 8 : 4) < N;
     if (bad) {
         PyErr_SetString(PyExc_ValueError, "kernels: arrays of the wrong lengths (or world, nb or C past 2**31)");
         goto done;
@@ -1938,14 +1993,18 @@ static PyObject *kernels(PyObject *self, PyObject *args) {
             i32 *slot = &btab[(i64)rank[i] * nb + batch[i]];
             if (*slot < 0) *slot = K++;
             kern[i] = *slot;
+        } else if (bare) {
+            K++;
         } else {
             kern[i] = K++;
         }
     }
-    memset(kneed, 0, (size_t)K * sizeof(i32));
-    for (i64 i = 0; i < N; i++) kneed[kern[i]]++;
-    kptr[0] = 0;
-    for (i32 k = 0; k < K; k++) kptr[k + 1] = kptr[k] + kneed[k];
+    if (!bare) {
+        memset(kneed, 0, (size_t)K * sizeof(i32));
+        for (i64 i = 0; i < N; i++) kneed[kern[i]]++;
+        kptr[0] = 0;
+        for (i32 k = 0; k < K; k++) kptr[k + 1] = kptr[k] + kneed[k];
+    }
     if (!lean) {
         memcpy(cur, kptr, (size_t)K * sizeof(i32));
         for (i64 i = 0; i < N; i++) kidx[cur[kern[i]]++] = (i32)i;
@@ -1957,8 +2016,8 @@ static PyObject *kernels(PyObject *self, PyObject *args) {
             ktype[k] = r;
             krank[k] = rank[h];
         }
-        kleft[k] = comp ? tctas[t] : (r == 1 ? kneed[k] : 0);
-        ktau[k] = comp ? work[h] / twaves[t] : 0.0;
+        kleft[k] = comp ? tctas[t] : (r == 1 ? (bare ? 1 : kneed[k]) : 0);
+        ktau[k] = comp ? work[wt ? t : h] / twaves[t] : 0.0;
         kmem[k] = comp ? tmem[t] : 0;
         i32 *slot = &qtab[(i64)rank[h] * C + opq[h]];
         if (*slot < 0) *slot = Q++;

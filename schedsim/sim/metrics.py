@@ -683,7 +683,9 @@ def _sums_by(group: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
     lens = np.diff(np.append(heads, m))
     for L in unique(lens)[0].tolist():
         sel = heads[lens == L]
-        out[group[sel]] = values[sel[:, None] + np.arange(L)].sum(axis=1)
+        # each slice of length L a row, gathered from a view of ``values``' windows: the fresh C-contiguous matrix
+        # that ``values[sel[:, None] + np.arange(L)]`` makes, without that index matrix (8 bytes per value) beside it
+        out[group[sel]] = np.lib.stride_tricks.sliding_window_view(values, L)[sel].sum(axis=1)
     return out
 
 

@@ -362,16 +362,43 @@ def _succ(prog: Program, fifo: np.ndarray, sid: np.ndarray) -> tuple[np.ndarray,
     sptr, sidx, npred, xdeps = np.empty(N + 1, I32), np.empty(E, I32), np.empty(N, I32), np.empty(N, I64)
     m = compiled_loop().succ_csr(N, tuple(np.ascontiguousarray(x) for x in e), np.ascontiguousarray(sid, I64), sptr,
                                  sidx, npred, xdeps)
-    return sptr, sidx[:m], npred, xdeps
+    # the m successors kept alone where repeats were dropped (a view would hold all E through the loop)
+    return sptr, sidx[:m].copy() if m < E else sidx, npred, xdeps
 
 
-def _kernels(tps, tres, world, tmpl, rank, batch, res, work, opq, C, cost, sms):
+def _rank_rows(sptr: np.ndarray, sidx: np.ndarray, rank: np.ndarray, world: int) -> tuple[np.ndarray, np.ndarray]:
+    """The successor CSR ``(sptr, sidx)`` (int32, of :func:`_succ`) as rank 0's rows alone, where the ops are ``R``
+    per rank in rank order (op ``k·R + j`` is row ``j`` on rank ``k``: a uniform lowering's layout,
+    :func:`schedsim.lower.link._link_uniform`) and every rank's rows are rank 0's shifted by ``k·R``: the compiled
+    loop then reads op ``i``'s successors as row ``i - rank·R`` plus ``rank·R`` (``_cwaves.c`` LAYOUT 19), and the
+    CSR takes 1/world of the memory. Else ``(sptr, sidx)`` as they are. A check over the whole CSR (O(N + E))."""
+    N = len(sptr) - 1
+    if world < 2 or N < world or N % world:
+        return sptr, sidx
+    R = N // world
+    m0 = int(sptr[R])
+    if len(sidx) != world * m0:
+        return sptr, sidx
+    # a block of ranks at a time (about 2**20 entries), in int32 (every offset and index is below 2**31, int32
+    # CSRs): temporaries of a few MiB, not of the whole CSR (at 10M ops they set the preparation's high-water mark)
+    step = max(1, (1 << 20) // max(R, m0, 1))
+    for lo in range(0, world, step):
+        k = np.arange(lo, min(world, lo + step), dtype=I32)[:, None]
+        if not (bool((rank[lo * R:(lo + len(k)) * R].reshape(len(k), R) == k).all()) and
+                bool((sptr[lo * R:(lo + len(k)) * R].reshape(len(k), R) - k * I32(m0) == sptr[:R]).all()) and
+                bool((sidx[lo * m0:(lo + len(k)) * m0].reshape(len(k), m0) - k * I32(R) == sidx[:m0]).all())):
+            return sptr, sidx
+    return sptr[:R + 1].copy(), sidx[:m0].copy()
+
+
+def _kernels(tps, tres, world, tmpl, rank, batch, res, work, opq, C, cost, sms, per_t=False):
     """Kernels (one per op, one per ``p2p_batch`` of a rank) with CTAs, wave time, memory-boundness and
     hardware queue (rules hardware-queues, cta-count, hbm-share), as the oracle's Op-list form makes them: the
     loop's int32 buffers
     (``krank`` is ``rank`` itself when every op is its own kernel) and ``ktau`` float64 seconds, in one O(N)
     pass of the compiled ``kernels``. ``tres``: each template's resource
-    (a collective of one rank's as rule one-rank-collective gives it).
+    (a collective of one rank's as rule one-rank-collective gives it). ``work``: the ops' solo seconds (float64),
+    per op, or per template where ``per_t`` (an op's is ``work[tmpl[i]]``: read so by the compiled ``kernels``).
 
     The loop's compact forms (``_cwaves.c``, ``W``): when every op is its own kernel (K = N, in op order),
     ``kern``, ``kptr`` and ``kidx`` (the identity) are empty and ``kneed`` is ``[1]``; ``ktail`` is one entry when
@@ -392,13 +419,17 @@ def _kernels(tps, tres, world, tmpl, rank, batch, res, work, opq, C, cost, sms):
                    np.float64)  # rule wave-tail
     op_tail = None
     if ttail.any():  # the main kernel runs the op's work less its reduction's
-        work, op_tail = gk.split_work(work, ttail_s[tmpl])
+        work, op_tail = gk.split_work(work[tmpl] if per_t else work, ttail_s[tmpl])
+        per_t = False
     nb = max(int(batch.max()) + 1 if N else 0, 0)
-    # without batches every op is its own kernel: kidx, ktype, krank (2, 3, 4) are not made (op columns)
-    out = [np.empty(0 if nb == 0 and k in (2, 3, 4) else N + (k in (1, 10)), np.float64 if k == 7 else I32)
+    # without batches every op is its own kernel: kidx, ktype, krank (2, 3, 4) are not made (op columns), nor (of
+    # more than one op: their compact forms below) kern, kptr, kneed (0, 1, 5); qptr has room for the most queues
+    bare = nb == 0 and N > 1
+    out = [np.empty(0 if nb == 0 and k in (2, 3, 4) or bare and k in (0, 1, 5) else
+                    min(N, world * C) + 1 if k == 10 else N + (k == 1), np.float64 if k == 7 else I32)
            for k in range(12)]
-    K, Q = compiled_loop().kernels((N, world, nb, C), _c32(rank), _c32(batch), _i32(res), _c32(tmpl), _f64(work),
-                                   _i32(opq), _i32(tctas), twaves.astype(np.float64), tmem, *out)
+    K, Q = compiled_loop().kernels((N, world, nb, C, int(per_t)), _c32(rank), _c32(batch), _i32(res), _c32(tmpl),
+                                   _f64(work), _i32(opq), _i32(tctas), twaves.astype(np.float64), tmem, *out)
     kern, kptr, kidx, ktype, krank, kneed, kleft, ktau, kmem, kq, qptr, qidx = out
     if K == N:  # every op its own kernel, in op order: the op columns are the kernel columns (no copies held)
         kidx, ktype, krank = kern, res, rank
@@ -421,7 +452,8 @@ def _kernels(tps, tres, world, tmpl, rank, batch, res, work, opq, C, cost, sms):
     ktau = tau1
     if not ktail.any():
         ktail = _one_entry(ktail)
-    return (kern, kptr, kidx, ktype, krank, kneed, kleft, ktau, kmem, kq, qptr[:Q + 1], qidx, ktail, ktail_tau,
+    # qptr's Q + 1 entries copied: a view would hold its N + 1 through the loop
+    return (kern, kptr, kidx, ktype, krank, kneed, kleft, ktau, kmem, kq, qptr[:Q + 1].copy(), qidx, ktail, ktail_tau,
             kgain)
 
 
@@ -488,7 +520,7 @@ def _check(prog: Program, rank: np.ndarray, work: np.ndarray) -> None:
         i = int(np.flatnonzero((rank < 0) | (rank >= world))[0])
         raise GraphError(f"op {prog.op_id(i)} is on rank {int(rank[i])} but the world_size is {world}",
                          fix=f"put the op on a rank in 0-{world - 1}")
-    if len(work) and bool((work >= 0.0).all()) and np.isfinite(work.max()):  # no NaN, no inf, none below 0
+    if len(work) and _finite(work):  # no NaN, no inf, none below 0
         return
     bad = np.flatnonzero(~(np.isfinite(work) & (work >= 0.0)))
     if len(bad):
@@ -496,6 +528,20 @@ def _check(prog: Program, rank: np.ndarray, work: np.ndarray) -> None:
         raise GraphError(f"op {prog.op_id(i)} ({prog.templates[int(prog.tmpl[i])].kind}) has a solo duration of "
                          f"{float(work[i])} s", fix="give it a finite duration, FLOP and byte count >= 0 (and a "
                          "profile whose rates are finite and > 0)")
+
+
+def _finite(work: np.ndarray) -> bool:
+    """Whether every entry of ``work`` is finite and >= 0 (:func:`_check`'s test)."""
+    return not len(work) or (bool((work >= 0.0).all()) and bool(np.isfinite(work.max())))
+
+
+def op_work(work: np.ndarray, tmpl: np.ndarray, gptr: np.ndarray, gidx: np.ndarray, gwork: np.ndarray) -> np.ndarray:
+    """Each op's solo seconds (float64, shape (N,)) from ``work`` per template (shape (T,)): its template's, or for a
+    member of rendezvous group ``g`` (CSR ``gptr``, ``gidx``) the group's ``gwork[g]``: the per-op column
+    :func:`_prepare` made before it kept the templates' (the same values, bit for bit)."""
+    out = work[tmpl] if len(tmpl) else np.zeros(0)
+    out[gidx] = np.repeat(gwork, np.diff(gptr))
+    return out
 
 
 def _i32(a) -> np.ndarray:
@@ -725,8 +771,11 @@ def _run_program_once(prog: Program, profile: HardwareProfile, mode: str, rules:
 
     Memory: the loop's per-op, per-kernel and per-group buffers are int32 (indices below 2**31) and every
     int64 temporary of the preparation is freed before the loop starts, and the loop writes its deps_t into the
-    release column where that column is this pass's own, so a run holds about 4 float64 and 15 int32 arrays of
-    length N at its peak (plus the timeline's columns).
+    release column where that column is this pass's own. Where the solo times are per template (no send/recv, no
+    graph-fork term: :attr:`_Prep.per_t`) the loop reads an op's through its template and the per-op column is
+    made after it (:func:`op_work`); a group's ranks are read through its members (no column of them); without
+    p2p batches the kernel maps are not made (``_cwaves.kernels``, bare), and without copy kernels the copy
+    queues' links are not either (``_cwaves.c`` LAYOUT 19).
 
     Raises
     ------
@@ -754,6 +803,7 @@ def _run_program_once(prog: Program, profile: HardwareProfile, mode: str, rules:
     npred, kneed, kleft, ktail = (x.copy() if p.host is not None else x for x in (p.npred, p.kneed, p.kleft, p.ktail))
     tmpl, tps, res, work, ogrp, gptr, gidx, G, K, kern = p.tmpl, p.tps, p.res, p.work, p.ogrp, p.gptr, p.gidx, p.G, \
         p.K, p.kern
+    per_t, gwork = p.per_t, p.gwork
     qptr, qidx, link = p.qptr, p.qidx, p.link
     start, ready_t, khand = np.zeros(N), np.zeros(N), np.zeros(K)
     # deps_t written into the release column where it is this pass's alone (not the issue or call times, not a
@@ -767,12 +817,15 @@ def _run_program_once(prog: Program, profile: HardwareProfile, mode: str, rules:
     arrays = (
         _f64(tab.comm), _f64(tab.batch), _f64(tab.copy),
         npred, p.sptr, p.sidx, p.sid, p.rank32, ogrp, kern, _f64(release), _f64(work),
+        _c32(tmpl) if per_t else np.zeros(0, I32),
         p.kptr, p.kidx, p.ktype, p.krank, p.kmem, p.kq, kneed, kleft, _f64(p.ktau), ktail, _f64(p.ktail_tau),
         _f64(p.kgain),
         qptr, qidx,
-        gptr, gidx, *link[:4], gptr, p.granks, *link[4:], _f64(p.gwork),
+        gptr, gidx, *link[:4], gptr, np.zeros(0, I32), *link[4:], _f64(p.gwork),  # each group's ranks: its members'
+
         start, end, ready_t, deps_t, khand, binding,
-        np.zeros(K, I32), kneed0, np.zeros(len(qptr) - 1, I32), np.zeros(K, I32),
+        np.zeros(K, I32), kneed0, np.zeros(len(qptr) - 1, I32),
+        np.zeros(K if K and bool((np.asarray(p.ktype) >= 2).any()) else 0, I32),  # the copy queues' links
     )
     del p
     halt = None if halt_cw is None else (float(np.max(gh.host_end_per_rank(issue, prog.rank, prog.world_size))),
@@ -797,6 +850,8 @@ def _run_program_once(prog: Program, profile: HardwareProfile, mode: str, rules:
     host_call = issue
     # the stream-reached time: deps done, call made, queue past the item ahead (one compiled pass)
     loop.stream_reached(qptr, qidx, khand, kern, _f64(call0), deps_t)
+    if per_t:  # the ops' own column, made once the loop's buffers are freed
+        work = op_work(work, tmpl, gptr, gidx, gwork)
     return ProgramRun(tmpl, tps, res, work, ogrp, start, end, ready_t, binding, deps_t, host_s, host_call)
 
 
@@ -807,7 +862,8 @@ class _Prep(NamedTuple):
     tmpl: np.ndarray
     tps: list[Op]
     res: np.ndarray
-    work: np.ndarray
+    work: np.ndarray  # float64 solo seconds, per op, or per template where per_t (:func:`op_work` gives the ops')
+    per_t: bool
     ogrp: np.ndarray
     gptr: np.ndarray
     gidx: np.ndarray
@@ -834,7 +890,6 @@ class _Prep(NamedTuple):
     ktail_tau: np.ndarray
     kgain: np.ndarray
     link: list[np.ndarray]
-    granks: np.ndarray
     gwork: np.ndarray
     share: LinkShare | None
     issue: np.ndarray
@@ -866,10 +921,10 @@ def _prepare(prog: Program, profile: HardwareProfile, mode: str, rules: gm.GpuRu
     # too (one cold fraction for every rank) they are added to the templates' times and gathered once: the same
     # additions on the same values as per op, without an array of N per term
     terms = None if is_p2p.any() or not N else gm.template_memory_terms(tps, tmpl, rank, prog.world_size, cost, mode)
+    per_t = terms is not None  # work per template: an op's is work[tmpl[i]] (its group's where it has one)
     if terms is not None:  # _durations' per template (no send/recv)
         work = np.array([0.0 if t.kind in P2P_KINDS else cost.duration(t) for t in tps], np.float64)
         gm.node_work_columns(work, terms[0], timing_s, empty_s, terms[1])
-        work = work[tmpl]
     else:
         work = _durations(tps, cost, tmpl, rank, prog.peer, is_p2p, *batch_communicators(prog))
         terms = gm.memory_terms(tps, tmpl, rank, prog.world_size, cost, mode)
@@ -879,24 +934,29 @@ def _prepare(prog: Program, profile: HardwareProfile, mode: str, rules: gm.GpuRu
     gptr, gidx, G, C, lone = rendezvous_groups(prog)
     ogrp = np.full(N, -1, I32)
     ogrp[gidx] = np.repeat(np.arange(G, dtype=I32), np.diff(gptr))
-    gwork = work[gidx[gptr[:-1]]] if G else np.zeros(0)
+    gwork = (work[tmpl[gidx[gptr[:-1]]]] if per_t else work[gidx[gptr[:-1]]]) if G else np.zeros(0)
     if C > 0 and any(t.kind in PER_RANK_SIZE for t in tps):  # a size per member: the largest transfer ends it
-        big = np.maximum.reduceat(work[gidx], gptr[:-1])[:C]
+        big = np.maximum.reduceat(work[tmpl[gidx]] if per_t else work[gidx], gptr[:-1])[:C]
         per = np.array([t.kind in PER_RANK_SIZE for t in tps], bool)[tmpl[gidx[gptr[:C]]]]
         gwork[:C] = np.where(per, big, gwork[:C])
-    work[gidx] = np.repeat(gwork, np.diff(gptr))
+    if not per_t:  # per template: the members' work is their group's, made so after the loop (op_work)
+        work[gidx] = np.repeat(gwork, np.diff(gptr))
     res[gidx] = 1
     # rule graph-forks: graph forks (ops outside groups)
     fx = _graph_forks(prog, rank, sid, profile, mode, tps, tmpl, cost)
     if fx is not None:
+        if per_t:  # a term per op: the work too
+            work, per_t = op_work(work, tmpl, gptr, gidx, gwork), False
         fx[gidx] = 0.0
         fx[lone] = 0.0  # collectives of one rank are left as they are, as every collective is
         work += fx
         del fx
-    _check(prog, rank, work)  # after every term, as the Op-list path checks its job times
+    # after every term, as the Op-list path checks its job times (per template: the ops' only where one is bad)
+    _check(prog, rank, op_work(work, tmpl, gptr, gidx, gwork) if per_t and not _finite(work) else work)
     # rule communicator-order: communicator order; rule host-issue: host issue times
     sptr, sidx, npred, host = _order_and_issue(prog, tps, tmpl, rank, sid, res, is_p2p, serial, profile, mode,
                                                model_executor, cost)
+    sptr, sidx = _rank_rows(sptr, sidx, prog.rank, prog.world_size)  # rank 0's rows where every rank's are alike
     # the Program's edges, dependency CSR and collective members are read no more by this run: dropped where the
     # Program can make them again (a uniform lowering's, made anew if read after), not held through the loop
     prog.release_linked()
@@ -920,7 +980,7 @@ def _prepare(prog: Program, profile: HardwareProfile, mode: str, rules: gm.GpuRu
         kres[lone] = ktres[tmpl[lone]]
     kern, kptr, kidx, ktype, krank, kneed, kleft, ktau, kmem, kq, qptr, qidx, ktail, ktail_tau, kgain = _kernels(
         tps, ktres, prog.world_size, tmpl, rank32, prog.batch, kres, work, opq, rules.max_connections, cost,
-        rules.sms)
+        rules.sms, per_t)
     del opq, kres, ktres
     K = len(kleft)  # kptr is empty for the identity (_kernels)
     node = cost.net.rank_nodes(prog.world_size)  # None without a cluster topology: one link tier
@@ -933,8 +993,7 @@ def _prepare(prog: Program, profile: HardwareProfile, mode: str, rules: gm.GpuRu
 
     share = cost.net.link_share(prog, gptr, gidx, gwork)  # shared NICs and leaf uplinks
     gptr, gidx = _i32(gptr), _i32(gidx)
-    granks = rank32[gidx]
     sid = _c32(prog.stream_id)
-    return _Prep(tmpl, tps, res, work, ogrp, gptr, gidx, G, K, sptr, sidx, npred, sid, rank32, kern, kptr, kidx, ktype,
-                 krank, kneed, kleft, ktau, kmem, kq, qptr, qidx, ktail, ktail_tau, kgain, link, granks, gwork, share,
+    return _Prep(tmpl, tps, res, work, per_t, ogrp, gptr, gidx, G, K, sptr, sidx, npred, sid, rank32, kern, kptr, kidx,
+                 ktype, krank, kneed, kleft, ktau, kmem, kq, qptr, qidx, ktail, ktail_tau, kgain, link, gwork, share,
                  issue, call0, release, host if again else None)

@@ -56,14 +56,17 @@ def succ_csr(n: int, edges: tuple[np.ndarray, ...], sid: np.ndarray, sptr: np.nd
     return len(d)
 
 
-def kernels(dims: tuple[int, int, int, int], rank: np.ndarray, batch: np.ndarray, res: np.ndarray, tmpl: np.ndarray,
+def kernels(dims: tuple[int, ...], rank: np.ndarray, batch: np.ndarray, res: np.ndarray, tmpl: np.ndarray,
             work: np.ndarray, opq: np.ndarray, tctas: np.ndarray, twaves: np.ndarray, tmem: np.ndarray,
             *out: np.ndarray) -> tuple[int, int]:
     """``_cwaves.kernels``: kernels numbered by first appearance (a rank's ``p2p_batch`` is one, every other op its
     own), each taking its head op's resource, rank, template and work; queues numbered by first appearance of
     (rank, ``opq`` of the head). Writes ``kern, kptr, kidx, ktype, krank, kneed, kleft, ktau, kmem, kq, qptr, qidx``
-    (``out``; with no batch ``kidx``, ``ktype``, ``krank`` may be empty) and returns ``(K, Q)``."""
-    N, world, nb, C = dims
+    (``out``; with no batch ``kidx``, ``ktype``, ``krank`` may be empty) and returns ``(K, Q)``. ``dims``: ``(N,
+    world, nb, C[, wt])``; ``wt`` true: ``work`` per template (an op's is ``work[tmpl[i]]``)."""
+    N, world, nb, C = dims[:4]
+    if len(dims) > 4 and dims[4]:
+        work = work[tmpl]
     if nb > 0 and (batch >= 0).any():
         bi = np.flatnonzero(batch >= 0)
         bk = rank[bi].astype(I64) * nb + batch[bi]

@@ -183,7 +183,13 @@ def test_compiled_acyclic_refuses_bad_input():
 #: The loop's per-kernel buffers that have a compact form (``_cwaves.c``, ``W``): position in ``run``'s arrays ->
 #: how the full form is made from the compact one, given N and K.
 _KERN, _KPTR, _KIDX, _KTYPE, _KMEM, _KNEED, _KTAU, _KTAIL, _KTTAU, _KGAIN, _KWAIT = (
-    9, 12, 13, 14, 16, 18, 20, 21, 22, 23, 44)
+    9, 13, 14, 15, 17, 19, 21, 22, 23, 24, 45)
+#: the ops' solo times (per template where the next buffer, each op's template, is given), the copy queues' links
+_WORK, _OTMPL, _CQNEXT = 11, 12, 47
+#: the groups' members and their ranks (empty: each member's own rank, read through the members)
+_ORANK, _GMEM_PTR, _GMEM_IDX, _GRANKS_PTR, _GRANKS_IDX = 7, 27, 28, 33, 34
+#: the successor CSR (rank 0's rows alone where every rank's are alike)
+_SPTR, _SIDX = 4, 5
 
 
 def _full_forms(arrays: tuple, N: int, K: int) -> list:
@@ -199,6 +205,17 @@ def _full_forms(arrays: tuple, N: int, K: int) -> list:
     for k in (_KMEM, _KNEED, _KTAU, _KTAIL, _KTTAU, _KGAIN, _KWAIT):
         if len(out[k]) == 1:
             out[k] = np.repeat(out[k], K)
+    if len(out[_OTMPL]):  # the solo times per op, no template index
+        out[_WORK], out[_OTMPL] = out[_WORK][out[_OTMPL]], np.zeros(0, np.int32)
+    out[_CQNEXT] = np.zeros(K, np.int32)
+    if not len(out[_GRANKS_IDX]):
+        out[_GRANKS_IDX] = out[_ORANK][out[_GMEM_IDX]]
+    R = len(out[_SPTR]) - 1
+    if R != N:  # rank 0's successor rows alone: every rank's, shifted by rank·R
+        k = np.arange(N // R, dtype=np.int32)[:, None]
+        m0 = int(out[_SPTR][R])
+        out[_SPTR] = np.append((out[_SPTR][:R] + k * m0).reshape(-1), (N // R) * m0).astype(np.int32)
+        out[_SIDX] = (out[_SIDX][:m0] + k * R).reshape(-1).astype(np.int32)
     other = out[_KTYPE] != 0  # not compute kernels: their kmem, ktail_tau, kgain and ktau are never read
     for k, poison in ((_KMEM, 3), (_KTAU, np.nan), (_KTTAU, np.nan), (_KGAIN, np.nan)):
         out[k][other] = poison
@@ -228,12 +245,17 @@ def test_the_loops_compact_buffers_run_as_their_full_forms(monkeypatch):
     assert tl.makespan_s > 0 and calls
     arrays, full, jobs_full, jobs = calls[0]
     assert [len(arrays[k]) for k in (_KERN, _KPTR, _KIDX, _KNEED, _KWAIT)] == [0, 0, 0, 1, 1]  # compact here
+    # the solo times per template (a GEMM's and an all_reduce's), each op's through its template; no copy queues
+    assert len(arrays[_WORK]) == 2 and len(arrays[_OTMPL]) == len(arrays[7]) == 2 * 4 * 16 and len(arrays[_CQNEXT]) == 0
+    assert len(arrays[_GRANKS_IDX]) == 0 and len(full[_GRANKS_IDX]) == len(arrays[_GMEM_IDX]) == 4 * 16
+    assert len(arrays[_SPTR]) == 2 * 16 + 1 and len(full[_SPTR]) == 4 * 2 * 16 + 1  # one rank's of 4
+    assert len(full[_SIDX]) == 4 * len(arrays[_SIDX])
     assert len(arrays[_KTAIL]) == 1 and len(arrays[_KTTAU]) == 1 and len(arrays[_KMEM]) == 1
     # the GEMMs' wave time and fill gain: one entry, though the all_reduces' kernels (never read) hold others
     assert len(arrays[_KTAU]) == 1 and len(arrays[_KGAIN]) == 1
     assert np.shares_memory(arrays[7], G.rank) and np.shares_memory(arrays[6], G.stream_id)  # read-only inputs
     assert jobs == jobs_full
-    for k in range(37, 43):  # start, end, ready_t, deps_t, khand, binding
+    for k in range(38, 44):  # start, end, ready_t, deps_t, khand, binding
         assert np.array_equal(arrays[k].view(np.uint8), full[k].view(np.uint8)), k
 
 
@@ -243,7 +265,15 @@ def test_the_loop_refuses_inconsistent_compact_buffers(monkeypatch):
     G = lower(load_schedule(ROOT / "benchmarks/data/overlap_gen.yaml", {"world_size": 2, "chunks": 4}))
     bad_forms = {"one kernel map empty": lambda a, N, K: a.__setitem__(_KERN, np.arange(N, dtype=np.int32)),
                  "a one-entry ktail not 0": lambda a, N, K: a.__setitem__(_KTAIL, np.ones(1, np.int32)),
-                 "a one-entry kneed not 1": lambda a, N, K: a.__setitem__(_KNEED, np.full(1, 2, np.int32))}
+                 "a one-entry kneed not 1": lambda a, N, K: a.__setitem__(_KNEED, np.full(1, 2, np.int32)),
+                 "a template index past the solo times": lambda a, N, K: a.__setitem__(_OTMPL, np.full(N, len(a[_WORK]),
+                                                                                                       np.int32)),
+                 "a template index for some ops": lambda a, N, K: a.__setitem__(_OTMPL, np.zeros(N - 1, np.int32)),
+                 "no copy queue links for a copy": lambda a, N, K: a.__setitem__(_KTYPE, np.full(K, 2, np.int32)),
+                 "group ranks by other pointers": lambda a, N, K: a.__setitem__(_GRANKS_PTR, a[_GRANKS_PTR][:-1]),
+                 "a successor past rank 0's ops": lambda a, N, K: a.__setitem__(_SIDX, a[_SIDX] + N // 2),
+                 "rank 0's rows for a rank of fewer ops": lambda a, N, K: a.__setitem__(_ORANK, np.where(
+                     np.arange(N) == N // 2, 0, a[_ORANK]).astype(np.int32))}
     real_run = _cwaves.run
     for _why, spoil in bad_forms.items():
         def run(ints, floats, arrays, *share, spoil=spoil):  # type: ignore[no-untyped-def]
@@ -252,6 +282,7 @@ def test_the_loop_refuses_inconsistent_compact_buffers(monkeypatch):
             return real_run(ints, floats, tuple(a), *share)
 
         monkeypatch.setattr(_cwaves, "run", run)
-        with pytest.raises(ValueError, match="kern, kops_ptr and kops_idx|identity kernel map"):
+        refused = "kern, kops_ptr and kops_idx|identity kernel map|otmpl|cqnext|granks|successor CSR"
+        with pytest.raises(ValueError, match=refused):
             simulate(G, load_profile("h200"), gpu_model="waves")
         monkeypatch.setattr(_cwaves, "run", real_run)

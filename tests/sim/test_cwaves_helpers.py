@@ -212,7 +212,7 @@ def test_walk_skips_a_rendezvous_peer_and_stops_at_the_host():
 def test_the_loop_refuses_an_int64_index_buffer():
     """Every index buffer of run() is int32 since LAYOUT 2: an int64 one (the old layout) is a TypeError that
     names its slot, not memory read at the wrong width."""
-    kinds = "ddd" "iiiiiiidd" "iiiiiiiid" "idd" "ii" "iiiiiiiiiid" "ddddd" "i" "iiii"
+    kinds = "ddd" "iiiiiiiddi" "iiiiiiiid" "idd" "ii" "iiiiiiiiiid" "ddddd" "i" "iiii"
     arrays = [np.zeros(1, np.float64 if k == "d" else np.int32) for k in kinds]
     arrays[4] = np.zeros(1, np.int64)  # succ_ptr
     with pytest.raises(TypeError, match="array 4 must be a contiguous int32 buffer"):
