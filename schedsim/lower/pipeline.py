@@ -498,25 +498,28 @@ class _FastEmitter:
         (the name waited for), for every rank at once: a recv_prev (recv_next) waits for the last op of the rank's
         last forward (last compute) issued before it, and a forward (a backward's first part) for every send and
         recv of its direction issued on the rank since the previous forward (backward), its input aside."""
-        E, et, er, idx, comp, ph, first, last, name_id = (self.E, self.et, self.er, self.idx, self.comp, self.ph,
-                                                          self.first, self.last, self.name_id)
-        for code, before in ((5, et == 0), (7, comp)):  # RECV_F after the last F, RECV_B after the last compute
-            pc = np.maximum.accumulate(np.where(before, idx, -1))
-            sel = (et == code) & (pc >= 0)
-            sel[sel] &= er[pc[sel]] == er[sel]
-            at = name_id[last[pc[sel]]]
-            keep = (dep[sel] < 0) | (name_id[np.maximum(dep[sel], 0)] != at)
-            d_op.append(first[sel][keep])
+        et, er, comp, ph, first, last, name_id = (self.et, self.er, self.comp, self.ph, self.first, self.last,
+                                                  self.name_id)
+        fwd = np.flatnonzero(et == 0)
+        for code, before in ((5, fwd), (7, np.flatnonzero(comp))):  # RECV_F after the last F, RECV_B the last compute
+            ev = np.flatnonzero(et == code)
+            k = np.searchsorted(before, ev) - 1  # the last one issued before it (events are in issue order per rank)
+            ev, pc = ev[k >= 0], before[k[k >= 0]]
+            ev, pc = ev[er[pc] == er[ev]], pc[er[pc] == er[ev]]
+            at = name_id[last[pc]]
+            keep = (dep[ev] < 0) | (name_id[np.maximum(dep[ev], 0)] != at)
+            d_op.append(first[ev][keep])
             d_ord.append(np.ones(int(keep.sum()), np.int64))
             d_nm.append(at[keep])
-        for p2p, waits in (((et == 4) | (et == 5), et == 0), ((et == 6) | (et == 7), comp & (ph == 1))):
-            nc = np.minimum.accumulate(np.where(waits, idx, E)[::-1])[::-1]  # the next pass of the direction
-            sel = p2p & (nc < E)
-            sel[sel] &= er[np.minimum(nc[sel], E - 1)] == er[sel]
-            c, held = nc[sel], name_id[first[sel]]
+        for lo, waits in ((4, fwd), (6, np.flatnonzero(comp & (ph == 1)))):  # SEND/RECV_F by F, SEND/RECV_B by B
+            ev = np.flatnonzero((et == lo) | (et == lo + 1))
+            k = np.searchsorted(waits, ev)  # the next pass of the direction
+            ev, c = ev[k < len(waits)], waits[k[k < len(waits)]]
+            ev, c = ev[er[c] == er[ev]], c[er[c] == er[ev]]
+            held = name_id[first[ev]]
             keep = (dep[c] < 0) | (name_id[np.maximum(dep[c], 0)] != held)
             d_op.append(first[c][keep])
-            d_ord.append(1 + idx[sel][keep])
+            d_ord.append(1 + ev[keep])
             d_nm.append(held[keep])
 
     def _tags(self, chunk_of: dict[int, int]) -> None:
