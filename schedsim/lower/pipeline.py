@@ -45,7 +45,13 @@ from schedsim.coded import Parts, TagColumns
 from schedsim.graph.info import PipelineInfo
 from schedsim.graph.ops import Op, RankGroup
 from schedsim.kinds import COLLECTIVE_KINDS, KINDS
-from schedsim.lower.pipeline_emitter import ProtoPlace, _Emitter, last_backward, reduce_after_last_backward
+from schedsim.lower.pipeline_emitter import (
+    ProtoPlace,
+    _Emitter,
+    last_backward,
+    megatron_overlapped,
+    reduce_after_last_backward,
+)
 from schedsim.lower.pipeline_plan import (
     PipelinePlan,
     StageCost,
@@ -448,7 +454,7 @@ class _FastEmitter:
 
     def _dependencies(self, dep: np.ndarray) -> None:
         """Per op its dependency name ids: the input first, then (batched p2p) the last compute before a p2p
-        op, or the sends a compute's batch waited for."""
+        op, or the sends a compute's batch waited for; (Megatron's overlapped p2p) :meth:`_overlap_waits`."""
         E, first, name_id, comp, er, idx = self.E, self.first, self.name_id, self.comp, self.er, self.idx
         has = dep >= 0
         d_op = [first[has]]
@@ -472,6 +478,8 @@ class _FastEmitter:
             d_op.append(first[nc[sel]])
             d_ord.append(2 + idx[sel])
             d_nm.append(name_id[first[sel]])
+        if E and megatron_overlapped(self.plan):
+            self._overlap_waits(dep, d_op, d_ord, d_nm)
         d_op_a = np.concatenate(d_op)
         d_nm_a = np.concatenate(d_nm)
         if len(d_op) > 1:  # the input dependency, then the others in order
@@ -482,6 +490,37 @@ class _FastEmitter:
         else:
             np.cumsum(np.bincount(d_op_a, minlength=self.N), out=self.dep_ptr[1:])
         self.dep_name = d_nm_a
+
+    def _overlap_waits(self, dep: np.ndarray, d_op: list[np.ndarray], d_ord: list[np.ndarray],
+                       d_nm: list[np.ndarray]) -> None:
+        """Megatron's ``overlap_p2p_comm`` waits (:attr:`~schedsim.lower.pipeline_emitter._Emitter.megatron_overlap`,
+        the per-op form) appended to ``d_op`` (the op waiting), ``d_ord`` (its place after the input) and ``d_nm``
+        (the name waited for), for every rank at once: a recv_prev (recv_next) waits for the last op of the rank's
+        last forward (last compute) issued before it, and a forward (a backward's first part) for every send and
+        recv of its direction issued on the rank since the previous forward (backward), its input aside."""
+        et, er, comp, ph, first, last, name_id = (self.et, self.er, self.comp, self.ph, self.first, self.last,
+                                                  self.name_id)
+        fwd = np.flatnonzero(et == 0)
+        for code, before in ((5, fwd), (7, np.flatnonzero(comp))):  # RECV_F after the last F, RECV_B the last compute
+            ev = np.flatnonzero(et == code)
+            k = np.searchsorted(before, ev) - 1  # the last one issued before it (events are in issue order per rank)
+            ev, pc = ev[k >= 0], before[k[k >= 0]]
+            ev, pc = ev[er[pc] == er[ev]], pc[er[pc] == er[ev]]
+            at = name_id[last[pc]]
+            keep = (dep[ev] < 0) | (name_id[np.maximum(dep[ev], 0)] != at)
+            d_op.append(first[ev][keep])
+            d_ord.append(np.ones(int(keep.sum()), np.int64))
+            d_nm.append(at[keep])
+        for lo, waits in ((4, fwd), (6, np.flatnonzero(comp & (ph == 1)))):  # SEND/RECV_F by F, SEND/RECV_B by B
+            ev = np.flatnonzero((et == lo) | (et == lo + 1))
+            k = np.searchsorted(waits, ev)  # the next pass of the direction
+            ev, c = ev[k < len(waits)], waits[k[k < len(waits)]]
+            ev, c = ev[er[c] == er[ev]], c[er[c] == er[ev]]
+            held = name_id[first[ev]]
+            keep = (dep[c] < 0) | (name_id[np.maximum(dep[c], 0)] != held)
+            d_op.append(first[c][keep])
+            d_ord.append(1 + ev[keep])
+            d_nm.append(held[keep])
 
     def _tags(self, chunk_of: dict[int, int]) -> None:
         """Tag sets (a p2p op's its own, naming its message; a compute phase's shared by its ops) appended in
@@ -818,7 +857,8 @@ def expand_pipeline(spec: ScheduleSpec, table: Table, *, reference: bool = False
             fast.emit(off)
         else:
             for r in range(p):
-                em = _Emitter(table, plan, protos, p2p_tmpl, chunk_of, off + r, off)
+                em = _Emitter(table, plan, protos, p2p_tmpl, chunk_of, off + r, off,
+                              megatron_overlap=megatron_overlapped(plan))
                 if overlap:
                     _chunk_reductions(pb, plan, cost, table, protos, last, rank_stages[r], em, r)
                 for act, batch_id in steps[r]:  # type: ignore[index]

@@ -609,6 +609,13 @@ def _distinct(rows: list[Any]) -> bool:
     return len({r[0] for r in rows}) == len(rows)
 
 
+def megatron_overlapped(plan: PipelinePlan) -> bool:
+    """Whether ``plan`` is Megatron's interleaved 1F1B with ``overlap_p2p_comm`` (lone isend/irecv: ``p2p:
+    overlapped``, v > 1, Megatron's order rather than torch's), whose recvs and passes take the waits of
+    :attr:`_Emitter.megatron_overlap`; a ``pipeline:`` block and a ``training:`` block alike."""
+    return plan.mode == "overlapped" and plan.name == "interleaved_1f1b" and plan.v > 1 and not plan.torch_rules
+
+
 def last_backward(plan: PipelinePlan) -> dict[int, int]:
     """Per stage, the microbatch of its last backward (W, or full B) in its rank's program order: after that
     action's weight gradients the stage chunk's gradients are complete. Both Megatron-LM schedules run a chunk's

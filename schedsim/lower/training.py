@@ -100,7 +100,13 @@ import numpy as np
 from schedsim.errors import PipelineScheduleError, SchedsimError, SpecError
 from schedsim.graph.info import PipelineInfo
 from schedsim.graph.ops import Op
-from schedsim.lower.pipeline_emitter import ProtoPlace, _Emitter, last_backward, reduce_after_last_backward
+from schedsim.lower.pipeline_emitter import (
+    ProtoPlace,
+    _Emitter,
+    last_backward,
+    megatron_overlapped,
+    reduce_after_last_backward,
+)
 from schedsim.lower.pipeline_plan import StageCost, block_info, plan_of, split_fix
 from schedsim.lower.pipeline_steps import _lowered_steps, interleaved_steps_kept
 from schedsim.lower.stage_templates import Renamed, StageTemplates, per_chunk_shape
@@ -892,7 +898,7 @@ def _emit_rank(ranks: _Ranks, g: int, pplan: Any, steps: dict[int, list[tuple[An
     em = _Emitter(ranks.table, pplan, protos, p2p_tmpl, chunk_of, g, 0, ranks=pp_ranks, name_ids=ranks.name_ids,
                   placed_ids=ranks.placed_ids, shared_p2p_tags=True, fresh=ranks.fresh, fresh_strs=ranks.fresh_strs,
                   orders=ranks.orders, p2p_ids=ranks.p2p_ids, run_cache=ranks.run_cache,
-                  megatron_overlap=pplan.mode == "overlapped" and pplan.name == "interleaved_1f1b" and pplan.v > 1)
+                  megatron_overlap=megatron_overlapped(pplan))
     multi = len(dp_group) > 1
     fsdp = t.use_torch_fsdp2 and multi  # FSDP2 reduce-scatters each unit's gradients inside the backward
     shard = plan.dp * plan.cp if t.use_distributed_optimizer or fsdp else 1
