@@ -11,8 +11,9 @@ Issue order
 Communicators
     As ``ProcessGroupNCCL`` creates them (torch ``ProcessGroupNCCL::pointToPoint`` and ``getKeySendRecv``): a
     collective runs on the communicator of its group; a lone send/recv on the two-rank communicator of its pair of
-    ranks, whatever the CUDA stream; a batched send/recv on the communicator of the whole group (here the world),
-    like a collective (:func:`_comm_ids`).
+    ranks, whatever the CUDA stream; a batched send/recv on the communicator of its process group, like a
+    collective: its written ``group:``, or the ranks its family connects, as the cost model times it and
+    ``execute`` creates it (:func:`schedsim.lower.p2p_comms.batch_communicators`, :func:`_comm_ids`).
 
 Rules (:func:`_wait_for_edges`)
     1. NCCL pairs sends and recvs between two ranks by issue order: the k-th send from a to b
@@ -90,6 +91,8 @@ class _Templates(NamedTuple):
     #: :func:`_first_launches`' results by ``eager``, with the ``comm`` and ``head`` arrays they are of (the lazy
     #: creation check and the wait-for graph ask for the same ones)
     firsts: dict[bool, tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray, list[tuple[int, ...]]]]]
+    #: :func:`schedsim.lower.p2p_comms.batch_communicators` of the Program, made on first use (empty until then)
+    p2p: list[tuple[np.ndarray, list[tuple[int, ...]]]]
 
     @classmethod
     def of(cls, prog: Program) -> _Templates:
@@ -98,7 +101,7 @@ class _Templates(NamedTuple):
         kind = np.fromiter(map(code.get, map(attrgetter("kind"), tps), repeat(-1)), I64, len(tps))
         groups: dict[tuple[int, ...], int] = {}
         gid = np.array([groups.setdefault(g, len(groups)) for g in map(attrgetter("group"), tps)], I64)
-        return cls(kind, gid, list(groups), {})
+        return cls(kind, gid, list(groups), {}, [])
 
     def mask(self, prog: Program, kinds: Sequence[str]) -> np.ndarray:
         """Boolean mask of the ops whose kind is in ``kinds``."""
@@ -189,8 +192,10 @@ def _comm_ids(prog: Program, heads: np.ndarray, eager: bool, tc: _Templates
     """Per launch, its NCCL communicator as an id, and the ranks of each group communicator (ids below
     ``len(groups)``; a lone send/recv's two-rank communicator gets an id above them).
 
-    A collective runs on its group's communicator; a batched send/recv (or, ``eager``, any send/recv) on the
-    world's; a lone send/recv on the communicator of its pair of ranks (Communicators, module docstring).
+    A collective runs on its group's communicator; a batched send/recv on its process group's, the one the cost
+    model and ``execute`` take (:func:`schedsim.lower.p2p_comms.batch_communicators`: its written ``group:``, or
+    its family's); with ``eager`` a lone send/recv on its written group's or the world's (the default process
+    group); a lone send/recv on the communicator of its pair of ranks (Communicators, module docstring).
     """
     t = prog.tmpl[heads]
     groups = {g: k for k, g in enumerate(tc.groups)}  # every template's group (those of p2p go unused)
@@ -198,7 +203,22 @@ def _comm_ids(prog: Program, heads: np.ndarray, eager: bool, tc: _Templates
     cid = tc.gid[t]
     batched = is_p2p & ((prog.batch[heads] >= 0) | eager)
     if batched.any():
-        cid[batched] = groups.setdefault(tuple(range(prog.world_size)), len(groups))
+        if not tc.p2p:
+            from schedsim.lower.p2p_comms import batch_communicators
+
+            tc.p2p.append(batch_communicators(prog))
+        bc, comms = tc.p2p[0]
+        hb = heads[batched]
+        b = bc[hb]
+        out = np.empty(len(hb), I64)
+        if (b >= 0).any():
+            ids = np.array([groups.setdefault(c, len(groups)) for c in comms], I64)
+            out[b >= 0] = ids[b[b >= 0]]
+        if (b < 0).any():  # eager lone send/recv (and a batched op of no matched pair): its group, or the world
+            written = [prog.templates[x].comm for x in prog.tmpl[hb[b < 0]].tolist()]
+            world = tuple(range(prog.world_size))
+            out[b < 0] = [groups.setdefault(world if c is None else c, len(groups)) for c in written]
+        cid[batched] = out
     lone = is_p2p & ~batched
     if lone.any():
         r, pe = prog.rank[heads][lone].astype(I64), prog.peer[heads][lone].astype(I64)
