@@ -10,7 +10,7 @@ import numpy as np
 from schedsim.arrays import unique
 from schedsim.lower.program import Program
 
-__all__ = ["batch_communicators", "check_p2p_groups", "family_of_stream", "p2p_groups"]
+__all__ = ["batch_communicators", "check_p2p_groups", "family_of_stream", "launch_groups", "p2p_groups"]
 
 I64 = np.int64
 
@@ -198,3 +198,25 @@ def check_p2p_groups(prog: Program) -> None:
                              "process group (torch: \"All ops need to use the same group\")",
                              fix=f"give every send/recv of p2p_batch {batch!r} the same `group:`, or put them in two "
                              "p2p_batch names")
+
+
+def launch_groups(prog: Program, heads: np.ndarray, cache: list[tuple[np.ndarray, list[tuple[int, ...]]]],
+                  groups: dict[tuple[int, ...], int]) -> np.ndarray:
+    """The communicator of each send/recv launch ``heads`` (op indices) that runs on a process group's
+    communicator, as an id of ``groups`` (ranks -> id; new ones added): a batched one's
+    (:func:`batch_communicators`), and for another (a lone one under eager init, a batched one of no matched pair)
+    its written ``group:``, else the world's (the default process group). ``cache``: an empty list, or one holding
+    :func:`batch_communicators`' result for ``prog`` (filled here on first use)."""
+    if not cache:
+        cache.append(batch_communicators(prog))
+    bc, comms = cache[0]
+    b = bc[heads]
+    out = np.empty(len(heads), I64)
+    if (b >= 0).any():
+        ids = np.array([groups.setdefault(c, len(groups)) for c in comms], I64)
+        out[b >= 0] = ids[b[b >= 0]]
+    if (b < 0).any():
+        written = [prog.templates[x].comm for x in prog.tmpl[heads[b < 0]].tolist()]
+        world = tuple(range(prog.world_size))
+        out[b < 0] = [groups.setdefault(world if c is None else c, len(groups)) for c in written]
+    return out
