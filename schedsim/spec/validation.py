@@ -201,7 +201,7 @@ def _check_p2p_group(op: SendOp | RecvOp, ranks: list[int], n: int,
     it and its peer (torch ``P2POp`` / ``isend`` take the peer as a rank of ``group``). That the matching op
     names the same group is checked once the pairs are matched
     (:func:`schedsim.lower.p2p_comms.check_p2p_groups`). ``err(field, msg, fix)`` makes the error."""
-    g = op.group
+    g = op.group or []
     bad = [r for r in g if not 0 <= r < n]
     if bad:
         raise err("group", f"{op.kind} {op.name!r} has group rank {bad[0]} but world_size is {n}",

@@ -10,6 +10,7 @@ and the tests hold both forms to one verdict and one text (``tests/lower/test_ch
 from __future__ import annotations
 
 import functools
+import weakref
 from collections import defaultdict
 from typing import Any
 
@@ -287,17 +288,20 @@ def _world_group(world: int) -> Any:
     return RankGroup(range(world))
 
 
+_P2P_OF: weakref.WeakKeyDictionary[nx.DiGraph, dict[str, tuple[int, ...]]] = weakref.WeakKeyDictionary()
+
+
 def p2p_of(G: nx.DiGraph) -> dict[str, tuple[int, ...]]:
     """Per batched send/recv of ``G`` (op id), its process group's ranks, object by object
-    (:func:`tests.oracle.p2p_families.graph_p2p_communicators`), kept in ``G.graph`` after the first call."""
-    got = G.graph.get("_oracle_p2p")
+    (:func:`tests.oracle.p2p_families.graph_p2p_communicators`), kept for ``G`` after the first call."""
+    got = _P2P_OF.get(G)
     if got is None:
         from tests.oracle.p2p_families import graph_p2p_communicators
 
         ids = list(G.nodes)
         ops = [G.nodes[n]["op"] for n in ids]
         cid, comms = graph_p2p_communicators(G, ops, {n: i for i, n in enumerate(ids)})
-        got = G.graph["_oracle_p2p"] = {ids[i]: comms[c] for i, c in enumerate(cid.tolist()) if c >= 0}
+        got = _P2P_OF[G] = {ids[i]: comms[c] for i, c in enumerate(cid.tolist()) if c >= 0}
     return got
 
 
