@@ -631,11 +631,12 @@ def stream_queues(ops: Sequence[Op], max_connections: int) -> list[int]:
     return stream_queue_columns(rank, sid, max_connections).tolist()
 
 
-def communicator(op: Op, world: int, p2p_serialized: bool) -> tuple[int, ...]:
-    """The NCCL communicator (its ranks) an op runs on (rule communicator-order)."""
+def communicator(op: Op, world: int, p2p_serialized: bool, ranks: tuple[int, ...] | None = None) -> tuple[int, ...]:
+    """The NCCL communicator (its ranks) an op runs on (rule communicator-order): a batched send/recv's is its
+    process group's, ``ranks`` (:func:`schedsim.lower.p2p_comms.batch_communicators`; None: the world's)."""
     if op.kind in P2P_KINDS:
         if op.p2p_batch is not None:
-            return tuple(range(world))
+            return tuple(range(world)) if ranks is None else ranks
         return op.group if op.group[0] < op.group[1] else (op.group[1], op.group[0])
     return op.group
 

@@ -47,6 +47,17 @@ def family_of_stream(name: str) -> str:
 
 
 def batch_communicators(prog: Program) -> tuple[np.ndarray, list[tuple[int, ...]]]:
+    """:func:`_batch_communicators` of ``prog``, made once per Program (the cost, the communicator order and the
+    static checks each ask for it); the array is read-only."""
+    got = prog.__dict__.get("_batch_comms")
+    if got is None:
+        got = _batch_communicators(prog)
+        got[0].flags.writeable = False
+        prog.__dict__["_batch_comms"] = got
+    return got
+
+
+def _batch_communicators(prog: Program) -> tuple[np.ndarray, list[tuple[int, ...]]]:
     """Per op (int64, shape (N,)), the id of the NCCL communicator its batched send/recv runs on (-1: any other op,
     a lone send/recv included: torch runs it on its pair's two-rank communicator), and the ranks of each id,
     sorted.
