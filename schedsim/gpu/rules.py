@@ -301,7 +301,9 @@ Each rule has a name, used in code, notes and errors (the numbers they once had:
    pipeline schedules lowered for per-pair communicators would then hang. Without
    it, lone send/recv progress independently (lazy init, one communicator per
    pair). The ops of one ``p2p_batch`` (``batch_isend_irecv``) are one fused
-   kernel and one entry in the order of the default group (NCCL docs,
+   kernel and one entry in the order of their process group's communicator (its
+   written ``group:``, else its family's: :func:`schedsim.lower.p2p_comms.batch_communicators`,
+   the group ``execute`` posts it on) (NCCL docs,
    "Point-to-point communication": calls inside a group progress concurrently).
    That kernel takes its SMs once the first of its members has its partner
    posted; each member's transfer starts once its own partner is there, so a
