@@ -39,12 +39,31 @@ __all__ = ["run_execute"]
 
 
 def _groups_in_order(G: Any) -> list[tuple[int, ...]]:
+    """The process groups to create, in the order every rank creates them: each collective's group (order of first
+    member), then the send/recv groups :func:`_schedule_graph` put in ``G.graph["p2p_groups"]``."""
     seen: dict[tuple[int, ...], None] = {}
     from schedsim.graph.info import GraphInfo
 
     for members in GraphInfo.of(G).collectives.values():
         seen.setdefault(G.nodes[members[0]]["op"].group, None)
+    for g in G.graph.get("p2p_groups") or ():
+        seen.setdefault(tuple(g), None)
     return list(seen)
+
+
+def _schedule_graph(spec: Any) -> Any:
+    """:func:`schedsim.graph.build.build_graph`'s DAG of ``spec`` (checked), with the send/recv process groups of
+    :func:`schedsim.lower.p2p_comms.p2p_groups` in ``G.graph``: ``p2p_groups`` (the groups, in creation order)
+    and ``p2p_comm_of`` (op id -> its group's ranks). So every ``batch_isend_irecv`` runs on the communicator
+    ``predict`` times it on (its family's, or its written ``group:``), not on the world's."""
+    from schedsim.graph.build import graph_of
+    from schedsim.lower import lower
+    from schedsim.lower.p2p_comms import p2p_groups
+
+    prog = lower(spec)
+    G = graph_of(prog)
+    G.graph["p2p_groups"], G.graph["p2p_comm_of"] = p2p_groups(prog)
+    return G
 
 
 def _sigterm(_signum: int, _frame: Any) -> None:
@@ -67,13 +86,12 @@ def _precheck(file: Path, sets: list[str], opts: Any, *, compare: bool, profile:
     """
     from executor.dist import check_world_size
     from schedsim.errors import SchedsimError
-    from schedsim.graph.build import build_graph
     from schedsim.spec.loader import load_schedule
     from schedsim.spec.overrides import parse_overrides
 
     try:
         spec = load_schedule(file, parse_overrides(sets or []))
-        G = build_graph(spec)
+        G = _schedule_graph(spec)
         check_world_size(spec.world_size, world, str(file), "world_size" in spec.params, started=not parent)
         from schedsim.io import output_dir
 
@@ -247,7 +265,8 @@ def run_execute(file: Path, sets: list[str], out: Path | None, opts: Any, *, com
             prof_map = map_trace(trace, [o.name for o in runner.ops])
         payload = {"times": runner.times_dict(), "env": rank_env(ctx), "check": check_res, "profile": prof_map,
                    "notes": runner.notes() if rank == 0 else None, "timing": runner.timing_mode,
-                   "nvtx": getattr(runner, "nvtx_how", None), "host_costs": host_costs}
+                   "nvtx": getattr(runner, "nvtx_how", None), "host_costs": host_costs,
+                   "p2p_groups": runner.p2p_groups_used()}
         gathered = ctx.gather(payload)
     except (SchedsimError, KeyboardInterrupt, RuntimeError) as e:  # ExecError, or a refused kineto_rank<r> file
         _fail(e, rank, outdir, G, spec, runner, launch)
@@ -365,6 +384,8 @@ def _write_outputs(gathered: list[dict[str, Any]], G: Any, spec: Any, file: Path
         "per_op": "median over timed iterations of ready/start/end; collectives and p2p start at the last "
                   "member's arrival",
         "materialised": gathered[0].get("notes") or {},
+        # every rank's send/recv: the ranks of the process group torch ran it on (read back from torch)
+        "p2p_process_groups": {k: v for p in gathered for k, v in sorted((p.get("p2p_groups") or {}).items())},
         "torch": genv["torch"], "nccl": genv["nccl"],
         "max_connections": os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS"),
         "uninstrumented": "compiled flat step list per rank (executor.lean): launches, cross-stream event waits, "

@@ -573,17 +573,22 @@ class Materializer:
         return self._p2p(op, bd, self.dist.irecv, "src")
 
     def _p2p(self, op: Op, bd: Binding | None, fn: Callable[..., Any], peer_arg: str) -> OpImpl:
-        """A send's or recv's call ``fn(buf, <peer_arg>=peer)`` (``isend``/``dst``, ``irecv``/``src``)."""
+        """A send's or recv's call ``fn(buf, <peer_arg>=peer)`` (``isend``/``dst``, ``irecv``/``src``), with
+        ``group=`` its written process group (``Op.comm``, created by ``execute``) when it names one. A batched
+        one is posted by :class:`executor.lean.BatchedP2P` on its batch's group instead."""
         tdt = torch_dtype(op.dtype, for_comm=True)
         buf = bd.inp if bd is not None and bd.inp is not None else self._comm_buf(op.kind, op.nbytes, tdt)[0]
         peer = int(op.peer)  # type: ignore[arg-type]
         tag = 0 if op.tag is None else (sum(ord(ch) * (i + 1) for i, ch in enumerate(op.tag)) % 30000) + 1
-        kw = {peer_arg: peer}
+        kw: dict[str, Any] = {peer_arg: peer}
+        if op.comm is not None and self.ctx.groups.get(op.comm) is not None:
+            kw["group"] = self.ctx.groups[op.comm]
         p2p = (fn, buf, peer, tag if not self.ctx.cuda else 0)
         if not self.ctx.cuda:
             return OpImpl(op, lambda: fn(buf, tag=tag, **kw), is_async=True, note=f"{op.kind} async on gloo", p2p=p2p)
+        grp = kw.get("group")
 
         def run() -> None:
-            fn(buf, peer).wait()  # the current stream waits for the p2p stream (dst / src by position, as a script)
+            fn(buf, peer, grp).wait()  # the current stream waits for the p2p stream (dst / src, group by position)
 
         return OpImpl(op, run, note=f"NCCL {op.kind} + work.wait() on the op's stream", p2p=p2p)

@@ -68,11 +68,14 @@ class BatchedP2P:
     an object whose ``wait()`` waits for them all (the host's completion callback).
     """
 
-    def __init__(self, members: list[tuple[Any, Any, int, int]]) -> None:
+    def __init__(self, members: list[tuple[Any, Any, int, int]], group: Any = None) -> None:
+        """``members``: each op's ``(isend or irecv, buffer, peer, tag)``; ``group``: the process group every
+        member is issued on (torch's ``batch_isend_irecv`` needs one for all; None: the default group), the
+        communicator ``predict`` times the batch on (:func:`schedsim.lower.p2p_comms.p2p_groups`)."""
         import torch.distributed as dist
 
         self.dist = dist
-        self.p2p_ops = [dist.P2POp(fn, buf, peer, tag=tag) for fn, buf, peer, tag in members]
+        self.p2p_ops = [dist.P2POp(fn, buf, peer, group, tag=tag) for fn, buf, peer, tag in members]
         self.works: list[Any] = []
 
     def issue(self) -> Any:

@@ -70,7 +70,7 @@ from executor.lean import BatchedP2P, compile_cpu, compile_cuda, p2p_batches, ru
 from executor.streams import ANCHOR, cuda_streams
 from schedsim._gc import frozen_gc
 from schedsim.graph.ops import Op
-from schedsim.kinds import COMM_KINDS
+from schedsim.kinds import COMM_KINDS, P2P_KINDS
 
 __all__ = ["RunOptions", "lean_warmup", "RankRunner", "CpuRunner", "CudaRunner", "CudaSegmentRunner", "CudaGraphRunner",
            "graph_runs", "nvtx_fns"]
@@ -272,6 +272,7 @@ class RankRunner:
         bindings = bindings or {}
         self.impls: list[OpImpl] = [self.mat.make(o, bindings.get(o.name)) for o in self.ops]
         self.batches = p2p_batches(self.ops)
+        self.p2p_comm_of: dict[str, tuple[int, ...]] = G.graph.get("p2p_comm_of") or {}
         self._bind_batches()
         self.lean_cuda: list[Callable[[], Any]] | None = None
         self.lean_owner: list[int] = []  # op index of each lean step (compile_cuda's owners)
@@ -298,8 +299,9 @@ class RankRunner:
         """
         cuda = self.ctx.cuda
         for members in self.batches:
-            bp = BatchedP2P([self.impls[m].p2p for m in members])  # type: ignore[misc]
             first = members[0]
+            ranks, group = self.p2p_group(first)
+            bp = BatchedP2P([self.impls[m].p2p for m in members], group)  # type: ignore[misc]
             mset = set(members)
             names = ", ".join(self.ops[m].name for m in members)
             pre = sorted({d for m in members for d in self.waits[m] if d not in mset})
@@ -320,8 +322,29 @@ class RankRunner:
                     impl.run = bp.issue if k == 0 else _noop
                     impl.is_async = k == 0
                 impl.fast = None
-                impl.note = f"batch_isend_irecv [{names}]" + (" (posted here)" if k == 0 else " (posted by " +
-                                                               self.ops[first].name + ")")
+                impl.note = f"batch_isend_irecv [{names}] on group {list(ranks)}" + (
+                    " (posted here)" if k == 0 else " (posted by " + self.ops[first].name + ")")
+
+    def p2p_group(self, i: int) -> tuple[tuple[int, ...], Any]:
+        """``(ranks, process group)`` that send/recv ``i`` (an index into this rank's ops) is issued on: the one
+        ``execute`` created for it (``G.graph["p2p_comm_of"]``: its family's communicator or its written
+        ``group:``; the process group None where that is the world), else the default group."""
+        ranks = self.p2p_comm_of.get(self.ops[i].id)
+        if ranks is None:
+            return tuple(range(self.ctx.world)), None
+        return tuple(ranks), self.ctx.groups.get(tuple(ranks))
+
+    def p2p_groups_used(self) -> dict[str, list[int]]:
+        """Per send/recv of this rank (op id), the ranks of the process group it was issued on, read back from
+        torch (``get_process_group_ranks``; the world for the default group): what the run's ``meta`` records."""
+        import torch.distributed as dist
+
+        out: dict[str, list[int]] = {}
+        for i, op in enumerate(self.ops):
+            if op.kind in P2P_KINDS:
+                _ranks, g = self.p2p_group(i)
+                out[op.id] = sorted(dist.get_process_group_ranks(g)) if g is not None else list(range(self.ctx.world))
+        return out
 
     # -- helpers ---------------------------------------------------------------
     def _timeout(self, i: int, waited_s: float) -> None:

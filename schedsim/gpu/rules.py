@@ -301,7 +301,9 @@ Each rule has a name, used in code, notes and errors (the numbers they once had:
    pipeline schedules lowered for per-pair communicators would then hang. Without
    it, lone send/recv progress independently (lazy init, one communicator per
    pair). The ops of one ``p2p_batch`` (``batch_isend_irecv``) are one fused
-   kernel and one entry in the order of the default group (NCCL docs,
+   kernel and one entry in the order of their process group's communicator (its
+   written ``group:``, else its family's: :func:`schedsim.lower.p2p_comms.batch_communicators`,
+   the group ``execute`` posts it on) (NCCL docs,
    "Point-to-point communication": calls inside a group progress concurrently).
    That kernel takes its SMs once the first of its members has its partner
    posted; each member's transfer starts once its own partner is there, so a
@@ -631,11 +633,12 @@ def stream_queues(ops: Sequence[Op], max_connections: int) -> list[int]:
     return stream_queue_columns(rank, sid, max_connections).tolist()
 
 
-def communicator(op: Op, world: int, p2p_serialized: bool) -> tuple[int, ...]:
-    """The NCCL communicator (its ranks) an op runs on (rule communicator-order)."""
+def communicator(op: Op, world: int, p2p_serialized: bool, ranks: tuple[int, ...] | None = None) -> tuple[int, ...]:
+    """The NCCL communicator (its ranks) an op runs on (rule communicator-order): a batched send/recv's is its
+    process group's, ``ranks`` (:func:`schedsim.lower.p2p_comms.batch_communicators`; None: the world's)."""
     if op.kind in P2P_KINDS:
         if op.p2p_batch is not None:
-            return tuple(range(world))
+            return tuple(range(world)) if ranks is None else ranks
         return op.group if op.group[0] < op.group[1] else (op.group[1], op.group[0])
     return op.group
 

@@ -122,13 +122,16 @@ class Op:
     #: None: ``nbytes`` split evenly. ``nbytes`` is then the larger of the two sums (nccl-tests' size).
     splits: tuple[tuple[float, ...], tuple[float, ...]] | None = field(default=None, repr=False)
     graph: str | None = field(default=None, repr=False)  # repr as before the field (tests/data/lowering_golden.npz)
+    #: a send/recv's process group as written (its ``group:``, sorted ranks); None: the family's, inferred
+    #: (:func:`schedsim.lower.p2p_comms.batch_communicators`)
+    comm: tuple[int, ...] | None = field(default=None, repr=False)
 
     def instance(self, name: str, rank: int, seq: int, deps: tuple[str, ...], tags: tuple) -> Op:
         """A copy of this prototype with a new name, rank, position, dependencies and tags."""
         return Op(name, rank, self.kind, self.stream, seq, deps, self.group, self.peer, self.root, self.nbytes,
                   self.flops, self.dtype, self.m, self.n, self.k, self.batch, self.repeat, self.duration_s,
                   self.direction, self.tag, tags, self.source, self.spec_index, self.host_s, self.p2p_batch,
-                  self.splits, self.graph)
+                  self.splits, self.graph, self.comm)
 
     @property
     def nccl_group(self) -> str | None:

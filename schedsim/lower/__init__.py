@@ -94,6 +94,9 @@ def lower(spec: ScheduleSpec, check: bool = True, symmetric: bool = False, warn:
         from schedsim.lower.graphs import check_graph_segments
 
         check_graph_segments(prog)
+        from schedsim.lower.p2p_comms import check_p2p_groups
+
+        check_p2p_groups(prog)
         if check:
             prog = replace(prog, warnings=prog.warnings + tuple(check_program(prog, uniform, warn, generated)),
                          checked=True)

@@ -11,8 +11,8 @@ Issue order
 Communicators
     As ``ProcessGroupNCCL`` creates them (torch ``ProcessGroupNCCL::pointToPoint`` and ``getKeySendRecv``): a
     collective runs on the communicator of its group; a lone send/recv on the two-rank communicator of its pair of
-    ranks, whatever the CUDA stream; a batched send/recv on the communicator of the whole group (here the world),
-    like a collective (:func:`_comm_ids`).
+    ranks, whatever the CUDA stream; a batched one on its process group's, as predict and execute take it
+    (:func:`schedsim.lower.p2p_comms.batch_communicators`, :func:`_comm_ids`).
 
 Rules (:func:`_wait_for_edges`)
     1. NCCL pairs sends and recvs between two ranks by issue order: the k-th send from a to b
@@ -71,6 +71,7 @@ from typing import NamedTuple
 import numpy as np
 
 from schedsim.kinds import COLLECTIVE_KINDS, OP_KINDS, P2P_KINDS
+from schedsim.lower.p2p_comms import launch_groups
 from schedsim.lower.program import Program, batch_heads, required, stable_order, unique
 
 __all__ = ["Verdict", "batch_input_witness", "check_arrays", "collective_order_witness", "dag_cycle", "forward_dep",
@@ -80,9 +81,8 @@ I64 = np.int64
 
 
 class _Templates(NamedTuple):
-    """Per template (int64[T]): its kind as an index into ``OP_KINDS`` (-1: another) and its group as a code
-    (equal groups, equal codes; ``groups[code]`` is the group). One pass over the templates, which a
-    Program can hold one of per loop iteration (125,000 for 1M ops)."""
+    """Per template (int64[T]): its kind as an index into ``OP_KINDS`` (-1: another) and its group as a code (equal
+    groups, equal codes; ``groups[code]`` is the group). One pass over the templates (125,000 for 1M ops)."""
 
     kind: np.ndarray
     gid: np.ndarray
@@ -90,6 +90,7 @@ class _Templates(NamedTuple):
     #: :func:`_first_launches`' results by ``eager``, with the ``comm`` and ``head`` arrays they are of (the lazy
     #: creation check and the wait-for graph ask for the same ones)
     firsts: dict[bool, tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray, list[tuple[int, ...]]]]]
+    p2p: list[tuple[np.ndarray, list[tuple[int, ...]]]]  # launch_groups' cache
 
     @classmethod
     def of(cls, prog: Program) -> _Templates:
@@ -98,7 +99,7 @@ class _Templates(NamedTuple):
         kind = np.fromiter(map(code.get, map(attrgetter("kind"), tps), repeat(-1)), I64, len(tps))
         groups: dict[tuple[int, ...], int] = {}
         gid = np.array([groups.setdefault(g, len(groups)) for g in map(attrgetter("group"), tps)], I64)
-        return cls(kind, gid, list(groups), {})
+        return cls(kind, gid, list(groups), {}, [])
 
     def mask(self, prog: Program, kinds: Sequence[str]) -> np.ndarray:
         """Boolean mask of the ops whose kind is in ``kinds``."""
@@ -189,16 +190,15 @@ def _comm_ids(prog: Program, heads: np.ndarray, eager: bool, tc: _Templates
     """Per launch, its NCCL communicator as an id, and the ranks of each group communicator (ids below
     ``len(groups)``; a lone send/recv's two-rank communicator gets an id above them).
 
-    A collective runs on its group's communicator; a batched send/recv (or, ``eager``, any send/recv) on the
-    world's; a lone send/recv on the communicator of its pair of ranks (Communicators, module docstring).
-    """
+    A collective runs on its group's communicator; a batched send/recv (or, ``eager``, any) on its process group's
+    (:func:`schedsim.lower.p2p_comms.launch_groups`); a lone one on its pair's (Communicators, module docstring)."""
     t = prog.tmpl[heads]
     groups = {g: k for k, g in enumerate(tc.groups)}  # every template's group (those of p2p go unused)
     is_p2p = np.isin(tc.kind, [OP_KINDS.index(k) for k in P2P_KINDS])[t]
     cid = tc.gid[t]
     batched = is_p2p & ((prog.batch[heads] >= 0) | eager)
     if batched.any():
-        cid[batched] = groups.setdefault(tuple(range(prog.world_size)), len(groups))
+        cid[batched] = launch_groups(prog, heads[batched], tc.p2p, groups)
     lone = is_p2p & ~batched
     if lone.any():
         r, pe = prog.rank[heads][lone].astype(I64), prog.peer[heads][lone].astype(I64)

@@ -472,7 +472,8 @@ class Program:
             deps = p.deps if p.deps else (tuple(names[nid[j]] for j in didx[a:z]) if z > a else ())
             append(Op(names[n], r, kind, streams[st], s, deps, group, peer, p.root, p.nbytes, p.flops, p.dtype,
                       p.m, p.n, p.k, p.batch, p.repeat, p.duration_s, p.direction, None if m < 0 else strs[m],
-                      tagsets[tg], p.source, p.spec_index, p.host_s, None if b < 0 else strs[b], p.splits, p.graph))
+                      tagsets[tg], p.source, p.spec_index, p.host_s, None if b < 0 else strs[b], p.splits, p.graph,
+                      p.comm))
         return out
 
     def collectives(self) -> dict[str, list[int]]:

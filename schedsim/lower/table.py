@@ -388,7 +388,7 @@ def template_key(p: Op) -> tuple[Any, ...]:
     g = p.group
     return (p.kind, p.rank, p.stream, id(g) if isinstance(g, RankGroup) else g, p.peer, p.root, p.nbytes, p.flops,
             p.dtype, p.m, p.n, p.k, p.batch, p.repeat, p.duration_s, p.direction, p.tag, p.source, p.host_s,
-            p.p2p_batch, p.splits, p.graph)
+            p.p2p_batch, p.splits, p.graph, p.comm)
 
 
 class Table:

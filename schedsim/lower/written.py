@@ -65,7 +65,7 @@ def op_instance(s: SpecOp, r: int, seq: int, *, stream: str, group: tuple[int, .
     if isinstance(s, (SendOp, RecvOp)):
         pair = (r, s.peer) if isinstance(s, SendOp) else (s.peer, r)
         return Op(**common, group=pair, peer=s.peer, nbytes=float(s.size_bytes()), dtype=s.dtype,
-                  tag=s.tag, p2p_batch=s.p2p_batch)
+                  tag=s.tag, p2p_batch=s.p2p_batch, comm=None if s.group is None else tuple(sorted(s.group)))
     return Op(**common, nbytes=float(s.size_bytes()), direction=s.direction, dtype=s.dtype)
 
 

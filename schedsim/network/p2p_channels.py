@@ -26,8 +26,9 @@ A DGX A100 example: a pipeline of 8 ranks in one node sends 25 MB on 4 channels 
 ranks; 6.25 MB parts are below 16 MiB); the same ranks in a communicator of 2 or 4 nodes, on 2.
 
 Which communicator: torch's ``ProcessGroupNCCL::pointToPoint`` runs a lone send/recv on a two-rank communicator
-of its pair and a batched one (``batch_isend_irecv``) on the process group's, taken as the ranks its family
-connects (:func:`schedsim.lower.p2p_comms.batch_communicators`).
+of its pair and a batched one (``batch_isend_irecv``) on the process group's: its written ``group:``, else the
+ranks its family connects (:func:`schedsim.lower.p2p_comms.batch_communicators`), the process group ``execute``
+creates and issues it on.
 
 The rate of one channel, :data:`P2P_CHANNEL_GBPS`, is NCCL's own per-channel figure for a send/recv over the
 network (``NCCL_P2P_PER_CHANNEL_NET_BW`` default 14 GB/s, src/graph/paths.cc, v2.29.2 on); ASSUMED the same over

@@ -44,6 +44,8 @@ class _Compiled(NamedTuple):
     job_ranks: list[tuple[int, ...]]
     job_work: list[float]  # solo seconds (+ per-node graph overhead)
     cost: CostModel
+    #: :func:`schedsim.lower.p2p_comms.batch_communicators` (each batched send/recv's communicator), or None
+    p2p_comm: tuple[np.ndarray, list[tuple[int, ...]]] | None = None
 
 
 def _coll_groups(ptr: Sequence[int] | np.ndarray, idx: Sequence[int] | np.ndarray) -> tuple[list[list[int]], list[int]]:
@@ -136,14 +138,15 @@ def _compile_program(prog: Program, profile: HardwareProfile, mode: str) -> _Com
     terms = gm.memory_terms(ops, np.arange(N), prog.rank.astype(np.int64), prog.world_size, cost, mode)
     from schedsim.lower.p2p_comms import batch_communicators
 
-    _jobs(ops, gmem, cost, node_oh, terms, job_of, job_res, job_ranks, job_work, lone, batch_communicators(prog))
+    bc = batch_communicators(prog)
+    _jobs(ops, gmem, cost, node_oh, terms, job_of, job_res, job_ranks, job_work, lone, bc)
     src = np.repeat(np.arange(N, dtype=np.int64), np.diff(ptr))
     per_op = np.array([cost.graph_fork_s(o) for o in ops], float) if mode == "cuda_graph" else None
     _add_forks(gm.graph_fork_columns(N, src, dst, prog.rank.astype(np.int64), prog.stream_id.astype(np.int64),
                                      profile, mode, per_op),
                job_of, job_work, lone)
     _check_work(ids, ops, N, job_work)
-    return _Compiled(ids, ops, N, prog.world_size, npred, succ, job_of, gmem, job_res, job_ranks, job_work, cost)
+    return _Compiled(ids, ops, N, prog.world_size, npred, succ, job_of, gmem, job_res, job_ranks, job_work, cost, bc)
 
 
 def _check_work(ids: list[str], ops: list[Op], N: int, job_work: list[float]) -> None:

@@ -193,9 +193,11 @@ def _durations(tps: list[Op], cost: CostModel, tmpl: np.ndarray, rank: np.ndarra
 
 
 def _communicators(tps: list[Op], world: int, tmpl: np.ndarray, rank: np.ndarray, peer: np.ndarray,
-                   batch: np.ndarray, res: np.ndarray, is_p2p: np.ndarray, serial: bool) -> np.ndarray:
+                   batch: np.ndarray, res: np.ndarray, is_p2p: np.ndarray, serial: bool,
+                   p2p_comm: tuple[np.ndarray, list[tuple[int, ...]]]) -> np.ndarray:
     """Rule communicator-order's communicator of each op as a code (equal rank sets, equal codes; -1: in no order), as
-    :func:`schedsim.gpu.rules.communicator` gives them."""
+    :func:`schedsim.gpu.rules.communicator` gives them: a batched send/recv's its process group's (``p2p_comm``,
+    :func:`batch_communicators`' result; the world's for an op it gives none)."""
     codes: dict[tuple[int, ...], int] = {}
     tcode = np.array([codes.setdefault(t.group, len(codes)) if t.kind not in P2P_KINDS and _res_of(t) == 1
                       else -1 for t in tps], I64)
@@ -203,7 +205,12 @@ def _communicators(tps: list[Op], world: int, tmpl: np.ndarray, rank: np.ndarray
     comm[res != 1] = -1
     pb = is_p2p & (batch >= 0)
     if pb.any():
-        comm[pb] = codes.setdefault(tuple(range(world)), len(codes))
+        cid, ranks_of = p2p_comm
+        ids = np.array([codes.setdefault(r, len(codes)) for r in ranks_of] + [-1], I64)
+        c = ids[cid[pb]]  # (-1 picks the trailing -1)
+        if (c < 0).any():
+            c[c < 0] = codes.setdefault(tuple(range(world)), len(codes))
+        comm[pb] = c
     lone = np.flatnonzero(is_p2p & (batch < 0))
     if len(lone):
         if serial:
@@ -571,7 +578,8 @@ def _order_and_issue(prog: Program, tps: list[Op], tmpl: np.ndarray, rank: np.nd
     launched its kernel). Its other int64 temporaries (communicators, edge keys) die here."""
     N = prog.N
     batch = prog.batch.astype(I64)  # once, for the compiled FIFO edges and issue times
-    comm = _communicators(tps, prog.world_size, tmpl, rank, prog.peer, batch, res, is_p2p, serial)
+    comm = _communicators(tps, prog.world_size, tmpl, rank, prog.peer, batch, res, is_p2p, serial,
+                          batch_communicators(prog))
     fifo = _fifo(rank, comm, batch)
     del comm
     if mode != "cuda_graph":  # a graph launch orders its forked streams' nodes after its capture stream's work

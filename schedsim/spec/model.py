@@ -273,6 +273,16 @@ class _P2P(_OpBase, _SizedMixin):
         "isend/irecv, which NCCL runs in issue order with the communicator's other ops. A batch is issued at the "
         "position of its first op; its ops cannot block each other.",
     )
+    group: list[int] | None = Field(
+        default=None,
+        description="The process group the send/recv is issued on (torch `P2POp(..., group=)` / "
+        "`isend(..., group=)`), as its ranks: it must hold this rank and `peer`, and the matching recv names the "
+        "same group. A batched send/recv runs on that group's NCCL communicator (torch "
+        "ProcessGroupNCCL::pointToPoint treats a batch like a collective); a lone one on its pair's two-rank "
+        "communicator. Default: the ranks that batched send/recv of its family connect (the stream its send is "
+        "issued on; docs/schedule_language.md, \"NCCL ordering\"), which `execute` creates as one process group "
+        "per family.",
+    )
 
 
 class SendOp(_P2P):

@@ -77,6 +77,8 @@ def check_spec(spec: ScheduleSpec, doc: Any, file: str) -> None:
             if peer in ranks:
                 raise err(i, "peer", f"{op.kind} {op.name!r} on rank {peer} names itself as peer",
                           "a send/recv needs another rank as peer")
+            if op.group is not None:
+                _check_p2p_group(op, ranks, n, partial(err, i))
         if isinstance(op, CollectiveOp):
             _check_group(op, ranks, n, partial(err, i))
             if op.send_bytes is not None or op.recv_bytes is not None:
@@ -191,6 +193,27 @@ def _check_group(op: CollectiveOp, ranks: list[int], n: int, err: Callable[[str,
         rooted = ", ".join(k for k, info in KINDS.items() if info.rooted)
         raise err("root", f"{op.kind} {op.name!r} has no root rank (only {rooted} have one)",
                   f"remove root from the {op.kind}")
+
+
+def _check_p2p_group(op: SendOp | RecvOp, ranks: list[int], n: int,
+                     err: Callable[[str, str, str], SpecError]) -> None:
+    """A send/recv's ``group`` (its process group): ranks of the world, each once, holding every rank that issues
+    it and its peer (torch ``P2POp`` / ``isend`` take the peer as a rank of ``group``). That the matching op
+    names the same group is checked once the pairs are matched
+    (:func:`schedsim.lower.p2p_comms.check_p2p_groups`). ``err(field, msg, fix)`` makes the error."""
+    g = op.group or []
+    bad = [r for r in g if not 0 <= r < n]
+    if bad:
+        raise err("group", f"{op.kind} {op.name!r} has group rank {bad[0]} but world_size is {n}",
+                  f"use ranks in 0..{n - 1}")
+    if len(set(g)) != len(g):
+        raise err("group", f"{op.kind} {op.name!r} lists a rank twice in its group {g}", "list each rank once")
+    missing = [r for r in (*ranks, op.peer) if r not in g]
+    if missing:
+        who = "its peer" if missing[0] == op.peer else "a rank it runs on"
+        raise err("group", f"{op.kind} {op.name!r}: rank {missing[0]} ({who}) is outside its group {g}",
+                  f"add {missing[0]} to `group` (both ends of a send/recv are in its process group), or remove "
+                  "`group` to let the family's communicator be inferred")
 
 
 def _training_rules(spec: ScheduleSpec, doc: Any, file: str) -> None:

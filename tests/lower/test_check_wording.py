@@ -69,9 +69,9 @@ CASES = {
         "  - {name: r2, kind: recv, peer: 0, bytes: 8, ranks: [1], p2p_batch: y}\n",
         GraphError, "<string>:7 (ops[2]): send 's2' is in p2p_batch 'x', which rank 0 posts whole at its first member "
         "'s1', but it waits for 'c' (it follows it on stream 'other')"),
-    "lazy communicator creation": (  # a batch runs on the world's communicator, which rank 2 never calls
-        "  - {name: s, kind: send, peer: 1, bytes: 8, ranks: [0], p2p_batch: x}\n"
-        "  - {name: r, kind: recv, peer: 0, bytes: 8, ranks: [1], p2p_batch: y}\n",
+    "lazy communicator creation": (  # a batch runs on its group's communicator, which rank 2 never calls
+        "  - {name: s, kind: send, peer: 1, bytes: 8, ranks: [0], p2p_batch: x, group: [0, 1, 2]}\n"
+        "  - {name: r, kind: recv, peer: 0, bytes: 8, ranks: [1], p2p_batch: y, group: [0, 1, 2]}\n",
         DeadlockError, "rank(s) [0, 1] make NCCL calls on the communicator of ranks [0, 1, 2] (batched send/recv or "
         "collectives on them), which a lazily initialised process group creates at each rank's first call on it and "
         "which waits for all its ranks; rank(s) [2] never call it"),
@@ -125,7 +125,7 @@ def _random_schedule(rng: random.Random) -> str:
     dependencies and cycles), all_reduces on two groups issued in a random order per rank, and batched exchanges
     of two sends and two recvs between neighbours, their members spread among the rank's ops, each maybe depending
     on an op written before it (inputs of a batch written after its first member; with three ranks, lazy creation
-    of the world's communicator without rank 2)."""
+    of the world's communicator without rank 2, where a pair names the world as its `group:`)."""
     w = rng.randint(1, 3)
     groups = [list(range(w))] + ([[0, 1]] if w > 2 else [])
     colls = [(f"c{k}", rng.choice(groups)) for k in range(rng.randint(0, 3))]
@@ -150,13 +150,15 @@ def _random_schedule(rng: random.Random) -> str:
         if rng.random() < 0.5:
             continue
         b = a + 1
+        # a process group written on the pair, at times the world's (which a rank of no pair never calls)
+        grp = f", group: {list(range(w))}" if rng.random() < 0.3 else ""
         for r, kind, peer in ((a, "send", b), (b, "recv", a)):
             for k in range(2):
                 at = rng.randint(0, len(per_rank[r]))
                 earlier = [x for x in names[r] if any(e.startswith(f"{{name: {x},") for e in per_rank[r][:at])]
                 deps = rng.sample(earlier, min(len(earlier), rng.choice((0, 1))))  # written before it, maybe after
                 entry = (f"{{name: {kind}{a}_{k}, kind: {kind}, peer: {peer}, bytes: 8, ranks: [{r}], p2p_batch: q{a}, "
-                         f"stream: {rng.choice('ab')}, deps: {deps}}}")
+                         f"stream: {rng.choice('ab')}, deps: {deps}{grp}}}")
                 per_rank[r].insert(at, entry)
     ops = "".join(f"  - {o}\n" for entries in per_rank for o in entries)
     return f"schema_version: 1\nname: g\nworld_size: {w}\nops:\n{ops}"

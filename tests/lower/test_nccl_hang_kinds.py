@@ -95,18 +95,19 @@ name: ripple
 world_size: 4
 {init}
 ops:
-  - {{name: s01, kind: send, peer: 1, bytes: 4096, ranks: [0], p2p_batch: b0}}
-  - {{name: r01, kind: recv, peer: 0, bytes: 4096, ranks: [1], p2p_batch: b0}}
+  - {{name: s01, kind: send, peer: 1, bytes: 4096, ranks: [0], p2p_batch: b0, group: [0, 1, 2, 3]}}
+  - {{name: r01, kind: recv, peer: 0, bytes: 4096, ranks: [1], p2p_batch: b0, group: [0, 1, 2, 3]}}
   - {{name: f1, kind: compute, duration_us: 10, ranks: [1], deps: [r01]}}
   - {{name: s12, kind: send, peer: 2, bytes: 4096, ranks: [1], deps: [f1]}}
   - {{name: r12, kind: recv, peer: 1, bytes: 4096, ranks: [2]}}
-  - {{name: s23, kind: send, peer: 3, bytes: 4096, ranks: [2], p2p_batch: b1, deps: [r12]}}
-  - {{name: r23, kind: recv, peer: 2, bytes: 4096, ranks: [3], p2p_batch: b1}}
+  - {{name: s23, kind: send, peer: 3, bytes: 4096, ranks: [2], p2p_batch: b1, deps: [r12], group: [0, 1, 2, 3]}}
+  - {{name: r23, kind: recv, peer: 2, bytes: 4096, ranks: [3], p2p_batch: b1, group: [0, 1, 2, 3]}}
 """
 
 
 def test_first_batched_call_that_waits_on_another_ranks_first_call_hangs_under_lazy_init() -> None:
-    """pytorch#74701's kind: ranks 0 and 1 make their first call on the world communicator (a batch), which a
+    """pytorch#74701's kind: ranks 0 and 1 make their first call on the world communicator (a batch on the world's
+    process group, written as its `group:`; without it each pipeline pair gets its own group), which a
     lazily initialised process group creates then and which waits for all four ranks; rank 2 makes its first
     call (the batch s23) only after its lone recv r12, whose send s12 follows rank 1's first batch: a cycle.
     Created eagerly (device_id), the communicator exists and the same program runs."""

@@ -68,8 +68,8 @@ def compile_graph(G: nx.DiGraph | Program, profile: HardwareProfile, mode: str) 
     terms = gm.memory_terms(ops, np.arange(N), np.array(ranks, np.int64), world, cost, mode)
     from tests.oracle.p2p_families import graph_p2p_communicators
 
-    _jobs(ops, gmem, cost, node_oh, terms, job_of, job_res, job_ranks, job_work, lone,
-          graph_p2p_communicators(G, ops, index))
+    bc = graph_p2p_communicators(G, ops, index)
+    _jobs(ops, gmem, cost, node_oh, terms, job_of, job_res, job_ranks, job_work, lone, bc)
     if mode == "cuda_graph":
         names: dict[str, int] = {}
         sid = np.array([names.setdefault(o.stream, len(names)) for o in ops], np.int64)
@@ -79,7 +79,7 @@ def compile_graph(G: nx.DiGraph | Program, profile: HardwareProfile, mode: str) 
         _add_forks(gm.graph_fork_columns(N, src, dst, np.array(ranks, np.int64), sid, profile, mode, per_op), job_of,
                    job_work, lone)
     _check_work(ids, ops, N, job_work)
-    return _Compiled(ids, ops, N, world, npred, succ, job_of, gmem, job_res, job_ranks, job_work, cost)
+    return _Compiled(ids, ops, N, world, npred, succ, job_of, gmem, job_res, job_ranks, job_work, cost, bc)
 
 
 def _launch_edges(ops: list, deps: list[list[int]]) -> list[tuple[int, int]]:

@@ -10,6 +10,7 @@ and the tests hold both forms to one verdict and one text (``tests/lower/test_ch
 from __future__ import annotations
 
 import functools
+import weakref
 from collections import defaultdict
 from typing import Any
 
@@ -28,23 +29,25 @@ __all__ = ["communicator", "issue_order", "wait_for_graph", "find_hang", "cross_
 Comm = tuple[Any, ...]
 
 
-def communicator(op: Any, world: int, eager: bool = False) -> Comm | None:
+def communicator(op: Any, world: int, eager: bool = False,
+                 p2p: dict[str, tuple[int, ...]] | None = None) -> Comm | None:
     """The NCCL communicator ``op`` runs on, as a hashable key, or None for non-NCCL ops.
 
-    ``("group", r0, r1, ...)`` for a collective (its group) and for a batched send/recv (the world);
-    ``("pair", lo, hi)`` for a lone send/recv between ranks ``lo < hi``.
-    Source: torch ``ProcessGroupNCCL::pointToPoint`` (batched p2p uses the device communicator,
+    ``("group", r0, r1, ...)`` for a collective (its group) and for a batched send/recv (its process group:
+    ``p2p[op id]``, :func:`p2p_of`, else the world); ``("pair", lo, hi)`` for a lone send/recv between ranks
+    ``lo < hi``. Source: torch ``ProcessGroupNCCL::pointToPoint`` (batched p2p uses the device communicator,
     a single p2p the two-rank one). ``eager``: the process group was initialised eagerly
-    (``init_process_group(device_id=...)``), so a lone send/recv runs on the group's communicator too
-    (pytorch PRs 132900/154132; measured on 2×H200 with a world of two ranks).
+    (``init_process_group(device_id=...)``), so a lone send/recv runs on its group's communicator too (its
+    written ``group:``, else the world's) (pytorch PRs 132900/154132; measured on 2×H200 with a world of two ranks).
     """
     if op.kind in COLLECTIVE_KINDS:
         return ("group", op.group)
     if op.kind in P2P_KINDS:
         if op.nccl_group is not None:
-            return ("group", _world_group(world))
+            ranks = (p2p or {}).get(op.id)
+            return ("group", _world_group(world) if ranks is None else RankGroup(ranks))
         if eager:
-            return ("group", _world_group(world))
+            return ("group", _world_group(world) if op.comm is None else RankGroup(op.comm))
         a, b = op.rank, op.peer
         return ("pair", a, b) if a < b else ("pair", b, a)
     return None
@@ -161,7 +164,7 @@ def wait_for_graph(G: nx.DiGraph, explain: bool = False, eager: bool = False, gr
         last: dict[Comm, int] = {}
         for launch in launches:
             op = G.nodes[launch[0]]["op"]
-            comm = communicator(op, world, eager)
+            comm = communicator(op, world, eager, p2p_of(G))
             u = unit_of[launch[0]]
             for other, pu in last.items():
                 if other == comm:
@@ -200,7 +203,7 @@ def _lazy_hubs(G: nx.DiGraph, world: int, eager: bool, unit_of: dict[str, int], 
         seen: set[Comm] = set()
         host.append((-1, None))  # a rank boundary
         for launch in launches:
-            comm = communicator(G.nodes[launch[0]]["op"], world, eager)
+            comm = communicator(G.nodes[launch[0]]["op"], world, eager, p2p_of(G))
             if comm is not None and comm[0] == "group" and comm not in seen:
                 seen.add(comm)
                 firsts.setdefault(comm, []).append(unit_of[launch[0]])
@@ -260,7 +263,7 @@ def lazy_init_missing(G: nx.DiGraph) -> tuple[Comm, list[int], list[int]] | None
     users: dict[Comm, set[int]] = {}
     for r, launches in (G.graph.get("issue_order") or issue_order(G)).items():
         for launch in launches:
-            comm = communicator(G.nodes[launch[0]]["op"], world)
+            comm = communicator(G.nodes[launch[0]]["op"], world, p2p=p2p_of(G))
             if comm is not None and comm[0] == "group":
                 users.setdefault(comm, set()).add(int(r))
     for comm, rs in users.items():
@@ -283,6 +286,23 @@ def _share2(a: Comm, b: Comm) -> bool:
 @functools.lru_cache(maxsize=8)
 def _world_group(world: int) -> Any:
     return RankGroup(range(world))
+
+
+_P2P_OF: weakref.WeakKeyDictionary[nx.DiGraph, dict[str, tuple[int, ...]]] = weakref.WeakKeyDictionary()
+
+
+def p2p_of(G: nx.DiGraph) -> dict[str, tuple[int, ...]]:
+    """Per batched send/recv of ``G`` (op id), its process group's ranks, object by object
+    (:func:`tests.oracle.p2p_families.graph_p2p_communicators`), kept for ``G`` after the first call."""
+    got = _P2P_OF.get(G)
+    if got is None:
+        from tests.oracle.p2p_families import graph_p2p_communicators
+
+        ids = list(G.nodes)
+        ops = [G.nodes[n]["op"] for n in ids]
+        cid, comms = graph_p2p_communicators(G, ops, {n: i for i, n in enumerate(ids)})
+        got = _P2P_OF[G] = {ids[i]: comms[c] for i, c in enumerate(cid.tolist()) if c >= 0}
+    return got
 
 
 def find_hang(G: nx.DiGraph, eager: bool = False, grouped: bool = False) -> list[tuple[int, int, str]] | None:

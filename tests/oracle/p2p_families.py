@@ -35,6 +35,13 @@ def p2p_communicators(ops: list[Any], pairs: list[list[int]]) -> tuple[np.ndarra
     ``pairs`` (op indices, send first)."""
     cid = np.full(len(ops), -1, np.int64)
     batched = [(s, r) for s, r in pairs if ops[s].p2p_batch is not None or ops[r].p2p_batch is not None]
+    index: dict[tuple[int, ...], int] = {}
+    for s, r in batched:  # a written `group:` (Op.comm, the same on both ends) is the pair's, in no family
+        if ops[s].comm is not None:
+            for i in (s, r):
+                if ops[i].p2p_batch is not None:
+                    cid[i] = index.setdefault(ops[s].comm, len(index))
+    batched = [(s, r) for s, r in batched if ops[s].comm is None]
     fam: dict[Any, Any] = {}
     for s, r in batched:  # the families met in one batch call are one
         for i in (s, r):
@@ -49,7 +56,6 @@ def p2p_communicators(ops: list[Any], pairs: list[list[int]]) -> tuple[np.ndarra
         f = _root(fam, ("stream", family_of_stream(ops[s].stream)))
         for i in (s, r):
             members.setdefault(_root(comp, (f, ops[i].rank)), set()).add(ops[i].rank)
-    index: dict[tuple[int, ...], int] = {}
     for s, r in batched:
         f = _root(fam, ("stream", family_of_stream(ops[s].stream)))
         for i in (s, r):

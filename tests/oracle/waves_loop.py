@@ -605,7 +605,7 @@ def _order_and_issue(c, profile: HardwareProfile, mode: str, serial: bool,
     ops, N = c.ops, c.N
     succ = [sorted(x) for x in c.succ]  # ops released together reach the GPU in program order
     npred = c.npred
-    for u, v in comm_fifo_edges(ops, c.world, serial):
+    for u, v in comm_fifo_edges(ops, c.world, serial, c.p2p_comm):
         if v not in succ[u]:
             succ[u].append(v)
             succ[u].sort()
@@ -736,16 +736,20 @@ def host_issue_times(ops: Sequence[Op], profile: HardwareProfile, mode: str, *, 
     return issue.tolist()
 
 
-def comm_fifo_edges(ops: Sequence[Op], world: int, p2p_serialized: bool) -> list[tuple[int, int]]:
+def comm_fifo_edges(ops: Sequence[Op], world: int, p2p_serialized: bool,
+                    p2p_comm: tuple[np.ndarray, list[tuple[int, ...]]] | None = None) -> list[tuple[int, int]]:
     """:func:`tests.oracle.numpy_helpers.comm_fifo_columns` of a list of ops: lone send/recv join their pair's
-    communicator only with ``p2p_serialized``; compute ops and copies are in none."""
+    communicator only with ``p2p_serialized``; a batched one its process group's (``p2p_comm``: per op the id of
+    its communicator, -1 none, and the ranks of each id; None: the world's); compute ops and copies are in none."""
     codes: dict[object, int] = {None: -1}
     comm = np.full(len(ops), -1, np.int64)
+    cid, ranks_of = p2p_comm if p2p_comm is not None else (None, [])
     for i, op in enumerate(ops):
         lone_p2p = op.kind in ("send", "recv") and op.p2p_batch is None
         if op.kind in ("matmul", "compute", "memcpy") or (not p2p_serialized and lone_p2p):
             continue
-        comm[i] = codes.setdefault(gm.communicator(op, world, p2p_serialized), len(codes))
+        ranks = ranks_of[cid[i]] if cid is not None and cid[i] >= 0 else None
+        comm[i] = codes.setdefault(gm.communicator(op, world, p2p_serialized, ranks), len(codes))
     rank = np.fromiter((op.rank for op in ops), np.int64, len(ops))
     batch = np.fromiter((codes.setdefault(op.p2p_batch, len(codes)) for op in ops), np.int64, len(ops))
     u, v = numpy_helpers.comm_fifo_columns(rank, comm, batch)
