@@ -56,7 +56,7 @@ def _raise_deadlock(ids, ops, end, npred, job_of, gmem, N) -> None:
 
 
 _EXT: list[object] = []  # [module] once looked up
-_LAYOUT = 18  # _cwaves.run's (and its helpers') argument lists and results' meaning: LAYOUT in _cwaves.c
+_LAYOUT = 19  # _cwaves.run's (and its helpers') argument lists and results' meaning: LAYOUT in _cwaves.c
 
 
 def compiled_loop():

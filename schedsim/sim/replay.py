@@ -18,6 +18,7 @@ import numpy as np
 
 from schedsim.gpu import rules as gm
 from schedsim.graph.ops import Op, format_op_id, resource_of
+from schedsim.sim.host_wait import HOST_WAIT_AFTER_TAG, HOST_WAIT_SCOPE_TAG, HOST_WAIT_TAG, check_host_wait_tags
 from schedsim.sim.loop import HOST, _raise_deadlock, _State
 from schedsim.sim.loop_arrays import _Compiled
 
@@ -32,10 +33,6 @@ def _rendezvous(members: list[int], last: int, ready_t: list[float], start: list
     return t0
 
 
-#: Tag of an imported op launched right after a host synchronisation (:mod:`schedsim.trace.to_schedule`): the
-#: host time (µs) from the previous issue to the synchronising call. The ``replay`` model's host then waits for
-#: the op's predecessors (the synchronised work) before spending the op's ``host_us``.
-HOST_WAIT_TAG = "host_wait_before_us"
 
 #: Tag of an imported op (:mod:`schedsim.trace.to_schedule`): the recorded time (µs) from when it was ready (the
 #: later of its issue and the end of its last predecessor: stream order, event waits) to its start: the launch
@@ -48,7 +45,8 @@ GPU_GAP_TAG = "gpu_gap_us"
 def check_recorded_tags(G: Any) -> None:
     """Refuse an op of the Program ``G`` (:class:`~schedsim.lower.program.Program`) whose :data:`HOST_WAIT_TAG` or
     :data:`GPU_GAP_TAG` is not a finite number of µs at least 0 (``schedsim import`` writes them so), where the
-    ``replay`` model would otherwise read it as no wait or no gap. One pass over the distinct tag sets.
+    ``replay`` model would otherwise read it as no wait or no gap. One pass over the distinct tag sets; the other
+    host-wait tags as :func:`~schedsim.sim.host_wait.check_host_wait_tags` checks them.
 
     Raises
     ------
@@ -57,6 +55,9 @@ def check_recorded_tags(G: Any) -> None:
     """
     from schedsim.errors import SpecError, printable
 
+    check_host_wait_tags(G)
+    if not (G.may_have_tag(HOST_WAIT_TAG) or G.may_have_tag(GPU_GAP_TAG)):
+        return
     for k, tags in enumerate(G.tagsets):
         for tag, v in tags:
             if tag not in (HOST_WAIT_TAG, GPU_GAP_TAG):
@@ -83,8 +84,10 @@ def _gpu_gaps(ops: list[Op]) -> list[float]:
 class _ReplayHost:
     """The host threads of the ``replay`` model: each rank issues its ops in program order, op i at
     ``clock + host_s`` (no launch costs: a recorded gap holds its call); an op tagged :data:`HOST_WAIT_TAG` is
-    issued at ``max(clock + that tag, end of its predecessors) + host_s`` (the host blocked in a
-    synchronisation), so the host stalls until they end. Under ``cuda_graph`` every op is issued at 0.
+    issued at ``max(clock + that tag, end of its predecessors) + after + host_s`` (the host blocked in a
+    synchronisation; rule host-wait, :mod:`schedsim.sim.host_wait`: ``after`` its :data:`HOST_WAIT_AFTER_TAG`, and
+    with :data:`HOST_WAIT_SCOPE_TAG` ``device`` the end of every earlier op of its rank as well), so the host
+    stalls until they end. Under ``cuda_graph`` every op is issued at 0.
     ``host_from[i]``: the op whose end the host last waited for in such a synchronisation (its predecessor that
     ended last, where it ended after the host reached the call), at or before issuing op i; -1 where the host's
     calls up to op i never waited (the critical path's walk continues there, :func:`critical_walk`)."""
@@ -92,13 +95,21 @@ class _ReplayHost:
     def __init__(self, ops: list[Op], world: int, mode: str) -> None:
         self.order: list[list[int]] = [[] for _ in range(world)]
         self.before: dict[int, float] = {}
+        self.device: set[int] = set()  # host waits of device scope
         graph = mode == "cuda_graph"
         self.host_s = [0.0 if graph else op.host_s for op in ops]
         for i, op in enumerate(ops):
             self.order[op.rank].append(i)
-            b = dict(op.tags).get(HOST_WAIT_TAG) if op.tags and not graph else None
+            d = dict(op.tags) if op.tags and not graph else {}
+            b = d.get(HOST_WAIT_TAG)
             if isinstance(b, (int, float)):
                 self.before[i] = float(b) * 1e-6
+                self.host_s[i] += float(d.get(HOST_WAIT_AFTER_TAG, 0.0)) * 1e-6
+                if d.get(HOST_WAIT_SCOPE_TAG) == "device":
+                    self.device.add(i)
+        self.done = [0] * world  # per rank: its ops ended (device scope)
+        self.drained = [0.0] * world  # per rank: when the last of them ended
+        self.drained_by = [-1] * world
         self.ptr = [0] * world
         self.clock = [0.0] * world
         self.waited = [-1] * world
@@ -112,12 +123,15 @@ class _ReplayHost:
         while k < len(order):
             i = order[k]
             b = self.before.get(i)
-            if b is not None and npred[i] > 0:
+            if b is not None and (npred[i] > 0 or (i in self.device and self.done[r] < k)):
                 break
             if b is not None:
-                if pred_end[i] > clock + b:  # the host blocked until the synchronised work ended
-                    self.waited[r] = last_pred[i]
-                clock = max(clock + b, pred_end[i])
+                pe, lp = pred_end[i], last_pred[i]
+                if i in self.device and self.drained[r] > pe:
+                    pe, lp = self.drained[r], self.drained_by[r]
+                if pe > clock + b:  # the host blocked until the synchronised work ended
+                    self.waited[r] = lp
+                clock = max(clock + b, pe)
             clock += self.host_s[i]
             self.issue[i] = clock
             self.host_from[i] = self.waited[r]
@@ -240,6 +254,12 @@ def _run_replay(c: _Compiled, mode: str, conns: int | None = None) -> _State:
         for i in (gmem[j - N] if j >= N else (j,)):
             end[i] = t
             done += 1
+            r = ops[i].rank
+            host.done[r] += 1
+            if t >= host.drained[r]:
+                host.drained[r], host.drained_by[r] = t, i
+            if host.device and host.ptr[r] < len(host.order[r]) and host.issue[host.order[r][host.ptr[r]]] is None:
+                host.advance(r, npred, pred_end, last_pred, release)  # a device-scoped wait may be drained now
             for v in succ[i]:
                 npred[v] -= 1
                 if t >= pred_end[v]:
