@@ -227,6 +227,7 @@ def _simulate_once(G: Program, profile: HardwareProfile, info: ProgramInfo, mode
     with slower GEMMs, :mod:`schedsim.gpu.power`). ``makespan_only``: :func:`simulate`'s."""
     with paused_gc():  # millions of small acyclic objects: GC passes would dominate
         if model == "waves":
+            check_recorded_tags(G)  # rule host-wait's tags, read by the loop too
             run, note = _run_waves_program(G, profile, mode, conns, model_executor)
             tl = _timeline_program(G, info, profile, mode, run, path=not makespan_only)
             if note:
@@ -237,7 +238,7 @@ def _simulate_once(G: Program, profile: HardwareProfile, info: ProgramInfo, mode
                              "on the waves model", fix="lower it with every rank (schedsim predict --full-ranks)")
         check_recorded_tags(G)
         c = _compile_program(G, profile, mode)
-        st = _run_replay(c, mode, conns)
+        st = _run_replay(c, mode, conns, G)
         return _timeline(info, profile, mode, c, st)
 
 

@@ -4,7 +4,9 @@
 An op carrying :data:`HOST_WAIT_TAG` is issued after a host synchronisation: the host reaches the synchronising
 call :data:`HOST_WAIT_TAG` µs after its previous call returned, blocks there until the op's predecessors have
 ended (with :data:`HOST_WAIT_SCOPE_TAG` ``device``: until every op of its rank issued before it has ended, as
-``cudaDeviceSynchronize`` does), returns :data:`HOST_WAIT_AFTER_TAG` µs later and only then issues the op and the
+``cudaDeviceSynchronize`` does; ``stream``: until the last op issued before it on the stream
+:data:`HOST_WAIT_ON_TAG` names has, as ``cudaStreamSynchronize``; ``ops``: until the ops of its rank that
+:data:`HOST_WAIT_ON_TAG` names, space-separated, have, as ``cudaEventSynchronize`` on their events), returns :data:`HOST_WAIT_AFTER_TAG` µs later and only then issues the op and the
 ops after it. ``schedsim import`` writes :data:`HOST_WAIT_TAG` for a recorded synchronisation
 (:mod:`schedsim.trace.to_schedule`); the schedule language's ``kind: synchronize`` lowers to these three tags on
 the rank's next op (:func:`schedsim.lower.written.add_written`). Both GPU models read them: ``replay`` in its
@@ -21,8 +23,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-__all__ = ["HOST_WAIT_TAG", "HOST_WAIT_AFTER_TAG", "HOST_WAIT_SCOPE_TAG", "HOST_WAIT_TAGS", "HostWaits",
-           "host_wait_columns", "arrivals", "check_host_wait_tags"]
+__all__ = ["HOST_WAIT_TAG", "HOST_WAIT_AFTER_TAG", "HOST_WAIT_SCOPE_TAG", "HOST_WAIT_ON_TAG", "HOST_WAIT_TAGS",
+           "SCOPES", "HostWaits", "host_wait_columns", "awaited", "arrivals", "check_host_wait_tags"]
 
 #: Tag of an op launched right after a host synchronisation: the host time (µs) from the previous issue to the
 #: synchronising call. The host then waits for the op's predecessors (or, :data:`HOST_WAIT_SCOPE_TAG`, its rank's
@@ -31,25 +33,33 @@ HOST_WAIT_TAG = "host_wait_before_us"
 #: Tag beside :data:`HOST_WAIT_TAG`: the host time (µs) of the synchronising call after the awaited work ended
 #: (its return; ``kind: synchronize``'s ``host_us``); 0 where absent.
 HOST_WAIT_AFTER_TAG = "host_wait_after_us"
-#: Tag beside :data:`HOST_WAIT_TAG`: ``device`` where the host waits for every op its rank issued before this one
-#: (``torch.cuda.synchronize()``); absent: for the op's predecessors alone (a stream or events).
+#: Tag beside :data:`HOST_WAIT_TAG`: what the host waits for: ``device`` (every op its rank issued before this one,
+#: ``torch.cuda.synchronize()``), ``stream`` or ``ops`` (:data:`HOST_WAIT_ON_TAG`); absent: the op's
+#: predecessors (an imported synchronisation).
 HOST_WAIT_SCOPE_TAG = "host_wait_scope"
-HOST_WAIT_TAGS = (HOST_WAIT_TAG, HOST_WAIT_AFTER_TAG, HOST_WAIT_SCOPE_TAG)
+#: Tag beside :data:`HOST_WAIT_SCOPE_TAG` ``stream`` (a stream's name) or ``ops`` (op names, space-separated).
+HOST_WAIT_ON_TAG = "host_wait_on"
+HOST_WAIT_TAGS = (HOST_WAIT_TAG, HOST_WAIT_AFTER_TAG, HOST_WAIT_SCOPE_TAG, HOST_WAIT_ON_TAG)
+#: :data:`HOST_WAIT_SCOPE_TAG`'s values and their codes in :attr:`HostWaits.scope` (0: the op's predecessors).
+SCOPES = {"device": 1, "stream": 2, "ops": 2}
 
 
 class HostWaits(NamedTuple):
     """Per op (float64 / int32 of shape (N,)): ``before`` (s; NaN where the op follows no host wait), ``after``
-    (s, 0 where none) and ``device`` (1: device scope)."""
+    (s, 0 where none), ``scope`` (:data:`SCOPES`' codes; 0: its predecessors) and ``on`` (int32: per op, the
+    host wait of scope 2 that waits for it, -1 none; an op several such waits name is the first one's alone: the
+    later ones resolve after it anyway, :func:`awaited`)."""
 
     before: np.ndarray
     after: np.ndarray
-    device: np.ndarray
+    scope: np.ndarray
+    on: np.ndarray
 
 
 def _tag_rows(tagsets: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per tag set: before and after (s; NaN before where no :data:`HOST_WAIT_TAG`) and device scope."""
+    """Per tag set: before and after (s; NaN before where no :data:`HOST_WAIT_TAG`) and the scope's code."""
     n = len(tagsets)
-    before, after, dev = np.full(n, np.nan), np.zeros(n), np.zeros(n, np.int32)
+    before, after, scope = np.full(n, np.nan), np.zeros(n), np.zeros(n, np.int32)
     for k, tags in enumerate(tagsets):
         d = dict(tags)
         b = d.get(HOST_WAIT_TAG)
@@ -57,8 +67,8 @@ def _tag_rows(tagsets: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             before[k] = float(b) * 1e-6
             a = d.get(HOST_WAIT_AFTER_TAG, 0.0)
             after[k] = float(a) * 1e-6 if isinstance(a, (int, float)) and not isinstance(a, bool) else 0.0
-            dev[k] = d.get(HOST_WAIT_SCOPE_TAG) == "device"
-    return before, after, dev
+            scope[k] = SCOPES.get(d.get(HOST_WAIT_SCOPE_TAG), 0)  # type: ignore[arg-type]
+    return before, after, scope
 
 
 def host_wait_columns(G: Any, mode: str) -> HostWaits | None:
@@ -67,11 +77,63 @@ def host_wait_columns(G: Any, mode: str) -> HostWaits | None:
     :func:`check_host_wait_tags` checks them (it runs before)."""
     if mode == "cuda_graph" or not G.N or not G.may_have_tag(HOST_WAIT_TAG):
         return None
-    before, after, dev = _tag_rows(G.tagsets)
+    before, after, scope = _tag_rows(G.tagsets)
     if np.isnan(before).all():
         return None
     tid = np.asarray(G.tags_id, np.int64)
-    return HostWaits(before[tid], after[tid], dev[tid])
+    hw = HostWaits(before[tid], after[tid], scope[tid], np.full(G.N, -1, np.int32))
+    for g, js in awaited(G, hw.scope).items():
+        for j in js:
+            if hw.on[j] < 0:
+                hw.on[j] = g
+    return hw
+
+
+def awaited(G: Any, scope: np.ndarray) -> dict[int, list[int]]:
+    """Per host wait of scope 2 (op index ``g`` of the Program ``G``; ``scope`` as :attr:`HostWaits.scope`), the
+    ops it waits for, in program order: the last op before it on its rank on the stream its
+    :data:`HOST_WAIT_ON_TAG` names (none where no op came before on it), or the ops of its rank before it that
+    the tag names.
+
+    Raises
+    ------
+    SpecError
+        An ``ops`` wait naming an op that its rank does not issue before it.
+    """
+    from schedsim.errors import SpecError, printable
+    from schedsim.graph.ops import format_op_id
+
+    gates = np.flatnonzero(scope == 2)
+    if not len(gates):
+        return {}
+    rank = np.asarray(G.rank)
+    starts = np.searchsorted(rank, rank[gates], side="left")
+    streams = {s: k for k, s in enumerate(G.streams)}
+    names = {s: k for k, s in enumerate(G.names)}
+    sid, nid, tid = np.asarray(G.stream_id), np.asarray(G.name_id), np.asarray(G.tags_id)
+    out: dict[int, list[int]] = {}
+    for g, lo in zip(gates.tolist(), starts.tolist(), strict=True):
+        d = dict(G.tagsets[int(tid[g])])
+        on = str(d.get(HOST_WAIT_ON_TAG, ""))
+        if d.get(HOST_WAIT_SCOPE_TAG) == "stream":
+            code = streams.get(on)
+            hit = np.flatnonzero(sid[lo:g] == code) if code is not None else np.zeros(0, np.int64)
+            out[g] = [lo + int(hit[-1])] if len(hit) else []
+            continue
+        js = []
+        for name in on.split():
+            code = names.get(name)
+            hit = np.flatnonzero(nid[lo:g] == code) if code is not None else np.zeros(0, np.int64)
+            if not len(hit):
+                op = format_op_id(G.names[int(nid[g])], int(rank[g]))
+                raise SpecError(f"op {printable(op, 80)}: its host wait waits for op {printable(name, 60)}, which "
+                                f"rank {int(rank[g])} does not issue before it", file=G.file or None,
+                                path=f"tags.{HOST_WAIT_ON_TAG}",
+                                fix="name ops issued earlier on the same rank (an event.synchronize waits for "
+                                    "work already issued)")
+            js.append(lo + int(hit[-1]))
+        out[g] = sorted(set(js))
+    return out
 
 
 def arrivals(issue: np.ndarray, rank: np.ndarray, before: np.ndarray) -> np.ndarray:
@@ -87,7 +149,8 @@ def arrivals(issue: np.ndarray, rank: np.ndarray, before: np.ndarray) -> np.ndar
 
 def check_host_wait_tags(G: Any) -> None:
     """Refuse an op of the Program ``G`` whose :data:`HOST_WAIT_AFTER_TAG` is not a finite number of µs at least 0,
-    whose :data:`HOST_WAIT_SCOPE_TAG` is not ``device``, or that carries either without :data:`HOST_WAIT_TAG`
+    whose :data:`HOST_WAIT_SCOPE_TAG` is not one of :data:`SCOPES`, whose scope ``stream`` or ``ops`` comes without
+    a :data:`HOST_WAIT_ON_TAG` string, or that carries any of them without :data:`HOST_WAIT_TAG`
     (:data:`HOST_WAIT_TAG` itself: :func:`schedsim.sim.replay.check_recorded_tags`).
 
     Raises
@@ -98,7 +161,7 @@ def check_host_wait_tags(G: Any) -> None:
     from schedsim.errors import SpecError, printable
     from schedsim.graph.ops import format_op_id
 
-    if not G.N or not (G.may_have_tag(HOST_WAIT_AFTER_TAG) or G.may_have_tag(HOST_WAIT_SCOPE_TAG)):
+    if not G.N or not any(G.may_have_tag(t) for t in HOST_WAIT_TAGS[1:]):
         return
     for k, tags in enumerate(G.tagsets):
         d = dict(tags)
@@ -106,11 +169,15 @@ def check_host_wait_tags(G: Any) -> None:
         a = d.get(HOST_WAIT_AFTER_TAG, 0.0)
         if isinstance(a, bool) or not isinstance(a, (int, float)) or not 0.0 <= a < math.inf:
             bad = (HOST_WAIT_AFTER_TAG, a, "a finite number of µs at least 0")
-        elif HOST_WAIT_SCOPE_TAG in d and d[HOST_WAIT_SCOPE_TAG] != "device":
-            bad = (HOST_WAIT_SCOPE_TAG, d[HOST_WAIT_SCOPE_TAG], "'device' (or no tag: the op's predecessors)")
-        elif (HOST_WAIT_AFTER_TAG in d or HOST_WAIT_SCOPE_TAG in d) and HOST_WAIT_TAG not in d:
-            bad = (HOST_WAIT_AFTER_TAG if HOST_WAIT_AFTER_TAG in d else HOST_WAIT_SCOPE_TAG, "given",
-                   f"given only beside {HOST_WAIT_TAG}")
+        elif HOST_WAIT_SCOPE_TAG in d and d[HOST_WAIT_SCOPE_TAG] not in SCOPES:
+            bad = (HOST_WAIT_SCOPE_TAG, d[HOST_WAIT_SCOPE_TAG], "one of " + ", ".join(SCOPES)
+                   + " (or no tag: the op's predecessors)")
+        elif SCOPES.get(d.get(HOST_WAIT_SCOPE_TAG), 0) == 2 and not isinstance(d.get(HOST_WAIT_ON_TAG), str):
+            bad = (HOST_WAIT_ON_TAG, d.get(HOST_WAIT_ON_TAG), "a stream's name (scope stream) or op names (scope ops)")
+        else:
+            extra = [t for t in HOST_WAIT_TAGS[1:] if t in d]
+            if extra and HOST_WAIT_TAG not in d:
+                bad = (extra[0], "given", f"given only beside {HOST_WAIT_TAG}")
         if bad is None:
             continue
         i = int(np.flatnonzero(np.asarray(G.tags_id) == k)[0])

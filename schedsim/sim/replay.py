@@ -18,7 +18,7 @@ import numpy as np
 
 from schedsim.gpu import rules as gm
 from schedsim.graph.ops import Op, format_op_id, resource_of
-from schedsim.sim.host_wait import HOST_WAIT_AFTER_TAG, HOST_WAIT_SCOPE_TAG, HOST_WAIT_TAG, check_host_wait_tags
+from schedsim.sim.host_wait import host_wait_columns, check_host_wait_tags, HOST_WAIT_TAG
 from schedsim.sim.loop import HOST, _raise_deadlock, _State
 from schedsim.sim.loop_arrays import _Compiled
 
@@ -85,28 +85,34 @@ class _ReplayHost:
     """The host threads of the ``replay`` model: each rank issues its ops in program order, op i at
     ``clock + host_s`` (no launch costs: a recorded gap holds its call); an op tagged :data:`HOST_WAIT_TAG` is
     issued at ``max(clock + that tag, end of its predecessors) + after + host_s`` (the host blocked in a
-    synchronisation; rule host-wait, :mod:`schedsim.sim.host_wait`: ``after`` its :data:`HOST_WAIT_AFTER_TAG`, and
-    with :data:`HOST_WAIT_SCOPE_TAG` ``device`` the end of every earlier op of its rank as well), so the host
-    stalls until they end. Under ``cuda_graph`` every op is issued at 0.
+    synchronisation; rule host-wait, :mod:`schedsim.sim.host_wait`: ``after`` its
+    :data:`~schedsim.sim.host_wait.HOST_WAIT_AFTER_TAG`; with a scope, instead of its predecessors, every earlier
+    op of its rank (``device``) or the ops :func:`~schedsim.sim.host_wait.awaited` gives), so the host stalls
+    until they end. Under ``cuda_graph`` every op is issued at 0.
     ``host_from[i]``: the op whose end the host last waited for in such a synchronisation (its predecessor that
     ended last, where it ended after the host reached the call), at or before issuing op i; -1 where the host's
     calls up to op i never waited (the critical path's walk continues there, :func:`critical_walk`)."""
 
-    def __init__(self, ops: list[Op], world: int, mode: str) -> None:
+    def __init__(self, ops: list[Op], world: int, mode: str, G: Any = None) -> None:
         self.order: list[list[int]] = [[] for _ in range(world)]
         self.before: dict[int, float] = {}
         self.device: set[int] = set()  # host waits of device scope
+        self.waits: dict[int, list[int]] = {}  # host waits of scope stream / ops: the ops they wait for
         graph = mode == "cuda_graph"
         self.host_s = [0.0 if graph else op.host_s for op in ops]
         for i, op in enumerate(ops):
             self.order[op.rank].append(i)
-            d = dict(op.tags) if op.tags and not graph else {}
-            b = d.get(HOST_WAIT_TAG)
-            if isinstance(b, (int, float)):
-                self.before[i] = float(b) * 1e-6
-                self.host_s[i] += float(d.get(HOST_WAIT_AFTER_TAG, 0.0)) * 1e-6
-                if d.get(HOST_WAIT_SCOPE_TAG) == "device":
+        hw = None if G is None else host_wait_columns(G, mode)
+        if hw is not None:  # the Program's ops are ``ops``, in its order (_compile_program)
+            from schedsim.sim.host_wait import awaited
+
+            self.waits = awaited(G, hw.scope)
+            for i in np.flatnonzero(~np.isnan(hw.before)).tolist():
+                self.before[i] = float(hw.before[i])
+                self.host_s[i] += float(hw.after[i])
+                if hw.scope[i] == 1:
                     self.device.add(i)
+        self.ended: list[float | None] = [None] * len(ops)
         self.done = [0] * world  # per rank: its ops ended (device scope)
         self.drained = [0.0] * world  # per rank: when the last of them ended
         self.drained_by = [-1] * world
@@ -116,6 +122,14 @@ class _ReplayHost:
         self.issue: list[float | None] = [None] * len(ops)
         self.host_from = [-1] * len(ops)
 
+    def _waited(self, i: int, r: int, k: int, npred: list[int]) -> bool:
+        """Whether host wait ``i`` (the ``k``-th op of rank ``r``) may return: what it waits for has ended."""
+        if i in self.device:
+            return self.done[r] >= k
+        if i in self.waits:
+            return all(self.ended[j] is not None for j in self.waits[i])
+        return npred[i] == 0
+
     def advance(self, r: int, npred: list[int], pred_end: list[float], last_pred: list[int], issued: Any) -> None:
         """Issue rank ``r``'s ops until one waits for unfinished work; ``issued(i)`` for each issued op whose
         predecessors are done (``pred_end[i]``: when the last of them ended, ``last_pred[i]``)."""
@@ -123,12 +137,19 @@ class _ReplayHost:
         while k < len(order):
             i = order[k]
             b = self.before.get(i)
-            if b is not None and (npred[i] > 0 or (i in self.device and self.done[r] < k)):
+            if b is not None and not self._waited(i, r, k, npred):
                 break
             if b is not None:
                 pe, lp = pred_end[i], last_pred[i]
-                if i in self.device and self.drained[r] > pe:
+                if i in self.device:
                     pe, lp = self.drained[r], self.drained_by[r]
+                elif i in self.waits:
+                    pe, lp = 0.0, HOST
+                    for j in self.waits[i]:
+                        e = self.ended[j]
+                        assert e is not None
+                        if e >= pe:
+                            pe, lp = e, j
                 if pe > clock + b:  # the host blocked until the synchronised work ended
                     self.waited[r] = lp
                 clock = max(clock + b, pe)
@@ -194,7 +215,7 @@ class _ReplayQueues:
                     self.submit(k, self.parked.pop(k), binding, go)
 
 
-def _run_replay(c: _Compiled, mode: str, conns: int | None = None) -> _State:
+def _run_replay(c: _Compiled, mode: str, conns: int | None = None, G: Any = None) -> _State:
     """The ``replay`` model (module docstring): every job runs its solo seconds ``c.job_work`` from the moment it
     is ready; ready = issued (:class:`_ReplayHost`), every predecessor done and, for a rendezvous, every member
     ready (then all start at the last one's time). An op starts its recorded :data:`GPU_GAP_TAG` after it was
@@ -204,7 +225,7 @@ def _run_replay(c: _Compiled, mode: str, conns: int | None = None) -> _State:
     needs the op ahead of it in its hardware queue handed to the GPU, which in a replay is its start (rule
     hardware-queues of :mod:`schedsim.gpu.rules`: an op not yet ready holds up the ops behind it in its queue)."""
     ops, N, npred, succ, job_of, gmem, job_work = c.ops, c.N, list(c.npred), c.succ, c.job_of, c.gmem, c.job_work
-    host = _ReplayHost(ops, c.world, mode)
+    host = _ReplayHost(ops, c.world, mode, G)
     queues = _ReplayQueues(ops, conns)
     gap = _gpu_gaps(ops)
     ready_at = [float("inf")] * N  # when the op was ready, before its gap
@@ -256,10 +277,12 @@ def _run_replay(c: _Compiled, mode: str, conns: int | None = None) -> _State:
             done += 1
             r = ops[i].rank
             host.done[r] += 1
+            host.ended[i] = t
             if t >= host.drained[r]:
                 host.drained[r], host.drained_by[r] = t, i
-            if host.device and host.ptr[r] < len(host.order[r]) and host.issue[host.order[r][host.ptr[r]]] is None:
-                host.advance(r, npred, pred_end, last_pred, release)  # a device-scoped wait may be drained now
+            if (host.device or host.waits) and host.ptr[r] < len(host.order[r]) \
+                    and host.issue[host.order[r][host.ptr[r]]] is None:
+                host.advance(r, npred, pred_end, last_pred, release)  # a scoped host wait may return now
             for v in succ[i]:
                 npred[v] -= 1
                 if t >= pred_end[v]:

@@ -760,7 +760,7 @@ def _run_program_once(prog: Program, profile: HardwareProfile, mode: str, rules:
     end, binding = np.full(N, -1.0), np.full(N, -1, I32)
     kneed0 = kneed.copy()
     hw = p.hw
-    hostwait = None if hw is None else (arrivals(issue, prog.rank, hw.before), hw.device, np.empty(N))
+    hostwait = None if hw is None else (arrivals(issue, prog.rank, hw.before), hw.scope, np.empty(N), hw.on)
     arrays = (
         _f64(tab.comm), _f64(tab.batch), _f64(tab.copy),
         npred, p.sptr, p.sidx, p.sid, p.rank32, ogrp, kern, _f64(release), _f64(work),
