@@ -20,6 +20,7 @@ from schedsim.spec.model import (
     ScheduleSpec,
     SendOp,
     SpecOp,
+    SynchronizeOp,
 )
 from schedsim.units import DTYPE_BYTES
 
@@ -67,6 +68,39 @@ def op_instance(s: SpecOp, r: int, seq: int, *, stream: str, group: tuple[int, .
         return Op(**common, group=pair, peer=s.peer, nbytes=float(s.size_bytes()), dtype=s.dtype,
                   tag=s.tag, p2p_batch=s.p2p_batch)
     return Op(**common, nbytes=float(s.size_bytes()), direction=s.direction, dtype=s.dtype)
+
+
+def sync_tags(s: SynchronizeOp) -> dict[str, Any]:
+    """The tags of rule host-wait (:mod:`schedsim.sim.host_wait`) that a ``synchronize`` entry puts on its ranks'
+    next op: the host reaches the call right after its previous one (``host_wait_before_us`` 0), waits for the
+    scope's work and returns ``host_us`` later."""
+    from schedsim.sim.host_wait import HOST_WAIT_AFTER_TAG, HOST_WAIT_ON_TAG, HOST_WAIT_SCOPE_TAG, HOST_WAIT_TAG
+
+    tags: dict[str, Any] = {HOST_WAIT_TAG: 0.0, HOST_WAIT_SCOPE_TAG: "ops" if s.scope == "events" else s.scope}
+    if s.host_us:
+        tags[HOST_WAIT_AFTER_TAG] = s.host_us
+    if s.scope == "stream":
+        tags[HOST_WAIT_ON_TAG] = s.stream
+    elif s.scope == "events":
+        tags[HOST_WAIT_ON_TAG] = " ".join(s.deps)
+    return tags
+
+
+def _sync_pending(s: SynchronizeOp, src: str, ranks: Any, pending: dict[int, SynchronizeOp],
+                  names_on: dict[int, set[str]]) -> None:
+    """Record ``synchronize`` entry ``s`` on its ``ranks`` (:func:`add_written`), checked: one per rank between two
+    ops, its ``deps`` written before it on each of its ranks."""
+    for r in ranks:
+        if r in pending:
+            raise GraphError(f"{src}: synchronize {s.name!r} follows synchronize {pending[r].name!r} on rank {r} "
+                             "with no op between them", fix="keep one of them (scope device waits for all the "
+                             "rank's work)")
+        missing = [d for d in s.deps if d not in names_on.get(r, ())]
+        if missing:
+            raise GraphError(f"{src}: synchronize {s.name!r} on rank {r} waits for op {missing[0]!r}, which rank {r} "
+                             "does not issue before it", fix="name ops written before the synchronize on the same "
+                             "rank (event.synchronize waits for work already issued)")
+        pending[r] = s
 
 
 def _models(spec: ScheduleSpec) -> tuple[list[Any], list[str]]:
@@ -144,7 +178,16 @@ def add_written(spec: ScheduleSpec, table: Table) -> None:
                 r.clear()
 
     idx = 0
+    # rule host-wait: the `synchronize` entries not yet put on an op, per rank, and (only where there are any) the
+    # names each rank issued so far
+    pending: dict[int, SynchronizeOp] = {}
+    syncs = any(isinstance(s, SynchronizeOp) for s in items)
+    names_on: dict[int, set[str]] = defaultdict(set)
     for s, src in zip(items, sources, strict=True):
+        if isinstance(s, SynchronizeOp):
+            _sync_pending(s, src, s.ranks if s.ranks is not None else every, pending, names_on)
+            idx += 1
+            continue
         if isinstance(s, Block):
             flush()
             first = np.unique(s.row_rep, return_index=True)[1].tolist()
@@ -186,19 +229,49 @@ def add_written(spec: ScheduleSpec, table: Table) -> None:
         # an all_to_all with per-peer sizes: a template per rank (each its own sizes); else one for the entry
         each = [[r] for r in (ranks if ranks is not None else every)] \
             if isinstance(s, CollectiveOp) and s.send_bytes is not None else [ranks]
-        for on in each:
-            proto = op_instance(s, on[0] if on else 0, 0, stream=stream, group=group, tags=tags, source=src,
-                                spec_index=idx)
-            rows[0].append(table.shared_template(_without_row_strs(proto)))
-            rows[6].append(proto.p2p_batch)
-            rows[7].append(proto.tag)
-            rows[1].append(s.name)
-            rows[2].append(len(s.deps))
-            rows[3].extend(s.deps)
-            rows[4].append(all_ranks if on is None else np.asarray(on, np.int32))
-            rows[5].append(tags)
+        if syncs:
+            for r in (ranks if ranks is not None else every):
+                names_on[r].add(s.name)
+        for on0 in each:
+            for on, row_tags in _with_syncs(on0, every, pending, s.tags, tags):
+                proto = op_instance(s, on[0] if on else 0, 0, stream=stream, group=group, tags=row_tags, source=src,
+                                    spec_index=idx)
+                rows[0].append(table.shared_template(_without_row_strs(proto)))
+                rows[6].append(proto.p2p_batch)
+                rows[7].append(proto.tag)
+                rows[1].append(s.name)
+                rows[2].append(len(s.deps))
+                rows[3].extend(s.deps)
+                rows[4].append(all_ranks if on is None else np.asarray(on, np.int32))
+                rows[5].append(row_tags)
         idx += 1
     flush()
+
+
+def _with_syncs(on: list[int] | None, every: tuple[int, ...], pending: dict[int, SynchronizeOp],
+                own: dict[str, Any], tags: tuple) -> list[tuple[list[int] | None, tuple]]:
+    """The rows of an op entry on ranks ``on`` (None: every rank) with tags ``tags`` (``own`` as written): one, or
+    where a ``synchronize`` is pending on some of its ranks, one per group of ranks with the same pending entry,
+    each with that entry's host-wait tags (:func:`sync_tags`) added; those ranks' entries are then used up."""
+    if not pending:
+        return [(on, tags)]
+    ranks = list(on) if on is not None else list(every)
+    hit = [r for r in ranks if r in pending]
+    if not hit:
+        return [(on, tags)]
+    groups: dict[int, list[int]] = {}
+    for r in ranks:
+        groups.setdefault(id(pending[r]) if r in pending else 0, []).append(r)
+    out: list[tuple[list[int] | None, tuple]] = []
+    for key, rs in groups.items():
+        if key == 0:
+            out.append((rs, tags))
+            continue
+        sync = pending[rs[0]]
+        out.append((rs, tag_set({**own, **sync_tags(sync)})))
+    for r in hit:
+        del pending[r]
+    return out
 
 
 def _without_row_strs(proto: Op) -> Op:
