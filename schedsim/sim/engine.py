@@ -48,6 +48,7 @@ from schedsim.hardware.profile import HardwareProfile, check_gpu_model
 from schedsim.lower.program import OpNames, Program, ProgramInfo
 from schedsim.sim.loop import HOST, _State, compiled_loop  # HOST is re-exported
 from schedsim.sim.loop_arrays import _compile_program, _Compiled
+from schedsim.sim.host_wait import host_wait_meta
 from schedsim.sim.replay import _run_replay, check_recorded_tags
 from schedsim.sim.timeline import SpanColumns, Timeline, _encode
 from schedsim.sim.waves_columns import ProgramRun, _per_op, categorical, run_waves_program
@@ -293,7 +294,7 @@ def _timeline(info: ProgramInfo, profile: HardwareProfile, mode: str, c: _Compil
     """Span columns (rows are built only when asked for), critical path (bindings walked back from the last
     op to finish) and metadata."""
     ids, ops, N, world, job_of = c.ids, c.ops, c.N, c.world, c.job_of
-    start, end, ready_t, binding, stream_t, host_s, host_call, host_from = state
+    start, end, ready_t, binding, stream_t, host_s, host_call, host_from, _waits = state
     empty: dict = {}  # shared, never mutated
     tag_dicts: dict[tuple, dict] = {(): empty}  # one dict per distinct tag set
 
@@ -321,6 +322,9 @@ def _timeline(info: ProgramInfo, profile: HardwareProfile, mode: str, c: _Compil
     if waits:
         meta[HOST_WAITS_META] = [ids[i] for i in waits]
     _host_meta(meta, host_s, mode, None if "pipeline" in info else host_call, ids)
+    if state.host_waits:
+        w = np.array(state.host_waits, np.float64).reshape(-1, 3)
+        host_wait_meta(meta, ids, w[:, 0].astype(np.int64), np.array(ranks, np.int64), w[:, 1], w[:, 2])
     tl = Timeline(schedule=str(info.get("name", "")), source="predict", world_size=world, launch=mode,
                   profile=profile.name, critical_path=cp, meta=meta, columns=cols)
     tl.host_call_end_s = None if host_call is None else np.asarray(host_call, np.float64)
@@ -414,6 +418,8 @@ def _timeline_program(prog: Program, info: ProgramInfo, profile: HardwareProfile
     meta = {"pipeline": dict(info["pipeline"])} if "pipeline" in info else {}
     # per-op host calls, not for a pipeline block (its op names are made on demand; _timeline does the same)
     _host_meta(meta, run.host_s, mode, None if "pipeline" in info else run.host_call, names.ids)
+    if run.host_waits is not None:
+        host_wait_meta(meta, names.ids, run.host_waits[0], prog.rank, *run.host_waits[1:])
     tl = Timeline(schedule=str(info.get("name", "")), source="predict", world_size=prog.world_size, launch=mode,
                   profile=profile.name, meta=meta, columns=cols)
     if path:

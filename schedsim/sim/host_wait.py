@@ -24,7 +24,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 __all__ = ["HOST_WAIT_TAG", "HOST_WAIT_AFTER_TAG", "HOST_WAIT_SCOPE_TAG", "HOST_WAIT_ON_TAG", "HOST_WAIT_TAGS",
-           "SCOPES", "HostWaits", "host_wait_columns", "awaited", "arrivals", "check_host_wait_tags"]
+           "HOST_WAIT_META", "SCOPES", "HostWaits", "host_wait_columns", "awaited", "arrivals", "host_wait_meta",
+           "check_host_wait_tags"]
 
 #: Tag of an op launched right after a host synchronisation: the host time (µs) from the previous issue to the
 #: synchronising call. The host then waits for the op's predecessors (or, :data:`HOST_WAIT_SCOPE_TAG`, its rank's
@@ -145,6 +146,23 @@ def arrivals(issue: np.ndarray, rank: np.ndarray, before: np.ndarray) -> np.ndar
         same = rank[1:] == rank[:-1]
         prev[1:] = np.where(same, issue[:-1], 0.0)
     return prev + before
+
+
+#: ``Timeline.meta`` key of the host waits as spans (:func:`host_wait_meta`): the trace draws them on a host row.
+HOST_WAIT_META = "host_waits"
+
+
+def host_wait_meta(meta: dict, ids: Any, rows: np.ndarray, rank: np.ndarray, t_from: np.ndarray,
+                   t_to: np.ndarray) -> None:
+    """Write ``meta[HOST_WAIT_META]``: per host wait (op rows ``rows`` of the timeline, the op issued after it;
+    ``ids``: the op ids, a list or a callable giving it), its rank, when the host reached the synchronising call
+    and when it returned (s), as lists under ``op``, ``rank``, ``from_s``, ``to_s``; nothing where there are
+    none."""
+    if not len(rows):
+        return
+    names = ids() if callable(ids) else ids
+    meta[HOST_WAIT_META] = {"op": [str(names[i]) for i in rows.tolist()], "rank": rank[rows].tolist(),
+                            "from_s": np.round(t_from, 12).tolist(), "to_s": np.round(t_to, 12).tolist()}
 
 
 def check_host_wait_tags(G: Any) -> None:

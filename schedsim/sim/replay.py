@@ -97,6 +97,8 @@ class _ReplayHost:
         self.order: list[list[int]] = [[] for _ in range(world)]
         self.before: dict[int, float] = {}
         self.device: set[int] = set()  # host waits of device scope
+        self.after: dict[int, float] = {}  # host waits' time after the awaited work (s)
+        self.spans: list[tuple[int, float, float]] = []  # (op, from_s, to_s) per host wait
         self.waits: dict[int, list[int]] = {}  # host waits of scope stream / ops: the ops they wait for
         graph = mode == "cuda_graph"
         self.host_s = [0.0 if graph else op.host_s for op in ops]
@@ -110,6 +112,7 @@ class _ReplayHost:
             for i in np.flatnonzero(~np.isnan(hw.before)).tolist():
                 self.before[i] = float(hw.before[i])
                 self.host_s[i] += float(hw.after[i])
+                self.after[i] = float(hw.after[i])
                 if hw.scope[i] == 1:
                     self.device.add(i)
         self.ended: list[float | None] = [None] * len(ops)
@@ -152,7 +155,9 @@ class _ReplayHost:
                             pe, lp = e, j
                 if pe > clock + b:  # the host blocked until the synchronised work ended
                     self.waited[r] = lp
-                clock = max(clock + b, pe)
+                arrive = clock + b
+                clock = max(arrive, pe)
+                self.spans.append((i, arrive, clock + self.after.get(i, 0.0)))
             clock += self.host_s[i]
             self.issue[i] = clock
             self.host_from[i] = self.waited[r]
@@ -295,4 +300,4 @@ def _run_replay(c: _Compiled, mode: str, conns: int | None = None, G: Any = None
     if done < N:
         _raise_deadlock(c.ids, ops, end, npred, job_of, gmem, N)
     issue = np.array([t if t is not None else np.nan for t in host.issue], np.float64)
-    return _State(start, end, ready_t, binding, host_call=issue, host_from=host.host_from)
+    return _State(start, end, ready_t, binding, host_call=issue, host_from=host.host_from, host_waits=host.spans)

@@ -77,6 +77,7 @@ class ProgramRun(NamedTuple):
     stream_t: np.ndarray
     host_s: np.ndarray | None = None  # per rank: when its host returned from its last call (shape (world,))
     host_call: np.ndarray | None = None  # per op: when its host call returned (the critical path's host calls)
+    host_waits: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # rule host-wait: (op rows, from_s, to_s)
 
 
 def categorical(values: tuple[str, ...], codes: np.ndarray) -> tuple[list[str], np.ndarray]:
@@ -790,14 +791,20 @@ def _run_program_once(prog: Program, profile: HardwareProfile, mode: str, rules:
         _raise_deadlock(prog.ids(), prog.ops(), end.tolist(), npred.tolist(), job_of, gmem, N)
     if N and profile.launch.eager_timed:  # a timed eager run: no op ends before its end event's record
         end = gh.end_event_bound(end, issue, profile, mode)
+    waits = None
     if hostwait is not None:  # rule host-wait: each op's call returned its host wait's shift later
         shift = _wait_shift(prog.rank, hw.before, hostwait[2])
+        g = np.flatnonzero(~np.isnan(hw.before))
+        before = np.where(g > 0, shift[np.maximum(g - 1, 0)], 0.0)  # the shift the host carried into the call
+        before[(g > 0) & (prog.rank[np.maximum(g - 1, 0)] != prog.rank[g])] = 0.0
+        arrive = hostwait[0][g] + before
+        waits = (g, arrive, arrive + (shift[g] - before) + hw.after[g])
         issue, call0 = issue + shift, call0 + shift
     host_s = gh.host_end_per_rank(issue, prog.rank, prog.world_size)
     host_call = issue
     # the stream-reached time: deps done, call made, queue past the item ahead (one compiled pass)
     loop.stream_reached(qptr, qidx, khand, kern, _f64(call0), deps_t)
-    return ProgramRun(tmpl, tps, res, work, ogrp, start, end, ready_t, binding, deps_t, host_s, host_call)
+    return ProgramRun(tmpl, tps, res, work, ogrp, start, end, ready_t, binding, deps_t, host_s, host_call, waits)
 
 
 def _wait_shift(rank: np.ndarray, before: np.ndarray, hshift: np.ndarray) -> np.ndarray:
