@@ -807,7 +807,9 @@ def expand_pipeline(spec: ScheduleSpec, table: Table, *, reference: bool = False
     chunk_of = {st: rank_stages[r].index(st) for st, r in plan.s2r.items()}
     placed = any(len(row) > 2 for rows in protos.values() for row in rows)  # the per-op emitter places them
     overlap = pb.overlap_grad_reduce  # its reductions go between a backward's ops: the per-op emitter
-    cols = None if reference or placed or overlap else _step_cols(steps, plan)
+    # Megatron's overlap_p2p_comm waits (the training block's, _Emitter.megatron_overlap): the per-op emitter
+    mo = megatron and plan.mode == "overlapped" and plan.v > 1
+    cols = None if reference or placed or overlap or mo else _step_cols(steps, plan)
     fast = None if cols is None else _FastEmitter.prepare(table, plan, protos, p2p_tmpl, chunk_of, cols)
     if fast is None and isinstance(steps, StepCols):  # the per-op emitter takes actions
         steps = _interleaved_steps(spec, pb, plan) if megatron else _lowered_steps(plan, columns=False)
@@ -818,7 +820,7 @@ def expand_pipeline(spec: ScheduleSpec, table: Table, *, reference: bool = False
             fast.emit(off)
         else:
             for r in range(p):
-                em = _Emitter(table, plan, protos, p2p_tmpl, chunk_of, off + r, off)
+                em = _Emitter(table, plan, protos, p2p_tmpl, chunk_of, off + r, off, megatron_overlap=mo)
                 if overlap:
                     _chunk_reductions(pb, plan, cost, table, protos, last, rank_stages[r], em, r)
                 for act, batch_id in steps[r]:  # type: ignore[index]
