@@ -244,14 +244,7 @@ class RankRunner:
         for lst in self.cross:
             for d in lst:
                 self.needs_dep_event[d] = True
-        # rule host-wait: the host synchronisations (a CPU rank's issue waits for the awaited ops as for deps)
-        self.host_syncs = host_syncs(self.ops, self.waits)
-        for i, hs in enumerate(self.host_syncs):
-            if hs is not None:
-                self.waits[i] = sorted(set(self.waits[i]) | set(hs[1]))
-                if hs[0] == "ops":
-                    for d in hs[1]:
-                        self.needs_dep_event[d] = True
+        self._host_syncs()
         self.comm_idx = [i for i, o in enumerate(self.ops) if o.kind in _COMM_KINDS]
         # every rank's comm-op positions, to tell who has not arrived on a timeout
         per_rank: dict[int, list[str]] = {}
@@ -700,6 +693,17 @@ class CudaRunner(RankRunner):
         if not timed and not capture:
             for name in self.last_on_stream:
                 self.ev_stream_end[name].record(self.streams[name])
+
+    def _host_syncs(self) -> None:
+        """Rule host-wait's host synchronisations (:func:`host_syncs`): a CPU rank's issue waits for the awaited
+        ops as for dependencies; a CUDA rank records an event after the ops an ``Event.synchronize()`` names."""
+        self.host_syncs = host_syncs(self.ops, self.waits)
+        for i, hs in enumerate(self.host_syncs):
+            if hs is not None:
+                self.waits[i] = sorted(set(self.waits[i]) | set(hs[1]))
+                if hs[0] == "ops":
+                    for d in hs[1]:
+                        self.needs_dep_event[d] = True
 
     def _host_sync(self, i: int, events: list[Any]) -> None:
         """The host synchronisation before op ``i`` (:func:`host_syncs`): ``torch.cuda.synchronize()``, the stream's

@@ -86,21 +86,68 @@ def sync_tags(s: SynchronizeOp) -> dict[str, Any]:
     return tags
 
 
-def _sync_pending(s: SynchronizeOp, src: str, ranks: Any, pending: dict[int, SynchronizeOp],
-                  names_on: dict[int, set[str]]) -> None:
-    """Record ``synchronize`` entry ``s`` on its ``ranks`` (:func:`add_written`), checked: one per rank between two
-    ops, its ``deps`` written before it on each of its ranks."""
-    for r in ranks:
-        if r in pending:
-            raise GraphError(f"{src}: synchronize {s.name!r} follows synchronize {pending[r].name!r} on rank {r} "
-                             "with no op between them", fix="keep one of them (scope device waits for all the "
-                             "rank's work)")
-        missing = [d for d in s.deps if d not in names_on.get(r, ())]
-        if missing:
-            raise GraphError(f"{src}: synchronize {s.name!r} on rank {r} waits for op {missing[0]!r}, which rank {r} "
-                             "does not issue before it", fix="name ops written before the synchronize on the same "
-                             "rank (event.synchronize waits for work already issued)")
-        pending[r] = s
+class _Syncs:
+    """The ``synchronize`` entries of :func:`add_written` (rule host-wait): per rank the one not yet put on an op,
+    and the op names each rank issued so far (an ``events`` entry's ``deps`` must be among them)."""
+
+    def __init__(self, every: tuple[int, ...], active: bool) -> None:
+        self.every, self.active = every, active  # active: the spec has one (else rows() is the rows as they are)
+        self.pending: dict[int, SynchronizeOp] = {}
+        self.names_on: dict[int, set[str]] = defaultdict(set)
+
+    def take(self, s: Any, src: str) -> bool:
+        """Record ``s`` where it is a ``synchronize`` entry (True), checked: one per rank between two ops, its
+        ``deps`` written before it on each of its ranks."""
+        if not self.active or not isinstance(s, SynchronizeOp):
+            return False
+        for r in s.ranks if s.ranks is not None else self.every:
+            if r in self.pending:
+                raise GraphError(f"{src}: synchronize {s.name!r} follows synchronize {self.pending[r].name!r} on "
+                                 f"rank {r} with no op between them", fix="keep one of them (scope device waits for "
+                                 "all the rank's work)")
+            missing = [d for d in s.deps if d not in self.names_on.get(r, ())]
+            if missing:
+                raise GraphError(f"{src}: synchronize {s.name!r} on rank {r} waits for op {missing[0]!r}, which rank "
+                                 f"{r} does not issue before it", fix="name ops written before the synchronize on "
+                                 "the same rank (event.synchronize waits for work already issued)")
+            self.pending[r] = s
+        return True
+
+    def entries(self, items: list[Any], sources: list[str]) -> Any:
+        """``(item, source, k)`` for each item of ``items`` that is not a ``synchronize`` entry (those are taken,
+        :meth:`take`), ``k`` the entries taken just before it."""
+        k = 0
+        for s, src in zip(items, sources, strict=True):
+            if self.take(s, src):
+                k += 1
+                continue
+            yield s, src, k
+            k = 0
+
+    def rows(self, s: Any, ranks: list[int] | None, each: list[Any], tags: tuple
+             ) -> list[tuple[list[int] | None, tuple]]:
+        """The rows of op entry ``s`` on ``ranks`` (None: every rank), one per element of ``each`` (its rank lists),
+        with tags ``tags``: split where a ``synchronize`` is pending on some of a row's ranks, one row per group of
+        ranks with the same pending entry, each with that entry's host-wait tags (:func:`sync_tags`) added; those
+        entries are then used up."""
+        if not self.active:
+            return [(on, tags) for on in each]
+        for r in ranks if ranks is not None else self.every:
+            self.names_on[r].add(s.name)
+        out: list[tuple[list[int] | None, tuple]] = []
+        for on in each:
+            hit = [r for r in (on if on is not None else self.every) if r in self.pending] if self.pending else []
+            if not hit:
+                out.append((on, tags))
+                continue
+            groups: dict[int, list[int]] = {}
+            for r in on if on is not None else self.every:
+                groups.setdefault(id(self.pending[r]) if r in self.pending else 0, []).append(r)
+            for key, rs in groups.items():
+                out.append((rs, tags if key == 0 else tag_set({**s.tags, **sync_tags(self.pending[rs[0]])})))
+            for r in hit:
+                del self.pending[r]
+        return out
 
 
 def _models(spec: ScheduleSpec) -> tuple[list[Any], list[str]]:
@@ -178,16 +225,9 @@ def add_written(spec: ScheduleSpec, table: Table) -> None:
                 r.clear()
 
     idx = 0
-    # rule host-wait: the `synchronize` entries not yet put on an op, per rank, and (only where there are any) the
-    # names each rank issued so far
-    pending: dict[int, SynchronizeOp] = {}
-    syncs = any(isinstance(s, SynchronizeOp) for s in items)
-    names_on: dict[int, set[str]] = defaultdict(set)
-    for s, src in zip(items, sources, strict=True):
-        if isinstance(s, SynchronizeOp):
-            _sync_pending(s, src, s.ranks if s.ranks is not None else every, pending, names_on)
-            idx += 1
-            continue
+    syncs = _Syncs(every, any(isinstance(s, SynchronizeOp) for s in items))  # rule host-wait
+    for s, src, skipped in syncs.entries(items, sources):
+        idx += skipped
         if isinstance(s, Block):
             flush()
             first = np.unique(s.row_rep, return_index=True)[1].tolist()
@@ -229,49 +269,19 @@ def add_written(spec: ScheduleSpec, table: Table) -> None:
         # an all_to_all with per-peer sizes: a template per rank (each its own sizes); else one for the entry
         each = [[r] for r in (ranks if ranks is not None else every)] \
             if isinstance(s, CollectiveOp) and s.send_bytes is not None else [ranks]
-        if syncs:
-            for r in (ranks if ranks is not None else every):
-                names_on[r].add(s.name)
-        for on0 in each:
-            for on, row_tags in _with_syncs(on0, every, pending, s.tags, tags):
-                proto = op_instance(s, on[0] if on else 0, 0, stream=stream, group=group, tags=row_tags, source=src,
-                                    spec_index=idx)
-                rows[0].append(table.shared_template(_without_row_strs(proto)))
-                rows[6].append(proto.p2p_batch)
-                rows[7].append(proto.tag)
-                rows[1].append(s.name)
-                rows[2].append(len(s.deps))
-                rows[3].extend(s.deps)
-                rows[4].append(all_ranks if on is None else np.asarray(on, np.int32))
-                rows[5].append(row_tags)
+        for on, row_tags in syncs.rows(s, ranks, each, tags):
+            proto = op_instance(s, on[0] if on else 0, 0, stream=stream, group=group, tags=row_tags, source=src,
+                                spec_index=idx)
+            rows[0].append(table.shared_template(_without_row_strs(proto)))
+            rows[6].append(proto.p2p_batch)
+            rows[7].append(proto.tag)
+            rows[1].append(s.name)
+            rows[2].append(len(s.deps))
+            rows[3].extend(s.deps)
+            rows[4].append(all_ranks if on is None else np.asarray(on, np.int32))
+            rows[5].append(row_tags)
         idx += 1
     flush()
-
-
-def _with_syncs(on: list[int] | None, every: tuple[int, ...], pending: dict[int, SynchronizeOp],
-                own: dict[str, Any], tags: tuple) -> list[tuple[list[int] | None, tuple]]:
-    """The rows of an op entry on ranks ``on`` (None: every rank) with tags ``tags`` (``own`` as written): one, or
-    where a ``synchronize`` is pending on some of its ranks, one per group of ranks with the same pending entry,
-    each with that entry's host-wait tags (:func:`sync_tags`) added; those ranks' entries are then used up."""
-    if not pending:
-        return [(on, tags)]
-    ranks = list(on) if on is not None else list(every)
-    hit = [r for r in ranks if r in pending]
-    if not hit:
-        return [(on, tags)]
-    groups: dict[int, list[int]] = {}
-    for r in ranks:
-        groups.setdefault(id(pending[r]) if r in pending else 0, []).append(r)
-    out: list[tuple[list[int] | None, tuple]] = []
-    for key, rs in groups.items():
-        if key == 0:
-            out.append((rs, tags))
-            continue
-        sync = pending[rs[0]]
-        out.append((rs, tag_set({**own, **sync_tags(sync)})))
-    for r in hit:
-        del pending[r]
-    return out
 
 
 def _without_row_strs(proto: Op) -> Op:

@@ -46,9 +46,9 @@ from schedsim.gpu import rules as gm
 from schedsim.graph.ops import COMPUTE, Op, resource_of
 from schedsim.hardware.profile import HardwareProfile, check_gpu_model
 from schedsim.lower.program import OpNames, Program, ProgramInfo
+from schedsim.sim.host_wait import host_wait_meta
 from schedsim.sim.loop import HOST, _State, compiled_loop  # HOST is re-exported
 from schedsim.sim.loop_arrays import _compile_program, _Compiled
-from schedsim.sim.host_wait import host_wait_meta
 from schedsim.sim.replay import _run_replay, check_recorded_tags
 from schedsim.sim.timeline import SpanColumns, Timeline, _encode
 from schedsim.sim.waves_columns import ProgramRun, _per_op, categorical, run_waves_program

@@ -6,14 +6,16 @@ call :data:`HOST_WAIT_TAG` µs after its previous call returned, blocks there un
 ended (with :data:`HOST_WAIT_SCOPE_TAG` ``device``: until every op of its rank issued before it has ended, as
 ``cudaDeviceSynchronize`` does; ``stream``: until the last op issued before it on the stream
 :data:`HOST_WAIT_ON_TAG` names has, as ``cudaStreamSynchronize``; ``ops``: until the ops of its rank that
-:data:`HOST_WAIT_ON_TAG` names, space-separated, have, as ``cudaEventSynchronize`` on their events), returns :data:`HOST_WAIT_AFTER_TAG` µs later and only then issues the op and the
-ops after it. ``schedsim import`` writes :data:`HOST_WAIT_TAG` for a recorded synchronisation
-(:mod:`schedsim.trace.to_schedule`); the schedule language's ``kind: synchronize`` lowers to these three tags on
-the rank's next op (:func:`schedsim.lower.written.add_written`). Both GPU models read them: ``replay`` in its
-host (:class:`schedsim.sim.replay._ReplayHost`), ``waves`` in its compiled loop (``_cwaves.c``,
-``host_resolve``), from the columns of :func:`host_wait_columns`: there the ops after a wait are issued as the
-static issue times (rule host-issue) say, shifted by ``max(previous shift, P - A)``, ``P`` the time the awaited
-ops ended and ``A`` the static time the host reached the call (:func:`arrivals`).
+:data:`HOST_WAIT_ON_TAG` names, space-separated, have, as ``cudaEventSynchronize`` on their events), returns
+:data:`HOST_WAIT_AFTER_TAG` µs later and only then issues the op and the ops after it. ``schedsim import`` writes
+:data:`HOST_WAIT_TAG` for a recorded synchronisation (:mod:`schedsim.trace.to_schedule`); the schedule language's
+``kind: synchronize`` lowers to these tags on the rank's next op (:func:`schedsim.lower.written.add_written`), and
+so do a ``training:`` block's ``get_batch_sync`` and ``check_for_nan_in_loss_and_grad``
+(:func:`schedsim.lower.training_tail.host_sync_tags`). Both GPU models read them: ``replay`` in its host
+(:class:`schedsim.sim.replay._ReplayHost`), ``waves`` in its compiled loop (``_cwaves.c``, ``host_resolve``), from
+the columns of :func:`host_wait_columns`: there the ops after a wait are issued as the static issue times (rule
+host-issue) say, shifted by ``max(previous shift, P - A)``, ``P`` the time the awaited ops ended and ``A`` the
+static time the host reached the call (:func:`arrivals`).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ import numpy as np
 
 from schedsim.gpu import rules as gm
 from schedsim.graph.ops import Op, format_op_id, resource_of
-from schedsim.sim.host_wait import host_wait_columns, check_host_wait_tags, HOST_WAIT_TAG
+from schedsim.sim.host_wait import HOST_WAIT_TAG, check_host_wait_tags, host_wait_columns
 from schedsim.sim.loop import HOST, _raise_deadlock, _State
 from schedsim.sim.loop_arrays import _Compiled
 
@@ -124,6 +124,18 @@ class _ReplayHost:
         self.waited = [-1] * world
         self.issue: list[float | None] = [None] * len(ops)
         self.host_from = [-1] * len(ops)
+
+    def op_ended(self, i: int, r: int, t: float, npred: list[int], pred_end: list[float], last_pred: list[int],
+                 issued: Any) -> None:
+        """Op ``i`` of rank ``r`` ended at ``t``: counted for the scoped host waits, which may return now
+        (:meth:`advance` with its other arguments)."""
+        self.done[r] += 1
+        self.ended[i] = t
+        if t >= self.drained[r]:
+            self.drained[r], self.drained_by[r] = t, i
+        if (self.device or self.waits) and self.ptr[r] < len(self.order[r]) \
+                and self.issue[self.order[r][self.ptr[r]]] is None:
+            self.advance(r, npred, pred_end, last_pred, issued)
 
     def _waited(self, i: int, r: int, k: int, npred: list[int]) -> bool:
         """Whether host wait ``i`` (the ``k``-th op of rank ``r``) may return: what it waits for has ended."""
@@ -280,14 +292,7 @@ def _run_replay(c: _Compiled, mode: str, conns: int | None = None, G: Any = None
         for i in (gmem[j - N] if j >= N else (j,)):
             end[i] = t
             done += 1
-            r = ops[i].rank
-            host.done[r] += 1
-            host.ended[i] = t
-            if t >= host.drained[r]:
-                host.drained[r], host.drained_by[r] = t, i
-            if (host.device or host.waits) and host.ptr[r] < len(host.order[r]) \
-                    and host.issue[host.order[r][host.ptr[r]]] is None:
-                host.advance(r, npred, pred_end, last_pred, release)  # a scoped host wait may return now
+            host.op_ended(i, ops[i].rank, t, npred, pred_end, last_pred, release)
             for v in succ[i]:
                 npred[v] -= 1
                 if t >= pred_end[v]:
