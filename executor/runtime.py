@@ -290,6 +290,17 @@ class RankRunner:
         self.prof_trace: Any = None
         self.host_costs: dict[str, float] | None = None  # --measure-host: measure_here after the timed iterations
 
+    def _host_syncs(self) -> None:
+        """Rule host-wait's host synchronisations (:func:`host_syncs`): a CPU rank's issue waits for the awaited
+        ops as for dependencies; a CUDA rank records an event after the ops an ``Event.synchronize()`` names."""
+        self.host_syncs = host_syncs(self.ops, self.waits)
+        for i, hs in enumerate(self.host_syncs):
+            if hs is not None:
+                self.waits[i] = sorted(set(self.waits[i]) | set(hs[1]))
+                if hs[0] == "ops":
+                    for d in hs[1]:
+                        self.needs_dep_event[d] = True
+
     def _bind_batches(self) -> None:
         """Turn each ``p2p: batched`` group into one ``batch_isend_irecv`` (see :mod:`executor.lean`).
 
@@ -694,21 +705,12 @@ class CudaRunner(RankRunner):
             for name in self.last_on_stream:
                 self.ev_stream_end[name].record(self.streams[name])
 
-    def _host_syncs(self) -> None:
-        """Rule host-wait's host synchronisations (:func:`host_syncs`): a CPU rank's issue waits for the awaited
-        ops as for dependencies; a CUDA rank records an event after the ops an ``Event.synchronize()`` names."""
-        self.host_syncs = host_syncs(self.ops, self.waits)
-        for i, hs in enumerate(self.host_syncs):
-            if hs is not None:
-                self.waits[i] = sorted(set(self.waits[i]) | set(hs[1]))
-                if hs[0] == "ops":
-                    for d in hs[1]:
-                        self.needs_dep_event[d] = True
-
     def _host_sync(self, i: int, events: list[Any]) -> None:
         """The host synchronisation before op ``i`` (:func:`host_syncs`): ``torch.cuda.synchronize()``, the stream's
         ``synchronize()``, or ``synchronize()`` on the awaited ops' ``events``."""
-        scope, awaited, stream = self.host_syncs[i]  # type: ignore[misc]
+        hs = self.host_syncs[i]
+        assert hs is not None
+        scope, awaited, stream = hs
         if scope == "device":
             self.torch.cuda.synchronize()
         elif scope == "stream":
@@ -873,13 +875,13 @@ def host_syncs(ops: list[Op], waits: list[list[int]]) -> list[tuple[str, list[in
     scope tag on the op's predecessors ``waits[i]``, as :func:`stream_waits` gives them).
 
     >>> from schedsim.graph.ops import Op
-    >>> a = Op(name="a", rank=0, kind="compute", stream="s1", duration_s=1e-4)
-    >>> b = Op(name="b", rank=0, kind="compute", stream="s2", duration_s=1e-4,
+    >>> a = Op(name="a", rank=0, kind="compute", stream="s1", seq=0, duration_s=1e-4)
+    >>> b = Op(name="b", rank=0, kind="compute", stream="s2", seq=1, duration_s=1e-4,
     ...        tags=(("host_wait_before_us", 0.0), ("host_wait_scope", "device")))
     >>> host_syncs([a, b], [[], []])
     [None, ('device', [0], None)]
     """
-    from schedsim.sim.host_wait import HOST_WAIT_ON_TAG, HOST_WAIT_SCOPE_TAG, HOST_WAIT_TAG
+    from schedsim.tags import HOST_WAIT_ON_TAG, HOST_WAIT_SCOPE_TAG, HOST_WAIT_TAG
 
     index = {o.name: i for i, o in enumerate(ops)}
     last: dict[str, int] = {}

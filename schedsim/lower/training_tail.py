@@ -81,7 +81,7 @@ def host_sync_tags(t: Any, table: Table, rank: np.ndarray, tags: np.ndarray) -> 
     ``check_for_nan_in_loss_and_grad`` the op after each microbatch's forward on the last stage (loss_func's
     ``assert not loss.isnan()``). The forward's ops are those tagged ``phase: F``, ``pp_op: F`` and their
     ``stage`` and ``mb`` (:mod:`schedsim.lower.training`); a host wait both would put on one op is one."""
-    from schedsim.sim.host_wait import HOST_WAIT_ON_TAG, HOST_WAIT_SCOPE_TAG, HOST_WAIT_TAG
+    from schedsim.tags import HOST_WAIT_ON_TAG, HOST_WAIT_SCOPE_TAG, HOST_WAIT_TAG
 
     if not (t.get_batch_sync or t.check_for_nan_in_loss_and_grad) or not len(tags):
         return None

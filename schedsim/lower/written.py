@@ -74,7 +74,7 @@ def sync_tags(s: SynchronizeOp) -> dict[str, Any]:
     """The tags of rule host-wait (:mod:`schedsim.sim.host_wait`) that a ``synchronize`` entry puts on its ranks'
     next op: the host reaches the call right after its previous one (``host_wait_before_us`` 0), waits for the
     scope's work and returns ``host_us`` later."""
-    from schedsim.sim.host_wait import HOST_WAIT_AFTER_TAG, HOST_WAIT_ON_TAG, HOST_WAIT_SCOPE_TAG, HOST_WAIT_TAG
+    from schedsim.tags import HOST_WAIT_AFTER_TAG, HOST_WAIT_ON_TAG, HOST_WAIT_SCOPE_TAG, HOST_WAIT_TAG
 
     tags: dict[str, Any] = {HOST_WAIT_TAG: 0.0, HOST_WAIT_SCOPE_TAG: "ops" if s.scope == "events" else s.scope}
     if s.host_us:

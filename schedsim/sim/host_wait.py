@@ -29,22 +29,14 @@ __all__ = ["HOST_WAIT_TAG", "HOST_WAIT_AFTER_TAG", "HOST_WAIT_SCOPE_TAG", "HOST_
            "HOST_WAIT_META", "SCOPES", "HostWaits", "host_wait_columns", "awaited", "arrivals", "host_wait_meta",
            "check_host_wait_tags"]
 
-#: Tag of an op launched right after a host synchronisation: the host time (µs) from the previous issue to the
-#: synchronising call. The host then waits for the op's predecessors (or, :data:`HOST_WAIT_SCOPE_TAG`, its rank's
-#: earlier ops) before spending :data:`HOST_WAIT_AFTER_TAG` and the op's own ``host_us``.
-HOST_WAIT_TAG = "host_wait_before_us"
-#: Tag beside :data:`HOST_WAIT_TAG`: the host time (µs) of the synchronising call after the awaited work ended
-#: (its return; ``kind: synchronize``'s ``host_us``); 0 where absent.
-HOST_WAIT_AFTER_TAG = "host_wait_after_us"
-#: Tag beside :data:`HOST_WAIT_TAG`: what the host waits for: ``device`` (every op its rank issued before this one,
-#: ``torch.cuda.synchronize()``), ``stream`` or ``ops`` (:data:`HOST_WAIT_ON_TAG`); absent: the op's
-#: predecessors (an imported synchronisation).
-HOST_WAIT_SCOPE_TAG = "host_wait_scope"
-#: Tag beside :data:`HOST_WAIT_SCOPE_TAG` ``stream`` (a stream's name) or ``ops`` (op names, space-separated).
-HOST_WAIT_ON_TAG = "host_wait_on"
-HOST_WAIT_TAGS = (HOST_WAIT_TAG, HOST_WAIT_AFTER_TAG, HOST_WAIT_SCOPE_TAG, HOST_WAIT_ON_TAG)
-#: :data:`HOST_WAIT_SCOPE_TAG`'s values and their codes in :attr:`HostWaits.scope` (0: the op's predecessors).
-SCOPES = {"device": 1, "stream": 2, "ops": 2}
+from schedsim.tags import (  # rule host-wait's tags, defined where the lowering reads them too
+    HOST_WAIT_AFTER_TAG,
+    HOST_WAIT_ON_TAG,
+    HOST_WAIT_SCOPE_TAG,
+    HOST_WAIT_TAG,
+    HOST_WAIT_TAGS,
+    SCOPES,
+)
 
 
 class HostWaits(NamedTuple):
@@ -119,14 +111,13 @@ def awaited(G: Any, scope: np.ndarray) -> dict[int, list[int]]:
         d = dict(G.tagsets[int(tid[g])])
         on = str(d.get(HOST_WAIT_ON_TAG, ""))
         if d.get(HOST_WAIT_SCOPE_TAG) == "stream":
-            code = streams.get(on)
-            hit = np.flatnonzero(sid[lo:g] == code) if code is not None else np.zeros(0, np.int64)
+            code = streams.get(on, -1)
+            hit = np.flatnonzero(sid[lo:g] == code)
             out[g] = [lo + int(hit[-1])] if len(hit) else []
             continue
         js = []
         for name in on.split():
-            code = names.get(name)
-            hit = np.flatnonzero(nid[lo:g] == code) if code is not None else np.zeros(0, np.int64)
+            hit = np.flatnonzero(nid[lo:g] == names.get(name, -1))
             if not len(hit):
                 op = format_op_id(G.names[int(nid[g])], int(rank[g]))
                 raise SpecError(f"op {printable(op, 80)}: its host wait waits for op {printable(name, 60)}, which "
@@ -192,7 +183,7 @@ def check_host_wait_tags(G: Any) -> None:
         elif HOST_WAIT_SCOPE_TAG in d and d[HOST_WAIT_SCOPE_TAG] not in SCOPES:
             bad = (HOST_WAIT_SCOPE_TAG, d[HOST_WAIT_SCOPE_TAG], "one of " + ", ".join(SCOPES)
                    + " (or no tag: the op's predecessors)")
-        elif SCOPES.get(d.get(HOST_WAIT_SCOPE_TAG), 0) == 2 and not isinstance(d.get(HOST_WAIT_ON_TAG), str):
+        elif SCOPES.get(str(d.get(HOST_WAIT_SCOPE_TAG)), 0) == 2 and not isinstance(d.get(HOST_WAIT_ON_TAG), str):
             bad = (HOST_WAIT_ON_TAG, d.get(HOST_WAIT_ON_TAG), "a stream's name (scope stream) or op names (scope ops)")
         else:
             extra = [t for t in HOST_WAIT_TAGS[1:] if t in d]

@@ -792,7 +792,7 @@ def _run_program_once(prog: Program, profile: HardwareProfile, mode: str, rules:
     if N and profile.launch.eager_timed:  # a timed eager run: no op ends before its end event's record
         end = gh.end_event_bound(end, issue, profile, mode)
     waits = None
-    if hostwait is not None:  # rule host-wait: each op's call returned its host wait's shift later
+    if hostwait is not None and hw is not None:  # rule host-wait: each op's call returned its wait's shift later
         shift = _wait_shift(prog.rank, hw.before, hostwait[2])
         g = np.flatnonzero(~np.isnan(hw.before))
         before = np.where(g > 0, shift[np.maximum(g - 1, 0)], 0.0)  # the shift the host carried into the call
