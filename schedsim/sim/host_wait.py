@@ -62,7 +62,7 @@ def _tag_rows(tagsets: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             before[k] = float(b) * 1e-6
             a = d.get(HOST_WAIT_AFTER_TAG, 0.0)
             after[k] = float(a) * 1e-6 if isinstance(a, (int, float)) and not isinstance(a, bool) else 0.0
-            scope[k] = SCOPES.get(d.get(HOST_WAIT_SCOPE_TAG), 0)  # type: ignore[arg-type]
+            scope[k] = SCOPES.get(str(d.get(HOST_WAIT_SCOPE_TAG)), 0)
     return before, after, scope
 
 

@@ -6,7 +6,8 @@ alone was rewritten for the data-parallel tail of issue 33 (its gradient all-red
 after the rank's last compute op, the tied all-reduce after it). Cases ``interleaved_1f1b_overlapped`` and
 ``interleaved_1f1b_one_op`` alone were rewritten for Megatron's ``overlap_p2p_comm`` issue order (a steady step's
 forward call before its backward, issue 36, branch zb36o): the same ops with the same dependencies, in another
-program order.
+program order; and again for the waits of that mode (a recv after the compute issued before it, a pass after the
+previous call of its direction: issue 36, branch sync36p), the same ops in the same order with more dependencies.
 
 Usage: python tests/data/make_lowering_golden.py [ROOT]  (ROOT: the checkout whose lowering writes it, default
 this one)
