@@ -675,9 +675,9 @@ class CudaRunner(RankRunner):
             from torch.profiler import record_function as rf  # type: ignore[no-redef]
         set_stream = torch.cuda.set_stream
         cur = None
-        syncs = getattr(self, "host_syncs", None)  # None: a runner built without __init__ (tests' fakes)
+        syncs = getattr(self, "host_syncs", None)  # None: a runner built without __init__ (a test's)
         for i, impl in enumerate(self.impls):
-            if syncs is not None and syncs[i] is not None and not capture:  # rule host-wait: the host blocks here (not in a capture)
+            if syncs is not None and syncs[i] is not None and not capture:  # rule host-wait (not in a capture)
                 self._host_sync(i, ev_end if timed else ev_dep)
             s = self.stream_list[i]
             if s is not cur:
