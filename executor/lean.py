@@ -114,7 +114,8 @@ def tf32_plan(impls: Sequence[Any]) -> bool | None:
 def compile_cuda(torch: Any, impls: Sequence[Any], streams: Sequence[Any], cross: Sequence[Sequence[int]],
                  dep_events: Sequence[Any], end_events: Sequence[tuple[Any, Any]],
                  owners: list[int] | None = None,
-                 replays: Mapping[int, tuple[Sequence[int], Any]] | None = None) -> list[Callable[[], Any]]:
+                 replays: Mapping[int, tuple[Sequence[int], Any]] | None = None,
+                 syncs: Mapping[int, Callable[[], Any]] | None = None) -> list[Callable[[], Any]]:
     """Flat step list of one uninstrumented CUDA iteration (see the module docstring).
 
     Parameters
@@ -134,6 +135,8 @@ def compile_cuda(torch: Any, impls: Sequence[Any], streams: Sequence[Any], cross
         outside the segment waits for (inside it the captured events order them), and the other streams wait
         for it (what the instrumented segment issue does without timing events: it waits for an op's event only
         from outside the op's segment); its other ops add no step
+    syncs : per op index, the host synchronisation to call before it (rule host-wait,
+        :func:`executor.runtime.host_syncs`), a step of its own
 
     The caller sets TF32 to :func:`tf32_plan` (when not None) before running the steps, and resets
     the current stream to the default one afterwards.
@@ -145,9 +148,12 @@ def compile_cuda(torch: Any, impls: Sequence[Any], streams: Sequence[Any], cross
     replays = replays or {}
     skip = {j for seg, _g in replays.values() for j in seg[1:]}
     waited = waited_outside(cross, replays)
+    syncs = syncs or {}
     for i, impl in enumerate(impls):
         if i in skip:
             continue
+        if i in syncs:
+            steps.append(syncs[i])
         s = streams[i]
         if s is not cur:
             steps.append(functools.partial(set_stream, s))

@@ -57,6 +57,7 @@ not reached it.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from dataclasses import dataclass, field
@@ -243,6 +244,7 @@ class RankRunner:
         for lst in self.cross:
             for d in lst:
                 self.needs_dep_event[d] = True
+        self._host_syncs()
         self.comm_idx = [i for i, o in enumerate(self.ops) if o.kind in _COMM_KINDS]
         # every rank's comm-op positions, to tell who has not arrived on a timeout
         per_rank: dict[int, list[str]] = {}
@@ -288,6 +290,17 @@ class RankRunner:
         self.profile_iters = 2
         self.prof_trace: Any = None
         self.host_costs: dict[str, float] | None = None  # --measure-host: measure_here after the timed iterations
+
+    def _host_syncs(self) -> None:
+        """Rule host-wait's host synchronisations (:func:`host_syncs`): a CPU rank's issue waits for the awaited
+        ops as for dependencies; a CUDA rank records an event after the ops an ``Event.synchronize()`` names."""
+        self.host_syncs = host_syncs(self.ops, self.waits)
+        for i, hs in enumerate(self.host_syncs):
+            if hs is not None:
+                self.waits[i] = sorted(set(self.waits[i]) | set(hs[1]))
+                if hs[0] == "ops":
+                    for d in hs[1]:
+                        self.needs_dep_event[d] = True
 
     def _bind_batches(self) -> None:
         """Turn each ``p2p: batched`` group into one ``batch_isend_irecv`` (see :mod:`executor.lean`).
@@ -685,7 +698,10 @@ class CudaRunner(RankRunner):
             from torch.profiler import record_function as rf  # type: ignore[no-redef]
         set_stream = torch.cuda.set_stream
         cur = None
+        syncs = getattr(self, "host_syncs", None)  # None: a runner built without __init__ (a test's)
         for i, impl in enumerate(self.impls):
+            if syncs is not None and syncs[i] is not None and not capture:  # rule host-wait (not in a capture)
+                self._host_sync(i, ev_end if timed else ev_dep)
             s = self.stream_list[i]
             if s is not cur:
                 set_stream(s)
@@ -711,6 +727,21 @@ class CudaRunner(RankRunner):
         if not timed and not capture:
             for name in self.last_on_stream:
                 self.ev_stream_end[name].record(self.streams[name])
+
+    def _host_sync(self, i: int, events: list[Any]) -> None:
+        """The host synchronisation before op ``i`` (:func:`host_syncs`): ``torch.cuda.synchronize()``, the stream's
+        ``synchronize()``, or ``synchronize()`` on the awaited ops' ``events``."""
+        hs = self.host_syncs[i]
+        assert hs is not None
+        scope, awaited, stream = hs
+        if scope == "device":
+            self.torch.cuda.synchronize()
+        elif scope == "stream":
+            if stream in self.streams:
+                self.streams[stream].synchronize()
+        else:
+            for d in awaited:
+                events[d].synchronize()
 
     def _begin_cuda(self, observable: bool = True) -> int:
         """Aligned start and anchor (:class:`executor.clock.IterationClock`); every stream waits for the anchor."""
@@ -756,9 +787,11 @@ class CudaRunner(RankRunner):
     def _compile_lean(self) -> list[Any]:
         if self.lean_cuda is None:
             self.lean_owner = []
+            syncs = {i: functools.partial(self._host_sync, i, self.ev_dep)
+                     for i, hs in enumerate(getattr(self, "host_syncs", ())) if hs is not None}
             self.lean_cuda = compile_cuda(self.torch, self.impls, self.stream_list, self.cross, self.ev_dep,
                                           [(self.streams[s], self.ev_stream_end[s]) for s in self.last_on_stream],
-                                          owners=self.lean_owner, replays=self._lean_replays())
+                                          owners=self.lean_owner, replays=self._lean_replays(), syncs=syncs)
             self.lean_tf32 = tf32_plan(self.impls)
         return self.lean_cuda
 
@@ -855,6 +888,43 @@ def stream_waits(ops: list[Op]) -> tuple[list[int | None], list[list[int]], list
         cross.append([d for d in deps if ops[d].stream != o.stream])
         waits.append(sorted(set(deps + ([p] if p is not None else []))))
     return prev_same, cross, waits, last
+
+
+def host_syncs(ops: list[Op], waits: list[list[int]]) -> list[tuple[str, list[int], str | None] | None]:
+    """Per op of one rank's ``ops`` (program order), the host synchronisation before its call (rule host-wait's
+    tags, :mod:`schedsim.sim.host_wait`), or None: ``(scope, awaited, stream)``, the scope ``device``
+    (``torch.cuda.synchronize()``; awaited: the last op of each stream before it), ``stream`` (that stream's
+    ``synchronize()``; its last op before it) or ``ops`` (``Event.synchronize()`` on the ops named, or without a
+    scope tag on the op's predecessors ``waits[i]``, as :func:`stream_waits` gives them).
+
+    >>> from schedsim.graph.ops import Op
+    >>> a = Op(name="a", rank=0, kind="compute", stream="s1", seq=0, duration_s=1e-4)
+    >>> b = Op(name="b", rank=0, kind="compute", stream="s2", seq=1, duration_s=1e-4,
+    ...        tags=(("host_wait_before_us", 0.0), ("host_wait_scope", "device")))
+    >>> host_syncs([a, b], [[], []])
+    [None, ('device', [0], None)]
+    """
+    from schedsim.tags import HOST_WAIT_ON_TAG, HOST_WAIT_SCOPE_TAG, HOST_WAIT_TAG
+
+    index = {o.name: i for i, o in enumerate(ops)}
+    last: dict[str, int] = {}
+    out: list[tuple[str, list[int], str | None] | None] = []
+    for i, o in enumerate(ops):
+        d = dict(o.tags) if o.tags else {}
+        if HOST_WAIT_TAG not in d:
+            out.append(None)
+        else:
+            scope, on = d.get(HOST_WAIT_SCOPE_TAG), d.get(HOST_WAIT_ON_TAG)
+            if scope == "device":
+                out.append(("device", sorted(last.values()), None))
+            elif scope == "stream":
+                out.append(("stream", [last[on]] if on in last else [], str(on)))
+            elif scope == "ops":
+                out.append(("ops", sorted(index[n] for n in str(on).split() if index.get(n, i) < i), None))
+            else:
+                out.append(("ops", list(waits[i]), None))
+        last[o.stream] = i
+    return out
 
 
 def graph_runs(ops: list[Op]) -> list[list[int]]:

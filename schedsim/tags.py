@@ -7,7 +7,28 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["TagSet", "tag_set", "tag_value_key"]
+__all__ = ["TagSet", "tag_set", "tag_value_key", "HOST_WAIT_TAG", "HOST_WAIT_AFTER_TAG", "HOST_WAIT_SCOPE_TAG",
+           "HOST_WAIT_ON_TAG", "HOST_WAIT_TAGS", "SCOPES"]
+
+# Rule host-wait's tags (:mod:`schedsim.sim.host_wait`: what they mean and how the GPU models read them).
+#: Tag of an op launched right after a host synchronisation: the host time (µs) from the previous issue to the
+#: synchronising call. The host then waits for the op's predecessors (or, :data:`HOST_WAIT_SCOPE_TAG`, its rank's
+#: earlier ops) before spending :data:`HOST_WAIT_AFTER_TAG` and the op's own ``host_us``.
+HOST_WAIT_TAG = "host_wait_before_us"
+#: Tag beside :data:`HOST_WAIT_TAG`: the host time (µs) of the synchronising call after the awaited work ended
+#: (its return; ``kind: synchronize``'s ``host_us``); 0 where absent.
+HOST_WAIT_AFTER_TAG = "host_wait_after_us"
+#: Tag beside :data:`HOST_WAIT_TAG`: what the host waits for: ``device`` (every op its rank issued before this one,
+#: ``torch.cuda.synchronize()``), ``stream`` or ``ops`` (:data:`HOST_WAIT_ON_TAG`); absent: the op's
+#: predecessors (an imported synchronisation).
+HOST_WAIT_SCOPE_TAG = "host_wait_scope"
+#: Tag beside :data:`HOST_WAIT_SCOPE_TAG` ``stream`` (a stream's name) or ``ops`` (op names, space-separated).
+HOST_WAIT_ON_TAG = "host_wait_on"
+HOST_WAIT_TAGS = (HOST_WAIT_TAG, HOST_WAIT_AFTER_TAG, HOST_WAIT_SCOPE_TAG, HOST_WAIT_ON_TAG)
+#: :data:`HOST_WAIT_SCOPE_TAG`'s values and their codes in :attr:`schedsim.sim.host_wait.HostWaits.scope` (0: the
+#: op's predecessors).
+SCOPES = {"device": 1, "stream": 2, "ops": 2}
+
 
 
 def tag_value_key(v: Any) -> tuple[type, Any]:

@@ -153,10 +153,14 @@ def _zb_block(model: str, m: int, sched: str) -> dict:
     the first and last stage chunks hold one layer fewer (§5.1: "both the initial and final pipeline stages possess
     one fewer transformer layer"). 1F1B-I: one layer a chunk (§5.1), so those two chunks hold none. ZB-1p:
     ``enable_zero_bubble`` with the fork's limit for it, ``zero_bubble_max_pending_backward`` = pp (lowered as
-    ZB-H1: the key's description)."""
+    ZB-H1: the key's description). The fork's host synchronisations once a microbatch on the first and last stage:
+    ``get_batch_sync`` (its pretrain_gpt.py l. 90-120, ``broadcast_data``'s ``.cpu()``, megatron/core/
+    tensor_parallel/data.py l. 45) and ``check_for_nan_in_loss_and_grad`` (pretrain_gpt.py l. 166-168, on by
+    default: megatron/arguments.py l. 828-830), at 425b42e."""
     L, a, h, p, b = ZB_TABLE3[model]
     block = dict(num_layers=L, hidden_size=h, num_attention_heads=a, seq_length=1024, vocab_size=ZB_VOCAB, fp16=True,
-                 micro_batch_size=b, global_batch_size=m * b, tp=1, pp=p, allow_padding_num_layers=True)
+                 micro_batch_size=b, global_batch_size=m * b, tp=1, pp=p, allow_padding_num_layers=True,
+                 get_batch_sync=True, check_for_nan_in_loss_and_grad=True)
     if sched == "1F1B-I":
         block.update(num_layers_per_virtual_pipeline_stage=1)
     elif sched == "ZB-1p":

@@ -74,7 +74,9 @@ Each rule has a name, used in code, notes and errors (the numbers they once had:
    ([evidence: dispatch-order]). Host costs: PyTorch
    eager add ≈ 8 µs host (A100, flagos-ai/Torch-FL PR 27), c10d collective calls
    89–131 µs (pytorch issue 138773); measured on 2×H200 [evidence: h200x2-calibration] by
-   ``schedsim calibrate`` for the ``h200x2`` profile.
+   ``schedsim calibrate`` for the ``h200x2`` profile. A host synchronisation (rule host-wait,
+   :mod:`schedsim.sim.host_wait`: ``kind: synchronize``, an import's recorded wait) shifts the issue times of
+   the rank's later calls by the time the host stood blocked, in the loop (``_cwaves.c``, ``host_resolve``).
 * ``hardware-queues``: **Hardware queues.** A context has ``CUDA_DEVICE_MAX_CONNECTIONS`` work
    queues (1–32, default 8; CUDA programming guide, appendix "Environment
    variables"). Stream ``s`` of a rank (numbered by first appearance in program

@@ -84,6 +84,12 @@ def lower(spec: ScheduleSpec, check: bool = True, symmetric: bool = False, warn:
         cols, linked = link(table, spec._file, info, check, warn)
         uniform = bool(linked.pop("uniform", False))  # rank 0's ops on every rank (link._link_uniform)
         c = cols.c
+        if spec.training is not None:  # its host synchronisations (rule host-wait), as tags of the ops after them
+            from schedsim.lower.training_tail import host_sync_tags
+
+            synced = host_sync_tags(spec.training, table, c["rank"], c["tags"])
+            if synced is not None:
+                c["tags"] = synced
         prog = Program(spec.name, spec.world_size, spec.launch, spec._file, conns, pipeline, tuple(table.templates),
                        table.names, table.tags, tuple(table.streams.items),
                        table.strs, c["tmpl"], c["rank"], c["seq"], c["name"], c["tags"], c["stream"],

@@ -70,3 +70,50 @@ def _after_step(ranks: Any, g: int, opt: int, mine: float, stepped: float,
     if zero:
         ranks.one("compute", "zero_grad_buffer", g, (), grad_e * mine, plan.grad_dtype, (opt,), stream="compute",
                   tags=OPT_STEP_TAG)
+
+
+def host_sync_tags(t: Any, table: Table, rank: np.ndarray, tags: np.ndarray) -> np.ndarray | None:
+    """The tag ids (a copy of ``tags``, int32 of shape (N,), ops in a Program's order: ranks ascending) with rule
+    host-wait's tags (:mod:`schedsim.sim.host_wait`, scope ``stream`` on ``compute``, as ``kind: synchronize``
+    writes them) on the ops a ``training:`` block's host synchronisations come before, or None where ``t`` asks
+    for none: with ``get_batch_sync`` the first op of each microbatch's forward on the first and last (virtual)
+    pipeline stage (Megatron's get_batch, ``broadcast_data``'s ``.cpu()``), with
+    ``check_for_nan_in_loss_and_grad`` the op after each microbatch's forward on the last stage (loss_func's
+    ``assert not loss.isnan()``). The forward's ops are those tagged ``phase: F``, ``pp_op: F`` and their
+    ``stage`` and ``mb`` (:mod:`schedsim.lower.training`); a host wait both would put on one op is one."""
+    from schedsim.tags import HOST_WAIT_ON_TAG, HOST_WAIT_SCOPE_TAG, HOST_WAIT_TAG
+
+    if not (t.get_batch_sync or t.check_for_nan_in_loss_and_grad) or not len(tags):
+        return None
+    sets = table.tags.items
+    stage = np.full(len(sets), -1, np.int64)
+    mb = np.full(len(sets), -1, np.int64)
+    for k, ts in enumerate(sets):
+        d = dict(ts)
+        if d.get("phase") == "F" and d.get("pp_op") == "F" and isinstance(d.get("stage"), int):
+            stage[k], mb[k] = d["stage"], int(d.get("mb", 0))
+    last = int(stage.max())
+    tid = np.asarray(tags, np.int64)
+    st = stage[tid]
+    on = np.flatnonzero((st == 0) | (st == last)) if last >= 0 else np.zeros(0, np.int64)
+    key = (np.asarray(rank, np.int64)[on] * (last + 1) + st[on]) * (int(mb.max()) + 1) + mb[tid[on]]
+    marks: list[np.ndarray] = []
+    if t.get_batch_sync:
+        marks.append(on[np.unique(key, return_index=True)[1]])
+    if t.check_for_nan_in_loss_and_grad:
+        tail = on[len(key) - 1 - np.unique(key[::-1], return_index=True)[1]]  # each forward's last op
+        tail = tail[st[tail] == last] + 1
+        tail = tail[tail < len(tags)]
+        marks.append(tail[np.asarray(rank)[tail] == np.asarray(rank)[tail - 1]])
+    at = np.unique(np.concatenate(marks)) if marks else np.zeros(0, np.int64)
+    if not len(at):
+        return None
+    out = np.array(tags, np.int32)
+    wait = ((HOST_WAIT_TAG, 0.0), (HOST_WAIT_SCOPE_TAG, "stream"), (HOST_WAIT_ON_TAG, "compute"))
+    new: dict[int, int] = {}
+    for i in at.tolist():
+        k = int(out[i])
+        if k not in new:
+            new[k] = table.tags(tuple(sorted({**dict(sets[k]), **dict(wait)}.items())))
+        out[i] = new[k]
+    return out

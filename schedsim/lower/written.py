@@ -20,6 +20,7 @@ from schedsim.spec.model import (
     ScheduleSpec,
     SendOp,
     SpecOp,
+    SynchronizeOp,
 )
 from schedsim.units import DTYPE_BYTES
 
@@ -67,6 +68,86 @@ def op_instance(s: SpecOp, r: int, seq: int, *, stream: str, group: tuple[int, .
         return Op(**common, group=pair, peer=s.peer, nbytes=float(s.size_bytes()), dtype=s.dtype,
                   tag=s.tag, p2p_batch=s.p2p_batch, comm=None if s.group is None else tuple(sorted(s.group)))
     return Op(**common, nbytes=float(s.size_bytes()), direction=s.direction, dtype=s.dtype)
+
+
+def sync_tags(s: SynchronizeOp) -> dict[str, Any]:
+    """The tags of rule host-wait (:mod:`schedsim.sim.host_wait`) that a ``synchronize`` entry puts on its ranks'
+    next op: the host reaches the call right after its previous one (``host_wait_before_us`` 0), waits for the
+    scope's work and returns ``host_us`` later."""
+    from schedsim.tags import HOST_WAIT_AFTER_TAG, HOST_WAIT_ON_TAG, HOST_WAIT_SCOPE_TAG, HOST_WAIT_TAG
+
+    tags: dict[str, Any] = {HOST_WAIT_TAG: 0.0, HOST_WAIT_SCOPE_TAG: "ops" if s.scope == "events" else s.scope}
+    if s.host_us:
+        tags[HOST_WAIT_AFTER_TAG] = s.host_us
+    if s.scope == "stream":
+        tags[HOST_WAIT_ON_TAG] = s.stream
+    elif s.scope == "events":
+        tags[HOST_WAIT_ON_TAG] = " ".join(s.deps)
+    return tags
+
+
+class _Syncs:
+    """The ``synchronize`` entries of :func:`add_written` (rule host-wait): per rank the one not yet put on an op,
+    and the op names each rank issued so far (an ``events`` entry's ``deps`` must be among them)."""
+
+    def __init__(self, every: tuple[int, ...], active: bool) -> None:
+        self.every, self.active = every, active  # active: the spec has one (else rows() is the rows as they are)
+        self.pending: dict[int, SynchronizeOp] = {}
+        self.names_on: dict[int, set[str]] = defaultdict(set)
+
+    def take(self, s: Any, src: str) -> bool:
+        """Record ``s`` where it is a ``synchronize`` entry (True), checked: one per rank between two ops, its
+        ``deps`` written before it on each of its ranks."""
+        if not self.active or not isinstance(s, SynchronizeOp):
+            return False
+        for r in s.ranks if s.ranks is not None else self.every:
+            if r in self.pending:
+                raise GraphError(f"{src}: synchronize {s.name!r} follows synchronize {self.pending[r].name!r} on "
+                                 f"rank {r} with no op between them", fix="keep one of them (scope device waits for "
+                                 "all the rank's work)")
+            missing = [d for d in s.deps if d not in self.names_on.get(r, ())]
+            if missing:
+                raise GraphError(f"{src}: synchronize {s.name!r} on rank {r} waits for op {missing[0]!r}, which rank "
+                                 f"{r} does not issue before it", fix="name ops written before the synchronize on "
+                                 "the same rank (event.synchronize waits for work already issued)")
+            self.pending[r] = s
+        return True
+
+    def entries(self, items: list[Any], sources: list[str]) -> Any:
+        """``(item, source, k)`` for each item of ``items`` that is not a ``synchronize`` entry (those are taken,
+        :meth:`take`), ``k`` the entries taken just before it."""
+        k = 0
+        for s, src in zip(items, sources, strict=True):
+            if self.take(s, src):
+                k += 1
+                continue
+            yield s, src, k
+            k = 0
+
+    def rows(self, s: Any, ranks: list[int] | None, each: list[Any], tags: tuple
+             ) -> list[tuple[list[int] | None, tuple]]:
+        """The rows of op entry ``s`` on ``ranks`` (None: every rank), one per element of ``each`` (its rank lists),
+        with tags ``tags``: split where a ``synchronize`` is pending on some of a row's ranks, one row per group of
+        ranks with the same pending entry, each with that entry's host-wait tags (:func:`sync_tags`) added; those
+        entries are then used up."""
+        if not self.active:
+            return [(on, tags) for on in each]
+        for r in ranks if ranks is not None else self.every:
+            self.names_on[r].add(s.name)
+        out: list[tuple[list[int] | None, tuple]] = []
+        for on in each:
+            hit = [r for r in (on if on is not None else self.every) if r in self.pending] if self.pending else []
+            if not hit:
+                out.append((on, tags))
+                continue
+            groups: dict[int, list[int]] = {}
+            for r in on if on is not None else self.every:
+                groups.setdefault(id(self.pending[r]) if r in self.pending else 0, []).append(r)
+            for key, rs in groups.items():
+                out.append((rs, tags if key == 0 else tag_set({**s.tags, **sync_tags(self.pending[rs[0]])})))
+            for r in hit:
+                del self.pending[r]
+        return out
 
 
 def _models(spec: ScheduleSpec) -> tuple[list[Any], list[str]]:
@@ -144,7 +225,9 @@ def add_written(spec: ScheduleSpec, table: Table) -> None:
                 r.clear()
 
     idx = 0
-    for s, src in zip(items, sources, strict=True):
+    syncs = _Syncs(every, any(isinstance(s, SynchronizeOp) for s in items))  # rule host-wait
+    for s, src, skipped in syncs.entries(items, sources):
+        idx += skipped
         if isinstance(s, Block):
             flush()
             first = np.unique(s.row_rep, return_index=True)[1].tolist()
@@ -186,8 +269,8 @@ def add_written(spec: ScheduleSpec, table: Table) -> None:
         # an all_to_all with per-peer sizes: a template per rank (each its own sizes); else one for the entry
         each = [[r] for r in (ranks if ranks is not None else every)] \
             if isinstance(s, CollectiveOp) and s.send_bytes is not None else [ranks]
-        for on in each:
-            proto = op_instance(s, on[0] if on else 0, 0, stream=stream, group=group, tags=tags, source=src,
+        for on, row_tags in syncs.rows(s, ranks, each, tags):
+            proto = op_instance(s, on[0] if on else 0, 0, stream=stream, group=group, tags=row_tags, source=src,
                                 spec_index=idx)
             rows[0].append(table.shared_template(_without_row_strs(proto)))
             rows[6].append(proto.p2p_batch)
@@ -196,7 +279,7 @@ def add_written(spec: ScheduleSpec, table: Table) -> None:
             rows[2].append(len(s.deps))
             rows[3].extend(s.deps)
             rows[4].append(all_ranks if on is None else np.asarray(on, np.int32))
-            rows[5].append(tags)
+            rows[5].append(row_tags)
         idx += 1
     flush()
 

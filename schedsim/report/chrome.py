@@ -67,6 +67,10 @@ _RES_ORDER = {"compute": 0, "comm": 1, "copy": 2}
 _COLLECTIVES = TRACE_COLLECTIVE_KINDS
 
 
+#: The thread of a rank's host synchronisations (:meth:`_Writer.host_waits`), apart from its streams' threads.
+HOST_TID = 999_999
+
+
 def _us(s: float) -> float:
     """Seconds to µs rounded to 0.1 ns. A slice's ``dur`` is ``_us(end) - _us(start)``, not
     ``_us(duration)``: rounding each on its own can end a slice 0.1 ns after the next one on its
@@ -326,6 +330,7 @@ def _trace_parts(timelines: list[tuple[str, Timeline]], graph: FlowGraph | None 
         w.lanes(tl, label if multi else None, pid_base)
         pid_base += len(w.pid_of)
         w.slices(tl, label, [(ol, d) for ol, d in by_label.items() if ol != label])
+        w.host_waits(tl)
         g = graph if li == 0 else None
         if g is not None:
             w.graph_flows(g)
@@ -441,6 +446,27 @@ class _Writer:
         out_a, in_a = _us_array(c.start_s + 0.05 * dur), _us_array(c.end_s - 0.05 * dur)
         self.out_us, self.in_us = out_a.tolist(), in_a.tolist()
         self._row_arrays = (pid_a, tid_a, out_a, in_a)
+
+    def host_waits(self, tl: Timeline) -> None:
+        """Rule host-wait's spans (``meta["host_waits"]``, :func:`schedsim.sim.host_wait.host_wait_meta`): per rank
+        a thread ``host (synchronize)`` with a slice from when the host reached each synchronising call to its
+        return, named after the op it issues next."""
+        hw = (tl.meta or {}).get("host_waits")
+        if not isinstance(hw, dict) or not hw.get("op"):
+            return
+        named: set[int] = set()
+        for op, r, a, b in zip(hw["op"], hw["rank"], hw["from_s"], hw["to_s"], strict=True):
+            pid = self.pid_of.get(int(r))
+            if pid is None:
+                continue
+            if pid not in named:
+                named.add(pid)
+                self.events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": HOST_TID,
+                                    "args": {"name": "host (synchronize)"}})
+                self.events.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": HOST_TID,
+                                    "args": {"sort_index": -1}})
+            self.events.append({"ph": "X", "name": "synchronize", "cat": "host", "pid": pid, "tid": HOST_TID,
+                                "ts": _us(a), "dur": _us(b - a), "args": {"next_op": op}})
 
     def slices(self, tl: Timeline, label: str, others: list[tuple[str, dict[str, Span]]]) -> None:
         """One complete event (``ph: "X"``) per span."""

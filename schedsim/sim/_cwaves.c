@@ -255,6 +255,21 @@ typedef struct {
      * link, so that a flow that shares none of its links is put on and taken off them here (share_event) */
     const int64_t *lptr, *llink;
     int64_t *lcount, *lfirst;
+    /* run()'s optional hostwait (NULL without): rule host-wait (schedsim.sim.host_wait). An op g with hw_a[g] not
+     * NaN is a host wait: the host reached its call at hw_a[g] (s, on the static issue times' clock) and blocks
+     * there until what it waits for ended: g's predecessors (hw_dev[g] 0, an imported wait), every op of its rank
+     * before it (1, device scope) or the ops j with hw_for[j] == g (2, a stream or events); then it issues g and
+     * the ops after it hshift[g] later than their static issue times. hgate[i]: the host wait at or before op i
+     * on its rank (-1 none); the ops after a wait (up to the next one, included) hold one count of npred until it
+     * resolves (the next one, of scope 1 or 2, one count of gcnt), and a wait of scope 1 or 2 one of its own
+     * npred; gcnt[g] (scope 1, 2): the counts left before g resolves; hby[g]: the op whose end it blocked for; rfirst[r]: the rank's first op; rdone[r]:
+     * its ops ended; rdev[r]: its device-scoped wait not yet drained (-1 none); rshift[r]: its last shift */
+    const double *hw_a;
+    const i32 *hw_dev, *hw_for;
+    double *hshift;
+    i32 *hgate, *gcnt, *hby;
+    i64 *rfirst, *rdone, *rdev;
+    double *rshift;
 } W;
 
 /* the rank of a group's member slot p (granks_ptr[g] <= p < granks_ptr[g + 1]): granks_idx[p], or where that is
@@ -714,28 +729,85 @@ static void op_ready(W *w, i64 i, double t) {
 
 static void push_ready(W *w, i64 v, double at) { CHECK(event_push(w, at, w->seq++, -1 - v)); }
 
+static void pred_done(W *w, i64 v, i64 i, double t, int hostside);
+static void gate_tick(W *w, i64 g, i64 i, double t);
+
+/* rule host-wait: what host wait g waits for ended at t (the last of it op i, -1 none); the host returns from it
+ * hshift[g] past the static issue times (the previous wait's shift, or t - hw_a[g] where the host blocked:
+ * returned 1, and hby[g] = i), and the ops it holds (up to the next wait, included) lose the count they held */
+static int host_resolve(W *w, i64 g, i64 i, double t) {
+    i64 r = w->orank[g];
+    double s = t - w->hw_a[g];
+    int blocked = s > w->rshift[r];
+    if (!blocked) s = w->rshift[r];
+    w->hby[g] = blocked ? (i32)i : -1;
+    w->hshift[g] = s;
+    w->rshift[r] = s;
+    i64 last = w->rfirst[r + 1];
+    for (i64 u = g + 1; u < last; u++) {
+        if (isnan(w->hw_a[u])) {
+            pred_done(w, u, -1, t, 1);
+            continue;
+        }
+        if (w->hw_dev[u] == 1) w->rdev[r] = u; /* g has not ended yet: u's device is not drained */
+        if (w->hw_dev[u]) gate_tick(w, u, -1, t);
+        else pred_done(w, u, -1, t, 1);
+        break;
+    }
+    return blocked;
+}
+
+/* one count of host wait g (scope 1 or 2) gone at t (op i ended, -1 none): at 0 it resolves, and g itself loses
+ * the count it held; where the host blocked, g is bound to op i */
+static void gate_tick(W *w, i64 g, i64 i, double t) {
+    if (--w->gcnt[g]) return;
+    host_resolve(w, g, i, t);
+    pred_done(w, g, -1, t, 1);
+}
+
+/* one predecessor of op v ended at t (op i, -1 none; hostside: the host wait v was held by resolved): v is ready
+ * once its count is 0, at the later of its issue (plus its host wait's shift) and t (plus the cross-stream
+ * latency); a host wait of its predecessors (scope 0) resolves then, bound to op i where the host blocked */
+static void pred_done(W *w, i64 v, i64 i, double t, int hostside) {
+    if (--w->npred[v]) return;
+    double tv = (!hostside && w->xlat != 0.0 && w->sid[v] != w->sid[i] && w->orank[v] == w->orank[i]) ? t + w->xlat
+                                                                                                      : t;
+    double iv = w->issue[v]; /* read before deps_t[v] is written: deps_t may be the issue buffer itself */
+    i64 by = -1; /* the op whose end a host wait v blocked for */
+    if (w->hgate) {
+        i64 g = w->hgate[v];
+        if (g == v && !w->hw_dev[v]) host_resolve(w, v, i, t);
+        if (g == v) by = w->hby[v];
+        if (g >= 0) iv += w->hshift[g];
+    }
+    w->deps_t[v] = tv;
+    if (iv > tv || i < 0) {
+        w->binding[v] = by >= 0 ? (i32)by : HOST;
+        push_ready(w, v, iv > tv ? iv : tv);
+        return;
+    }
+    w->binding[v] = i;
+    if (tv > t) {
+        push_ready(w, v, tv);
+        return;
+    }
+    op_ready(w, v, t);
+}
+
 static void release(W *w, i64 i, double t) {
     w->end[i] = t;
     if (w->halt && t - w->halt_h >= w->halt_cw) w->halted = 1;
-    i64 base = w->speriod ? (i64)w->orank[i] * w->speriod : 0, row = i - base;
-    for (i64 p = w->succ_ptr[row]; p < w->succ_ptr[row + 1]; p++) {
-        i64 v = w->succ_idx[p] + base;
-        if (--w->npred[v]) continue;
-        double tv = (w->xlat != 0.0 && w->sid[v] != w->sid[i] && w->orank[v] == w->orank[i]) ? t + w->xlat : t;
-        double iv = w->issue[v]; /* read before deps_t[v] is written: deps_t may be the issue buffer itself */
-        w->deps_t[v] = tv;
-        if (iv > tv) {
-            w->binding[v] = HOST;
-            push_ready(w, v, iv);
-            continue;
+    if (w->hgate) { /* rule host-wait: device scope (the rank's ops before its pending wait all ended), awaited ops */
+        i64 r = w->orank[i], g = w->rdev[r];
+        w->rdone[r]++;
+        if (g >= 0 && w->rdone[r] >= g - w->rfirst[r]) {
+            w->rdev[r] = -1;
+            gate_tick(w, g, i, t);
         }
-        w->binding[v] = i;
-        if (tv > t) {
-            push_ready(w, v, tv);
-            continue;
-        }
-        op_ready(w, v, t);
+        if (w->hw_for && w->hw_for[i] >= 0) gate_tick(w, w->hw_for[i], i, t);
     }
+    i64 base = w->speriod ? (i64)w->orank[i] * w->speriod : 0, row = i - base;
+    for (i64 p = w->succ_ptr[row]; p < w->succ_ptr[row + 1]; p++) pred_done(w, w->succ_idx[p] + base, i, t, 0);
 }
 
 /* the rank's lists hold a few jobs: a plain loop shifts them (memmove's call cost more, 3 % of the loop; GCC would
@@ -897,8 +969,20 @@ static void place_all(W *w, double t) {
 #define SIGNAL_EVERY ((1 << 12) - 1)
 
 static void loop(W *w) {
+    if (w->hgate) /* rule host-wait: a rank's first wait of scope 1 or 2 with nothing to wait for resolves at 0 */
+        for (i64 i = 0; i < w->N && !w->oom; i++)
+            if (w->hgate[i] == i && w->hw_dev[i] && w->gcnt[i] == 0 && isnan(w->hshift[i])) {
+                w->gcnt[i] = 1;
+                gate_tick(w, i, -1, 0.0);
+            }
     for (i64 i = 0; i < w->N && !w->oom; i++)
         if (w->npred[i] == 0) {
+            if (w->hgate && w->hgate[i] >= 0) { /* held by a host wait: made ready as that wait resolves */
+                if (w->hgate[i] != i || w->hw_dev[i] || !isnan(w->hshift[i])) continue;
+                w->npred[i] = 1; /* the rank's first wait (scope 0) with no predecessor: resolved at 0 */
+                pred_done(w, i, -1, 0.0, 1);
+                continue;
+            }
             double iv = w->issue[i];
             w->deps_t[i] = 0.0; /* no dependency; after the read: deps_t may be the issue buffer itself */
             if (iv > 0.0) {
@@ -954,6 +1038,55 @@ static void loop(W *w) {
     }
 }
 
+/* rule host-wait's tables (W): each op's host wait, each rank's first op (ranks ascend: a Program's layout), the
+ * count each wait holds on the ops after it and, on a device-scoped wait, on itself until its rank's earlier ops
+ * ended; 0 when out of memory */
+static int host_wait_setup(W *w) {
+    i64 N = w->N, R = w->world;
+    w->hgate = malloc(((size_t)N + 1) * sizeof(i32));
+    w->gcnt = calloc((size_t)N + 1, sizeof(i32));
+    w->hby = malloc(((size_t)N + 1) * sizeof(i32));
+    w->rfirst = calloc((size_t)R + 2, sizeof(i64));
+    w->rdone = calloc((size_t)R + 1, sizeof(i64));
+    w->rdev = malloc(((size_t)R + 1) * sizeof(i64));
+    w->rshift = calloc((size_t)R + 1, sizeof(double));
+    if (!w->hgate || !w->gcnt || !w->hby || !w->rfirst || !w->rdone || !w->rdev || !w->rshift) return 0;
+    for (i64 i = 0; i < N; i++) w->rfirst[w->orank[i] + 1]++;
+    for (i64 r = 0; r < R; r++) w->rfirst[r + 1] += w->rfirst[r];
+    for (i64 r = 0; r < R; r++) w->rdev[r] = -1;
+    i64 cur = -1;
+    for (i64 i = 0; i < N; i++) {
+        i64 r = w->orank[i];
+        if (i == w->rfirst[r]) cur = -1;
+        w->hshift[i] = NAN;
+        if (!isnan(w->hw_a[i])) {
+            int m = w->hw_dev[i];
+            if (m) w->npred[i]++; /* scope 1, 2: the wait holds its own op */
+            if (cur >= 0) { /* held by the wait before it */
+                if (m) w->gcnt[i]++;
+                else w->npred[i]++;
+            }
+            if (m == 1 && i > w->rfirst[r]) { /* held until its rank's earlier ops ended */
+                w->gcnt[i]++;
+                if (cur < 0) w->rdev[r] = i; /* the rank's first wait; a later one is pending once the one
+                                              * before it resolved (host_resolve) */
+            }
+            cur = i;
+        } else if (cur >= 0) {
+            w->npred[i]++;
+        }
+        w->hgate[i] = (i32)cur;
+    }
+    if (w->hw_for)
+        for (i64 j = 0; j < N; j++) {
+            i64 g = w->hw_for[j];
+            if (g < 0) continue;
+            if (g >= N || g <= j || isnan(w->hw_a[g]) || w->hw_dev[g] != 2 || w->orank[g] != w->orank[j]) return -1;
+            w->gcnt[g]++;
+        }
+    return 1;
+}
+
 /* ---- Python entry --------------------------------------------------------------------------------------- */
 #define NBUF 48
 /* Version of the argument lists of run() and the helpers below; schedsim.sim.loop._LAYOUT must equal it, or
@@ -973,8 +1106,8 @@ static void loop(W *w) {
  * op's template, after opwork; empty: opwork per op), cqnext empty where no kernel is a copy, and granks_idx
  * empty where each group's ranks are its members' own (read through gmem_idx and orank), and the successor CSR
  * of rank 0's R ops alone (succ_ptr of R + 1 entries) where rank k's ops are k·R .. k·R + R - 1 and their rows
- * rank 0's shifted by k·R. */
-#define LAYOUT 19
+ * rank 0's shifted by k·R; 20: run's optional hostwait argument after halt (rule host-wait). */
+#define LAYOUT 20
 /* Entries of the copy rate table: 3 engines x reverse engine busy x compute resident (gpu.rates.rate_tables) */
 #define COPY_TAB 12
 /* Each buffer's type, in argument order: d float64, i int32 (see the struct's fields and run()'s unpacking) */
@@ -983,8 +1116,8 @@ static const char KINDS[NBUF + 1] = "ddd" "iiiiiiiddi" "iiiiiiiid" "idd" "ii" "i
 static const char WRITES[NBUF + 1] = "..." "w........." "......ww." "w.." ".." "..........." "wwwww" "w" "wwww";
 
 static PyObject *run(PyObject *self, PyObject *args) {
-    PyObject *ints, *floats, *arrays, *share = Py_None, *halt = Py_None;
-    if (!PyArg_ParseTuple(args, "OOO|OO", &ints, &floats, &arrays, &share, &halt)) return NULL;
+    PyObject *ints, *floats, *arrays, *share = Py_None, *halt = Py_None, *hostwait = Py_None;
+    if (!PyArg_ParseTuple(args, "OOO|OOO", &ints, &floats, &arrays, &share, &halt, &hostwait)) return NULL;
     if (!PyTuple_Check(ints) || PyTuple_GET_SIZE(ints) != 6 || !PyTuple_Check(floats) ||
         PyTuple_GET_SIZE(floats) != 3 || !PyTuple_Check(arrays) || PyTuple_GET_SIZE(arrays) != NBUF) {
         PyErr_SetString(PyExc_TypeError, "run(ints[6], floats[3], arrays[48])");
@@ -1023,8 +1156,8 @@ static PyObject *run(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "run: more than 2**31 - 1 ops, kernels, groups or ranks");
         return NULL;
     }
-    Py_buffer bufs[NBUF], sbuf[6];
-    int got = 0, sgot = 0;
+    Py_buffer bufs[NBUF], sbuf[6], hbuf[4];
+    int got = 0, sgot = 0, hgot = 0;
     void *ptr[NBUF];
     for (; got < NBUF; got++) {
         int wr = WRITES[got] == 'w' ? PyBUF_WRITABLE : 0;
@@ -1086,6 +1219,32 @@ static PyObject *run(PyObject *self, PyObject *args) {
                 goto release_bufs;
             }
         }
+    }
+    if (hostwait != Py_None) { /* (hw_a float64[N], hw_dev int32[N], hshift float64[N] written, hw_for int32[N]):
+                                * rule host-wait */
+        if (!PyTuple_Check(hostwait) || PyTuple_GET_SIZE(hostwait) != 4) {
+            PyErr_SetString(PyExc_TypeError, "run: hostwait must be None or (hw_a, hw_dev, hshift, hw_for)");
+            goto release_bufs;
+        }
+        for (; hgot < 4; hgot++) {
+            if (PyObject_GetBuffer(PyTuple_GET_ITEM(hostwait, hgot), &hbuf[hgot],
+                                   (hgot == 2 ? PyBUF_WRITABLE : 0) | PyBUF_FORMAT) < 0) goto release_bufs;
+            const char *f = hbuf[hgot].format ? hbuf[hgot].format : "B";
+            if (*f == '<' || *f == '=' || *f == '@') f++;
+            int int32 = hgot == 1 || hgot == 3;
+            Py_ssize_t isz = int32 ? 4 : 8;
+            if (hbuf[hgot].itemsize != isz || strcmp(f, int32 ? "i" : "d") ||
+                !PyBuffer_IsContiguous(&hbuf[hgot], 'C') || hbuf[hgot].len != isz * (Py_ssize_t)w->N) {
+                PyErr_SetString(PyExc_TypeError, "run: hostwait's hw_a, hshift (float64) and hw_dev, hw_for (int32) "
+                                                 "need one entry per op");
+                PyBuffer_Release(&hbuf[hgot]);
+                goto release_bufs;
+            }
+        }
+        w->hw_a = (const double *)hbuf[0].buf;
+        w->hw_dev = (const i32 *)hbuf[1].buf;
+        w->hshift = (double *)hbuf[2].buf;
+        w->hw_for = (const i32 *)hbuf[3].buf;
     }
     if (bufs[2].len != COPY_TAB * (Py_ssize_t)sizeof(double)) { /* read by index in rate_of */
         PyErr_Format(PyExc_ValueError, "run: the copy rate table must hold %d entries", COPY_TAB);
@@ -1202,12 +1361,20 @@ static PyObject *run(PyObject *self, PyObject *args) {
         w->run_job = lines_zeroed(R, sizeof(ivec));
         w->run_slot = lines_zeroed(R, sizeof(ivec));
         w->pend = lines_zeroed(R, sizeof(heap_t));
+        int hs = w->hw_a ? host_wait_setup(w) : 1;
+        if (hs < 0) {
+            PyErr_SetString(PyExc_ValueError, "run: hostwait's hw_for must name, for an op, a later host wait of scope 2 "
+                                              "on its rank");
+            w->stop = 1;
+        } else if (!hs) {
+            w->oom = 1;
+        }
         if (!w->kstarted || !w->kready || !w->gres || !w->garr || !w->xcnt || !w->xmin || !w->xinit || !w->xval ||
             !w->free_ || !w->held || !w->nccl_n || !w->nmem || !w->ncomm || !w->ncopy || !w->nwait || !w->nlink ||
             !w->cqhead || !w->cqtail || !w->crate || !w->intoplace || !w->indirty || !w->lchg || !w->run_job ||
             !w->run_slot || !w->pend) {
             w->oom = 1;
-        } else {
+        } else if (!w->stop) {
             for (i64 r = 0; r < R; r++) {
                 w->free_[r] = w->S;
                 w->crate[r] = 1.0;
@@ -1229,6 +1396,7 @@ static PyObject *run(PyObject *self, PyObject *args) {
         free(w->xinit); free(w->xval); free(w->free_); free(w->held); free(w->nccl_n); free(w->nmem);
         free(w->ncomm); free(w->ncopy); free(w->nwait); free(w->nlink); free(w->cqhead); free(w->cqtail); free(w->crate);
         free(w->intoplace); free(w->indirty); free(w->lchg);
+        free(w->hgate); free(w->gcnt); free(w->hby); free(w->rfirst); free(w->rdone); free(w->rdev); free(w->rshift);
         if (w->run_job)
             for (i64 r = 0; r < R; r++) ivec_free(&w->run_job[r]);
         if (w->run_slot)
@@ -1242,6 +1410,7 @@ static PyObject *run(PyObject *self, PyObject *args) {
 release_bufs:
     for (int a = 0; a < got; a++) PyBuffer_Release(&bufs[a]);
     for (int a = 0; a < sgot; a++) PyBuffer_Release(&sbuf[a]);
+    for (int a = 0; a < hgot; a++) PyBuffer_Release(&hbuf[a]);
     return result;
 }
 

@@ -46,6 +46,7 @@ from schedsim.gpu import rules as gm
 from schedsim.graph.ops import COMPUTE, Op, resource_of
 from schedsim.hardware.profile import HardwareProfile, check_gpu_model
 from schedsim.lower.program import OpNames, Program, ProgramInfo
+from schedsim.sim.host_wait import host_wait_meta
 from schedsim.sim.loop import HOST, _State, compiled_loop  # HOST is re-exported
 from schedsim.sim.loop_arrays import _compile_program, _Compiled
 from schedsim.sim.replay import _run_replay, check_recorded_tags
@@ -227,6 +228,7 @@ def _simulate_once(G: Program, profile: HardwareProfile, info: ProgramInfo, mode
     with slower GEMMs, :mod:`schedsim.gpu.power`). ``makespan_only``: :func:`simulate`'s."""
     with paused_gc():  # millions of small acyclic objects: GC passes would dominate
         if model == "waves":
+            check_recorded_tags(G)  # rule host-wait's tags, read by the loop too
             run, note = _run_waves_program(G, profile, mode, conns, model_executor)
             tl = _timeline_program(G, info, profile, mode, run, path=not makespan_only)
             if note:
@@ -237,7 +239,7 @@ def _simulate_once(G: Program, profile: HardwareProfile, info: ProgramInfo, mode
                              "on the waves model", fix="lower it with every rank (schedsim predict --full-ranks)")
         check_recorded_tags(G)
         c = _compile_program(G, profile, mode)
-        st = _run_replay(c, mode, conns)
+        st = _run_replay(c, mode, conns, G)
         return _timeline(info, profile, mode, c, st)
 
 
@@ -292,7 +294,7 @@ def _timeline(info: ProgramInfo, profile: HardwareProfile, mode: str, c: _Compil
     """Span columns (rows are built only when asked for), critical path (bindings walked back from the last
     op to finish) and metadata."""
     ids, ops, N, world, job_of = c.ids, c.ops, c.N, c.world, c.job_of
-    start, end, ready_t, binding, stream_t, host_s, host_call, host_from = state
+    start, end, ready_t, binding, stream_t, host_s, host_call, host_from, _waits = state
     empty: dict = {}  # shared, never mutated
     tag_dicts: dict[tuple, dict] = {(): empty}  # one dict per distinct tag set
 
@@ -320,6 +322,9 @@ def _timeline(info: ProgramInfo, profile: HardwareProfile, mode: str, c: _Compil
     if waits:
         meta[HOST_WAITS_META] = [ids[i] for i in waits]
     _host_meta(meta, host_s, mode, None if "pipeline" in info else host_call, ids)
+    if state.host_waits:
+        w = np.array(state.host_waits, np.float64).reshape(-1, 3)
+        host_wait_meta(meta, ids, w[:, 0].astype(np.int64), np.array(ranks, np.int64), w[:, 1], w[:, 2])
     tl = Timeline(schedule=str(info.get("name", "")), source="predict", world_size=world, launch=mode,
                   profile=profile.name, critical_path=cp, meta=meta, columns=cols)
     tl.host_call_end_s = None if host_call is None else np.asarray(host_call, np.float64)
@@ -413,6 +418,8 @@ def _timeline_program(prog: Program, info: ProgramInfo, profile: HardwareProfile
     meta = {"pipeline": dict(info["pipeline"])} if "pipeline" in info else {}
     # per-op host calls, not for a pipeline block (its op names are made on demand; _timeline does the same)
     _host_meta(meta, run.host_s, mode, None if "pipeline" in info else run.host_call, names.ids)
+    if run.host_waits is not None:
+        host_wait_meta(meta, names.ids, run.host_waits[0], prog.rank, *run.host_waits[1:])
     tl = Timeline(schedule=str(info.get("name", "")), source="predict", world_size=prog.world_size, launch=mode,
                   profile=profile.name, meta=meta, columns=cols)
     if path:

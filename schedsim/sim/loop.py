@@ -32,6 +32,7 @@ class _State(NamedTuple):
     host_s: np.ndarray | None = None  # waves: per rank, when its host returned from its last call (shape (world,))
     host_call: np.ndarray | None = None  # per op, when its host call returned (shape (N,))
     host_from: Sequence[int] | None = None  # replay: per op, the op whose end its host last waited for, else -1
+    host_waits: list[tuple[int, float, float]] | None = None  # replay: (op, from_s, to_s) per host wait
 
 
 def _raise_deadlock(ids, ops, end, npred, job_of, gmem, N) -> None:
@@ -56,7 +57,7 @@ def _raise_deadlock(ids, ops, end, npred, job_of, gmem, N) -> None:
 
 
 _EXT: list[object] = []  # [module] once looked up
-_LAYOUT = 19  # _cwaves.run's (and its helpers') argument lists and results' meaning: LAYOUT in _cwaves.c
+_LAYOUT = 20  # _cwaves.run's (and its helpers') argument lists and results' meaning: LAYOUT in _cwaves.c
 
 
 def compiled_loop():

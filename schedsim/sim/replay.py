@@ -18,6 +18,7 @@ import numpy as np
 
 from schedsim.gpu import rules as gm
 from schedsim.graph.ops import Op, format_op_id, resource_of
+from schedsim.sim.host_wait import HOST_WAIT_TAG, check_host_wait_tags, host_wait_columns
 from schedsim.sim.loop import HOST, _raise_deadlock, _State
 from schedsim.sim.loop_arrays import _Compiled
 
@@ -32,10 +33,6 @@ def _rendezvous(members: list[int], last: int, ready_t: list[float], start: list
     return t0
 
 
-#: Tag of an imported op launched right after a host synchronisation (:mod:`schedsim.trace.to_schedule`): the
-#: host time (µs) from the previous issue to the synchronising call. The ``replay`` model's host then waits for
-#: the op's predecessors (the synchronised work) before spending the op's ``host_us``.
-HOST_WAIT_TAG = "host_wait_before_us"
 
 #: Tag of an imported op (:mod:`schedsim.trace.to_schedule`): the recorded time (µs) from when it was ready (the
 #: later of its issue and the end of its last predecessor: stream order, event waits) to its start: the launch
@@ -48,7 +45,8 @@ GPU_GAP_TAG = "gpu_gap_us"
 def check_recorded_tags(G: Any) -> None:
     """Refuse an op of the Program ``G`` (:class:`~schedsim.lower.program.Program`) whose :data:`HOST_WAIT_TAG` or
     :data:`GPU_GAP_TAG` is not a finite number of µs at least 0 (``schedsim import`` writes them so), where the
-    ``replay`` model would otherwise read it as no wait or no gap. One pass over the distinct tag sets.
+    ``replay`` model would otherwise read it as no wait or no gap. One pass over the distinct tag sets; the other
+    host-wait tags as :func:`~schedsim.sim.host_wait.check_host_wait_tags` checks them.
 
     Raises
     ------
@@ -57,6 +55,9 @@ def check_recorded_tags(G: Any) -> None:
     """
     from schedsim.errors import SpecError, printable
 
+    check_host_wait_tags(G)
+    if not (G.may_have_tag(HOST_WAIT_TAG) or G.may_have_tag(GPU_GAP_TAG)):
+        return
     for k, tags in enumerate(G.tagsets):
         for tag, v in tags:
             if tag not in (HOST_WAIT_TAG, GPU_GAP_TAG):
@@ -83,27 +84,66 @@ def _gpu_gaps(ops: list[Op]) -> list[float]:
 class _ReplayHost:
     """The host threads of the ``replay`` model: each rank issues its ops in program order, op i at
     ``clock + host_s`` (no launch costs: a recorded gap holds its call); an op tagged :data:`HOST_WAIT_TAG` is
-    issued at ``max(clock + that tag, end of its predecessors) + host_s`` (the host blocked in a
-    synchronisation), so the host stalls until they end. Under ``cuda_graph`` every op is issued at 0.
+    issued at ``max(clock + that tag, end of its predecessors) + after + host_s`` (the host blocked in a
+    synchronisation; rule host-wait, :mod:`schedsim.sim.host_wait`: ``after`` its
+    :data:`~schedsim.sim.host_wait.HOST_WAIT_AFTER_TAG`; with a scope, instead of its predecessors, every earlier
+    op of its rank (``device``) or the ops :func:`~schedsim.sim.host_wait.awaited` gives), so the host stalls
+    until they end. Under ``cuda_graph`` every op is issued at 0.
     ``host_from[i]``: the op whose end the host last waited for in such a synchronisation (its predecessor that
     ended last, where it ended after the host reached the call), at or before issuing op i; -1 where the host's
     calls up to op i never waited (the critical path's walk continues there, :func:`critical_walk`)."""
 
-    def __init__(self, ops: list[Op], world: int, mode: str) -> None:
+    def __init__(self, ops: list[Op], world: int, mode: str, G: Any = None) -> None:
         self.order: list[list[int]] = [[] for _ in range(world)]
         self.before: dict[int, float] = {}
+        self.device: set[int] = set()  # host waits of device scope
+        self.after: dict[int, float] = {}  # host waits' time after the awaited work (s)
+        self.spans: list[tuple[int, float, float]] = []  # (op, from_s, to_s) per host wait
+        self.waits: dict[int, list[int]] = {}  # host waits of scope stream / ops: the ops they wait for
         graph = mode == "cuda_graph"
         self.host_s = [0.0 if graph else op.host_s for op in ops]
         for i, op in enumerate(ops):
             self.order[op.rank].append(i)
-            b = dict(op.tags).get(HOST_WAIT_TAG) if op.tags and not graph else None
-            if isinstance(b, (int, float)):
-                self.before[i] = float(b) * 1e-6
+        hw = None if G is None else host_wait_columns(G, mode)
+        if hw is not None:  # the Program's ops are ``ops``, in its order (_compile_program)
+            from schedsim.sim.host_wait import awaited
+
+            self.waits = awaited(G, hw.scope)
+            for i in np.flatnonzero(~np.isnan(hw.before)).tolist():
+                self.before[i] = float(hw.before[i])
+                self.host_s[i] += float(hw.after[i])
+                self.after[i] = float(hw.after[i])
+                if hw.scope[i] == 1:
+                    self.device.add(i)
+        self.ended: list[float | None] = [None] * len(ops)
+        self.done = [0] * world  # per rank: its ops ended (device scope)
+        self.drained = [0.0] * world  # per rank: when the last of them ended
+        self.drained_by = [-1] * world
         self.ptr = [0] * world
         self.clock = [0.0] * world
         self.waited = [-1] * world
         self.issue: list[float | None] = [None] * len(ops)
         self.host_from = [-1] * len(ops)
+
+    def op_ended(self, i: int, r: int, t: float, npred: list[int], pred_end: list[float], last_pred: list[int],
+                 issued: Any) -> None:
+        """Op ``i`` of rank ``r`` ended at ``t``: counted for the scoped host waits, which may return now
+        (:meth:`advance` with its other arguments)."""
+        self.done[r] += 1
+        self.ended[i] = t
+        if t >= self.drained[r]:
+            self.drained[r], self.drained_by[r] = t, i
+        if (self.device or self.waits) and self.ptr[r] < len(self.order[r]) \
+                and self.issue[self.order[r][self.ptr[r]]] is None:
+            self.advance(r, npred, pred_end, last_pred, issued)
+
+    def _waited(self, i: int, r: int, k: int, npred: list[int]) -> bool:
+        """Whether host wait ``i`` (the ``k``-th op of rank ``r``) may return: what it waits for has ended."""
+        if i in self.device:
+            return self.done[r] >= k
+        if i in self.waits:
+            return all(self.ended[j] is not None for j in self.waits[i])
+        return npred[i] == 0
 
     def advance(self, r: int, npred: list[int], pred_end: list[float], last_pred: list[int], issued: Any) -> None:
         """Issue rank ``r``'s ops until one waits for unfinished work; ``issued(i)`` for each issued op whose
@@ -112,12 +152,24 @@ class _ReplayHost:
         while k < len(order):
             i = order[k]
             b = self.before.get(i)
-            if b is not None and npred[i] > 0:
+            if b is not None and not self._waited(i, r, k, npred):
                 break
             if b is not None:
-                if pred_end[i] > clock + b:  # the host blocked until the synchronised work ended
-                    self.waited[r] = last_pred[i]
-                clock = max(clock + b, pred_end[i])
+                pe, lp = pred_end[i], last_pred[i]
+                if i in self.device:
+                    pe, lp = self.drained[r], self.drained_by[r]
+                elif i in self.waits:
+                    pe, lp = 0.0, HOST
+                    for j in self.waits[i]:
+                        e = self.ended[j]
+                        assert e is not None
+                        if e >= pe:
+                            pe, lp = e, j
+                if pe > clock + b:  # the host blocked until the synchronised work ended
+                    self.waited[r] = lp
+                arrive = clock + b
+                clock = max(arrive, pe)
+                self.spans.append((i, arrive, clock + self.after.get(i, 0.0)))
             clock += self.host_s[i]
             self.issue[i] = clock
             self.host_from[i] = self.waited[r]
@@ -180,7 +232,7 @@ class _ReplayQueues:
                     self.submit(k, self.parked.pop(k), binding, go)
 
 
-def _run_replay(c: _Compiled, mode: str, conns: int | None = None) -> _State:
+def _run_replay(c: _Compiled, mode: str, conns: int | None = None, G: Any = None) -> _State:
     """The ``replay`` model (module docstring): every job runs its solo seconds ``c.job_work`` from the moment it
     is ready; ready = issued (:class:`_ReplayHost`), every predecessor done and, for a rendezvous, every member
     ready (then all start at the last one's time). An op starts its recorded :data:`GPU_GAP_TAG` after it was
@@ -190,7 +242,7 @@ def _run_replay(c: _Compiled, mode: str, conns: int | None = None) -> _State:
     needs the op ahead of it in its hardware queue handed to the GPU, which in a replay is its start (rule
     hardware-queues of :mod:`schedsim.gpu.rules`: an op not yet ready holds up the ops behind it in its queue)."""
     ops, N, npred, succ, job_of, gmem, job_work = c.ops, c.N, list(c.npred), c.succ, c.job_of, c.gmem, c.job_work
-    host = _ReplayHost(ops, c.world, mode)
+    host = _ReplayHost(ops, c.world, mode, G)
     queues = _ReplayQueues(ops, conns)
     gap = _gpu_gaps(ops)
     ready_at = [float("inf")] * N  # when the op was ready, before its gap
@@ -240,6 +292,7 @@ def _run_replay(c: _Compiled, mode: str, conns: int | None = None) -> _State:
         for i in (gmem[j - N] if j >= N else (j,)):
             end[i] = t
             done += 1
+            host.op_ended(i, ops[i].rank, t, npred, pred_end, last_pred, release)
             for v in succ[i]:
                 npred[v] -= 1
                 if t >= pred_end[v]:
@@ -252,4 +305,4 @@ def _run_replay(c: _Compiled, mode: str, conns: int | None = None) -> _State:
     if done < N:
         _raise_deadlock(c.ids, ops, end, npred, job_of, gmem, N)
     issue = np.array([t if t is not None else np.nan for t in host.issue], np.float64)
-    return _State(start, end, ready_t, binding, host_call=issue, host_from=host.host_from)
+    return _State(start, end, ready_t, binding, host_call=issue, host_from=host.host_from, host_waits=host.spans)

@@ -576,7 +576,7 @@ _META_TEXTS = ("warnings", "set", "critical_path_host_waits")
 _META_FLAG = ("timed_graph",)
 
 
-_META_SECTIONS = ("memory", "power", "pipeline", "check", "iteration")
+_META_SECTIONS = ("memory", "power", "pipeline", "check", "iteration", "host_waits")
 
 
 #: ``meta`` entries that are lists of lists of op ids, no id twice (``graph_segments``: each CUDA graph segment's

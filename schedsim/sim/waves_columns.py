@@ -41,6 +41,7 @@ from schedsim.hardware.profile import HardwareProfile
 from schedsim.kinds import KINDS, P2P_KINDS, PER_RANK_SIZE
 from schedsim.lower.p2p_comms import batch_communicators
 from schedsim.lower.program import Program, rendezvous_groups, required, stable_order
+from schedsim.sim.host_wait import HostWaits, arrivals, host_wait_columns
 
 if TYPE_CHECKING:
     from schedsim.network.share import LinkShare
@@ -87,6 +88,7 @@ class ProgramRun(NamedTuple):
     stream_t: np.ndarray
     host_s: np.ndarray | None = None  # per rank: when its host returned from its last call (shape (world,))
     host_call: np.ndarray | None = None  # per op: when its host call returned (the critical path's host calls)
+    host_waits: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # rule host-wait: (op rows, from_s, to_s)
 
 
 def categorical(values: tuple[str, ...], codes: np.ndarray) -> tuple[list[str], np.ndarray]:
@@ -569,13 +571,15 @@ def _f64(a) -> np.ndarray:
 
 def _order_and_issue(prog: Program, tps: list[Op], tmpl: np.ndarray, rank: np.ndarray, sid: np.ndarray,
                      res: np.ndarray, is_p2p: np.ndarray, serial: bool, profile: HardwareProfile, mode: str,
-                     model_executor: bool, cost: CostModel) -> tuple[Any, ...]:
+                     model_executor: bool, cost: CostModel, hw: HostWaits | None = None) -> tuple[Any, ...]:
     """Rule communicator-order's communicator order and rule host-issue's inputs: ``(sptr, sidx, npred)``
     (the DAG plus the communicator-order edges as int32 CSR, each op's predecessor count) and ``host``, the
     arguments of :func:`schedsim.gpu.host.host_issue_columns` before ``profile`` (seven columns), its
     ``call_extra``, its ``graph`` (the ops' CUDA graph launches) and its ``memset`` gaps (``gemm.memset``, s, or
     None), which :func:`schedsim.gpu.host.kernel_release` takes too (the call returned, began, and
-    launched its kernel). Its other int64 temporaries (communicators, edge keys) die here."""
+    launched its kernel). Its other int64 temporaries (communicators, edge keys) die here. ``hw``: the host waits
+    (rule host-wait, :func:`schedsim.sim.host_wait.host_wait_columns`), whose host times before and after the
+    wait join the op's ``host_s`` (the static issue times, as if the awaited work had ended)."""
     N = prog.N
     batch = prog.batch.astype(I64)  # once, for the compiled FIFO edges and issue times
     comm = _communicators(tps, prog.world_size, tmpl, rank, prog.peer, batch, res, is_p2p, serial,
@@ -613,8 +617,10 @@ def _order_and_issue(prog: Program, tps: list[Op], tmpl: np.ndarray, rank: np.nd
     if profile.gemm.memset and mode != "cuda_graph":
         tms = np.array([cost.gemm_memset_gap(t) for t in tps], np.float64)
         memset = _per_op(tms, tmpl) if np.any(tms) else None
-    return sptr, sidx, npred, (rank, sid, hcls, _per_op(trep, tmpl), _per_op(ths, tmpl), batch, xdeps, extra, graph,
-                               memset)
+    hs = _per_op(ths, tmpl)
+    if hw is not None:
+        hs = hs + np.where(np.isnan(hw.before), 0.0, hw.before + hw.after)
+    return sptr, sidx, npred, (rank, sid, hcls, _per_op(trep, tmpl), hs, batch, xdeps, extra, graph, memset)
 
 
 def _host_times(host: tuple[Any, ...], profile: HardwareProfile, mode: str, model_executor: bool, cold: bool
@@ -799,6 +805,8 @@ def _run_program_once(prog: Program, profile: HardwareProfile, mode: str, rules:
                      keep is not None and schedule_ops(prog) <= COLD_RERUN_MAX)
         if keep is not None and p.host is not None:
             keep["prep"] = p
+        if halt_cw is not None and p.hw is not None:
+            halt_cw = None  # rule host-wait: the host's end is known only after the loop
         if halt_cw is not None and SKIP_PROVED and host_surely_waited(p, prog.world_size, rules.sms, tab, halt_cw):
             return None  # the loop would halt: not run
         issue, call0, release = p.issue, p.call0, p.release
@@ -822,6 +830,8 @@ def _run_program_once(prog: Program, profile: HardwareProfile, mode: str, rules:
                          and release.flags.writeable and release.shape == (N,)) else np.zeros(N)
     end, binding = np.full(N, -1.0), np.full(N, -1, I32)
     kneed0 = kneed.copy()
+    hw = p.hw
+    hostwait = None if hw is None else (arrivals(issue, prog.rank, hw.before), hw.scope, np.empty(N), hw.on)
     arrays = (
         _f64(tab.comm), _f64(tab.batch), _f64(tab.copy),
         npred, p.sptr, p.sidx, p.sid, p.rank32, ogrp, kern, _f64(release), _f64(work),
@@ -838,7 +848,7 @@ def _run_program_once(prog: Program, profile: HardwareProfile, mode: str, rules:
     del p
     halt = None if halt_cw is None else (float(np.max(gh.host_end_per_rank(issue, prog.rank, prog.world_size))),
                                          halt_cw)
-    opt = [share_args(share), halt]  # the optional arguments, trailing Nones left out
+    opt = [share_args(share), halt, hostwait]  # the optional arguments, trailing Nones left out
     while opt and opt[-1] is None:
         opt.pop()
     done = loop.run((N, K, G, prog.world_size, rules.sms, rules.nccl_sms),
@@ -854,13 +864,38 @@ def _run_program_once(prog: Program, profile: HardwareProfile, mode: str, rules:
         _raise_deadlock(prog.ids(), prog.ops(), end.tolist(), npred.tolist(), job_of, gmem, N)
     if N and profile.launch.eager_timed:  # a timed eager run: no op ends before its end event's record
         end = gh.end_event_bound(end, issue, profile, mode)
+    waits = None
+    if hostwait is not None and hw is not None:  # rule host-wait: each op's call returned its wait's shift later
+        shift = _wait_shift(prog.rank, hw.before, hostwait[2])
+        g = np.flatnonzero(~np.isnan(hw.before))
+        before = np.where(g > 0, shift[np.maximum(g - 1, 0)], 0.0)  # the shift the host carried into the call
+        before[(g > 0) & (prog.rank[np.maximum(g - 1, 0)] != prog.rank[g])] = 0.0
+        arrive = hostwait[0][g] + before
+        waits = (g, arrive, arrive + (shift[g] - before) + hw.after[g])
+        issue, call0 = issue + shift, call0 + shift
     host_s = gh.host_end_per_rank(issue, prog.rank, prog.world_size)
     host_call = issue
     # the stream-reached time: deps done, call made, queue past the item ahead (one compiled pass)
     loop.stream_reached(qptr, qidx, khand, kern, _f64(call0), deps_t)
     if per_t:  # the ops' own column, made once the loop's buffers are freed
         work = op_work(work, tmpl, gptr, gidx, gwork)
-    return ProgramRun(tmpl, tps, res, work, ogrp, start, end, ready_t, binding, deps_t, host_s, host_call)
+    return ProgramRun(tmpl, tps, res, work, ogrp, start, end, ready_t, binding, deps_t, host_s, host_call, waits)
+
+
+def _wait_shift(rank: np.ndarray, before: np.ndarray, hshift: np.ndarray) -> np.ndarray:
+    """Each op's host-issue shift (s, shape (N,)) after the loop of rule host-wait: that of the last host wait at or
+    before it on its rank (``hshift`` at the waits, as ``_cwaves`` wrote it), 0 before the rank's first wait.
+    ``rank`` ascending (a Program's layout); ``before``: :attr:`HostWaits.before` (NaN: no wait)."""
+    n = len(rank)
+    idx = np.arange(n)
+    at = np.where(np.isnan(before), -1, idx)
+    first = np.zeros(n, I64)
+    if n > 1:
+        new = np.flatnonzero(rank[1:] != rank[:-1]) + 1
+        first[new] = new
+    first = np.maximum.accumulate(first)  # each op's rank's first op
+    gate = np.maximum.accumulate(at)
+    return np.where(gate >= first, hshift[np.maximum(gate, 0)], 0.0)
 
 
 class _Prep(NamedTuple):
@@ -904,6 +939,7 @@ class _Prep(NamedTuple):
     call0: np.ndarray
     release: np.ndarray
     host: tuple[Any, ...] | None
+    hw: HostWaits | None = None  # rule host-wait's columns (:func:`schedsim.sim.host_wait.host_wait_columns`)
 
 
 def _prepare(prog: Program, profile: HardwareProfile, mode: str, rules: gm.GpuRules, serial: bool,
@@ -962,8 +998,9 @@ def _prepare(prog: Program, profile: HardwareProfile, mode: str, rules: gm.GpuRu
     # after every term, as the Op-list path checks its job times (per template: the ops' only where one is bad)
     _check(prog, rank, op_work(work, tmpl, gptr, gidx, gwork) if per_t and not _finite(work) else work)
     # rule communicator-order: communicator order; rule host-issue: host issue times
+    hw = host_wait_columns(prog, mode)  # rule host-wait
     sptr, sidx, npred, host = _order_and_issue(prog, tps, tmpl, rank, sid, res, is_p2p, serial, profile, mode,
-                                               model_executor, cost)
+                                               model_executor, cost, hw)
     sptr, sidx = _rank_rows(sptr, sidx, prog.rank, prog.world_size)  # rank 0's rows where every rank's are alike
     # the Program's edges, dependency CSR and collective members are read no more by this run: dropped where the
     # Program can make them again (a uniform lowering's, made anew if read after), not held through the loop
@@ -1004,4 +1041,4 @@ def _prepare(prog: Program, profile: HardwareProfile, mode: str, rules: gm.GpuRu
     sid = _c32(prog.stream_id)
     return _Prep(tmpl, tps, res, work, per_t, ogrp, gptr, gidx, G, K, sptr, sidx, npred, sid, rank32, kern, kptr, kidx,
                  ktype, krank, kneed, kleft, ktau, kmem, kq, qptr, qidx, ktail, ktail_tau, kgain, link, gwork, share,
-                 issue, call0, release, host if again else None)
+                 issue, call0, release, host if again else None, hw)

@@ -407,11 +407,26 @@ def _pipeline_line(e: SpecError, doc: Any) -> SpecError:
                      path=e.path, fix=e.fix, detail=e.detail)
 
 
+def _has_synchronize(data: Any) -> bool:
+    """Whether the document's ``ops`` (before expansion) hold a ``kind: synchronize`` entry, at any depth."""
+    stack = [data.get("ops")] if isinstance(data, Mapping) else []
+    while stack:
+        x = stack.pop()
+        if isinstance(x, list):
+            stack.extend(x)
+        elif isinstance(x, Mapping):
+            if x.get("kind") == "synchronize":
+                return True
+            stack.extend(v for k, v in x.items() if k == "ops")
+    return False
+
+
 def load_text(text: str, file: str = "<string>", overrides: Mapping[str, Any] | None = None) -> ScheduleSpec:
     """Load a schedule from YAML text. See :func:`load_schedule`."""
     data = parse_yaml(text, file)
     rows = _ops_file(data, file)
-    doc = expand(data, file, overrides, blocks=True)
+    # a `synchronize` entry tags the next op of its ranks (schedsim.lower.written): every op entry one by one
+    doc = expand(data, file, overrides, blocks=not _has_synchronize(data))
     if rows:
         from schedsim.spec.limits import _refuse, limit
 

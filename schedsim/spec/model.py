@@ -34,6 +34,7 @@ __all__ = [
     "SendOp",
     "RecvOp",
     "MemcpyOp",
+    "SynchronizeOp",
     "OP_MODELS",
     "build_op_models",
     "COLLECTIVE_KINDS",
@@ -304,6 +305,52 @@ class MemcpyOp(_OpBase, _SizedMixin):
     direction: Literal["h2d", "d2h", "d2d"] = Field(description="Copy direction; host memory is pinned.")
 
 
+class SynchronizeOp(_Base):
+    """A host synchronisation: the rank's host thread blocks until GPU work ends, then issues the rank's later ops
+    (``torch.cuda.synchronize()``, ``stream.synchronize()``, ``event.synchronize()``; ``tensor.item()`` is a
+    device-to-host copy and then this). Not a GPU op: it lowers to rule host-wait's tags on the rank's next op
+    (:mod:`schedsim.sim.host_wait`; :func:`schedsim.lower.written.add_written`)."""
+
+    kind: Literal["synchronize"]
+    name: str = Field(pattern=NAME_PATTERN, description="Name of the synchronisation, unique on each rank.")
+    ranks: list[int] | None = Field(default=None, description="Ranks whose host synchronises. Omit for every rank.")
+    scope: Literal["device", "stream", "events"] | None = Field(
+        default=None,
+        description="What the host waits for: 'device' (default; torch.cuda.synchronize(): every op the rank "
+        "issued before it), 'stream' (stream.synchronize(): the ops issued before it on `stream`) or 'events' "
+        "(event.synchronize() on events recorded after the ops in `deps`; the default when `deps` is given).")
+    stream: str | None = Field(default=None, description="The stream of scope 'stream'.")
+    deps: list[str] = Field(
+        default_factory=lambda: [],
+        description="Scope 'events': names of ops of the same rank, written before it, whose ends the host waits for.")
+    host_us: float = Field(
+        default=0.0, ge=0, le=MAX_DURATION_US,
+        description="Host time (µs) of the call after the awaited work ended (its return, the copy of an "
+        "`.item()`); the next op's issue is that much later.")
+    tags: dict[str, Any] = Field(default_factory=lambda: {}, description="Free-form labels (not kept: no span).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_bool_number(cls, data: Any) -> Any:
+        """A YAML boolean for ``host_us`` is refused, as for every op's numbers."""
+        return no_bool_numbers(cls.model_fields, data)
+
+    @model_validator(mode="after")
+    def _scope_fields(self) -> Any:
+        scope = self.scope or ("events" if self.deps else "device")
+        if scope == "stream" and not self.stream:
+            raise ValueError("scope 'stream' needs `stream:` (the stream whose work the host waits for)")
+        if scope != "stream" and self.stream:
+            raise ValueError(f"`stream` is for scope 'stream' (got scope {scope!r}): write scope: stream, or drop "
+                             "`stream`")
+        if scope == "events" and not self.deps:
+            raise ValueError("scope 'events' needs `deps:` (the ops whose events the host waits for)")
+        if scope != "events" and self.deps:
+            raise ValueError(f"`deps` is for scope 'events' (got scope {scope!r}): drop `scope`, or drop `deps`")
+        object.__setattr__(self, "scope", scope)
+        return self
+
+
 class _PipelineBlock:
     """The type of :attr:`ScheduleSpec.pipeline`: a :class:`~schedsim.spec.pipeline_block.PipelineSpec`, whose
     module (30 kB, four models to build) is imported only for a schedule with a ``pipeline:`` block or for the
@@ -376,7 +423,7 @@ else:
 
 
 AnyOp = Annotated[
-    MatmulOp | ComputeOp | CollectiveOp | SendOp | RecvOp | MemcpyOp,
+    MatmulOp | ComputeOp | CollectiveOp | SendOp | RecvOp | MemcpyOp | SynchronizeOp,
     Field(discriminator="kind"),
 ]
 
@@ -643,16 +690,17 @@ def build_op_models() -> None:
     OP_MODELS.clear()
     OP_MODELS.update(models)
     named = list(dict.fromkeys(models.values()))
+    models_all: list[Any] = [*named, SynchronizeOp]  # a host synchronisation: an entry of `ops`, not a GPU kind
     for model in named:
         kinds = tuple(k for k, m in models.items() if m is model)
         kind: Any = Literal.__getitem__(kinds)
         model.__pydantic_fields__["kind"] = FieldInfo.from_annotation(kind)
-    union: Any = Union.__getitem__(tuple(named))
+    union: Any = Union.__getitem__(tuple(models_all))
     item: Any = operator.getitem(Annotated, (union, Field(discriminator="kind")))  # AnyOp, of the models named
     ScheduleSpec.__pydantic_fields__["ops"] = FieldInfo.merge_field_infos(ScheduleSpec.__pydantic_fields__["ops"],
                                                                           annotation=list[item])
     with plugins_off():  # the concrete models (see _Base); ScheduleSpec last, so it reuses the op models' schemas
-        for model in (*named, ScheduleSpec):
+        for model in (*models_all, ScheduleSpec):
             model.model_rebuild(force=True)
 
 

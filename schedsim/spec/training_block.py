@@ -124,6 +124,18 @@ class TrainingSpec(BaseModel):
                                      "Lowered as ZB-H1, the handcrafted schedule of the same activation limit "
                                      "p·M_B: the paper's Table 5 gives ZB-1p and ZB-H1 the same bubble rate in all "
                                      "12 of its settings.")
+    check_for_nan_in_loss_and_grad: bool = Field(
+        default=False, description="Megatron-LM's loss NaN check (pretrain_gpt.py loss_func, `assert not "
+        "loss.isnan()`; on by default in Megatron-LM, `--no-check-for-nan-in-loss-and-grad`; sail-sg/zero-bubble-"
+        "pipeline-parallelism 425b42e pretrain_gpt.py l. 166-168, megatron/arguments.py l. 828-830): the last "
+        "pipeline stage's host waits for its compute stream after each microbatch's forward (the tensor's bool() "
+        "copies it to the host). Off by default here: blocks written before it keep their predictions.")
+    get_batch_sync: bool = Field(
+        default=False, description="Megatron-LM's get_batch on the first and last pipeline stage (pretrain_gpt.py "
+        "get_batch, tensor_parallel.broadcast_data: `sizes_cuda.cpu()`; sail-sg/zero-bubble-pipeline-parallelism "
+        "425b42e pretrain_gpt.py l. 90-120, megatron/core/tensor_parallel/data.py l. 39-45): their host waits for "
+        "the compute stream before each microbatch's forward. Not a Megatron argument (Megatron always does it); "
+        "off by default here: blocks written before it keep their predictions.")
     zero_bubble_max_pending_backward: int | None = Field(default=None, gt=0, description="--zero-bubble-max-"
                                                          "pending-backward: the fork's activation limit in "
                                                          "microbatches; only pp (ZB-1p) is lowered.")

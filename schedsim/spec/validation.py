@@ -60,7 +60,7 @@ def check_spec(spec: ScheduleSpec, doc: Any, file: str) -> None:
                 raise err(i, "ranks", f"op {op.name!r} lists a rank twice: {ranks}", "list each rank once")
         if not ranks:
             raise err(i, "ranks", f"op {op.name!r} runs on no rank", "give at least one rank, or omit `ranks` for all")
-        if spec.streams is not None:
+        if spec.streams is not None and (op.kind != "synchronize" or op.stream):
             stream = op.stream or KINDS[op.kind].resource  # the default stream is named after the resource
             if stream not in spec.streams:
                 import difflib  # here: only a misspelt stream needs it

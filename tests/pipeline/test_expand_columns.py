@@ -107,7 +107,8 @@ def test_custom_orders_and_written_ops_match() -> None:
 
 def test_fast_path_taken() -> None:
     """The comparison is not vacuous: the columnar emitter runs for these orders (only DualPipe's overlapped
-    pairs go through the per-op emitter)."""
+    pairs and Megatron's interleaved order with lone p2p, whose overlap_p2p_comm waits the per-op emitter alone
+    adds, go through the per-op emitter: interleaved 1F1B is taken here with batched p2p)."""
     from schedsim.lower import pipeline as lp
 
     calls = []
@@ -121,7 +122,8 @@ def test_fast_path_taken() -> None:
     lp._FastEmitter.prepare = spy  # type: ignore[method-assign]
     try:
         for sched in ("1f1b", "interleaved_1f1b", "zbv"):
-            expand_pipeline(_spec({"schedule": sched, "p": 4, "m": 8}), Table())
+            extra = {"p2p": "batched"} if sched == "interleaved_1f1b" else {}
+            expand_pipeline(_spec({"schedule": sched, "p": 4, "m": 8, **extra}), Table())
     finally:
         lp._FastEmitter.prepare = real  # type: ignore[method-assign]
     assert calls == [True, True, True]

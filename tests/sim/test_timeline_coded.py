@@ -38,7 +38,11 @@ UNIT = {"forward": [{"kind": "compute", "duration_us": 1}], "backward_input": [{
 
 
 def pipe(schedule: str = "interleaved_1f1b", ops: list | None = None, dp: int = 1, **kw):  # type: ignore[no-untyped-def]
-    """A 4-stage pipeline of 8 microbatches (``dp`` replicas), with written ``ops`` before it."""
+    """A 4-stage pipeline of 8 microbatches (``dp`` replicas), with written ``ops`` before it. Interleaved 1F1B with
+    batched p2p: with lone p2p (Megatron's overlap_p2p_comm waits) the per-op emitter lowers it, whose names are
+    not coded runs."""
+    if schedule == "interleaved_1f1b":
+        kw.setdefault("p2p", "batched")
     blk = {"schedule": schedule, "p": 4, "m": 8, "stage": UNIT, "data_parallel": dp, **kw}
     return lower(ScheduleSpec.model_validate({"schema_version": 1, "name": "p", "world_size": 4 * dp,
                                               "pipeline": blk, **({"ops": ops} if ops else {})}))

@@ -39,7 +39,8 @@ class TestPredictReplaysByDefault:
     def test_real_trace_replayed_within_the_goal(self, tmp_path: Path) -> None:
         """``schedsim predict DIR/schedule.yaml`` with no option replays the run: makespan within the issue's
         worst-case goal (5 %) and per-op start error median within 5 % of the makespan; the waves model on the
-        same ops (``--durations modeled``) is 7.6 % short of this trace (so the default is what makes it)."""
+        same ops (``--durations modeled``) is further from this trace (+4.1 % since it reads the recorded host
+        synchronisations too, rule host-wait; -7.6 % before), so the default is what makes it closest."""
         imp = _import(tmp_path, REAL)
         assert "durations: recorded" in (imp / "schedule.yaml").read_text()
         r = run("predict", str(imp / "schedule.yaml"), "-o", str(tmp_path / "p"), "--no-gantt", "--no-trace")
@@ -53,7 +54,7 @@ class TestPredictReplaysByDefault:
                 "--durations", "modeled")
         assert r.exit_code == 0, r.output
         modeled = replay_report(Timeline.read_json(tmp_path / "m" / "timeline.json"))
-        assert abs(modeled.error) > 0.05  # the modeled GPU is not the recorded run
+        assert abs(modeled.error) > abs(rep.error) + 0.02  # the modeled GPU is not the recorded run
 
     @pytest.mark.parametrize(("kind", "path"), [("kineto", KINETO_AR), ("kineto", KINETO_SR), ("nsys", NSYS_REAL)])
     def test_shared_real_traces_within_the_goal(self, tmp_path: Path, kind: str, path: Path) -> None:
