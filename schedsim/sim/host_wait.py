@@ -196,3 +196,19 @@ def check_host_wait_tags(G: Any) -> None:
         raise SpecError(f"op {printable(op, 80)}: host-wait tag {bad[0]} is {printable(repr(bad[1]), 40)}, not "
                         f"{bad[2]}", file=G.file or None, path=f"tags.{bad[0]}",
                         fix=f"write {bad[0]} as {bad[2]}, or drop the tag")
+
+
+def wait_shift(rank: np.ndarray, before: np.ndarray, hshift: np.ndarray) -> np.ndarray:
+    """Each op's host-issue shift (s, shape (N,)) after the loop of rule host-wait: that of the last host wait at or
+    before it on its rank (``hshift`` at the waits, as ``_cwaves`` wrote it), 0 before the rank's first wait.
+    ``rank`` ascending (a Program's layout); ``before``: :attr:`HostWaits.before` (NaN: no wait)."""
+    n = len(rank)
+    idx = np.arange(n)
+    at = np.where(np.isnan(before), -1, idx)
+    first = np.zeros(n, np.int64)
+    if n > 1:
+        new = np.flatnonzero(rank[1:] != rank[:-1]) + 1
+        first[new] = new
+    first = np.maximum.accumulate(first)  # each op's rank's first op
+    gate = np.maximum.accumulate(at)
+    return np.where(gate >= first, hshift[np.maximum(gate, 0)], 0.0)

@@ -129,43 +129,43 @@ def test_a_group_as_written_spans_nodes_where_any_two_of_its_ranks_do():
     # 0..7 on node 0, 8..15 on node 1): 2 link ends per member in one node, 4 (and the NIC) across nodes
     import numpy as np
 
-    from schedsim.sim import waves_columns as wcol
+    from schedsim.sim.link_ends import link_end_columns
 
     gptr, gidx, rank = np.array([0, 1, 2, 3, 4]), np.array([0, 1, 2, 3]), np.zeros(4, np.int64)
     node = np.arange(16) // 8
     groups = [(0, 1, 2, 3), (0, 9), (7,), tuple(range(8, 16)) + (3,)]
-    eptr, ends, *_ = wcol._link_ends(gptr, gidx, rank, 4, 1.0, node, groups)
+    eptr, ends, *_ = link_end_columns(gptr, gidx, rank, 4, 1.0, node, groups)
     assert eptr.tolist() == [0, 2, 6, 8, 12]
     assert ends.tolist() == [0, 1, 0, 1, 2, 3, 0, 1, 0, 1, 2, 3]
     # the distinct groups with each collective's index among them (what _prepare passes): the same ends
     for inv in ([0, 1, 2, 2], [1, 1, 0, 2]):
-        got = wcol._link_ends(gptr, gidx, rank, 4, 1.0, node, groups[:3], np.array(inv))
-        want = wcol._link_ends(gptr, gidx, rank, 4, 1.0, node, [groups[i] for i in inv])
+        got = link_end_columns(gptr, gidx, rank, 4, 1.0, node, groups[:3], np.array(inv))
+        want = link_end_columns(gptr, gidx, rank, 4, 1.0, node, [groups[i] for i in inv])
         assert all(np.array_equal(a, b) for a, b in zip(got, want, strict=True))
 
 
 def test_member_link_positions_vectorised_equal_the_generic_scan():
-    # _link_ends places each member's ends by formula when a group's ranks are distinct; the generic scan
+    # link_end_columns places each member's ends by formula when a group's ranks are distinct; the generic scan
     # (used otherwise) must give the same positions on a program with collectives and send/recv pairs
-    from schedsim.sim import waves_columns as wcol
+    from schedsim.sim.link_ends import epos_generic, link_end_columns
 
     prog = lower(load_schedule(ROOT / "schedules" / "megatron_gpt_pp4.yaml"))  # a tied-embedding all_reduce
     gptr, gidx, _G, C, _lone = rendezvous_groups(prog)
     rank = prog.rank.astype("int64")
     assert C and len(prog.p2p)
     for one_way in (1.0, 1.33):
-        eptr, ends, _rptr, _rev, pptr, pos = wcol._link_ends(gptr, gidx, rank, C, one_way)
-        gptr2, gpos2 = wcol._epos_generic(eptr, ends, gptr, gidx, rank)
+        eptr, ends, _rptr, _rev, pptr, pos = link_end_columns(gptr, gidx, rank, C, one_way)
+        gptr2, gpos2 = epos_generic(eptr, ends, gptr, gidx, rank)
         assert pptr.tolist() == gptr2.tolist() and pos.tolist() == gpos2.tolist()
 
 
 @pytest.mark.parametrize("seed", range(30))
 def test_a_rank_twice_in_a_group_is_found_as_the_sort_of_every_member_finds_it(seed):
-    # _rank_repeats compares neighbours when each group's ranks rise; any group's repeat, rising or not, and
+    # rank_repeats compares neighbours when each group's ranks rise; any group's repeat, rising or not, and
     # empty groups, against the set of each group's ranks
     import numpy as np
 
-    from schedsim.sim import waves_columns as wcol
+    from schedsim.sim.link_ends import rank_repeats
 
     rng = np.random.default_rng(seed)
     C = int(rng.integers(0, 6))
@@ -175,4 +175,4 @@ def test_a_rank_twice_in_a_group_is_found_as_the_sort_of_every_member_finds_it(s
     gptr = np.concatenate([[0], np.cumsum([len(g) for g in groups])]).astype(np.int64)
     cr = np.concatenate(groups + [np.zeros(0)]).astype(np.int64)
     want = any(len(set(g.tolist())) < len(g) for g in groups)
-    assert wcol._rank_repeats(gptr, cr, C) is want
+    assert rank_repeats(gptr, cr, C) is want

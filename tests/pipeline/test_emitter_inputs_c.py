@@ -48,7 +48,8 @@ def _deps(pipeline: dict, compiled: bool, monkeypatch: pytest.MonkeyPatch) -> li
 
 
 CASES = [{"schedule": "1f1b", "p": 4, "m": 6, "p2p": "batched"}, {"schedule": "1f1b", "p": 3, "m": 5},
-         {"schedule": "interleaved_1f1b", "p": 4, "m": 8, "v": 2, "p2p": "batched"}, {"schedule": "zb_h1", "p": 4, "m": 6},
+         {"schedule": "interleaved_1f1b", "p": 4, "m": 8, "v": 2, "p2p": "batched"},
+         {"schedule": "zb_h1", "p": 4, "m": 6},
          {"schedule": "interleaved_zb", "p": 2, "m": 4, "v": 2}, {"schedule": "zbv", "p": 3, "m": 6},
          {"schedule": "gpipe", "p": 3, "m": 4}, {"schedule": "looped_bfs", "p": 2, "m": 4, "v": 3},
          {"schedule": "custom", "p": 3, "m": 4, "actions": {r: " ".join(map(str, a)) for r, a in
