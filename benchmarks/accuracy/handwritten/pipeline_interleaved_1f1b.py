@@ -77,8 +77,7 @@ def program(r: int, p: int, m: int, v: int = 2) -> list[tuple[str, int, int]]:
         rf, cf = next_recv(k, True)
         rb = k == warm - 1 and warm < total and not last  # the last warm-up call receives the first gradient
         call(rf=recv("recvF", cf) if rf and k != total - 1 else None, sf=send_f(k))
-        if rb:
-            call(rb=recv("recvB", v - 1))
+        call(rb=recv("recvB", v - 1) if rb else None)  # a call of no op issues nothing
     for k in range(total - warm):
         out.append(fwd(warm + k))
         rf, cf = next_recv(warm + k, True)
