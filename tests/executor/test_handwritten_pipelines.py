@@ -1,8 +1,9 @@
 """The hand-written pipeline references of benchmarks/accuracy/handwritten (issue 15 §2) issue exactly what
 ``schedsim execute`` issues for schedules/pipeline_schedules.yaml: per rank the same GEMMs and p2p calls in
 the executor's issue order (:func:`executor.lean.issue_order`), on the same streams, with the same
-batching (:func:`executor.lean.p2p_batches`), cross-stream waits, GEMM shapes and message sizes. Checked
-against the lowered graph, without a GPU or a process group."""
+batching (:func:`executor.lean.p2p_batches`), cross-stream waits (for interleaved 1F1B, whose p2p are
+lone calls, Megatron-LM's ``overlap_p2p_comm`` waits), GEMM shapes and message sizes. Checked against the
+lowered graph, without a GPU or a process group."""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ harness = importlib.import_module("harness")
 interleaved = importlib.import_module("pipeline_interleaved_1f1b")
 zb_h1 = importlib.import_module("pipeline_zb_h1")
 
-SCRIPTS = {"interleaved_1f1b": (interleaved, 2, False), "zb_h1": (zb_h1, 1, True)}  # module, chunks, batched
+# module, chunks, batched, overlapped (Megatron's overlap_p2p_comm waits)
+SCRIPTS = {"interleaved_1f1b": (interleaved, 2, False, True), "zb_h1": (zb_h1, 1, True, False)}
 
 
 def lowered(schedule: str, p: int, m: int, **sizes: int) -> dict[int, list[Any]]:
@@ -35,7 +37,7 @@ def lowered(schedule: str, p: int, m: int, **sizes: int) -> dict[int, list[Any]]
 
 
 def prog(schedule: str, r: int, p: int, m: int) -> list[tuple[str, int, int]]:
-    mod, chunks, _ = SCRIPTS[schedule]
+    mod, chunks, _, _ = SCRIPTS[schedule]
     return mod.program(r, p, m, chunks) if chunks > 1 else mod.program(r, p, m)
 
 
@@ -50,7 +52,7 @@ def op_names(action: tuple[str, int, int]) -> list[str]:
                                           ("interleaved_1f1b", 3, 6), ("interleaved_1f1b", 4, 8),
                                           ("zb_h1", 2, 8), ("zb_h1", 3, 3), ("zb_h1", 4, 6)])
 def test_reference_program_is_the_executors_issue_order(schedule: str, p: int, m: int) -> None:
-    batched = SCRIPTS[schedule][2]
+    batched, overlapped = SCRIPTS[schedule][2:]
     for r, ops in lowered(schedule, p, m).items():
         program = prog(schedule, r, p, m)
         # order: the same ops, GEMM by GEMM and call by call (96 per rank for interleaved p=2 m=8)
@@ -62,10 +64,10 @@ def test_reference_program_is_the_executors_issue_order(schedule: str, p: int, m
             # stream: compute, or one per p2p kind and peer (pp_sendF_r1, ...)
             want = "compute" if a[0] in "FBIW" else f"pp_{a[0][:4]}{a[0][4]}_r{harness.peer(a[0], a[1], p)}"
             assert {by_name[n].stream for n in names} == {want}
-            # cross-stream waits: the action's first op waits for the last op of what waits_for names
-            dep = harness.waits_for(a, program)
+            # cross-stream waits: the action's first op waits for the last op of each action waits_for names
+            dep = harness.waits_for(a, program, overlapped)
             cross = [d for d in first.deps if d in by_name and by_name[d].stream != first.stream]
-            assert cross == ([] if dep is None else [op_names(dep)[-1]])
+            assert cross == [op_names(d)[-1] for d in dep]
             assert all(d == names[i] for i, n in enumerate(names[1:]) for d in by_name[n].deps)
         # batching: zb_h1 posts every p2p as its own batch_isend_irecv, interleaved 1F1B as lone calls
         n_p2p = sum(a[0] not in "FBIW" for a in program)
@@ -84,7 +86,7 @@ def test_issue_path_makes_the_executors_calls(schedule: str, monkeypatch: pytest
     peer, size and batching, in the order of the executor's ops (their m, n, k, peer, bytes, p2p_batch).
     Sizes are compared in elements: the messages are bf16 on GPUs, fp32 on CPU ranks (Proc.rand)."""
     p, m, T, H = 2, 4, 8, 16
-    mod, chunks, batched = SCRIPTS[schedule]
+    mod, chunks, batched, overlapped = SCRIPTS[schedule]
     log: list[tuple[Any, ...]] = []
     real_mm = torch.matmul
     monkeypatch.setattr(torch, "matmul", lambda a, b, out: (log.append(("mm", *a.shape, b.shape[1])),
@@ -101,10 +103,12 @@ def test_issue_path_makes_the_executors_calls(schedule: str, monkeypatch: pytest
     for r, ops in lowered(schedule, p, m, tokens=T, hidden=H).items():
         pr = object.__new__(harness.Proc)
         pr.rank, pr.world, pr.cuda, pr.dev, pr.gen = r, p, False, torch.device("cpu"), torch.Generator()
-        issue, streams = pr.pipeline(prog(schedule, r, p, m), T, H, chunks, batched=batched)
+        issue, streams = pr.pipeline(prog(schedule, r, p, m), T, H, chunks, batched=batched, overlapped=overlapped)
         log.clear()
-        # gloo: each recv was waited by the compute that consumes it; the sends are left to the caller
-        assert streams == [] and len(issue()) == sum(o.kind == "send" for o in ops)
+        # gloo: each recv was waited by the compute that consumes it, each send some op depends on (Megatron's
+        # overlap_p2p_comm waits) by that op; the other sends are left to the caller
+        waited = {d for o in ops for d in o.deps}
+        assert streams == [] and len(issue()) == sum(o.kind == "send" and o.name not in waited for o in ops)
         want: list[tuple[Any, ...]] = []
         for o in ops:
             if o.kind == "matmul":

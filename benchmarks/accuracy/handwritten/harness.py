@@ -105,15 +105,36 @@ def peer(kind: str, stage: int, p: int) -> int:
     return (stage + P2P[kind][1]) % p
 
 
-def waits_for(action: tuple[str, int, int], program: list[tuple[str, int, int]]) -> tuple[str, int, int] | None:
-    """The action of ``program`` on another stream that ``action`` waits for, or None: a compute its input's
-    recv (F the recvF, I or B the recvB of its stage and microbatch) when this rank receives it, a send the
-    compute that produced what it sends (sendF its F; sendB its B, or its I when the backward is split).
-    These are the cross-stream dependencies of the lowered ops (schedsim/spec/pipeline_block.py)."""
+def waits_for(action: tuple[str, int, int], program: list[tuple[str, int, int]],
+              overlapped: bool = False) -> list[tuple[str, int, int]]:
+    """The actions of ``program`` on other streams that ``action`` waits for, in the lowered ops' order: a
+    compute its input's recv (F the recvF, I or B the recvB of its stage and microbatch) when this rank
+    receives it, a send the compute that produced what it sends (sendF its F; sendB its B, or its I when
+    the backward is split). These are the cross-stream dependencies of the lowered ops
+    (schedsim/spec/pipeline_block.py).
+
+    With ``overlapped`` (Megatron-LM's interleaved 1F1B with ``overlap_p2p_comm``, lowered by
+    ``schedsim/lower/pipeline_emitter.py`` ``_Emitter.megatron_overlap``), also: a recv waits for the compute
+    issued before it (recvF the last F, recvB the last F or B: torch ``ProcessGroupNCCL`` makes the NCCL
+    stream wait for the current stream at each call), and an F (a B) waits, after its own input's recv, for
+    every other p2p of its direction (sendF/recvF; sendB/recvB) issued since the rank's previous F (B): the
+    ``req.wait()`` on ``fwd_wait_handles`` / ``bwd_wait_handles`` before each pass (NVIDIA/Megatron-LM
+    core_v0.9.0, 1afee592, ``megatron/core/pipeline_parallel/schedules.py``
+    ``forward_backward_pipelining_with_interleaving``; the cool-down's blocking calls wait the same ops)."""
     kind, s, j = action
     dep = {"F": [("recvF", s, j)], "B": [("recvB", s, j)], "I": [("recvB", s, j)], "sendF": [("F", s, j)],
            "sendB": [("B", s, j), ("I", s, j)]}.get(kind, [])
-    return next((d for d in dep if d in program), None)
+    own = [d for d in dep if d in program][:1]
+    if not overlapped or kind not in ("F", "B", "recvF", "recvB"):
+        return own
+    at = program.index(action)
+    if kind.startswith("recv"):  # the last forward (recvF) or the last compute (recvB) issued before it
+        prev = next((a for a in reversed(program[:at]) if a[0] in ("F" if kind == "recvF" else "FB")), None)
+        return [] if prev is None else [prev]
+    d = "F" if kind == "F" else "B"
+    start = next((i + 1 for i in range(at - 1, -1, -1) if program[i][0] == kind), 0)
+    held = [a for a in program[start:at] if a[0] in (f"send{d}", f"recv{d}")]
+    return own + [a for a in held if a not in own]
 
 
 class Proc:
@@ -176,7 +197,7 @@ class Proc:
                 lambda: torch.matmul(xt, g, out=out_w), T * H)
 
     def pipeline(self, program: list[tuple[str, int, int]], tokens: int, hidden: int, chunks: int = 1,
-                 batched: bool = False) -> tuple[Callable[[], Any], list[Any]]:
+                 batched: bool = False, overlapped: bool = False) -> tuple[Callable[[], Any], list[Any]]:
         """``(issue, streams)`` for :meth:`time`: one iteration of a rank's pipeline ``program`` (its actions
         in issue order, see :data:`P2P`), issued the way ``schedsim execute`` issues the lowered ops.
 
@@ -184,17 +205,18 @@ class Proc:
         kind (sendF, recvF, sendB, recvB) has a stream of its own, on which the call is a lone
         ``dist.isend``/``dist.irecv`` or, with ``batched``, a one-op ``batch_isend_irecv`` (torch's
         ``_batch_p2p``), then ``work.wait()``: the stream waits for NCCL, the host goes on. A stream waits
-        (one event) only for the action :func:`waits_for` names, and only when it changes does the host
-        switch the current stream. On CPU ranks (gloo) p2p are asynchronous, a compute waits on the host
-        for the recv it consumes, and ``issue`` returns the works left to wait for.
+        (one event each) only for the actions :func:`waits_for` names (with ``overlapped``: Megatron's
+        ``overlap_p2p_comm`` waits), and only when it changes does the host switch the current stream. On CPU
+        ranks (gloo) p2p are asynchronous, an action waits on the host for the p2p it depends on, and
+        ``issue`` returns the works left to wait for.
         """
         fwd, dgrad, wgrad, act = self.pipeline_stage(tokens, hidden, chunks)
         gemms = {"F": fwd, "B": lambda: (dgrad(), wgrad()), "I": dgrad, "W": wgrad}
         kinds = sorted({a[0] for a in program if a[0] in P2P})
         bufs = {k: (self.rand if k.startswith("send") else self.empty)(act, dtype=torch.bfloat16) for k in kinds}
         streams = {k: self.stream() for k in ["compute", *kinds]}
-        deps = [waits_for(a, program) for a in program]
-        events = {d: torch.cuda.Event() for d in deps if d is not None} if self.cuda else {}
+        deps = [waits_for(a, program, overlapped) for a in program]
+        events = {d: torch.cuda.Event() for ds in deps for d in ds} if self.cuda else {}
 
         def p2p(kind: str, stage: int) -> Callable[[], list[Any]]:
             fn, buf, dst = P2P[kind][0], bufs[kind], peer(kind, stage, self.world)
@@ -202,7 +224,7 @@ class Proc:
                 return lambda: dist.batch_isend_irecv([dist.P2POp(fn, buf, dst)])
             return lambda: [fn(buf, dst)]
 
-        # per action: (stream, the action it waits for, its event, launch, whether the launch returns works)
+        # per action: (stream, the actions it waits for, its event, launch, whether the launch returns works)
         calls = [(streams[a[0]], d, events.get(a), p2p(a[0], a[1]), True) if a[0] in P2P else
                  (streams["compute"], d, events.get(a), gemms[a[0]], False) for a, d in zip(program, deps, strict=True)]
 
@@ -212,8 +234,8 @@ class Proc:
                 if st is not cur:
                     torch.cuda.set_stream(st)
                     cur = st
-                if dep is not None:
-                    st.wait_event(events[dep])
+                for d in dep:
+                    st.wait_event(events[d])
                 if comm:
                     for w in launch():
                         w.wait()  # the current stream waits for NCCL; the host goes on
@@ -225,7 +247,7 @@ class Proc:
         def issue_cpu() -> list[Any]:
             works: dict[Any, list[Any]] = {}
             for a, (_st, dep, _ev, launch, comm) in zip(program, calls, strict=True):
-                for w in works.pop(dep, []):
+                for w in (w for d in dep for w in works.pop(d, [])):
                     w.wait()
                 if comm:
                     works[a] = launch()
