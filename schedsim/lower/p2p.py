@@ -123,7 +123,7 @@ def match_p2p(cols: Any, warn: bool = True) -> tuple[np.ndarray | None, list[str
             sides.append((idx[m][o], src[m][o], dst[m][o], g[m][o] if g is not None else None))
         (s, ss, sd, sg), (r, rs, rd, rg) = sides
         if len(s) == len(r) and np.array_equal(ss, rs) and np.array_equal(sd, rd) and \
-                (sg is None or np.array_equal(sg, rg)):
+                (sg is None or np.array_equal(sg, np.asarray(rg))):
             break
     else:
         return None, []

@@ -145,10 +145,11 @@ class _Syncs:
         for r in ranks if ranks is not None else self.every:
             self.names_on[r].add(s.name)
             if call is not None and r in self.pending and self.call_on.get(r) == call:
-                raise GraphError(f"{self.src[r]}: synchronize {self.pending[r].name!r} is inside {call[0]} "
-                                 f"{call[1]!r} on rank {r} (between its ops, one host call)",
-                                 fix=f"move the synchronize before or after the {call[0]}'s ops, or give the ops after it "
-                                     f"another {call[0]} name (a second call)")
+                what, name = call or ("", "")
+                raise GraphError(f"{self.src[r]}: synchronize {self.pending[r].name!r} is inside {what} {name!r} "
+                                 f"on rank {r} (between its ops, one host call)",
+                                 fix=f"move the synchronize before or after the {what}'s ops, or give the ops after "
+                                     f"it another {what} name (a second call)")
             if call is not None:
                 self.call_on[r] = call
             else:
