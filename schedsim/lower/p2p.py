@@ -89,9 +89,14 @@ def _msg_values(cols: Any, s: np.ndarray, r: np.ndarray) -> tuple[np.ndarray, np
 
 
 def match_p2p(cols: Any, warn: bool = True) -> tuple[np.ndarray | None, list[str]]:
-    """``(pairs, warnings)``: matched ``(send, recv)`` op indices (sorted by (src, dst), then issue order), or
-    None when the pairing breaks a rule (unmatched op, tags, messages or sizes that disagree); the warnings (names
-    that suggest another pairing) only with ``warn``."""
+    """``(pairs, warnings)``: matched ``(send, recv)`` op indices (sorted by (src, dst), then written process
+    group, then issue order), or None when the pairing breaks a rule (unmatched op, tags, messages or sizes that
+    disagree); the warnings (names that suggest another pairing) only with ``warn``.
+
+    NCCL matches the k-th send from a to b with the k-th recv on b from a on one communicator; torch runs a
+    send/recv on its process group's (``P2POp(..., group=)``; ProcessGroupNCCL keeps a communicator per group),
+    so the ops that name a ``group:`` pair within it. Where that pairing fails, the pairing over every group
+    is returned, whose mixed groups :func:`schedsim.lower.p2p_comms.check_p2p_groups` reports."""
     c = cols.c
     idx = np.flatnonzero(cols.is_p2p)
     if not len(idx):
@@ -103,15 +108,24 @@ def match_p2p(cols: Any, warn: bool = True) -> tuple[np.ndarray | None, list[str
     src = np.where(is_send, rank, peer)
     dst = np.where(is_send, peer, rank)
     W = int(max(rank.max(), peer.max())) + 1
-    sides = []
-    for m in (is_send, ~is_send):
-        if ascending and W * W < 2**62:  # (at, idx) ascend together: a stable sort by (src, dst) alone
-            o = stable_order(src[m] * W + dst[m], W * W)
-        else:
-            o = np.lexsort((idx[m], at[m], dst[m], src[m]))
-        sides.append((idx[m][o], src[m][o], dst[m][o]))
-    (s, ss, sd), (r, rs, rd) = sides
-    if len(s) != len(r) or not (np.array_equal(ss, rs) and np.array_equal(sd, rd)):
+    codes: dict[Any, int] = {None: 0}
+    tg = np.array([codes.setdefault(getattr(t, "comm", None), len(codes)) for t in tp], I64)
+    grp = tg[c["tmpl"][idx]] if len(codes) > 1 else None  # the written group's code (0: none)
+    for g in ((grp, None) if grp is not None else (None,)):
+        sides = []
+        for m in (is_send, ~is_send):
+            if g is not None:
+                o = np.lexsort((idx[m], at[m], g[m], dst[m], src[m]))
+            elif ascending and W * W < 2**62:  # (at, idx) ascend together: a stable sort by (src, dst) alone
+                o = stable_order(src[m] * W + dst[m], W * W)
+            else:
+                o = np.lexsort((idx[m], at[m], dst[m], src[m]))
+            sides.append((idx[m][o], src[m][o], dst[m][o], g[m][o] if g is not None else None))
+        (s, ss, sd, sg), (r, rs, rd, rg) = sides
+        if len(s) == len(r) and np.array_equal(ss, rs) and np.array_equal(sd, rd) and \
+                (sg is None or np.array_equal(sg, np.asarray(rg))):
+            break
+    else:
         return None, []
     msg = c["msg"]
     if bool(((msg[s] >= 0) & (msg[r] >= 0) & (msg[s] != msg[r])).any()):

@@ -93,7 +93,9 @@ class _Syncs:
     def __init__(self, every: tuple[int, ...], active: bool) -> None:
         self.every, self.active = every, active  # active: the spec has one (else rows() is the rows as they are)
         self.pending: dict[int, SynchronizeOp] = {}
+        self.src: dict[int, str] = {}  # the pending entry's source, per rank
         self.names_on: dict[int, set[str]] = defaultdict(set)
+        self.call_on: dict[int, tuple[str, str]] = {}  # the rank's last op's graph or p2p_batch (one host call)
 
     def take(self, s: Any, src: str) -> bool:
         """Record ``s`` where it is a ``synchronize`` entry (True), checked: one per rank between two ops, its
@@ -110,7 +112,7 @@ class _Syncs:
                 raise GraphError(f"{src}: synchronize {s.name!r} on rank {r} waits for op {missing[0]!r}, which rank "
                                  f"{r} does not issue before it", fix="name ops written before the synchronize on "
                                  "the same rank (event.synchronize waits for work already issued)")
-            self.pending[r] = s
+            self.pending[r], self.src[r] = s, src
         return True
 
     def entries(self, items: list[Any], sources: list[str]) -> Any:
@@ -129,11 +131,29 @@ class _Syncs:
         """The rows of op entry ``s`` on ``ranks`` (None: every rank), one per element of ``each`` (its rank lists),
         with tags ``tags``: split where a ``synchronize`` is pending on some of a row's ranks, one row per group of
         ranks with the same pending entry, each with that entry's host-wait tags (:func:`sync_tags`) added; those
-        entries are then used up."""
+        entries are then used up.
+
+        Raises
+        ------
+        GraphError
+            A pending entry between two ops of one host call: one CUDA graph (``graph:``; CUDA refuses a
+            synchronize while the stream captures) or one ``p2p_batch`` (one ``batch_isend_irecv``)."""
         if not self.active:
             return [(on, tags) for on in each]
+        call = ("graph", s.graph) if getattr(s, "graph", None) else ("p2p_batch", s.p2p_batch) \
+            if getattr(s, "p2p_batch", None) else None
         for r in ranks if ranks is not None else self.every:
             self.names_on[r].add(s.name)
+            if call is not None and r in self.pending and self.call_on.get(r) == call:
+                what, name = call or ("", "")
+                raise GraphError(f"{self.src[r]}: synchronize {self.pending[r].name!r} is inside {what} {name!r} "
+                                 f"on rank {r} (between its ops, one host call)",
+                                 fix=f"move the synchronize before or after the {what}'s ops, or give the ops after "
+                                     f"it another {what} name (a second call)")
+            if call is not None:
+                self.call_on[r] = call
+            else:
+                self.call_on.pop(r, None)
         out: list[tuple[list[int] | None, tuple]] = []
         for on in each:
             hit = [r for r in (on if on is not None else self.every) if r in self.pending] if self.pending else []

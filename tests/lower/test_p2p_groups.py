@@ -102,3 +102,38 @@ def test_check_exits_2_naming_the_field(tmp_path):
                        timeout=120)
     assert p.returncode == 2 and "Traceback" not in p.stderr
     assert f"{f}:6:" in p.stderr and "ops[1].group" in p.stderr and "fix: add 0 to `group`" in p.stderr
+
+
+#: rank 0 sends `a` on group [0, 1] and then `b` on group [0, 1, 2]; rank 1 receives `b` first, then `a`. NCCL
+#: matches a send with a recv per communicator, in issue order on it (torch runs each P2POp on its group's
+#: ProcessGroupNCCL communicator), so `a` meets `a` and `b` meets `b`; the two communicators share ranks 0 and 1
+#: and are called in two orders, which NCCL's documentation says may deadlock. The all_reduce has every rank
+#: create the communicator of [0, 1, 2] (rule 6, lazy creation).
+TWO_GROUPS = """schema_version: 1
+name: two_groups
+world_size: 3
+ops:
+  - {name: ar, kind: all_reduce, bytes: 1024}
+  - {name: a, kind: send, peer: 1, bytes: 1048576, group: [0, 1], ranks: [0], p2p_batch: X}
+  - {name: b, kind: send, peer: 1, bytes: 2048, group: [0, 1, 2], ranks: [0], p2p_batch: Y}
+  - {name: b, kind: recv, peer: 0, bytes: 2048, group: [0, 1, 2], ranks: [1], p2p_batch: Y}
+  - {name: a, kind: recv, peer: 0, bytes: 1048576, group: [0, 1], ranks: [1], p2p_batch: X}
+"""
+
+
+def test_a_pair_of_ranks_matches_per_process_group():
+    """Before: refused as 'send a@r0 (1048576 B) is paired with recv b@r1 (2048 B); sizes differ' (the k-th send
+    of 0 -> 1 matched with the k-th recv over both groups); now a meets a, b meets b, and the fault named is the
+    two communicators' order."""
+    from schedsim.errors import DeadlockError
+
+    with pytest.raises(DeadlockError) as e:
+        lower(load_text(TWO_GROUPS))
+    msg = str(e.value)
+    assert "communicators that share ranks must keep one order" in msg and "sizes differ" not in msg, msg
+    assert "b@r1 completes only once b@r0 is posted" in msg and "a@r0 completes only once a@r1" in msg, msg
+    # the same order on both ranks runs: a meets a, b meets b
+    lines = TWO_GROUPS.splitlines(keepends=True)
+    prog = lower(load_text("".join(lines[:-2] + [lines[-1], lines[-2]])))
+    assert sorted((prog.op_id(int(s)), prog.op_id(int(r))) for s, r in prog.p2p.tolist()) == \
+        [("a@r0", "a@r1"), ("b@r0", "b@r1")]

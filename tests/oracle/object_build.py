@@ -239,11 +239,13 @@ def match_p2p_ops(ops: list[Op], warnings: list[str] | None = None) -> list[tupl
     intent: a pairing whose tags disagree, or whose sizes differ, is an error; one whose names suggest
     another pairing is a warning appended to ``warnings``.
     """
-    sends, recvs = _p2p_by_pair(ops)
+    sends, recvs = _p2p_by_pair(ops, by_group=True)  # per written process group (one communicator each) ...
+    if any(len(sends.get(k, [])) != len(recvs.get(k, [])) for k in set(sends) | set(recvs)):
+        sends, recvs = _p2p_by_pair(ops)  # ... unless that fails: over all groups (check_p2p_groups names them)
     pairs: list[tuple[str, str]] = []
     for key in sorted(set(sends) | set(recvs)):
         s, r = sends.get(key, []), recvs.get(key, [])
-        src, dst = key
+        src, dst = key[:2]
         by_name: dict[str, Op] | None = None
         for k, (a, b) in enumerate(zip(s, r, strict=False)):
             _check_pairing(a, b, k, s, r, src, dst)
@@ -266,10 +268,11 @@ def match_p2p_ops(ops: list[Op], warnings: list[str] | None = None) -> list[tupl
     return pairs
 
 
-def _p2p_by_pair(ops: list[Op]) -> tuple[dict[tuple[int, int], list[Op]], dict[tuple[int, int], list[Op]]]:
-    """Sends and recvs by (src, dst), each list in issue order."""
-    sends: dict[tuple[int, int], list[Op]] = defaultdict(list)
-    recvs: dict[tuple[int, int], list[Op]] = defaultdict(list)
+def _p2p_by_pair(ops: list[Op], by_group: bool = False) -> tuple[dict[tuple, list[Op]], dict[tuple, list[Op]]]:
+    """Sends and recvs by (src, dst), and by written group (``Op.comm``, () none) where ``by_group``, each list in
+    issue order."""
+    sends: dict[tuple, list[Op]] = defaultdict(list)
+    recvs: dict[tuple, list[Op]] = defaultdict(list)
     # issue position: a p2p batch is posted at its first member (tests.oracle.nccl_graph.issue_order), so a lone
     # send written between two members of a batch reaches NCCL after the whole batch
     first_of: dict[tuple[int, str], int] = {}
@@ -282,10 +285,11 @@ def _p2p_by_pair(ops: list[Op]) -> tuple[dict[tuple[int, int], list[Op]], dict[t
         at = i if b is None else first_of.setdefault((op.rank, b), i)
         moved = moved or at != i
         pos[op.id] = (at, i)
+        g = (op.comm or (),) if by_group else ()
         if op.kind == "send":
-            sends[(op.rank, op.peer)].append(op)  # type: ignore[index]
+            sends[(op.rank, op.peer, *g)].append(op)  # type: ignore[index]
         else:
-            recvs[(op.peer, op.rank)].append(op)  # type: ignore[index]
+            recvs[(op.peer, op.rank, *g)].append(op)  # type: ignore[index]
     if moved:
         for lst in (*sends.values(), *recvs.values()):
             lst.sort(key=lambda o: pos[o.id])

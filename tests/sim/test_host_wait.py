@@ -161,3 +161,40 @@ ops:
     want = {"host_wait_before_us": 0.0, "host_wait_after_us": 3.0, "host_wait_scope": "device"}
     assert tags["g0@r0"] == want and tags["g1@r0"] == want
     assert tags["g0@r1"] == {} and tags["f1@r0"] == {}
+
+
+#: a synchronize inside one host call: between two ops of one CUDA graph segment (a graph is one launch; CUDA
+#: refuses a synchronize while its stream captures) or of one p2p_batch (one batch_isend_irecv call)
+INSIDE = {
+    "graph": """schema_version: 1
+name: g
+world_size: 1
+ops:
+  - {name: a, kind: compute, duration_us: 100, graph: G}
+  - {name: s, kind: synchronize}
+  - {name: b, kind: compute, duration_us: 10, graph: G}
+""",
+    "batch": """schema_version: 1
+name: b
+world_size: 2
+ops:
+  - {name: x, kind: compute, duration_us: 100}
+  - {name: sd, kind: send, peer: (rank + 1) % 2, bytes: 1024, p2p_batch: B}
+  - {name: s, kind: synchronize}
+  - {name: rv, kind: recv, peer: (rank + 1) % 2, bytes: 1024, p2p_batch: B}
+""",
+}
+
+
+@pytest.mark.parametrize("case", sorted(INSIDE))
+def test_check_refuses_a_synchronize_inside_one_call(tmp_path: Path, case: str) -> None:
+    """Before: the graph case ran (the host 'waited' between two nodes of one graph launch), the batch case
+    reported a deadlock of sd waiting for rv (the wait tag sat on rv, the batch's second op)."""
+    f = tmp_path / "bad.yaml"
+    f.write_text(INSIDE[case])
+    r = CliRunner().invoke(app, ["check", str(f)])
+    assert r.exit_code == 2, r.output
+    assert "inside" in r.output and "fix:" in r.output and "Traceback" not in r.output, r.output
+    assert f"bad.yaml:{6 if case == 'graph' else 7}" in r.output, r.output  # the synchronize's line
+    with pytest.raises(GraphError):
+        api.lower_spec(api.load(f), f)
