@@ -525,6 +525,14 @@ def compute_metrics(tl: Timeline) -> dict[str, Any]:
     return Metrics.of(tl).to_dict()
 
 
+def _low2(g: np.ndarray) -> np.ndarray:
+    """``g & 3`` of int64 keys as int8 (the resource class of a ``rank * 4 + class`` key): 1 byte per row, cast in
+    numpy's buffered chunks, not an 8-byte temporary (the low two bits survive the wrapping cast to int8)."""
+    import numpy as np
+
+    return np.bitwise_and(g, 3, dtype=np.int8, casting="unsafe")
+
+
 def _compute(tl: Timeline, classes: Sequence[int] | np.ndarray | None = None) -> Metrics:
     """Makespan, per-rank busy/idle, exposed communication, overlap ratio, critical path (:class:`Metrics`).
 
@@ -563,7 +571,7 @@ def _compute(tl: Timeline, classes: Sequence[int] | np.ndarray | None = None) ->
     nr = int(present[-1]) + 1 if len(present) else 0
     # NCCL kernels occupy their stream from when it reaches them (ready) to the end of the transfer,
     # spinning while the peer is late; nsys shows that span as kernel time
-    m = (gkey & 3) == 1
+    m = _low2(gkey) == 1
     om = order[m]  # the order is read no more: freed before the comm rows' columns are gathered
     del order
     rd = c.ready_s[om]
@@ -583,7 +591,9 @@ def _compute(tl: Timeline, classes: Sequence[int] | np.ndarray | None = None) ->
     pg, ps, pe = _merged_by(gkey, start, end, into=True)  # each (rank, resource)'s pieces, in one pass, in place
     del gkey, start, end
     # split by resource one column at a time, each freed once split (the metrics' high-water mark at 1M ops)
-    masks = [m for m in ((pg & 3) == k for k in range(3))]
+    pc = _low2(pg)
+    masks = [pc == k for k in range(3)]
+    del pc
     gs = [pg[m] >> 2 for m in masks]
     del pg
     ss = [ps[m] for m in masks]

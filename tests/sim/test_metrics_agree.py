@@ -336,3 +336,16 @@ def test_the_pieces_written_over_their_intervals_are_the_pieces_made_apart(seed:
     got = _merged_by(g, s, e, into=True)
     assert all(a.dtype == b.dtype and np.array_equal(a, b) for a, b in zip(got, want, strict=True))
     assert all(np.shares_memory(a, b) for a, b in zip(got, (g, s, e), strict=True))  # written over
+
+
+def test_low2_is_the_low_two_bits_of_int64_keys() -> None:
+    """``_low2`` (the int8 resource class of a ``rank * 4 + class`` key) equals ``g & 3``, keys past 2**31 and
+    2**40 included: rank 2**38 + 5 with class 2 is key 4 * (2**38 + 5) + 2, whose low two bits are 2."""
+    import numpy as np
+
+    from schedsim.sim.metrics import _low2
+
+    g = np.array([0, 1, 2, 3, 4 * 7 + 1, 4 * (2**38 + 5) + 2, 2**62 + 3], np.int64)
+    got = _low2(g)
+    assert got.dtype == np.int8
+    assert got.tolist() == [0, 1, 2, 3, 1, 2, 3]
