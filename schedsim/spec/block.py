@@ -685,7 +685,7 @@ def _field_values(k: str, f: Any, fm: Mark | None, raw: Any, vec: dict[str, Any]
             raise _Abandon from None
     if type(one) is str and k not in NUMERIC_FIELDS and nk > 1:  # one row first: a long string x nk rows
         try:
-            first = f(next(iter(envs_of(keep[:1]))), fm)
+            first = f(next(iter(envs_of(keep[:1])())), fm)
         except Exception:  # the full evaluation below reports it as it does
             first = None
         if isinstance(first, str) and len(first) * nk > _max_chars():
@@ -823,7 +823,7 @@ def _chars(vals: dict[str, Any], nk: int, spread: dict[str, tuple[Any, Any]] | N
             lst = v.tolist()
             types = set(map(type, lst))
             if types == {str}:
-                chars += len("".join(lst))
+                chars += sum(map(len, lst))
             elif str in types:
                 chars += sum(len(x) for x in lst if type(x) is str)
     return chars
