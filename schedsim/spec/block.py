@@ -540,6 +540,9 @@ def _entry_rows(e: int, b: tuple[Any, ...], loop: Mapping[str, Any], n: int, env
                 at[k] = at_rank  # its values per rank, the rows' codes known (_per_rank)
             continue
         vals[k] = _field_values(k, f, fm, raw, vec, env, sub, nk, n, keep, envs_of, done)
+    chars = _chars(vals, nk, spread)
+    if chars > _max_chars():  # before names are joined and checked: the general path refuses at the op (field named)
+        raise _Abandon
     names = _row_names(vals.get("name"), nk, spread.get("name"))
     tags = _tag_rows(vals.pop("tags", {}), nk)
     deps = vals.get("deps", [])
@@ -549,7 +552,7 @@ def _entry_rows(e: int, b: tuple[Any, ...], loop: Mapping[str, Any], n: int, env
     strs = {k: _row_strs(k, vals.get(k), nk, spread.get(k)) for k in _ROW_STRS}
     combo, firsts = _combos(vals, nk, codes)
     return _Entry(e=e, keep=keep if it is None else rows_it, names=names, deps=deps, combo=combo, firsts=firsts,
-                  has_deps="deps" in vals, vals=vals, tags=tags, chars=_chars(vals, nk, spread), strs=strs,
+                  has_deps="deps" in vals, vals=vals, tags=tags, chars=chars, strs=strs,
                   rank=None if it is None else vals["ranks"][0], at=at)
 
 
@@ -680,6 +683,13 @@ def _field_values(k: str, f: Any, fm: Mark | None, raw: Any, vec: dict[str, Any]
             vf = vec[k] = _vector_field(k, raw)
         except ExprError:
             raise _Abandon from None
+    if type(one) is str and k not in NUMERIC_FIELDS and nk > 1:  # one row first: a long string x nk rows
+        try:
+            first = f(next(iter(envs_of(keep[:1])())), fm)
+        except Exception:  # the full evaluation below reports it as it does
+            first = None
+        if isinstance(first, str) and len(first) * nk > _max_chars():
+            raise _Abandon  # the general path refuses at the op that passes the limit, the field named
     got = _values(vf, (lambda env_: f(env_, fm)), env, sub, nk, envs_of(keep))
     if ck is not None:
         done[ck] = got[0] if one is not raw else got
@@ -789,6 +799,12 @@ def _tag_rows(tags: Any, nk: int) -> list[tuple[tuple[str, Any], ...]]:
     return rows
 
 
+def _max_chars() -> int:
+    """``SCHEDSIM_MAX_CHARS`` (:func:`schedsim.spec.limits.limit`)."""
+    from schedsim.spec.limits import limit
+    return limit("SCHEDSIM_MAX_CHARS")
+
+
 def _chars(vals: dict[str, Any], nk: int, spread: dict[str, tuple[Any, Any]] | None = None) -> int:
     """Characters of the rows' string fields, as :meth:`_Ctx.count` counts them; a field of ``spread`` (values
     per iteration, each row's iteration) from its values per iteration, each counted as often as rows take it."""
@@ -807,7 +823,7 @@ def _chars(vals: dict[str, Any], nk: int, spread: dict[str, tuple[Any, Any]] | N
             lst = v.tolist()
             types = set(map(type, lst))
             if types == {str}:
-                chars += len("".join(lst))
+                chars += sum(map(len, lst))
             elif str in types:
                 chars += sum(len(x) for x in lst if type(x) is str)
     return chars

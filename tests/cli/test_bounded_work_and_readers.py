@@ -87,6 +87,22 @@ def test_parameter_string_repeated_in_every_op_is_bounded(tmp_path: Path) -> Non
     assert run(["check", str(f)], env={"SCHEDSIM_MAX_CHARS": "6000000"}).exit_code == 0
 
 
+@pytest.mark.parametrize("entry", [
+    "{name: '{big}{i}', kind: compute, duration_us: 1}",                    # the parameter in every name
+    "{name: 'c{i}', stream: '{big}{i % 2}', kind: compute, duration_us: 1}",  # in a stream, two values
+    "{name: \"{'a' * (i * 1000)}\", kind: compute, duration_us: 1}",           # short first row, long later ones
+])
+def test_long_string_in_many_rows_refused_at_the_field(tmp_path: Path, entry: str) -> None:
+    # issue 38 (hostile38x): a 1 MB parameter in 3000 names took 28-37 s before the refusal (block path built
+    # every name, then joined them); the limit is now checked from one row before the whole field is built.
+    # 400 rows x 20 kB = 8 M characters > the 1 M limit set here; the line and entry are named, then the fix.
+    f = write(tmp_path, "s.yaml", H + "world_size: 1\nparams:\n  big: \"{'a'*20000}\"\nops:\n"
+              "  - foreach: {i: range(400)}\n    ops:\n      - " + entry + "\n")
+    refused(run(["predict", str(f), "--out", str(tmp_path / "o")], env={"SCHEDSIM_MAX_CHARS": "1000000"}),
+            f"{f}:9:", "ops[0].ops[0]", "1,000,000 characters", "SCHEDSIM_MAX_CHARS")
+    assert not (tmp_path / "o").exists()
+
+
 @pytest.mark.parametrize("field,value,bound", [
     ("m", "2**64*2**64", "1099511627776"),          # before: OverflowError traceback converting FLOP to float
     ("repeat", "10**12", "1000000"),                # before: the simulator ran for minutes
