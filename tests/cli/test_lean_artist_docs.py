@@ -26,11 +26,17 @@ print(json.dumps({{"doc": matplotlib.lines.Line2D.set.__doc__, "kwdoc": kwdoc(ma
 """
 
 
-def _probe(setup: str) -> dict:
+def probe_json(template: str, setup: str) -> dict:
+    """The JSON a fresh interpreter prints running ``template`` with ``setup`` in its ``{setup}`` slot (the checkout
+    first on its path): a command's process stand-in, for the lean-docstring tests."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    out = subprocess.run([sys.executable, "-c", PROBE.format(setup=setup)], cwd=ROOT, env=env, capture_output=True,
+    out = subprocess.run([sys.executable, "-c", template.format(setup=setup)], cwd=ROOT, env=env, capture_output=True,
                          text=True, check=True).stdout
     return json.loads(out)
+
+
+def _probe(setup: str) -> dict:
+    return probe_json(PROBE, setup)
 
 
 def test_command_process_skips_property_tables_library_keeps_them() -> None:

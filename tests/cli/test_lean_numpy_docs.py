@@ -4,11 +4,12 @@ numpy's texts."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+from tests.cli.test_lean_artist_docs import probe_json
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -26,10 +27,7 @@ print(json.dumps({{"doc": np.ndarray.__doc__, "astype_doc": np.ndarray.astype.__
 
 
 def _probe(setup: str) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    out = subprocess.run([sys.executable, "-c", PROBE.format(setup=setup)], cwd=ROOT, env=env, capture_output=True,
-                         text=True, check=True).stdout
-    return json.loads(out)
+    return probe_json(PROBE, setup)
 
 
 def test_command_process_skips_numpys_docstrings_library_keeps_them() -> None:
